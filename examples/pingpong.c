@@ -4,7 +4,7 @@
  * echo verified byte for byte. The foundation demo that tools/demo runs in
  * the lab; it uses plain verbs (tests/support/rdma_sync.c), not the bridge.
  *
- *   rr-pingpong -s [-a ADDR] [-p PORT]
+ *   rr-pingpong -s [-a ADDR] [-p PORT] [-r CONNECTIONS]
  *   rr-pingpong -c ADDR [-p PORT] [-n ITERS] [-S SIZE] [-e]
  */
 #include <errno.h>
@@ -59,25 +59,18 @@ static int wait_round(struct rs_conn *c, int want_send)
 	return 0;
 }
 
-static int serve(const char *addr, uint16_t port, int use_events)
+/* Echo every message of one connection until the client's last one. */
+static int serve_conn(struct rs_conn *lc, int use_events)
 {
-	struct rs_conn lc, c;
+	struct rs_conn c;
 	struct ibv_mr *mr = NULL;
 	uint8_t *buf = NULL;
 	size_t size = 1 << 20;
 	struct hdr *in;
 	int rc;
 
-	rs_init(&lc, 16, use_events);
-	rc = rs_listen(&lc, addr, &port);
-	if (rc) {
-		fprintf(stderr, "rr-pingpong: %s\n", lc.err);
-		return 1;
-	}
-	printf("rr-pingpong: listening on %s:%u\n", addr ? addr : "*", port);
-	fflush(stdout);
 	rs_init(&c, 16, use_events);
-	c.ec = lc.ec;
+	c.ec = lc->ec;
 	c.ec_borrowed = 1;
 	rc = rs_get_request(&c, 600 * 1000);
 	buf = calloc(2, size);
@@ -112,12 +105,28 @@ static int serve(const char *addr, uint16_t port, int use_events)
 	}
 	if (rc)
 		fprintf(stderr, "rr-pingpong server: %s\n", c.err);
-	else
-		printf("rr-pingpong: server done\n");
 	if (mr)
 		ibv_dereg_mr(mr);
 	free(buf);
 	rs_close(&c);
+	return rc;
+}
+
+static int serve(const char *addr, uint16_t port, long rounds, int use_events)
+{
+	struct rs_conn lc;
+	int rc;
+
+	rs_init(&lc, 16, use_events);
+	rc = rs_listen(&lc, addr, &port);
+	if (rc) {
+		fprintf(stderr, "rr-pingpong: %s\n", lc.err);
+		return 1;
+	}
+	printf("rr-pingpong: listening on %s:%u\n", addr ? addr : "*", port);
+	fflush(stdout);
+	for (long i = 0; i < rounds && !rc; i++)
+		rc = serve_conn(&lc, use_events);
 	rs_close(&lc);
 	return rc ? 1 : 0;
 }
@@ -180,7 +189,7 @@ static int client(const char *addr, uint16_t port, long iters, uint32_t size, in
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: rr-pingpong -s [-a ADDR] [-p PORT] [-e]\n"
+	fprintf(f, "usage: rr-pingpong -s [-a ADDR] [-p PORT] [-r CONNECTIONS] [-e]\n"
 		   "       rr-pingpong -c ADDR [-p PORT] [-n ITERS] [-S SIZE] [-e]\n"
 		   "  -e  wait on the completion channel instead of busy polling\n");
 }
@@ -188,10 +197,10 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
 	const char *addr = NULL;
-	long iters = 1000, size = 64, port = 7470;
+	long iters = 1000, size = 64, port = 7470, rounds = 1;
 	int opt, server = 0, use_events = 0;
 
-	while ((opt = getopt(argc, argv, "sc:a:p:n:S:eh")) != -1) {
+	while ((opt = getopt(argc, argv, "sc:a:p:n:S:r:eh")) != -1) {
 		switch (opt) {
 		case 's': server = 1; break;
 		case 'c': addr = optarg; break;
@@ -199,17 +208,18 @@ int main(int argc, char **argv)
 		case 'p': port = strtol(optarg, NULL, 10); break;
 		case 'n': iters = strtol(optarg, NULL, 10); break;
 		case 'S': size = strtol(optarg, NULL, 10); break;
+		case 'r': rounds = strtol(optarg, NULL, 10); break;
 		case 'e': use_events = 1; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
 	}
 	if (port <= 0 || port > 65535 || iters < 1 || iters > 100000000 ||
-	    size < (long)sizeof(struct hdr) || size > (1 << 20) || (!server && !addr)) {
+	    size < (long)sizeof(struct hdr) || size > (1 << 20) || rounds < 1 || (!server && !addr)) {
 		usage(stderr);
 		return 2;
 	}
 	if (server)
-		return serve(addr, (uint16_t)port, use_events);
+		return serve(addr, (uint16_t)port, rounds, use_events);
 	return client(addr, (uint16_t)port, iters, (uint32_t)size, use_events);
 }
