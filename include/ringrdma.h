@@ -4,23 +4,45 @@
  * through one io_uring.
  *
  * This is the only header an application includes. It compiles on its own
- * as C (gnu11 or later) and C++.
+ * as C (gnu11 or later) and C++. See ringrdma(7) (docs/ringrdma.7.md) for the
+ * overview: how the pieces fit, the user_data contract, the re-arm reasoning
+ * and the lifetime rules.
  *
- * Conventions (see ringrdma(7)):
- *  - Public names start with rr_ / RR_; the library never touches fields
- *    named `data`.
+ * Conventions:
+ *  - Public names start with rr_ / RR_. Fields and arguments named `data`
+ *    belong to the application; the library never reads or writes them.
  *  - Every function that can fail returns 0 (or a count) on success and a
  *    negative errno value on failure. When a call fails, the callback it was
  *    given is never called.
+ *  - Every accepted request gets exactly one completion callback: on success,
+ *    on error, on flush after a disconnect or device loss, and on teardown.
+ *    No callback runs after the object it belongs to was destroyed.
+ *  - Threads: a bridge and everything created from it belong to the thread
+ *    that drives its ring. No function is safe to call concurrently on the
+ *    same bridge; different bridges (one per ring, one ring per thread) are
+ *    independent. The library keeps no global state.
+ *  - Callbacks run from rr_bridge_handle_cqe(), rr_bridge_run_once() and the
+ *    destroy functions; they may post new work and may destroy their own
+ *    endpoint, but not the bridge.
  */
 #ifndef RINGRDMA_H
 #define RINGRDMA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <liburing.h>
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
 
 #include <ringrdma_version.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ------------------------------------------------------------------------ */
+/* Version                                                                   */
 
 /**
  * rr_version() - version of the library loaded at run time.
@@ -39,6 +61,543 @@ const char *rr_version(void);
  * given minor version, -ENOTSUP otherwise.
  */
 int rr_version_check(int major, int minor);
+
+/* ------------------------------------------------------------------------ */
+/* The bridge and the user_data contract                                     */
+
+/**
+ * RR_USER_DATA_MASK, RR_USER_DATA_TAG - the user_data values the bridge owns.
+ *
+ * Every SQE the bridge submits carries a user_data whose top 16 bits equal
+ * RR_USER_DATA_TAG; the rest encodes a slot and a generation, never a
+ * pointer. The application must never submit an SQE whose user_data has
+ * those top bits (no user-space pointer and no small integer does: the tag
+ * is a non-canonical address on every 64-bit Linux platform). In return the
+ * bridge never consumes or misroutes an application CQE, and recognizes its
+ * own without dereferencing anything.
+ */
+#define RR_USER_DATA_MASK 0xffff000000000000ULL
+#define RR_USER_DATA_TAG  0x7272000000000000ULL
+
+/**
+ * rr_is_bridge_user_data() - does a CQE's user_data belong to a bridge?
+ * @user_data: cqe->user_data.
+ *
+ * Return: non-zero for bridge CQEs. Needs no bridge: an application can drop
+ * late bridge CQEs even after it destroyed its bridge.
+ */
+static inline int rr_is_bridge_user_data(uint64_t user_data)
+{
+	return (user_data & RR_USER_DATA_MASK) == RR_USER_DATA_TAG;
+}
+
+/** struct rr_bridge - opaque; one per io_uring, owned by one thread. */
+typedef struct rr_bridge rr_bridge;
+
+/**
+ * rr_app_cqe_cb - receives application CQEs reaped by the library itself
+ * (in rr_bridge_run_once() and rr_bridge_destroy()).
+ * @b:    the bridge.
+ * @cqe:  the CQE; valid only during the call. The library marks it seen.
+ * @data: rr_bridge_opts.data.
+ */
+typedef void (*rr_app_cqe_cb)(rr_bridge *b, const struct io_uring_cqe *cqe, void *data);
+
+/**
+ * rr_async_event_cb - a device async event (ibv_get_async_event()).
+ * @b:    the bridge.
+ * @ev:   the event; valid during the call only; the library acknowledges it.
+ * @data: rr_bridge_opts.data.
+ *
+ * Fatal events also move the affected endpoints to the error state (their
+ * requests are flushed and their on_disconnect callback runs).
+ */
+typedef void (*rr_async_event_cb)(rr_bridge *b, const struct ibv_async_event *ev, void *data);
+
+/** Flags for rr_bridge_opts.flags. */
+enum rr_bridge_flags {
+	/** Use single-shot polls re-armed after every CQE, even where the
+	 *  kernel supports multishot poll (5.13+). */
+	RR_BRIDGE_SINGLESHOT = 1u << 0,
+};
+
+/**
+ * struct rr_bridge_opts - options for rr_bridge_create(); zero means default.
+ * @cq_batch:  work completions fetched per ibv_poll_cq() call (default 32).
+ * @budget:    work completions one CQ may hand out per dispatch before other
+ *             I/O gets a turn (default 256); the rest is handled on the next
+ *             loop pass.
+ * @ack_batch: CQ events acknowledged per ibv_ack_cq_events() call (default
+ *             32); all are acknowledged before a CQ is destroyed.
+ * @flags:     enum rr_bridge_flags.
+ * @on_app_cqe: application CQEs reaped by the library (see rr_app_cqe_cb);
+ *             required to use rr_bridge_run_once() with application I/O.
+ * @on_async_event: device async events; may be NULL.
+ * @data:      application data passed to the callbacks above.
+ */
+struct rr_bridge_opts {
+	unsigned int cq_batch;
+	unsigned int budget;
+	unsigned int ack_batch;
+	unsigned int flags;
+	rr_app_cqe_cb on_app_cqe;
+	rr_async_event_cb on_async_event;
+	void *data;
+};
+
+/**
+ * rr_bridge_create() - attach a bridge to a ring the application owns.
+ * @out:  the new bridge.
+ * @ring: an initialized io_uring; it must outlive the bridge.
+ * @opts: options, or NULL for defaults.
+ *
+ * The bridge queues SQEs on the ring but submits only when the submission
+ * queue is full or inside its own loop functions: an embedding application
+ * calls io_uring_submit*() in its loop as usual.
+ *
+ * Return: 0, -EINVAL (bad argument), -ENOMEM, or the error of creating the
+ * rdma_cm event channel.
+ */
+int rr_bridge_create(rr_bridge **out, struct io_uring *ring, const struct rr_bridge_opts *opts);
+
+/**
+ * rr_bridge_handle_cqe() - offer a reaped CQE to the bridge.
+ * @b:   the bridge.
+ * @cqe: a CQE the application reaped from the bridge's ring.
+ *
+ * Call it for every CQE; the caller still marks each CQE seen. Bridge CQEs
+ * are dispatched (callbacks run from here); application CQEs are left alone.
+ *
+ * Return: 1 if the CQE was the bridge's, 0 if it is the application's.
+ */
+int rr_bridge_handle_cqe(rr_bridge *b, const struct io_uring_cqe *cqe);
+
+/**
+ * rr_bridge_run_once() - one pass of the built-in loop.
+ * @b:          the bridge.
+ * @timeout_ms: longest wait for a CQE; 0 does not block, -1 waits forever.
+ *
+ * Submits queued SQEs, waits for CQEs (never longer than busy or hybrid CQEs
+ * allow), dispatches bridge CQEs and hands application CQEs to on_app_cqe.
+ *
+ * Return: the number of CQEs and work completions handled (0 on timeout),
+ * or a negative errno from io_uring; -EPROTO if an application CQE arrived
+ * and no on_app_cqe was set (the CQE is dropped).
+ */
+int rr_bridge_run_once(rr_bridge *b, int timeout_ms);
+
+/**
+ * rr_bridge_run() - run the built-in loop until rr_bridge_stop().
+ * @b: the bridge.
+ *
+ * Return: 0 when stopped, or the first negative errno of rr_bridge_run_once().
+ */
+int rr_bridge_run(rr_bridge *b);
+
+/**
+ * rr_bridge_stop() - make rr_bridge_run() return after the current pass.
+ * @b: the bridge; may be called from any callback.
+ */
+void rr_bridge_stop(rr_bridge *b);
+
+/**
+ * rr_bridge_destroy() - tear the bridge and everything on it down.
+ * @b: the bridge, or NULL.
+ *
+ * Destroys every listener and endpoint (their outstanding requests complete
+ * with -ECANCELED), CQ and channel still open, cancels the bridge's polls
+ * and reaps the ring until their last CQEs arrived, handing any application
+ * CQE met on the way to on_app_cqe. Safe in any state: mid-connect, with
+ * events pending, with polls in flight.
+ *
+ * Return: 0; -EBUSY if an application CQE had to be reaped and no
+ * on_app_cqe was set: then nothing was consumed and the bridge is still
+ * closing; hand CQEs to rr_bridge_handle_cqe() and call this again.
+ */
+int rr_bridge_destroy(rr_bridge *b);
+
+/** rr_bridge_ring() - the ring the bridge was created on. */
+struct io_uring *rr_bridge_ring(rr_bridge *b);
+
+/**
+ * struct rr_bridge_stats - counters since rr_bridge_create().
+ * @cqes:        bridge CQEs handled.
+ * @rearms:      polls re-armed after a CQE without IORING_CQE_F_MORE.
+ * @cq_events:   completion events read from channels.
+ * @cq_acks:     ibv_ack_cq_events() calls.
+ * @notify_arms: ibv_req_notify_cq() calls.
+ * @wcs:         work completions handed out.
+ * @empty_polls: ibv_poll_cq() calls that found nothing.
+ * @budget_yields: dispatches cut short by the budget.
+ * @kicks:       NOP SQEs used to come back to busy, hybrid or backlogged CQs.
+ * @cm_events:   rdma_cm events handled.
+ * @async_events: device async events handled.
+ */
+struct rr_bridge_stats {
+	uint64_t cqes;
+	uint64_t rearms;
+	uint64_t cq_events;
+	uint64_t cq_acks;
+	uint64_t notify_arms;
+	uint64_t wcs;
+	uint64_t empty_polls;
+	uint64_t budget_yields;
+	uint64_t kicks;
+	uint64_t cm_events;
+	uint64_t async_events;
+};
+
+/** rr_bridge_get_stats() - copy the bridge's counters into @out. */
+void rr_bridge_get_stats(const rr_bridge *b, struct rr_bridge_stats *out);
+
+/* ------------------------------------------------------------------------ */
+/* Completion channels and CQs                                               */
+
+/** struct rr_channel - a completion channel polled through the ring. */
+typedef struct rr_channel rr_channel;
+
+/**
+ * rr_channel_create() - create a completion channel and poll it in the ring.
+ * @b:   the bridge.
+ * @ctx: the device context.
+ * @out: the new channel. One channel may serve many CQs.
+ *
+ * Return: 0, -ENOMEM, -EBUSY (no SQE), or the errno of
+ * ibv_create_comp_channel().
+ */
+int rr_channel_create(rr_bridge *b, struct ibv_context *ctx, rr_channel **out);
+
+/**
+ * rr_channel_destroy() - stop polling and destroy the channel.
+ * @ch: the channel, or NULL.
+ *
+ * Return: 0; -EBUSY while CQs created on it still exist.
+ */
+int rr_channel_destroy(rr_channel *ch);
+
+/** enum rr_wait_mode - how a CQ waits for work completions. */
+enum rr_wait_mode {
+	/** Pure notification: the CQ is armed and its channel polled in the
+	 *  ring; no CPU is used while idle. */
+	RR_WAIT_EVENT = 0,
+	/** Poll the CQ on every loop pass (for comparison; burns a core). */
+	RR_WAIT_BUSY = 1,
+	/** After activity keep polling every pass for spin_us microseconds,
+	 *  then arm: busy-poll latency while busy, no CPU while idle. */
+	RR_WAIT_HYBRID = 2,
+};
+
+/** struct rr_cq - a CQ dispatched by the bridge. */
+typedef struct rr_cq rr_cq;
+
+/**
+ * rr_wc_cb - receives each work completion of a CQ.
+ * @cq:   the CQ.
+ * @wc:   the work completion, raw; valid during the call only.
+ * @data: rr_cq_opts.data.
+ */
+typedef void (*rr_wc_cb)(rr_cq *cq, const struct ibv_wc *wc, void *data);
+
+/**
+ * struct rr_cq_opts - options for rr_cq_create().
+ * @cqe:     minimum number of entries (default 256).
+ * @mode:    enum rr_wait_mode.
+ * @spin_us: hybrid spin window in microseconds (default 50).
+ * @on_wc:   callback for every work completion; required.
+ * @data:    application data for on_wc.
+ */
+struct rr_cq_opts {
+	int cqe;
+	enum rr_wait_mode mode;
+	unsigned int spin_us;
+	rr_wc_cb on_wc;
+	void *data;
+};
+
+/**
+ * rr_cq_create() - create a CQ whose completions arrive through the ring.
+ * @b:    the bridge.
+ * @ch:   the channel to signal; NULL uses the bridge's shared channel for
+ *        the device of @ctx.
+ * @ctx:  the device context (must match @ch's).
+ * @opts: options; on_wc is required.
+ * @out:  the new CQ.
+ *
+ * Return: 0, -EINVAL, -ENOMEM, or the errno of ibv_create_cq() or
+ * ibv_req_notify_cq().
+ */
+int rr_cq_create(rr_bridge *b, rr_channel *ch, struct ibv_context *ctx,
+		 const struct rr_cq_opts *opts, rr_cq **out);
+
+/**
+ * rr_cq_set_mode() - switch a CQ's wait mode at run time.
+ * @cq:      the CQ.
+ * @mode:    enum rr_wait_mode.
+ * @spin_us: hybrid spin window (0 keeps the current one).
+ *
+ * Return: 0, -EINVAL, or the errno of ibv_req_notify_cq().
+ */
+int rr_cq_set_mode(rr_cq *cq, enum rr_wait_mode mode, unsigned int spin_us);
+
+/** rr_cq_ibv() - the verbs CQ, to attach QPs to. */
+struct ibv_cq *rr_cq_ibv(rr_cq *cq);
+
+/**
+ * rr_cq_destroy() - destroy a CQ; its pending events are acknowledged first,
+ * so this never blocks in ibv_destroy_cq(). Destroy the QPs using it first.
+ * @cq: the CQ, or NULL.
+ *
+ * Return: 0, or the errno of ibv_destroy_cq() (-EBUSY while QPs use it).
+ */
+int rr_cq_destroy(rr_cq *cq);
+
+/* ------------------------------------------------------------------------ */
+/* Endpoints: rdma_cm connections with posted work                           */
+
+/** struct rr_ep - one RC connection: cm_id, QP, CQ and its posted work. */
+typedef struct rr_ep rr_ep;
+/** struct rr_listener - a listening rdma_cm id. */
+typedef struct rr_listener rr_listener;
+
+/**
+ * struct rr_completion - how a request ended.
+ * @status:    0, or a negative errno: -ECANCELED (flushed: disconnect,
+ *             QP error, device loss or teardown), -ETIMEDOUT (transport or
+ *             RNR retries exhausted), -EACCES (remote access error),
+ *             -EINVAL (length or request error), -EIO (other).
+ * @wc_status: the raw ibv_wc_status (IBV_WC_WR_FLUSH_ERR when the library
+ *             flushed the request itself on teardown).
+ * @opcode:    the work completion opcode (valid when status is 0).
+ * @byte_len:  bytes received (RECV, RECV_RDMA_WITH_IMM).
+ * @imm_data:  immediate data in host order, when has_imm is set.
+ * @has_imm:   the completion carried immediate data.
+ */
+struct rr_completion {
+	int status;
+	enum ibv_wc_status wc_status;
+	enum ibv_wc_opcode opcode;
+	uint32_t byte_len;
+	uint32_t imm_data;
+	int has_imm;
+};
+
+/**
+ * rr_req_cb - completion of one posted request; called exactly once.
+ * @ep:   the endpoint.
+ * @c:    the outcome; valid during the call only.
+ * @data: the data given when posting.
+ */
+typedef void (*rr_req_cb)(rr_ep *ep, const struct rr_completion *c, void *data);
+
+/**
+ * rr_ep_cb - an endpoint event: connected (status 0) or failed (client
+ * side), or disconnected / moved to error (on_disconnect).
+ * @ep:     the endpoint.
+ * @status: 0, or a negative errno: -ECONNREFUSED (rejected), -EHOSTUNREACH
+ *          (unreachable), -EADDRNOTAVAIL (address or route error),
+ *          -ETIMEDOUT, -ECONNRESET (peer disconnected), -ENODEV (device
+ *          removed), -EIO (fatal async event).
+ * @data:   rr_ep_data(ep).
+ */
+typedef void (*rr_ep_cb)(rr_ep *ep, int status, void *data);
+
+/**
+ * rr_accept_cb - a new connection on a listener is established.
+ * @l:    the listener.
+ * @ep:   the new endpoint, owned by the application from now on.
+ * @data: the listener's data.
+ */
+typedef void (*rr_accept_cb)(rr_listener *l, rr_ep *ep, void *data);
+
+/**
+ * struct rr_ep_opts - endpoint options; zero means default.
+ * @max_send_wr:   send queue depth (default 64).
+ * @max_recv_wr:   receive queue depth (default 64).
+ * @max_inline:    inline data size requested for the QP (default 0).
+ * @mode:          wait mode of the endpoint's CQ.
+ * @spin_us:       hybrid spin window.
+ * @on_disconnect: called once when an established endpoint is
+ *                 disconnected by the peer or moved to error; may be NULL.
+ * @data:          the endpoint's application data (rr_ep_data()).
+ */
+struct rr_ep_opts {
+	uint32_t max_send_wr;
+	uint32_t max_recv_wr;
+	uint32_t max_inline;
+	enum rr_wait_mode mode;
+	unsigned int spin_us;
+	rr_ep_cb on_disconnect;
+	void *data;
+};
+
+/**
+ * rr_connect() - connect to a listening peer, asynchronously.
+ * @b:          the bridge.
+ * @host:       IPv4/IPv6 address or name of the peer.
+ * @port:       its port.
+ * @opts:       endpoint options, or NULL.
+ * @on_connect: called once: status 0 when established, or the error.
+ * @out:        the endpoint, valid until rr_ep_destroy() whatever happens.
+ *
+ * Address resolution, route resolution and connection run through the ring.
+ * Receives may be posted once connected; the QP retries on RNR, so a peer's
+ * early SEND waits for them.
+ *
+ * Return: 0, -EINVAL (bad address), -ENOMEM, or the errno of
+ * rdma_create_id()/rdma_resolve_addr(); then @on_connect is never called.
+ */
+int rr_connect(rr_bridge *b, const char *host, uint16_t port, const struct rr_ep_opts *opts,
+	       rr_ep_cb on_connect, rr_ep **out);
+
+/**
+ * rr_listen() - listen for connections.
+ * @b:         the bridge.
+ * @host:      local address to bind (NULL: any).
+ * @port:      port; 0 picks one (see rr_listener_port()).
+ * @ep_opts:   options for accepted endpoints (their @data is the listener's
+ *             @data until the application sets its own), or NULL.
+ * @on_accept: called for each established connection.
+ * @data:      the listener's application data.
+ * @out:       the listener.
+ *
+ * Incoming requests are accepted automatically; a request that fails before
+ * being established is dropped and counted, never reported as an endpoint.
+ *
+ * Return: 0, -EINVAL, -ENOMEM, or the errno of rdma_bind_addr()/rdma_listen().
+ */
+int rr_listen(rr_bridge *b, const char *host, uint16_t port, const struct rr_ep_opts *ep_opts,
+	      rr_accept_cb on_accept, void *data, rr_listener **out);
+
+/** rr_listener_port() - the port a listener is bound to. */
+uint16_t rr_listener_port(const rr_listener *l);
+
+/**
+ * rr_listener_destroy() - stop listening; connections not yet established
+ * are dropped; established endpoints are not affected.
+ * @l: the listener, or NULL.
+ *
+ * Return: 0.
+ */
+int rr_listener_destroy(rr_listener *l);
+
+/**
+ * rr_ep_disconnect() - start a graceful disconnect; outstanding requests
+ * are flushed (-ECANCELED) and on_disconnect runs with status 0.
+ * @ep: the endpoint.
+ *
+ * Return: 0, -ENOTCONN if not established, or the errno of rdma_disconnect().
+ */
+int rr_ep_disconnect(rr_ep *ep);
+
+/**
+ * rr_ep_destroy() - destroy an endpoint in any state.
+ * @ep: the endpoint, or NULL.
+ *
+ * Every request still outstanding completes with -ECANCELED before this
+ * returns; no callback of @ep runs afterwards. Safe from @ep's callbacks.
+ *
+ * Return: 0.
+ */
+int rr_ep_destroy(rr_ep *ep);
+
+/** rr_ep_data() - the endpoint's application data. */
+void *rr_ep_data(const rr_ep *ep);
+/** rr_ep_set_data() - set the endpoint's application data. */
+void rr_ep_set_data(rr_ep *ep, void *data);
+/** rr_ep_set_on_disconnect() - set or replace the on_disconnect callback. */
+void rr_ep_set_on_disconnect(rr_ep *ep, rr_ep_cb on_disconnect);
+/** rr_ep_cm_id() - the endpoint's rdma_cm id (read-only use). */
+struct rdma_cm_id *rr_ep_cm_id(rr_ep *ep);
+/** rr_ep_qp() - the endpoint's QP, or NULL before route resolution. */
+struct ibv_qp *rr_ep_qp(rr_ep *ep);
+/** rr_ep_cq() - the endpoint's CQ, or NULL before route resolution. */
+rr_cq *rr_ep_cq(rr_ep *ep);
+/** rr_ep_pd() - the protection domain of the endpoint's device. */
+struct ibv_pd *rr_ep_pd(rr_ep *ep);
+/** rr_ep_outstanding() - requests posted and not yet completed. */
+unsigned int rr_ep_outstanding(const rr_ep *ep);
+
+/**
+ * rr_ep_reg_mr() - register memory in the PD of the endpoint's device.
+ * @ep:     a connected endpoint (or one whose route is resolved).
+ * @buf:    start of the memory.
+ * @len:    its length.
+ * @access: IBV_ACCESS_* flags; IBV_ACCESS_LOCAL_WRITE is always added.
+ * @out:    the memory region; release it with rr_mr_dereg(). MRs of one
+ *          device may be used on all its endpoints.
+ *
+ * Return: 0, -EINVAL, -ENOTCONN (no device yet), or the errno of ibv_reg_mr().
+ */
+int rr_ep_reg_mr(rr_ep *ep, void *buf, size_t len, int access, struct ibv_mr **out);
+
+/**
+ * rr_mr_dereg() - deregister a memory region.
+ * @mr: the region, or NULL.
+ *
+ * Return: 0, or the errno of ibv_dereg_mr().
+ */
+int rr_mr_dereg(struct ibv_mr *mr);
+
+/**
+ * rr_ep_post_send() - post a SEND.
+ * @ep:   an established endpoint.
+ * @buf:  data inside @mr.
+ * @len:  its length.
+ * @mr:   the memory region holding @buf.
+ * @cb:   completion callback.
+ * @data: passed to @cb.
+ *
+ * Return: 0 (@cb will be called exactly once), -ENOTCONN, -ENOBUFS (send
+ * queue full), -EINVAL, or the errno of ibv_post_send().
+ */
+int rr_ep_post_send(rr_ep *ep, const void *buf, uint32_t len, struct ibv_mr *mr, rr_req_cb cb,
+		    void *data);
+
+/**
+ * rr_ep_post_recv() - post a RECV buffer; it also receives RDMA WRITE with
+ * immediate (byte_len 0 there, imm_data set).
+ * @ep: an endpoint whose QP exists (connected, or inside on_connect).
+ *
+ * Other arguments and return values as rr_ep_post_send(); -ENOBUFS when the
+ * receive queue is full.
+ */
+int rr_ep_post_recv(rr_ep *ep, void *buf, uint32_t len, struct ibv_mr *mr, rr_req_cb cb,
+		    void *data);
+
+/**
+ * rr_ep_post_write() - post an RDMA WRITE of @len bytes to @raddr/@rkey.
+ *
+ * Arguments and return values as rr_ep_post_send().
+ */
+int rr_ep_post_write(rr_ep *ep, const void *buf, uint32_t len, struct ibv_mr *mr, uint64_t raddr,
+		     uint32_t rkey, rr_req_cb cb, void *data);
+
+/**
+ * rr_ep_post_write_imm() - post an RDMA WRITE with immediate data @imm
+ * (host order); it consumes one receive on the peer.
+ *
+ * Arguments and return values as rr_ep_post_send().
+ */
+int rr_ep_post_write_imm(rr_ep *ep, const void *buf, uint32_t len, struct ibv_mr *mr,
+			 uint64_t raddr, uint32_t rkey, uint32_t imm, rr_req_cb cb, void *data);
+
+/**
+ * rr_ep_post_read() - post an RDMA READ of @len bytes from @raddr/@rkey into
+ * @buf.
+ *
+ * Arguments and return values as rr_ep_post_send().
+ */
+int rr_ep_post_read(rr_ep *ep, void *buf, uint32_t len, struct ibv_mr *mr, uint64_t raddr,
+		    uint32_t rkey, rr_req_cb cb, void *data);
+
+/* ------------------------------------------------------------------------ */
+/* Errors                                                                    */
+
+/**
+ * rr_wc_status_errno() - the negative errno a work completion status maps to
+ * (see struct rr_completion).
+ */
+int rr_wc_status_errno(enum ibv_wc_status status);
 
 #ifdef __cplusplus
 }

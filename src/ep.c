@@ -1,0 +1,476 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Endpoints: an RC QP on a private CQ plus the requests posted on it.
+ *
+ * Each posted work request takes a slot from the endpoint's request pool
+ * (sized to the queue depths, so posting never allocates) and sits on the
+ * outstanding list until its one completion: a work completion from the CQ,
+ * or, on teardown, a flush done by the library itself after the QP is gone
+ * and the CQ drained, so a request can never complete twice.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define DEFAULT_DEPTH 64
+
+int rr_wc_status_errno(enum ibv_wc_status s)
+{
+	switch (s) {
+	case IBV_WC_SUCCESS:
+		return 0;
+	case IBV_WC_WR_FLUSH_ERR:
+		return -ECANCELED;
+	case IBV_WC_RETRY_EXC_ERR:
+	case IBV_WC_RNR_RETRY_EXC_ERR:
+	case IBV_WC_RESP_TIMEOUT_ERR:
+		return -ETIMEDOUT;
+	case IBV_WC_REM_ACCESS_ERR:
+	case IBV_WC_LOC_PROT_ERR:
+	case IBV_WC_LOC_ACCESS_ERR:
+		return -EACCES;
+	case IBV_WC_LOC_LEN_ERR:
+	case IBV_WC_REM_INV_REQ_ERR:
+	case IBV_WC_REM_INV_RD_REQ_ERR:
+		return -EINVAL;
+	default:
+		return -EIO;
+	}
+}
+
+/* Free an endpoint once it is destroyed and no callback of it is running. */
+static bool release_if_done(rr_ep *ep)
+{
+	if (!ep->destroy_pending || ep->in_callback)
+		return false;
+	rr__ep_free(ep);
+	return true;
+}
+
+static void call_ep_cb(rr_ep *ep, rr_ep_cb cb, int status)
+{
+	if (!cb)
+		return;
+	ep->in_callback++;
+	cb(ep, status, ep->data);
+	ep->in_callback--;
+}
+
+/* The one completion of a request. */
+static void complete(rr_ep *ep, struct rr__req *req, const struct ibv_wc *wc)
+{
+	struct rr_completion c = {0};
+	rr_req_cb cb = req->cb;
+	void *data = req->data;
+
+	if (wc) {
+		c.wc_status = wc->status;
+		c.status = rr_wc_status_errno(wc->status);
+		c.opcode = wc->opcode;
+		c.byte_len = wc->byte_len;
+		if (wc->wc_flags & IBV_WC_WITH_IMM) {
+			c.has_imm = 1;
+			c.imm_data = be32toh(wc->imm_data);
+		}
+	} else {
+		c.wc_status = IBV_WC_WR_FLUSH_ERR;
+		c.status = -ECANCELED;
+	}
+	rr__list_del(&req->link);
+	if (req->is_recv)
+		ep->nrecv--;
+	else
+		ep->nsend--;
+	req->cb = NULL;
+	req->data = NULL;
+	rr__list_add_tail(&ep->free_reqs, &req->link);
+	ep->in_callback++;
+	cb(ep, &c, data);
+	ep->in_callback--;
+}
+
+static struct rr__req *req_of_wc(rr_ep *ep, const struct ibv_wc *wc)
+{
+	struct rr__req *req = (struct rr__req *)(uintptr_t)wc->wr_id;
+	uint32_t n = ep->opts.max_send_wr + ep->opts.max_recv_wr;
+
+	/* Only our own, still outstanding requests. */
+	if (!ep->reqs || req < ep->reqs || req >= ep->reqs + n || !req->cb)
+		return NULL;
+	return req;
+}
+
+static void ep_on_wc(rr_cq *cq, const struct ibv_wc *wc, void *data)
+{
+	rr_ep *ep = data;
+	struct rr__req *req = req_of_wc(ep, wc);
+
+	if (!req)
+		return;
+	complete(ep, req, wc);
+	release_if_done(ep);
+}
+
+int rr__ep_alloc(rr_bridge *b, struct rdma_cm_id *id, const struct rr_ep_opts *opts, rr_ep **out)
+{
+	rr_ep *ep = calloc(1, sizeof(*ep));
+
+	if (!ep)
+		return -ENOMEM;
+	ep->type = RR__OBJ_EP;
+	ep->b = b;
+	ep->id = id;
+	if (opts)
+		ep->opts = *opts;
+	if (!ep->opts.max_send_wr)
+		ep->opts.max_send_wr = DEFAULT_DEPTH;
+	if (!ep->opts.max_recv_wr)
+		ep->opts.max_recv_wr = DEFAULT_DEPTH;
+	ep->on_disconnect = ep->opts.on_disconnect;
+	ep->data = ep->opts.data;
+	rr__list_init(&ep->free_reqs);
+	rr__list_init(&ep->outstanding);
+	id->context = ep;
+	rr__list_add_tail(&b->eps, &ep->link);
+	*out = ep;
+	return 0;
+}
+
+int rr__ep_setup_qp(rr_ep *ep)
+{
+	rr_bridge *b = ep->b;
+	struct ibv_qp_init_attr attr;
+	struct rr_cq_opts co = {0};
+	uint32_t n = ep->opts.max_send_wr + ep->opts.max_recv_wr;
+	int rc;
+
+	rc = rr__device_get(b, ep->id->verbs, &ep->dev);
+	if (rc)
+		return rc;
+	ep->reqs = calloc(n, sizeof(*ep->reqs));
+	if (!ep->reqs)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++) {
+		ep->reqs[i].ep = ep;
+		rr__list_add_tail(&ep->free_reqs, &ep->reqs[i].link);
+	}
+	co.cqe = (int)n;
+	co.mode = ep->opts.mode;
+	co.spin_us = ep->opts.spin_us;
+	co.on_wc = ep_on_wc;
+	co.data = ep;
+	rc = rr_cq_create(b, NULL, ep->id->verbs, &co, &ep->cq);
+	if (rc)
+		return rc;
+	memset(&attr, 0, sizeof(attr));
+	attr.qp_context = ep;
+	attr.send_cq = rr_cq_ibv(ep->cq);
+	attr.recv_cq = rr_cq_ibv(ep->cq);
+	attr.qp_type = IBV_QPT_RC;
+	attr.sq_sig_all = 1;
+	attr.cap.max_send_wr = ep->opts.max_send_wr;
+	attr.cap.max_recv_wr = ep->opts.max_recv_wr;
+	attr.cap.max_send_sge = 1;
+	attr.cap.max_recv_sge = 1;
+	attr.cap.max_inline_data = ep->opts.max_inline;
+	if (rdma_create_qp(ep->id, ep->dev->pd, &attr))
+		return errno ? -errno : -ENOMEM;
+	return 0;
+}
+
+void rr__ep_to_error(rr_ep *ep, int status)
+{
+	enum rr__ep_state prev = ep->state;
+	struct ibv_qp_attr attr = {.qp_state = IBV_QPS_ERR};
+
+	if (prev == RR__EP_ERROR || prev == RR__EP_DISCONNECTED || ep->destroy_pending)
+		return;
+	ep->state = RR__EP_ERROR;
+	/* Work still queued is flushed back through the CQ. */
+	if (ep->id && ep->id->qp)
+		ibv_modify_qp(ep->id->qp, &attr, IBV_QP_STATE);
+	if (prev < RR__EP_CONNECTED) {
+		rr_ep_cb cb = ep->on_connect;
+
+		ep->on_connect = NULL;
+		call_ep_cb(ep, cb, status);
+	} else if (!ep->notified_down) {
+		ep->notified_down = true;
+		call_ep_cb(ep, ep->on_disconnect, status);
+	}
+	release_if_done(ep);
+}
+
+void rr__ep_down(rr_ep *ep, int status)
+{
+	ep->state = RR__EP_DISCONNECTED;
+	if (!ep->notified_down) {
+		ep->notified_down = true;
+		call_ep_cb(ep, ep->on_disconnect, status);
+	}
+	release_if_done(ep);
+}
+
+int rr_ep_disconnect(rr_ep *ep)
+{
+	if (!ep || ep->destroy_pending)
+		return -EINVAL;
+	if (ep->state != RR__EP_CONNECTED)
+		return -ENOTCONN;
+	if (rdma_disconnect(ep->id))
+		return errno ? -errno : -EIO;
+	ep->state = RR__EP_DISCONNECTING;
+	return 0;
+}
+
+void rr__ep_free(rr_ep *ep)
+{
+	free(ep->reqs);
+	free(ep);
+}
+
+/* Complete what is still outstanding; the QP must be gone already. */
+void rr__ep_flush_all(rr_ep *ep, int status)
+{
+	struct ibv_wc wc[32];
+	int n;
+
+	(void)status;
+	/* Completions already in the CQ are real outcomes: hand them out. */
+	while (ep->cq && !ep->cq->dead && (n = ibv_poll_cq(rr_cq_ibv(ep->cq), 32, wc)) > 0) {
+		for (int i = 0; i < n; i++) {
+			struct rr__req *req = req_of_wc(ep, &wc[i]);
+
+			if (req)
+				complete(ep, req, &wc[i]);
+		}
+	}
+	while (!rr__list_empty(&ep->outstanding))
+		complete(ep, rr__container_of(ep->outstanding.next, struct rr__req, link), NULL);
+}
+
+int rr_ep_destroy(rr_ep *ep)
+{
+	if (!ep || ep->destroy_pending)
+		return 0;
+	ep->destroy_pending = true;
+	ep->in_callback++; /* keep it alive through the flush callbacks */
+	rr__list_del(&ep->link);
+	if (ep->id && ep->id->qp)
+		rdma_destroy_qp(ep->id);
+	rr__ep_flush_all(ep, -ECANCELED);
+	if (ep->cq)
+		rr_cq_destroy(ep->cq);
+	ep->cq = NULL;
+	if (ep->id)
+		rdma_destroy_id(ep->id);
+	ep->id = NULL;
+	ep->in_callback--;
+	release_if_done(ep);
+	return 0;
+}
+
+void *rr_ep_data(const rr_ep *ep)
+{
+	return ep->data;
+}
+
+void rr_ep_set_data(rr_ep *ep, void *data)
+{
+	ep->data = data;
+}
+
+void rr_ep_set_on_disconnect(rr_ep *ep, rr_ep_cb on_disconnect)
+{
+	ep->on_disconnect = on_disconnect;
+}
+
+struct rdma_cm_id *rr_ep_cm_id(rr_ep *ep)
+{
+	return ep->id;
+}
+
+struct ibv_qp *rr_ep_qp(rr_ep *ep)
+{
+	return ep->id ? ep->id->qp : NULL;
+}
+
+rr_cq *rr_ep_cq(rr_ep *ep)
+{
+	return ep->cq;
+}
+
+struct ibv_pd *rr_ep_pd(rr_ep *ep)
+{
+	return ep->dev ? ep->dev->pd : NULL;
+}
+
+unsigned int rr_ep_outstanding(const rr_ep *ep)
+{
+	return ep->nsend + ep->nrecv;
+}
+
+int rr_ep_reg_mr(rr_ep *ep, void *buf, size_t len, int access, struct ibv_mr **out)
+{
+	struct ibv_mr *mr;
+
+	if (!ep || !buf || !len || !out)
+		return -EINVAL;
+	if (!ep->dev)
+		return -ENOTCONN;
+	mr = ibv_reg_mr(ep->dev->pd, buf, len, access | IBV_ACCESS_LOCAL_WRITE);
+	if (!mr)
+		return errno ? -errno : -ENOMEM;
+	*out = mr;
+	return 0;
+}
+
+int rr_mr_dereg(struct ibv_mr *mr)
+{
+	int rc;
+
+	if (!mr)
+		return 0;
+	rc = ibv_dereg_mr(mr);
+	return rc ? -rc : 0;
+}
+
+static int check_buf(struct ibv_mr *mr, const void *buf, uint32_t len)
+{
+	uintptr_t p = (uintptr_t)buf, start, end;
+
+	if (!mr || !buf)
+		return -EINVAL;
+	start = (uintptr_t)mr->addr;
+	end = start + mr->length;
+	if (p < start || p > end || len > end - p)
+		return -EINVAL;
+	return 0;
+}
+
+static struct rr__req *take_req(rr_ep *ep, rr_req_cb cb, void *data, bool is_recv)
+{
+	struct rr__req *req = rr__container_of(ep->free_reqs.next, struct rr__req, link);
+
+	rr__list_del(&req->link);
+	req->cb = cb;
+	req->data = data;
+	req->is_recv = is_recv;
+	return req;
+}
+
+static void give_back(rr_ep *ep, struct rr__req *req)
+{
+	req->cb = NULL;
+	req->data = NULL;
+	rr__list_add_tail(&ep->free_reqs, &req->link);
+}
+
+static int post_send_wr(rr_ep *ep, struct ibv_send_wr *wr, struct ibv_mr *mr, rr_req_cb cb,
+			void *data)
+{
+	struct ibv_send_wr *bad;
+	struct rr__req *req;
+	int rc;
+
+	if (!ep || !cb)
+		return -EINVAL;
+	rc = check_buf(mr, (void *)(uintptr_t)wr->sg_list->addr, wr->sg_list->length);
+	if (rc)
+		return rc;
+	if (ep->destroy_pending || ep->state != RR__EP_CONNECTED)
+		return -ENOTCONN;
+	if (ep->nsend >= ep->opts.max_send_wr)
+		return -ENOBUFS;
+	req = take_req(ep, cb, data, false);
+	wr->wr_id = (uintptr_t)req;
+	wr->num_sge = 1;
+	wr->send_flags = IBV_SEND_SIGNALED;
+	if (ep->opts.max_inline && wr->sg_list->length <= ep->opts.max_inline &&
+	    (wr->opcode == IBV_WR_SEND || wr->opcode == IBV_WR_RDMA_WRITE ||
+	     wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM))
+		wr->send_flags |= IBV_SEND_INLINE;
+	rc = ibv_post_send(ep->id->qp, wr, &bad);
+	if (rc) {
+		give_back(ep, req);
+		return -rc;
+	}
+	rr__list_add_tail(&ep->outstanding, &req->link);
+	ep->nsend++;
+	return 0;
+}
+
+int rr_ep_post_send(rr_ep *ep, const void *buf, uint32_t len, struct ibv_mr *mr, rr_req_cb cb,
+		    void *data)
+{
+	struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = len, .lkey = mr ? mr->lkey : 0};
+	struct ibv_send_wr wr = {.sg_list = &sge, .opcode = IBV_WR_SEND};
+
+	return post_send_wr(ep, &wr, mr, cb, data);
+}
+
+int rr_ep_post_write(rr_ep *ep, const void *buf, uint32_t len, struct ibv_mr *mr, uint64_t raddr,
+		     uint32_t rkey, rr_req_cb cb, void *data)
+{
+	struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = len, .lkey = mr ? mr->lkey : 0};
+	struct ibv_send_wr wr = {.sg_list = &sge, .opcode = IBV_WR_RDMA_WRITE};
+
+	wr.wr.rdma.remote_addr = raddr;
+	wr.wr.rdma.rkey = rkey;
+	return post_send_wr(ep, &wr, mr, cb, data);
+}
+
+int rr_ep_post_write_imm(rr_ep *ep, const void *buf, uint32_t len, struct ibv_mr *mr,
+			 uint64_t raddr, uint32_t rkey, uint32_t imm, rr_req_cb cb, void *data)
+{
+	struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = len, .lkey = mr ? mr->lkey : 0};
+	struct ibv_send_wr wr = {.sg_list = &sge, .opcode = IBV_WR_RDMA_WRITE_WITH_IMM};
+
+	wr.imm_data = htobe32(imm);
+	wr.wr.rdma.remote_addr = raddr;
+	wr.wr.rdma.rkey = rkey;
+	return post_send_wr(ep, &wr, mr, cb, data);
+}
+
+int rr_ep_post_read(rr_ep *ep, void *buf, uint32_t len, struct ibv_mr *mr, uint64_t raddr,
+		    uint32_t rkey, rr_req_cb cb, void *data)
+{
+	struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = len, .lkey = mr ? mr->lkey : 0};
+	struct ibv_send_wr wr = {.sg_list = &sge, .opcode = IBV_WR_RDMA_READ};
+
+	wr.wr.rdma.remote_addr = raddr;
+	wr.wr.rdma.rkey = rkey;
+	return post_send_wr(ep, &wr, mr, cb, data);
+}
+
+int rr_ep_post_recv(rr_ep *ep, void *buf, uint32_t len, struct ibv_mr *mr, rr_req_cb cb,
+		    void *data)
+{
+	struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = len, .lkey = mr ? mr->lkey : 0};
+	struct ibv_recv_wr wr = {.sg_list = &sge, .num_sge = 1}, *bad;
+	struct rr__req *req;
+	int rc;
+
+	if (!ep || !cb)
+		return -EINVAL;
+	rc = check_buf(mr, buf, len);
+	if (rc)
+		return rc;
+	if (ep->destroy_pending || !ep->id || !ep->id->qp || ep->state == RR__EP_ERROR ||
+	    ep->state == RR__EP_DISCONNECTED)
+		return -ENOTCONN;
+	if (ep->nrecv >= ep->opts.max_recv_wr)
+		return -ENOBUFS;
+	req = take_req(ep, cb, data, true);
+	wr.wr_id = (uintptr_t)req;
+	rc = ibv_post_recv(ep->id->qp, &wr, &bad);
+	if (rc) {
+		give_back(ep, req);
+		return -rc;
+	}
+	rr__list_add_tail(&ep->outstanding, &req->link);
+	ep->nrecv++;
+	return 0;
+}
