@@ -155,8 +155,10 @@ struct rr_bridge_opts {
  * queue is full or inside its own loop functions: an embedding application
  * calls io_uring_submit*() in its loop as usual.
  *
- * Return: 0, -EINVAL (bad argument), -ENOMEM, or the error of creating the
- * rdma_cm event channel.
+ * The rdma_cm event channel is created on the first rr_connect() or
+ * rr_listen(), so a bridge that only dispatches CQs needs no rdma_cm.
+ *
+ * Return: 0, -EINVAL (bad argument) or -ENOMEM.
  */
 int rr_bridge_create(rr_bridge **out, struct io_uring *ring, const struct rr_bridge_opts *opts);
 
@@ -444,7 +446,8 @@ struct rr_ep_opts {
  * early SEND waits for them.
  *
  * Return: 0, -EINVAL (bad address), -ENOMEM, or the errno of
- * rdma_create_id()/rdma_resolve_addr(); then @on_connect is never called.
+ * rdma_create_event_channel()/rdma_create_id()/rdma_resolve_addr(); then
+ * @on_connect is never called.
  */
 int rr_connect(rr_bridge *b, const char *host, uint16_t port, const struct rr_ep_opts *opts,
 	       rr_ep_cb on_connect, rr_ep **out);

@@ -54,7 +54,6 @@ void rr__want_kick(rr_bridge *b)
 int rr_bridge_create(rr_bridge **out, struct io_uring *ring, const struct rr_bridge_opts *opts)
 {
 	rr_bridge *b;
-	int rc;
 
 	if (!out || !ring)
 		return -EINVAL;
@@ -84,12 +83,6 @@ int rr_bridge_create(rr_bridge **out, struct io_uring *ring, const struct rr_bri
 	rr__list_init(&b->eps);
 	rr__list_init(&b->listeners);
 	rr__poll_init(b);
-	rc = rr__cm_init(b);
-	if (rc) {
-		rr__poll_fini(b);
-		free(b);
-		return rc;
-	}
 	*out = b;
 	return 0;
 }

@@ -180,10 +180,13 @@ static void cm_ready(rr_bridge *b, void *ctx, int revents)
 	}
 }
 
+/* Created on first use: a bridge that only dispatches CQs needs no rdma_cm. */
 int rr__cm_init(rr_bridge *b)
 {
 	int rc;
 
+	if (b->cm_ch)
+		return 0;
 	b->cm_ch = rdma_create_event_channel();
 	if (!b->cm_ch)
 		return errno ? -errno : -ENODEV;
@@ -232,6 +235,9 @@ int rr_connect(rr_bridge *b, const char *host, uint16_t port, const struct rr_ep
 
 	if (!b || !host || !port || !on_connect || !out || b->closing)
 		return -EINVAL;
+	rc = rr__cm_init(b);
+	if (rc)
+		return rc;
 	rc = lookup(host, port, 0, &ai);
 	if (rc)
 		return rc;
@@ -274,6 +280,9 @@ int rr_listen(rr_bridge *b, const char *host, uint16_t port, const struct rr_ep_
 
 	if (!b || !on_accept || !out || b->closing)
 		return -EINVAL;
+	rc = rr__cm_init(b);
+	if (rc)
+		return rc;
 	l = calloc(1, sizeof(*l));
 	if (!l)
 		return -ENOMEM;
