@@ -418,6 +418,9 @@ typedef void (*rr_accept_cb)(rr_listener *l, rr_ep *ep, void *data);
  * @max_inline:    inline data size requested for the QP (default 0).
  * @mode:          wait mode of the endpoint's CQ.
  * @spin_us:       hybrid spin window.
+ * @connect_timeout_ms: rr_connect() only: fail with -ETIMEDOUT if not
+ *                 established in time (0: rdma_cm's own timeouts, which
+ *                 for an unanswered request take a minute or more).
  * @on_disconnect: called once when an established endpoint is
  *                 disconnected by the peer or moved to error; may be NULL.
  * @data:          the endpoint's application data (rr_ep_data()).
@@ -428,6 +431,7 @@ struct rr_ep_opts {
 	uint32_t max_inline;
 	enum rr_wait_mode mode;
 	unsigned int spin_us;
+	unsigned int connect_timeout_ms;
 	rr_ep_cb on_disconnect;
 	void *data;
 };

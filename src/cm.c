@@ -110,6 +110,7 @@ static void ep_event(rr_ep *ep, enum rdma_cm_event_type type)
 		if (ep->state != RR__EP_CONNECTING && ep->state != RR__EP_ACCEPTING)
 			break;
 		ep->state = RR__EP_CONNECTED;
+		rr__ep_stop_timer(ep);
 		l = ep->listener;
 		ep->listener = NULL;
 		ep->in_callback++;
@@ -225,6 +226,15 @@ static int lookup(const char *host, uint16_t port, int passive, struct rdma_addr
 	return 0;
 }
 
+static void connect_timeout(rr_bridge *b, void *ctx, int res)
+{
+	rr_ep *ep = ctx;
+
+	ep->timer_slot = RR__NO_SLOT; /* fired: the slot is gone */
+	if (ep->state < RR__EP_CONNECTED)
+		connect_failed(ep, -ETIMEDOUT);
+}
+
 int rr_connect(rr_bridge *b, const char *host, uint16_t port, const struct rr_ep_opts *opts,
 	       rr_ep_cb on_connect, rr_ep **out)
 {
@@ -261,6 +271,15 @@ int rr_connect(rr_bridge *b, const char *host, uint16_t port, const struct rr_ep
 		ep->on_connect = NULL; /* a failed call never calls back */
 		rr_ep_destroy(ep);
 		goto err_ai;
+	}
+	if (ep->opts.connect_timeout_ms) {
+		rc = rr__timer_add(b, ep->opts.connect_timeout_ms, connect_timeout, ep,
+				   &ep->timer_slot);
+		if (rc) {
+			ep->on_connect = NULL;
+			rr_ep_destroy(ep);
+			goto err_ai;
+		}
 	}
 	rdma_freeaddrinfo(ai);
 	*out = ep;

@@ -130,6 +130,7 @@ int rr__ep_alloc(rr_bridge *b, struct rdma_cm_id *id, const struct rr_ep_opts *o
 		ep->opts.max_recv_wr = DEFAULT_DEPTH;
 	ep->on_disconnect = ep->opts.on_disconnect;
 	ep->data = ep->opts.data;
+	ep->timer_slot = RR__NO_SLOT;
 	rr__list_init(&ep->free_reqs);
 	rr__list_init(&ep->outstanding);
 	id->context = ep;
@@ -188,6 +189,7 @@ void rr__ep_to_error(rr_ep *ep, int status)
 	if (prev == RR__EP_ERROR || prev == RR__EP_DISCONNECTED || ep->destroy_pending)
 		return;
 	ep->state = RR__EP_ERROR;
+	rr__ep_stop_timer(ep);
 	/* Work still queued is flushed back through the CQ. */
 	if (ep->id && ep->id->qp)
 		ibv_modify_qp(ep->id->qp, &attr, IBV_QP_STATE);
@@ -201,6 +203,12 @@ void rr__ep_to_error(rr_ep *ep, int status)
 		call_ep_cb(ep, ep->on_disconnect, status);
 	}
 	release_if_done(ep);
+}
+
+void rr__ep_stop_timer(rr_ep *ep)
+{
+	rr__poll_close(ep->b, ep->timer_slot);
+	ep->timer_slot = RR__NO_SLOT;
 }
 
 void rr__ep_down(rr_ep *ep, int status)
@@ -256,6 +264,7 @@ int rr_ep_destroy(rr_ep *ep)
 	if (!ep || ep->destroy_pending)
 		return 0;
 	ep->destroy_pending = true;
+	rr__ep_stop_timer(ep);
 	ep->in_callback++; /* keep it alive through the flush callbacks */
 	rr__list_del(&ep->link);
 	if (ep->id && ep->id->qp)

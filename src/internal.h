@@ -79,6 +79,8 @@ struct rr__poll {
 	int fd;
 	uint32_t gen;
 	bool in_use;
+	bool is_timer; /* an IORING_OP_TIMEOUT, not a poll: fires once */
+	struct __kernel_timespec *ts; /* timers: read by the kernel at submit */
 	bool armed;   /* a POLL_ADD is queued or active */
 	bool closing; /* cancel requested; freed at the terminal CQE */
 	unsigned int errors; /* consecutive failed arms */
@@ -175,6 +177,7 @@ struct rr_ep {
 	unsigned int in_callback;  /* depth of our callbacks on the stack */
 	bool destroy_pending;      /* rr_ep_destroy() called from a callback */
 	bool notified_down;        /* on_disconnect already delivered */
+	uint32_t timer_slot;       /* connect timeout, or RR__NO_SLOT */
 	struct rr__list link;      /* b->eps */
 };
 
@@ -225,6 +228,9 @@ uint64_t rr__now_ns(void);
 
 /* poll.c */
 int rr__poll_add(rr_bridge *b, int fd, rr__poll_fn fn, void *ctx, uint32_t *slot_out);
+/* A one-shot timer; fn(b, ctx, -ETIME) when it expires, never after
+ * rr__poll_close(). */
+int rr__timer_add(rr_bridge *b, unsigned int ms, rr__poll_fn fn, void *ctx, uint32_t *slot_out);
 void rr__poll_close(rr_bridge *b, uint32_t slot);
 void rr__poll_cqe(rr_bridge *b, const struct io_uring_cqe *cqe);
 int rr__poll_init(rr_bridge *b);
@@ -249,6 +255,7 @@ int rr__ep_alloc(rr_bridge *b, struct rdma_cm_id *id, const struct rr_ep_opts *o
 int rr__ep_setup_qp(rr_ep *ep);
 void rr__ep_to_error(rr_ep *ep, int status);
 void rr__ep_down(rr_ep *ep, int status);
+void rr__ep_stop_timer(rr_ep *ep);
 void rr__ep_free(rr_ep *ep);
 void rr__ep_flush_all(rr_ep *ep, int status);
 

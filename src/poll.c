@@ -107,6 +107,9 @@ static void release(rr_bridge *b, uint32_t idx)
 {
 	struct rr__poll *p = &b->slots[idx];
 
+	free(p->ts);
+	p->ts = NULL;
+	p->is_timer = false;
 	p->in_use = false;
 	p->armed = false;
 	p->fd = -1;
@@ -116,6 +119,45 @@ static void release(rr_bridge *b, uint32_t idx)
 	p->next_free = b->free_slot;
 	b->free_slot = idx;
 	b->live_slots--;
+}
+
+int rr__timer_add(rr_bridge *b, unsigned int ms, rr__poll_fn fn, void *ctx, uint32_t *slot_out)
+{
+	struct io_uring_sqe *sqe;
+	struct rr__poll *p;
+	uint32_t idx;
+	int rc;
+
+	if (b->free_slot == RR__NO_SLOT && (rc = grow(b)))
+		return rc;
+	idx = b->free_slot;
+	p = &b->slots[idx];
+	/* Heap, not the slot: the slot table may move before submission. */
+	p->ts = malloc(sizeof(*p->ts));
+	if (!p->ts)
+		return -ENOMEM;
+	sqe = rr__get_sqe(b);
+	if (!sqe) {
+		free(p->ts);
+		p->ts = NULL;
+		return -EBUSY;
+	}
+	p->ts->tv_sec = ms / 1000;
+	p->ts->tv_nsec = (long long)(ms % 1000) * 1000000;
+	io_uring_prep_timeout(sqe, p->ts, 0, 0);
+	io_uring_sqe_set_data64(sqe, rr__ud(RR__UD_POLL, p->gen, idx));
+	p->fd = -1;
+	p->fn = fn;
+	p->ctx = ctx;
+	p->closing = false;
+	p->errors = 0;
+	p->is_timer = true;
+	p->armed = true;
+	b->free_slot = p->next_free;
+	p->in_use = true;
+	b->live_slots++;
+	*slot_out = idx;
+	return 0;
 }
 
 void rr__poll_close(rr_bridge *b, uint32_t idx)
@@ -139,7 +181,10 @@ void rr__poll_close(rr_bridge *b, uint32_t idx)
 	 * CQE. If no SQE can be had, the SQ was just submitted and is full of
 	 * work in flight: the poll then ends when its file is released. */
 	sqe = rr__get_sqe(b);
-	if (sqe) {
+	if (sqe && p->is_timer) {
+		io_uring_prep_timeout_remove(sqe, rr__ud(RR__UD_POLL, p->gen, idx), 0);
+		io_uring_sqe_set_data64(sqe, rr__ud(RR__UD_CANCEL, p->gen, idx));
+	} else if (sqe) {
 		io_uring_prep_poll_remove(sqe, rr__ud(RR__UD_POLL, p->gen, idx));
 		io_uring_sqe_set_data64(sqe, rr__ud(RR__UD_CANCEL, p->gen, idx));
 	}
@@ -161,6 +206,14 @@ void rr__poll_cqe(rr_bridge *b, const struct io_uring_cqe *cqe)
 	if (p->closing) {
 		if (!more)
 			release(b, idx);
+		return;
+	}
+	if (p->is_timer) {
+		rr__poll_fn fn = p->fn;
+		void *ctx = p->ctx;
+
+		release(b, idx);
+		fn(b, ctx, cqe->res == -ETIME ? -ETIME : cqe->res);
 		return;
 	}
 	if (cqe->res >= 0) {
