@@ -20,7 +20,10 @@
  *  - Threads: a bridge and everything created from it belong to the thread
  *    that drives its ring. No function is safe to call concurrently on the
  *    same bridge; different bridges (one per ring, one ring per thread) are
- *    independent. The library keeps no global state.
+ *    independent, with one exception: a device's async events go to the
+ *    bridge that reads them first, so use one bridge per device where
+ *    async events matter. The library keeps no global state; it sets the
+ *    device context's async fd non-blocking.
  *  - Callbacks run from rr_bridge_handle_cqe(), rr_bridge_run_once() and the
  *    destroy functions; they may post new work and may destroy their own
  *    endpoint, but not the bridge.
@@ -124,9 +127,10 @@ enum rr_bridge_flags {
 /**
  * struct rr_bridge_opts - options for rr_bridge_create(); zero means default.
  * @cq_batch:  work completions fetched per ibv_poll_cq() call (default 32).
- * @budget:    work completions one CQ may hand out per dispatch before other
+ * @budget:    work completions one CQ may hand out per poll before other
  *             I/O gets a turn (default 256); the rest is handled on the next
- *             loop pass.
+ *             loop pass. A dispatch polls twice (before and after arming),
+ *             so it hands out at most twice the budget.
  * @ack_batch: CQ events acknowledged per ibv_ack_cq_events() call (default
  *             32); all are acknowledged before a CQ is destroyed.
  * @flags:     enum rr_bridge_flags.
@@ -182,9 +186,14 @@ int rr_bridge_handle_cqe(rr_bridge *b, const struct io_uring_cqe *cqe);
  * Submits queued SQEs, waits for CQEs (never longer than busy or hybrid CQEs
  * allow), dispatches bridge CQEs and hands application CQEs to on_app_cqe.
  *
- * Return: the number of CQEs and work completions handled (0 on timeout),
- * or a negative errno from io_uring; -EPROTO if an application CQE arrived
- * and no on_app_cqe was set (the CQE is dropped).
+ * Use either this loop or the application's own (rr_bridge_handle_cqe()),
+ * not both at once.
+ *
+ * Return: the number of CQEs handled plus the work completions of busy or
+ * hybrid CQs polled at the start of the pass (0 on timeout), or a negative
+ * errno from io_uring; -EPROTO if an application CQE arrived and no
+ * on_app_cqe was set (the CQE is dropped; the other CQEs of the pass were
+ * handled).
  */
 int rr_bridge_run_once(rr_bridge *b, int timeout_ms);
 
@@ -264,7 +273,7 @@ typedef struct rr_channel rr_channel;
  * @ctx: the device context.
  * @out: the new channel. One channel may serve many CQs.
  *
- * Return: 0, -ENOMEM, -EBUSY (no SQE), or the errno of
+ * Return: 0, -EINVAL, -ENOMEM, -EBUSY (no SQE), or the errno of
  * ibv_create_comp_channel().
  */
 int rr_channel_create(rr_bridge *b, struct ibv_context *ctx, rr_channel **out);
@@ -325,8 +334,9 @@ struct rr_cq_opts {
  * @opts: options; on_wc is required.
  * @out:  the new CQ.
  *
- * Return: 0, -EINVAL, -ENOMEM, or the errno of ibv_create_cq() or
- * ibv_req_notify_cq().
+ * Return: 0, -EINVAL, -ENOMEM, the errno of ibv_create_cq() or
+ * ibv_req_notify_cq(); with @ch NULL also -ENODEV (device lost) or the
+ * errors of setting the device up (ibv_alloc_pd(), the shared channel).
  */
 int rr_cq_create(rr_bridge *b, rr_channel *ch, struct ibv_context *ctx,
 		 const struct rr_cq_opts *opts, rr_cq **out);
@@ -337,7 +347,10 @@ int rr_cq_create(rr_bridge *b, rr_channel *ch, struct ibv_context *ctx,
  * @mode:    enum rr_wait_mode.
  * @spin_us: hybrid spin window (0 keeps the current one).
  *
- * Return: 0, -EINVAL, or the errno of ibv_req_notify_cq().
+ * The CQ is polled on the next loop pass and armed there if the new mode
+ * wants it; if arming fails then, the CQ keeps being polled.
+ *
+ * Return: 0 or -EINVAL.
  */
 int rr_cq_set_mode(rr_cq *cq, enum rr_wait_mode mode, unsigned int spin_us);
 
@@ -370,7 +383,8 @@ typedef struct rr_listener rr_listener;
  * @wc_status: the raw ibv_wc_status (IBV_WC_WR_FLUSH_ERR when the library
  *             flushed the request itself on teardown).
  * @opcode:    the work completion opcode (valid when status is 0).
- * @byte_len:  bytes received (RECV, RECV_RDMA_WITH_IMM).
+ * @byte_len:  as reported by the provider: bytes received for RECV; for
+ *             RECV_RDMA_WITH_IMM, the bytes the peer wrote.
  * @imm_data:  immediate data in host order, when has_imm is set.
  * @has_imm:   the completion carried immediate data.
  */
@@ -397,8 +411,10 @@ typedef void (*rr_req_cb)(rr_ep *ep, const struct rr_completion *c, void *data);
  * @ep:     the endpoint.
  * @status: 0, or a negative errno: -ECONNREFUSED (rejected), -EHOSTUNREACH
  *          (unreachable), -EADDRNOTAVAIL (address or route error),
- *          -ETIMEDOUT, -ECONNRESET (peer disconnected), -ENODEV (device
- *          removed), -EIO (fatal async event).
+ *          -ECONNABORTED (connect error), -ETIMEDOUT (connect_timeout_ms),
+ *          -ECONNRESET (peer disconnected), -ENODEV (device removed), -EIO
+ *          (fatal async event), or the errno of setting up the QP or of
+ *          rdma_resolve_route()/rdma_connect().
  * @data:   rr_ep_data(ep).
  */
 typedef void (*rr_ep_cb)(rr_ep *ep, int status, void *data);
@@ -461,14 +477,14 @@ int rr_connect(rr_bridge *b, const char *host, uint16_t port, const struct rr_ep
  * @b:         the bridge.
  * @host:      local address to bind (NULL: any).
  * @port:      port; 0 picks one (see rr_listener_port()).
- * @ep_opts:   options for accepted endpoints (their @data is the listener's
- *             @data until the application sets its own), or NULL.
+ * @ep_opts:   options for accepted endpoints, or NULL; their data is
+ *             @ep_opts->data, or the listener's @data when that is NULL.
  * @on_accept: called for each established connection.
  * @data:      the listener's application data.
  * @out:       the listener.
  *
  * Incoming requests are accepted automatically; a request that fails before
- * being established is dropped and counted, never reported as an endpoint.
+ * being established is dropped, never reported as an endpoint.
  *
  * Return: 0, -EINVAL, -ENOMEM, or the errno of rdma_bind_addr()/rdma_listen().
  */
@@ -492,7 +508,8 @@ int rr_listener_destroy(rr_listener *l);
  * are flushed (-ECANCELED) and on_disconnect runs with status 0.
  * @ep: the endpoint.
  *
- * Return: 0, -ENOTCONN if not established, or the errno of rdma_disconnect().
+ * Return: 0, -EINVAL (NULL or destroyed), -ENOTCONN if not established, or
+ * the errno of rdma_disconnect().
  */
 int rr_ep_disconnect(rr_ep *ep);
 
@@ -500,8 +517,11 @@ int rr_ep_disconnect(rr_ep *ep);
  * rr_ep_destroy() - destroy an endpoint in any state.
  * @ep: the endpoint, or NULL.
  *
- * Every request still outstanding completes with -ECANCELED before this
- * returns; no callback of @ep runs afterwards. Safe from @ep's callbacks.
+ * Every request still outstanding completes before this returns: those
+ * whose work completion is already in the CQ with its real status, the
+ * rest with -ECANCELED; no callback of @ep runs afterwards. Safe from @ep's
+ * callbacks (a request whose completion was being handed out in the same
+ * batch then also completes with -ECANCELED).
  *
  * Return: 0.
  */
@@ -555,15 +575,18 @@ int rr_mr_dereg(struct ibv_mr *mr);
  * @data: passed to @cb.
  *
  * Return: 0 (@cb will be called exactly once), -ENOTCONN, -ENOBUFS (send
- * queue full), -EINVAL, or the errno of ibv_post_send().
+ * queue full), -EINVAL (NULL argument, or @buf/@len not inside @mr), or the
+ * errno of ibv_post_send().
  */
 int rr_ep_post_send(rr_ep *ep, const void *buf, uint32_t len, struct ibv_mr *mr, rr_req_cb cb,
 		    void *data);
 
 /**
  * rr_ep_post_recv() - post a RECV buffer; it also receives RDMA WRITE with
- * immediate (byte_len 0 there, imm_data set).
- * @ep: an endpoint whose QP exists (connected, or inside on_connect).
+ * immediate (imm_data set).
+ * @ep: an endpoint whose QP exists: from route resolution (active side) or
+ *      the connect request (passive side) until it is in error or
+ *      disconnected; in practice, from on_connect / on_accept on.
  *
  * Other arguments and return values as rr_ep_post_send(); -ENOBUFS when the
  * receive queue is full.

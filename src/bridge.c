@@ -127,7 +127,6 @@ static int dispatch(rr_bridge *b, const struct io_uring_cqe *cqe)
 		b->opts.on_app_cqe(b, cqe, b->opts.data);
 		return 0;
 	}
-	b->app_cqe_errors++;
 	return -EPROTO;
 }
 
@@ -154,8 +153,10 @@ int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 		if (rc == -ETIME)
 			rc = 0;
 	}
-	if (rc < 0 && rc != -EINTR && rc != -EBUSY)
+	if (rc < 0 && rc != -EINTR && rc != -EBUSY) {
+		b->loop_owned = false;
 		return rc;
+	}
 	/* Handle what is there now, but no more than one ring's worth, so
 	 * a flood of CQEs cannot keep the pass from ending. */
 	while (n < *b->ring->cq.kring_entries && io_uring_peek_cqe(b->ring, &cqe) == 0) {
@@ -166,6 +167,8 @@ int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 		n++;
 	}
 	handled += (int)n;
+	/* Back to embedded rules: a CQE handled outside the loop may kick. */
+	b->loop_owned = false;
 	return err ? err : handled;
 }
 

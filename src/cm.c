@@ -45,14 +45,9 @@ static void conn_param(struct rdma_conn_param *p)
 }
 
 /* An active connect failed: report it once; the endpoint stays until
- * rr_ep_destroy(). A passive one is simply dropped. */
+ * rr_ep_destroy(). A passive one is simply dropped (see rr__ep_to_error). */
 static void connect_failed(rr_ep *ep, int status)
 {
-	if (ep->listener) {
-		ep->listener->dropped++;
-		rr_ep_destroy(ep);
-		return;
-	}
 	rr__ep_to_error(ep, status);
 }
 

@@ -54,8 +54,6 @@ static unsigned int cq_poll(rr_cq *cq, unsigned int budget, bool *more)
 	int n, want;
 
 	*more = false;
-	if (cq->dead)
-		return 0;
 	cq->dispatch_depth++;
 	while (total < budget) {
 		want = (int)(budget - total < b->opts.cq_batch ? budget - total : b->opts.cq_batch);
@@ -85,10 +83,13 @@ out:
 
 static int arm(rr_cq *cq)
 {
+	int rc;
+
 	if (cq->armed)
 		return 0;
-	if (ibv_req_notify_cq(cq->cq, 0))
-		return -errno;
+	rc = ibv_req_notify_cq(cq->cq, 0); /* returns the errno value */
+	if (rc)
+		return rc > 0 ? -rc : -EIO;
 	cq->armed = true;
 	cq->b->stats.notify_arms++;
 	return 0;
@@ -107,8 +108,6 @@ static unsigned int service(rr_cq *cq)
 			cq_free(cq);
 		return n;
 	}
-	if (cq->dead)
-		return n;
 	if (more) {
 		b->stats.budget_yields++;
 		set_active(cq, true);
@@ -179,12 +178,6 @@ unsigned int rr__cq_poll_active(rr_bridge *b)
 		n += service(cq);
 	}
 	return n;
-}
-
-void rr__cq_mark_dead(rr_cq *cq)
-{
-	cq->dead = true;
-	set_active(cq, false);
 }
 
 /* ---- channels ---- */
@@ -345,10 +338,13 @@ int rr_cq_destroy(rr_cq *cq)
 {
 	if (!cq || cq->destroy_deferred)
 		return 0;
+	int rc;
+
 	/* Unacknowledged events would make ibv_destroy_cq() wait forever. */
 	ack(cq);
-	if (ibv_destroy_cq(cq->cq))
-		return errno ? -errno : -EBUSY;
+	rc = ibv_destroy_cq(cq->cq); /* returns the errno value */
+	if (rc)
+		return rc > 0 ? -rc : -EBUSY;
 	set_active(cq, false);
 	if (cq->evented) {
 		rr__list_del(&cq->active_link);

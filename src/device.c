@@ -40,15 +40,20 @@ static rr_ep *ep_of_cq(rr_bridge *b, struct ibv_cq *cq)
 static void device_fatal(struct rr__device *dev, int status)
 {
 	rr_bridge *b = dev->b;
-	struct rr__list *l, *next;
+	struct rr__list *l;
 
 	dev->dead = true;
-	for (l = b->eps.next; l != &b->eps; l = next) {
+	/* A callback may destroy any endpoint: start over after each one.
+	 * Endpoints already in error are skipped, so this ends. */
+again:
+	for (l = b->eps.next; l != &b->eps; l = l->next) {
 		rr_ep *ep = rr__container_of(l, rr_ep, link);
 
-		next = l->next;
-		if (ep->dev == dev)
+		if (ep->dev == dev && ep->state != RR__EP_ERROR &&
+		    ep->state != RR__EP_DISCONNECTED) {
 			rr__ep_to_error(ep, status);
+			goto again;
+		}
 	}
 }
 

@@ -188,6 +188,12 @@ void rr__ep_to_error(rr_ep *ep, int status)
 
 	if (prev == RR__EP_ERROR || prev == RR__EP_DISCONNECTED || ep->destroy_pending)
 		return;
+	if (ep->listener) {
+		/* Not yet handed to the application: nobody to tell. */
+		ep->listener->dropped++;
+		rr_ep_destroy(ep);
+		return;
+	}
 	ep->state = RR__EP_ERROR;
 	rr__ep_stop_timer(ep);
 	/* Work still queued is flushed back through the CQ. */
@@ -247,7 +253,7 @@ void rr__ep_flush_all(rr_ep *ep, int status)
 
 	(void)status;
 	/* Completions already in the CQ are real outcomes: hand them out. */
-	while (ep->cq && !ep->cq->dead && (n = ibv_poll_cq(rr_cq_ibv(ep->cq), 32, wc)) > 0) {
+	while (ep->cq && (n = ibv_poll_cq(rr_cq_ibv(ep->cq), 32, wc)) > 0) {
 		for (int i = 0; i < n; i++) {
 			struct rr__req *req = req_of_wc(ep, &wc[i]);
 

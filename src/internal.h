@@ -100,7 +100,6 @@ struct rr__device {
 	struct ibv_pd *pd;
 	rr_channel *channel; /* shared completion channel */
 	uint32_t async_slot;
-	unsigned int refs;
 	bool dead; /* DEVICE_FATAL or removal seen */
 };
 
@@ -126,7 +125,6 @@ struct rr_cq {
 	bool armed;           /* ibv_req_notify_cq() since the last event */
 	bool active;          /* on b->active: polled every pass */
 	bool evented;         /* on the pending list of the current drain */
-	bool dead;            /* device lost: no more verbs calls but destroy */
 	uint64_t spin_until_ns;
 	struct rr__list active_link;
 	struct rr__list link; /* b->cqs */
@@ -202,7 +200,6 @@ struct rr_bridge {
 	bool stop;
 	bool closing;
 	bool kick_pending;
-	bool in_destroy;
 
 	struct rr__poll *slots;
 	uint32_t nslots, free_slot, live_slots;
@@ -217,7 +214,6 @@ struct rr_bridge {
 	struct rr__list eps;
 	struct rr__list listeners;
 
-	int app_cqe_errors;
 	struct rr_bridge_stats stats;
 };
 
@@ -240,7 +236,6 @@ int rr__set_nonblock(int fd);
 /* cq.c */
 unsigned int rr__cq_poll_active(rr_bridge *b);
 bool rr__cq_any_active(rr_bridge *b);
-void rr__cq_mark_dead(rr_cq *cq);
 
 /* device.c */
 int rr__device_get(rr_bridge *b, struct ibv_context *ctx, struct rr__device **out);

@@ -178,8 +178,9 @@ void rr__poll_close(rr_bridge *b, uint32_t idx)
 	}
 	/* The io_uring poll holds its own reference to the file, so the fd
 	 * may be closed right after this; the slot waits for the terminal
-	 * CQE. If no SQE can be had, the SQ was just submitted and is full of
-	 * work in flight: the poll then ends when its file is released. */
+	 * CQE. Without an SQE for the cancel (a ring full of work even after
+	 * a submit) the poll lives on: rr_bridge_destroy() then gives up
+	 * waiting after its watchdog, and the late CQE stays recognizable. */
 	sqe = rr__get_sqe(b);
 	if (sqe && p->is_timer) {
 		io_uring_prep_timeout_remove(sqe, rr__ud(RR__UD_POLL, p->gen, idx), 0);
@@ -219,6 +220,11 @@ void rr__poll_cqe(rr_bridge *b, const struct io_uring_cqe *cqe)
 	if (cqe->res >= 0) {
 		p->errors = 0;
 		p->fn(b, p->ctx, cqe->res);
+		/* The handler may have grown (moved) the slot table. */
+		p = &b->slots[idx];
+	} else if (cqe->res == -EINVAL && b->multishot) {
+		/* A kernel without multishot poll: single-shot from now on. */
+		b->multishot = false;
 	} else if (cqe->res != -ECANCELED && cqe->res != -EAGAIN && cqe->res != -EINTR) {
 		p->errors++;
 	}

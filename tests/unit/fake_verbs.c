@@ -1,0 +1,168 @@
+// SPDX-License-Identifier: MIT
+/* Stub verbs for the host unit suite; see fake_verbs.h. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fake_verbs.h"
+
+unsigned int fake_unacked_at_destroy;
+unsigned int fake_cqs_live, fake_channels_live;
+
+static void raise_event(struct fake_cq *fc)
+{
+	struct fake_channel *ch = (struct fake_channel *)fc->cq.channel;
+	char c = 1;
+
+	fc->armed = false;
+	fc->events++;
+	ch->fired[ch->tail++ % FAKE_MAX_WC] = fc;
+	if (write(ch->wfd, &c, 1) != 1)
+		abort();
+}
+
+static void push(struct fake_cq *fc, unsigned int n, uint64_t first)
+{
+	for (unsigned int i = 0; i < n; i++)
+		fc->wr_ids[fc->tail++ % FAKE_MAX_WC] = first + i;
+}
+
+void fake_complete(struct fake_cq *fc, unsigned int n, uint64_t first)
+{
+	push(fc, n, first);
+	if (fc->armed && fc->cq.channel)
+		raise_event(fc);
+}
+
+static int fake_poll_cq(struct ibv_cq *cq, int num, struct ibv_wc *wc)
+{
+	struct fake_cq *fc = fake_cq_of(cq);
+	int n = 0;
+
+	fc->polls++;
+	while (n < num && fc->head != fc->tail) {
+		memset(&wc[n], 0, sizeof(wc[n]));
+		wc[n].wr_id = fc->wr_ids[fc->head++ % FAKE_MAX_WC];
+		wc[n].status = IBV_WC_SUCCESS;
+		wc[n].opcode = IBV_WC_SEND;
+		n++;
+	}
+	return n;
+}
+
+static int fake_req_notify_cq(struct ibv_cq *cq, int solicited_only)
+{
+	struct fake_cq *fc = fake_cq_of(cq);
+
+	/* A completion landing between the caller's last poll and this arm
+	 * raises no event: the caller has to poll again to see it. */
+	if (fc->inject_on_arm) {
+		push(fc, (unsigned int)fc->inject_on_arm, 1000000);
+		fc->inject_on_arm = 0;
+	}
+	fc->arms++;
+	fc->armed = true;
+	return 0;
+}
+
+struct ibv_context fake_ctx = {
+	.ops = {.poll_cq = fake_poll_cq, .req_notify_cq = fake_req_notify_cq},
+	.async_fd = -1,
+};
+
+struct ibv_comp_channel *__wrap_ibv_create_comp_channel(struct ibv_context *ctx);
+int __wrap_ibv_destroy_comp_channel(struct ibv_comp_channel *channel);
+struct ibv_cq *__wrap_ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
+				    struct ibv_comp_channel *channel, int comp_vector);
+int __wrap_ibv_destroy_cq(struct ibv_cq *cq);
+int __wrap_ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq,
+			    void **cq_context);
+void __wrap_ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents);
+
+struct ibv_comp_channel *__wrap_ibv_create_comp_channel(struct ibv_context *ctx)
+{
+	struct fake_channel *ch = calloc(1, sizeof(*ch));
+	int p[2];
+
+	if (!ch || pipe(p)) {
+		free(ch);
+		errno = ENOMEM;
+		return NULL;
+	}
+	ch->ch.fd = p[0];
+	ch->wfd = p[1];
+	ch->ch.context = ctx;
+	fake_channels_live++;
+	return &ch->ch;
+}
+
+int __wrap_ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
+{
+	struct fake_channel *ch = (struct fake_channel *)channel;
+
+	close(ch->ch.fd);
+	close(ch->wfd);
+	free(ch);
+	fake_channels_live--;
+	return 0;
+}
+
+struct ibv_cq *__wrap_ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
+				    struct ibv_comp_channel *channel, int comp_vector)
+{
+	struct fake_cq *fc = calloc(1, sizeof(*fc));
+
+	if (!fc) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	fc->cq.context = ctx;
+	fc->cq.cq_context = cq_context;
+	fc->cq.channel = channel;
+	fc->cq.cqe = cqe;
+	fake_cqs_live++;
+	return &fc->cq;
+}
+
+int __wrap_ibv_destroy_cq(struct ibv_cq *cq)
+{
+	struct fake_cq *fc = fake_cq_of(cq);
+
+	struct fake_channel *ch = (struct fake_channel *)cq->channel;
+
+	fake_unacked_at_destroy = fc->delivered - fc->acked;
+	/* As the kernel does: events not yet read go with the CQ. */
+	for (unsigned int i = ch ? ch->head : 0; ch && i != ch->tail; i++)
+		if (ch->fired[i % FAKE_MAX_WC] == fc)
+			ch->fired[i % FAKE_MAX_WC] = NULL;
+	free(fc);
+	fake_cqs_live--;
+	return 0;
+}
+
+int __wrap_ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq,
+			    void **cq_context)
+{
+	struct fake_channel *ch = (struct fake_channel *)channel;
+	struct fake_cq *fc;
+	char c;
+
+	do {
+		if (read(ch->ch.fd, &c, 1) != 1)
+			return -1; /* errno EAGAIN from the non-blocking pipe */
+		fc = ch->fired[ch->head++ % FAKE_MAX_WC];
+	} while (!fc);
+	fc->delivered++;
+	*cq = &fc->cq;
+	*cq_context = fc->cq.cq_context;
+	return 0;
+}
+
+void __wrap_ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
+{
+	struct fake_cq *fc = fake_cq_of(cq);
+
+	fc->acked += nevents;
+	fc->ack_calls++;
+}

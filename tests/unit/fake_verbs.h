@@ -1,0 +1,55 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Stub verbs for host unit tests, linked with -Wl,--wrap: a completion
+ * channel is a pipe (one byte per event, so the fd is readable exactly while
+ * events are pending, like the real one), a CQ is a queue of fake work
+ * completions that raises an event when it is armed, as hardware does.
+ */
+#ifndef RR_TESTS_FAKE_VERBS_H
+#define RR_TESTS_FAKE_VERBS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <infiniband/verbs.h>
+
+#define FAKE_MAX_WC 8192
+
+struct fake_cq {
+	struct ibv_cq cq; /* first: the library sees this */
+	uint64_t wr_ids[FAKE_MAX_WC];
+	unsigned int head, tail;
+	bool armed;
+	unsigned int arms;       /* ibv_req_notify_cq() calls */
+	unsigned int events;     /* events raised */
+	unsigned int delivered;  /* events read with ibv_get_cq_event() */
+	unsigned int acked;
+	unsigned int ack_calls;
+	unsigned int polls;
+	int inject_on_arm;       /* WCs to add, without event, just before an arm */
+};
+
+struct fake_channel {
+	struct ibv_comp_channel ch; /* first */
+	int wfd;
+	struct fake_cq *fired[FAKE_MAX_WC];
+	unsigned int head, tail;
+};
+
+/* The device context whose ops the fakes provide. */
+extern struct ibv_context fake_ctx;
+
+/* Unacknowledged events found by the last ibv_destroy_cq() (should be 0). */
+extern unsigned int fake_unacked_at_destroy;
+extern unsigned int fake_cqs_live, fake_channels_live;
+
+static inline struct fake_cq *fake_cq_of(struct ibv_cq *cq)
+{
+	return (struct fake_cq *)cq;
+}
+
+/* n new work completions with wr_id first, first+1, ...; raises an event if
+ * the CQ is armed. */
+void fake_complete(struct fake_cq *cq, unsigned int n, uint64_t first);
+
+#endif

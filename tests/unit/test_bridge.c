@@ -1,0 +1,530 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Bridge plumbing on the host: a pipe stands in for each completion channel
+ * and stub verbs (fake_verbs.c) for the CQs. Covers poll re-arming, the
+ * user_data contract with interleaved application CQEs, the arm-then-poll
+ * race, batched acks, budget fairness, wait modes, timers and teardown with
+ * polls in flight.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include "fake_verbs.h"
+#include "internal.h"
+
+#define MAX_LOG 4096
+
+/* What callbacks saw, in order. */
+static struct {
+	char who[MAX_LOG]; /* 'A', 'B' work completions; 'U' application CQE */
+	uint64_t id[MAX_LOG];
+	int res[MAX_LOG];
+	unsigned int n;
+	unsigned int wcs[2];
+} L;
+
+static void log_it(char who, uint64_t id, int res)
+{
+	if (L.n < MAX_LOG) {
+		L.who[L.n] = who;
+		L.id[L.n] = id;
+		L.res[L.n] = res;
+	}
+	L.n++;
+}
+
+static void on_wc(rr_cq *cq, const struct ibv_wc *wc, void *data)
+{
+	int which = (int)(uintptr_t)data;
+
+	L.wcs[which]++;
+	log_it(which ? 'B' : 'A', wc->wr_id, 0);
+}
+
+static void on_app(rr_bridge *b, const struct io_uring_cqe *cqe, void *data)
+{
+	log_it('U', cqe->user_data, cqe->res);
+}
+
+struct fixture {
+	struct io_uring ring;
+	rr_bridge *b;
+	rr_channel *ch;
+	rr_cq *cq[2];
+};
+
+static void setup_fx(struct fixture *f, const struct rr_bridge_opts *o, enum rr_wait_mode mode)
+{
+	struct rr_bridge_opts opts = o ? *o : (struct rr_bridge_opts){0};
+	/* A spin window wide enough for valgrind's pace. */
+	struct rr_cq_opts co = {.mode = mode, .on_wc = on_wc, .spin_us = 300000};
+
+	memset(&L, 0, sizeof(L));
+	if (!opts.on_app_cqe)
+		opts.on_app_cqe = on_app;
+	cr_assert_eq(io_uring_queue_init(64, &f->ring, 0), 0);
+	cr_assert_eq(rr_bridge_create(&f->b, &f->ring, &opts), 0);
+	cr_assert_eq(rr_channel_create(f->b, &fake_ctx, &f->ch), 0);
+	for (int i = 0; i < 2; i++) {
+		co.data = (void *)(uintptr_t)i;
+		cr_assert_eq(rr_cq_create(f->b, f->ch, &fake_ctx, &co, &f->cq[i]), 0);
+	}
+}
+
+static struct fake_cq *fcq(struct fixture *f, int i)
+{
+	return fake_cq_of(rr_cq_ibv(f->cq[i]));
+}
+
+static void pass(struct fixture *f, int n)
+{
+	for (int i = 0; i < n; i++)
+		cr_assert_geq(rr_bridge_run_once(f->b, 20), 0);
+}
+
+static void teardown_fx(struct fixture *f)
+{
+	cr_assert_eq(rr_bridge_destroy(f->b), 0);
+	cr_assert_eq(fake_cqs_live, 0, "CQs leaked");
+	cr_assert_eq(fake_channels_live, 0, "channels leaked");
+	cr_assert_eq(fake_unacked_at_destroy, 0, "a CQ was destroyed with unacknowledged events");
+	io_uring_queue_exit(&f->ring);
+}
+
+static uint64_t channel_ud(struct fixture *f)
+{
+	struct rr__poll *p = &f->b->slots[f->ch->slot];
+
+	return rr__ud(RR__UD_POLL, p->gen, f->ch->slot);
+}
+
+/* ---- polls ---- */
+
+Test(poll, rearmed_after_cqe_without_more)
+{
+	struct fixture f;
+	struct io_uring_sqe *sqe;
+	struct rr_bridge_stats st;
+
+	setup_fx(&f, NULL, RR_WAIT_EVENT);
+	fake_complete(fcq(&f, 0), 1, 1);
+	pass(&f, 2);
+	cr_assert_eq(L.wcs[0], 1);
+	/* Someone else ends the poll: its CQE comes without F_MORE. */
+	sqe = io_uring_get_sqe(&f.ring);
+	io_uring_prep_poll_remove(sqe, channel_ud(&f));
+	io_uring_sqe_set_data64(sqe, 42);
+	pass(&f, 3);
+	rr_bridge_get_stats(f.b, &st);
+	cr_assert_geq(st.rearms, 1, "poll not re-armed");
+	fake_complete(fcq(&f, 0), 1, 2);
+	pass(&f, 3);
+	cr_assert_eq(L.wcs[0], 2, "completion after the re-arm was not delivered");
+	/* The remove's own CQE is the application's and arrived once. */
+	int seen42 = 0;
+
+	for (unsigned int i = 0; i < L.n; i++)
+		seen42 += L.who[i] == 'U' && L.id[i] == 42;
+	cr_assert_eq(seen42, 1);
+	teardown_fx(&f);
+}
+
+Test(poll, singleshot_rearms_every_time)
+{
+	struct rr_bridge_opts o = {.flags = RR_BRIDGE_SINGLESHOT};
+	struct rr_bridge_stats st;
+	struct fixture f;
+
+	setup_fx(&f, &o, RR_WAIT_EVENT);
+	for (int i = 0; i < 5; i++) {
+		fake_complete(fcq(&f, i % 2), 1, (uint64_t)i);
+		pass(&f, 2);
+	}
+	rr_bridge_get_stats(f.b, &st);
+	cr_assert_eq(L.wcs[0] + L.wcs[1], 5);
+	cr_assert_geq(st.rearms, 5);
+	teardown_fx(&f);
+}
+
+/* ---- the user_data contract ---- */
+
+Test(contract, bridge_sqes_are_tagged)
+{
+	struct fixture f;
+	struct io_uring_sq *sq;
+
+	setup_fx(&f, NULL, RR_WAIT_EVENT);
+	sq = &f.ring.sq;
+	cr_assert_gt(sq->sqe_tail - sq->sqe_head, 0, "no bridge SQE queued");
+	for (unsigned int i = sq->sqe_head; i != sq->sqe_tail; i++)
+		cr_assert(rr_is_bridge_user_data(sq->sqes[i & *sq->kring_mask].user_data));
+	teardown_fx(&f);
+}
+
+Test(contract, app_cqes_pass_through_untouched)
+{
+	static const uint64_t uds[] = {0, 1, 2, 0x7fffffffffffULL, 0x7271ffffffffffffULL,
+				       0x7273000000000000ULL, UINT64_MAX, 0xdeadbeef};
+	const int rounds = 20, nuds = sizeof(uds) / sizeof(uds[0]);
+	int count[8] = {0};
+	struct fixture f;
+
+	setup_fx(&f, NULL, RR_WAIT_EVENT);
+	cr_assert_eq(rr_is_bridge_user_data((uintptr_t)&f), 0, "a pointer looks like the bridge's");
+	for (int r = 0; r < rounds; r++) {
+		for (int i = 0; i < nuds; i++) {
+			struct io_uring_sqe *sqe = io_uring_get_sqe(&f.ring);
+
+			if (!sqe) {
+				io_uring_submit(&f.ring);
+				sqe = io_uring_get_sqe(&f.ring);
+			}
+			io_uring_prep_nop(sqe);
+			io_uring_sqe_set_data64(sqe, uds[i]);
+		}
+		fake_complete(fcq(&f, r % 2), 3, (uint64_t)r * 10);
+		pass(&f, 2);
+	}
+	pass(&f, 3);
+	for (unsigned int i = 0; i < L.n; i++) {
+		if (L.who[i] != 'U')
+			continue;
+		for (int k = 0; k < nuds; k++)
+			if (L.id[i] == uds[k])
+				count[k]++;
+	}
+	for (int k = 0; k < nuds; k++)
+		cr_assert_eq(count[k], rounds, "user_data %#llx seen %d times", (unsigned long long)uds[k],
+			     count[k]);
+	cr_assert_eq(L.wcs[0] + L.wcs[1], (unsigned int)rounds * 3);
+	teardown_fx(&f);
+}
+
+Test(contract, handle_cqe_rejects_app_and_swallows_stale)
+{
+	struct fixture f;
+	struct io_uring_cqe cqe = {0};
+	uint32_t slot;
+
+	setup_fx(&f, NULL, RR_WAIT_EVENT);
+	cqe.user_data = 12345;
+	cr_assert_eq(rr_bridge_handle_cqe(f.b, &cqe), 0);
+	/* Tagged, but for a slot that does not exist, or an old generation. */
+	cqe.user_data = rr__ud(RR__UD_POLL, 0, 999999);
+	cqe.res = POLLIN;
+	cr_assert_eq(rr_bridge_handle_cqe(f.b, &cqe), 1);
+	slot = f.ch->slot;
+	cqe.user_data = rr__ud(RR__UD_POLL, f.b->slots[slot].gen + 1, slot);
+	cqe.flags = 0;
+	cr_assert_eq(rr_bridge_handle_cqe(f.b, &cqe), 1);
+	cr_assert(f.b->slots[slot].armed, "a stale CQE disarmed a live slot");
+	teardown_fx(&f);
+}
+
+/* ---- CQ dispatch ---- */
+
+Test(dispatch, completion_racing_the_arm_is_not_stranded)
+{
+	struct fixture f;
+
+	setup_fx(&f, NULL, RR_WAIT_EVENT);
+	fcq(&f, 0)->inject_on_arm = 1;
+	fake_complete(fcq(&f, 0), 1, 7);
+	pass(&f, 2);
+	/* The injected completion raised no event; only the poll after the
+	 * arm can have found it. */
+	cr_assert_eq(L.wcs[0], 2, "%u work completions", L.wcs[0]);
+	cr_assert_eq(fcq(&f, 0)->events, 1);
+	teardown_fx(&f);
+}
+
+Test(dispatch, acks_batched_and_settled_before_destroy)
+{
+	struct rr_bridge_opts o = {.ack_batch = 16};
+	struct fixture f;
+
+	setup_fx(&f, &o, RR_WAIT_EVENT);
+	for (int i = 0; i < 100; i++) {
+		fake_complete(fcq(&f, 0), 1, (uint64_t)i);
+		pass(&f, 1);
+	}
+	cr_assert_eq(fcq(&f, 0)->delivered, 100);
+	cr_assert_leq(fcq(&f, 0)->ack_calls, 100 / 16, "%u ack calls", fcq(&f, 0)->ack_calls);
+	cr_assert_lt(fcq(&f, 0)->acked, 100, "nothing left to settle at destroy");
+	cr_assert_eq(L.wcs[0], 100);
+	teardown_fx(&f); /* checks that destroy acknowledged the rest */
+}
+
+static int budget_case(bool embedded)
+{
+	struct rr_bridge_opts o = {.budget = 64, .cq_batch = 16};
+	struct fixture f;
+	struct io_uring_sqe *sqe;
+	unsigned int first_b = 0, first_u = 0, last_a = 0;
+	struct rr_bridge_stats st;
+
+	setup_fx(&f, &o, RR_WAIT_EVENT);
+	fake_complete(fcq(&f, 0), 1000, 0);
+	fake_complete(fcq(&f, 1), 1, 5000);
+	sqe = io_uring_get_sqe(&f.ring);
+	io_uring_prep_nop(sqe);
+	io_uring_sqe_set_data64(sqe, 77);
+	for (int i = 0; i < 200 && (L.wcs[0] < 1000 || L.wcs[1] < 1); i++) {
+		if (!embedded) {
+			pass(&f, 1);
+			continue;
+		}
+		/* The application's own loop: the bridge only sees CQEs. */
+		struct io_uring_cqe *cqe;
+
+		io_uring_submit_and_wait(&f.ring, 1);
+		while (io_uring_peek_cqe(&f.ring, &cqe) == 0) {
+			if (!rr_bridge_handle_cqe(f.b, cqe))
+				log_it('U', cqe->user_data, cqe->res);
+			io_uring_cqe_seen(&f.ring, cqe);
+		}
+	}
+	for (unsigned int i = 0; i < L.n && i < MAX_LOG; i++) {
+		if (L.who[i] == 'B' && !first_b)
+			first_b = i + 1;
+		if (L.who[i] == 'U' && L.id[i] == 77 && !first_u)
+			first_u = i + 1;
+		if (L.who[i] == 'A')
+			last_a = i + 1;
+	}
+	rr_bridge_get_stats(f.b, &st);
+	cr_assert_eq(L.wcs[0], 1000, "busy CQ: %u of 1000", L.wcs[0]);
+	cr_assert_eq(L.wcs[1], 1);
+	cr_assert(first_b && first_b < last_a, "the quiet CQ waited for the busy one");
+	cr_assert(first_u && first_u < last_a, "the application CQE waited for the busy CQ");
+	cr_assert_geq(st.budget_yields, 1);
+	if (embedded)
+		cr_assert_geq(st.kicks, 1, "no kick brought the bridge back");
+	teardown_fx(&f);
+	return 0;
+}
+
+Test(dispatch, budget_keeps_busy_cq_from_starving_others)
+{
+	budget_case(false);
+}
+
+Test(dispatch, budget_yield_works_embedded_through_kicks)
+{
+	budget_case(true);
+}
+
+Test(modes, busy_never_arms)
+{
+	struct fixture f;
+
+	setup_fx(&f, NULL, RR_WAIT_BUSY);
+	for (int i = 0; i < 10; i++) {
+		fake_complete(fcq(&f, 0), 2, (uint64_t)i * 2);
+		pass(&f, 1);
+	}
+	cr_assert_eq(L.wcs[0], 20);
+	cr_assert_eq(fcq(&f, 0)->arms, 0);
+	cr_assert_eq(fcq(&f, 0)->events, 0);
+	teardown_fx(&f);
+}
+
+Test(modes, hybrid_spins_then_arms)
+{
+	struct fixture f;
+	unsigned int arms0;
+	uint64_t t0;
+
+	setup_fx(&f, NULL, RR_WAIT_HYBRID); /* spin window 300 ms */
+	arms0 = fcq(&f, 0)->arms;
+	cr_assert_eq(arms0, 1, "an idle hybrid CQ must be armed");
+	fake_complete(fcq(&f, 0), 1, 1);
+	pass(&f, 2);
+	cr_assert_eq(L.wcs[0], 1);
+	cr_assert_eq(fcq(&f, 0)->arms, arms0, "armed inside the spin window");
+	/* Inside the window a completion is found by polling, no event. */
+	fake_complete(fcq(&f, 0), 1, 2);
+	pass(&f, 1);
+	cr_assert_eq(L.wcs[0], 2);
+	t0 = rr__now_ns();
+	while (rr__now_ns() - t0 < 1000 * 1000000ull && fcq(&f, 0)->arms == arms0)
+		pass(&f, 1);
+	cr_assert_eq(fcq(&f, 0)->arms, arms0 + 1, "not armed once idle (%u arms)",
+		     fcq(&f, 0)->arms);
+	fake_complete(fcq(&f, 0), 1, 3);
+	pass(&f, 2);
+	cr_assert_eq(L.wcs[0], 3);
+	teardown_fx(&f);
+}
+
+Test(modes, switch_at_run_time)
+{
+	struct fixture f;
+
+	setup_fx(&f, NULL, RR_WAIT_EVENT);
+	cr_assert_eq(rr_cq_set_mode(f.cq[0], RR_WAIT_BUSY, 0), 0);
+	pass(&f, 1);
+	/* The arm from event mode still fires once; busy mode copes. */
+	fake_complete(fcq(&f, 0), 1, 1);
+	pass(&f, 1);
+	cr_assert_eq(L.wcs[0], 1);
+	cr_assert_eq(rr_cq_set_mode(f.cq[0], RR_WAIT_EVENT, 0), 0);
+	pass(&f, 2);
+	cr_assert(fcq(&f, 0)->armed, "back in event mode but not armed");
+	fake_complete(fcq(&f, 0), 1, 2);
+	pass(&f, 2);
+	cr_assert_eq(L.wcs[0], 2);
+	cr_assert_eq(rr_cq_set_mode(f.cq[0], 7, 0), -EINVAL);
+	teardown_fx(&f);
+}
+
+/* ---- destroying a CQ from its own callback ---- */
+
+static rr_cq *victim_cq;
+
+static void destroy_self(rr_cq *cq, const struct ibv_wc *wc, void *data)
+{
+	L.wcs[0]++;
+	cr_assert_eq(rr_cq_destroy(cq), 0);
+	victim_cq = NULL;
+}
+
+Test(dispatch, cq_destroyed_from_its_callback)
+{
+	struct fixture f;
+	struct rr_cq_opts co = {.on_wc = destroy_self};
+
+	setup_fx(&f, NULL, RR_WAIT_EVENT);
+	cr_assert_eq(rr_cq_create(f.b, f.ch, &fake_ctx, &co, &victim_cq), 0);
+	fake_complete(fake_cq_of(rr_cq_ibv(victim_cq)), 5, 0);
+	pass(&f, 2);
+	cr_assert_eq(L.wcs[0], 1, "work completions handed out after destroy");
+	cr_assert_null(victim_cq);
+	teardown_fx(&f);
+}
+
+/* ---- timers ---- */
+
+static int timer_fired;
+
+static void on_timer(rr_bridge *b, void *ctx, int res)
+{
+	timer_fired++;
+	cr_assert_eq(res, -ETIME);
+}
+
+Test(timer, fires_once_and_cancel_prevents_it)
+{
+	struct fixture f;
+	uint32_t s1, s2;
+
+	setup_fx(&f, NULL, RR_WAIT_EVENT);
+	timer_fired = 0;
+	cr_assert_eq(rr__timer_add(f.b, 10, on_timer, NULL, &s1), 0);
+	cr_assert_eq(rr__timer_add(f.b, 10, on_timer, NULL, &s2), 0);
+	rr__poll_close(f.b, s2);
+	pass(&f, 10);
+	cr_assert_eq(timer_fired, 1);
+	teardown_fx(&f);
+}
+
+/* ---- loop and teardown ---- */
+
+Test(loop, run_once_times_out_and_reports_orphans)
+{
+	struct io_uring ring;
+	rr_bridge *b;
+	struct io_uring_sqe *sqe;
+
+	cr_assert_eq(io_uring_queue_init(8, &ring, 0), 0);
+	cr_assert_eq(rr_bridge_create(&b, &ring, NULL), 0);
+	cr_assert_eq(rr_bridge_run_once(b, 10), 0);
+	sqe = io_uring_get_sqe(&ring);
+	io_uring_prep_nop(sqe);
+	io_uring_sqe_set_data64(sqe, 5);
+	/* No on_app_cqe: the caller hears about it. */
+	cr_assert_eq(rr_bridge_run_once(b, 100), -EPROTO);
+	cr_assert_eq(rr_bridge_destroy(b), 0);
+	io_uring_queue_exit(&ring);
+}
+
+Test(teardown, destroy_with_polls_and_app_io_in_flight)
+{
+	struct fixture f;
+	struct io_uring_sqe *sqe;
+	struct io_uring_cqe *cqe;
+	int efd = eventfd(0, EFD_NONBLOCK);
+	uint64_t buf;
+	int napp = 0;
+
+	setup_fx(&f, NULL, RR_WAIT_EVENT);
+	/* Events pending and unread, WCs in the CQs, polls armed... */
+	fake_complete(fcq(&f, 0), 3, 0);
+	fake_complete(fcq(&f, 1), 3, 0);
+	io_uring_submit(&f.ring);
+	/* ...application NOPs about to complete and a read that never will. */
+	for (int i = 0; i < 3; i++) {
+		sqe = io_uring_get_sqe(&f.ring);
+		io_uring_prep_nop(sqe);
+		io_uring_sqe_set_data64(sqe, 100 + (uint64_t)i);
+	}
+	sqe = io_uring_get_sqe(&f.ring);
+	io_uring_prep_read(sqe, efd, &buf, sizeof(buf), 0);
+	io_uring_sqe_set_data64(sqe, 200);
+	io_uring_submit(&f.ring);
+	cr_assert_eq(rr_bridge_destroy(f.b), 0);
+	cr_assert_eq(fake_cqs_live, 0);
+	cr_assert_eq(fake_channels_live, 0);
+	cr_assert_eq(fake_unacked_at_destroy, 0);
+	for (unsigned int i = 0; i < L.n; i++)
+		napp += L.who[i] == 'U' && L.id[i] >= 100 && L.id[i] < 103;
+	cr_assert_eq(napp, 3, "application CQEs delivered %d times", napp);
+	/* Nothing of the bridge is left in the ring; the read is still ours. */
+	while (io_uring_peek_cqe(&f.ring, &cqe) == 0) {
+		cr_assert(!rr_is_bridge_user_data(cqe->user_data), "late bridge CQE");
+		io_uring_cqe_seen(&f.ring, cqe);
+	}
+	buf = 1;
+	cr_assert_eq(write(efd, &buf, sizeof(buf)), (ssize_t)sizeof(buf));
+	cr_assert_eq(io_uring_wait_cqe(&f.ring, &cqe), 0);
+	cr_assert_eq(cqe->user_data, 200);
+	io_uring_cqe_seen(&f.ring, cqe);
+	close(efd);
+	io_uring_queue_exit(&f.ring);
+}
+
+Test(teardown, destroy_without_app_callback_does_not_eat_app_cqes)
+{
+	struct io_uring ring;
+	struct io_uring_cqe *cqe;
+	struct io_uring_sqe *sqe;
+	rr_channel *ch;
+	rr_bridge *b;
+
+	cr_assert_eq(io_uring_queue_init(8, &ring, 0), 0);
+	cr_assert_eq(rr_bridge_create(&b, &ring, NULL), 0);
+	cr_assert_eq(rr_channel_create(b, &fake_ctx, &ch), 0);
+	io_uring_submit(&ring);
+	sqe = io_uring_get_sqe(&ring);
+	io_uring_prep_nop(sqe);
+	io_uring_sqe_set_data64(sqe, 9);
+	io_uring_submit_and_wait(&ring, 1);
+	cr_assert_eq(rr_bridge_destroy(b), -EBUSY);
+	cr_assert_eq(io_uring_peek_cqe(&ring, &cqe), 0);
+	cr_assert_eq(cqe->user_data, 9, "the application CQE was consumed");
+	io_uring_cqe_seen(&ring, cqe);
+	/* The application drains; destroy then completes. */
+	while (rr_bridge_destroy(b) == -EBUSY) {
+		cr_assert_eq(io_uring_peek_cqe(&ring, &cqe), 0);
+		cr_assert_eq(rr_bridge_handle_cqe(b, cqe), 0);
+		io_uring_cqe_seen(&ring, cqe);
+	}
+	cr_assert_eq(fake_channels_live, 0);
+	io_uring_queue_exit(&ring);
+}
