@@ -437,8 +437,15 @@ typedef void (*rr_accept_cb)(rr_listener *l, rr_ep *ep, void *data);
  * @connect_timeout_ms: rr_connect() only: fail with -ETIMEDOUT if not
  *                 established in time (0: rdma_cm's own timeouts, which
  *                 for an unanswered request take a minute or more).
+ * @on_qp_ready:   called once the QP exists and before the connection is
+ *                 requested (active side) or accepted (passive side), with
+ *                 status 0: the place to post the first receives, so the
+ *                 peer's first SEND never meets an empty receive queue. May
+ *                 be NULL.
  * @on_disconnect: called once when an established endpoint is
- *                 disconnected by the peer or moved to error; may be NULL.
+ *                 disconnected by the peer or moved to error, after the
+ *                 work completions already in its CQ were handed out; may
+ *                 be NULL.
  * @data:          the endpoint's application data (rr_ep_data()).
  */
 struct rr_ep_opts {
@@ -448,6 +455,7 @@ struct rr_ep_opts {
 	enum rr_wait_mode mode;
 	unsigned int spin_us;
 	unsigned int connect_timeout_ms;
+	rr_ep_cb on_qp_ready;
 	rr_ep_cb on_disconnect;
 	void *data;
 };
@@ -490,6 +498,21 @@ int rr_connect(rr_bridge *b, const char *host, uint16_t port, const struct rr_ep
  */
 int rr_listen(rr_bridge *b, const char *host, uint16_t port, const struct rr_ep_opts *ep_opts,
 	      rr_accept_cb on_accept, void *data, rr_listener **out);
+
+/**
+ * rr_listener_reg_mr() - register memory before any connection arrives, in
+ * the PD of the device the listener is bound to (it must be bound to a
+ * specific address); usable on all endpoints of that device.
+ * @l:      the listener.
+ * @buf:    start of the memory.
+ * @len:    its length.
+ * @access: IBV_ACCESS_* flags; IBV_ACCESS_LOCAL_WRITE is always added.
+ * @out:    the memory region; release it with rr_mr_dereg().
+ *
+ * Return: 0, -EINVAL, -ENODEV (bound to a wildcard address: no device
+ * yet), or the errno of setting the device up or of ibv_reg_mr().
+ */
+int rr_listener_reg_mr(rr_listener *l, void *buf, size_t len, int access, struct ibv_mr **out);
 
 /** rr_listener_port() - the port a listener is bound to. */
 uint16_t rr_listener_port(const rr_listener *l);

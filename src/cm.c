@@ -67,7 +67,9 @@ static void on_connect_request(rr_bridge *b, rr_listener *l, struct rdma_cm_id *
 	if (!ep->data)
 		ep->data = l->data;
 	conn_param(&p);
-	if (rr__ep_setup_qp(ep) || rdma_accept(id, &p)) {
+	if (rr__ep_setup_qp(ep) || rr__ep_qp_ready(ep) || rdma_accept(id, &p)) {
+		if (ep->destroy_pending)
+			return; /* the application destroyed it in on_qp_ready */
 		rdma_reject(id, NULL, 0);
 		l->dropped++;
 		rr_ep_destroy(ep);
@@ -94,6 +96,8 @@ static void ep_event(rr_ep *ep, enum rdma_cm_event_type type)
 			break;
 		ep->state = RR__EP_CONNECTING;
 		rc = rr__ep_setup_qp(ep);
+		if (!rc && rr__ep_qp_ready(ep))
+			break; /* destroyed in on_qp_ready */
 		conn_param(&p);
 		if (!rc && rdma_connect(ep->id, &p))
 			rc = errno ? -errno : -ECONNABORTED;
@@ -329,6 +333,26 @@ err_ai:
 err_free:
 	free(l);
 	return rc;
+}
+
+int rr_listener_reg_mr(rr_listener *l, void *buf, size_t len, int access, struct ibv_mr **out)
+{
+	struct rr__device *dev;
+	struct ibv_mr *mr;
+	int rc;
+
+	if (!l || !buf || !len || !out)
+		return -EINVAL;
+	if (!l->id->verbs)
+		return -ENODEV;
+	rc = rr__device_get(l->b, l->id->verbs, &dev);
+	if (rc)
+		return rc;
+	mr = ibv_reg_mr(dev->pd, buf, len, access | IBV_ACCESS_LOCAL_WRITE);
+	if (!mr)
+		return errno ? -errno : -ENOMEM;
+	*out = mr;
+	return 0;
 }
 
 uint16_t rr_listener_port(const rr_listener *l)

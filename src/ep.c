@@ -58,6 +58,18 @@ static void call_ep_cb(rr_ep *ep, rr_ep_cb cb, int status)
 	ep->in_callback--;
 }
 
+/* Call on_qp_ready; non-zero if the application destroyed the endpoint
+ * from it (it is then gone). */
+int rr__ep_qp_ready(rr_ep *ep)
+{
+	call_ep_cb(ep, ep->opts.on_qp_ready, 0);
+	if (ep->destroy_pending) {
+		release_if_done(ep);
+		return 1;
+	}
+	return 0;
+}
+
 /* The one completion of a request. */
 static void complete(rr_ep *ep, struct rr__req *req, const struct ibv_wc *wc)
 {
@@ -100,6 +112,24 @@ static struct rr__req *req_of_wc(rr_ep *ep, const struct ibv_wc *wc)
 	if (!ep->reqs || req < ep->reqs || req >= ep->reqs + n || !req->cb)
 		return NULL;
 	return req;
+}
+
+/* Hand out the work completions already in the endpoint's CQ. A callback
+ * may destroy the endpoint meanwhile: the destroy then completes the rest,
+ * and completions it handled are no longer outstanding here. */
+static void drain_cq(rr_ep *ep)
+{
+	struct ibv_wc wc[32];
+	int n;
+
+	while (ep->cq && (n = ibv_poll_cq(rr_cq_ibv(ep->cq), 32, wc)) > 0) {
+		for (int i = 0; i < n; i++) {
+			struct rr__req *req = req_of_wc(ep, &wc[i]);
+
+			if (req)
+				complete(ep, req, &wc[i]);
+		}
+	}
 }
 
 static void ep_on_wc(rr_cq *cq, const struct ibv_wc *wc, void *data)
@@ -206,6 +236,10 @@ void rr__ep_to_error(rr_ep *ep, int status)
 		call_ep_cb(ep, cb, status);
 	} else if (!ep->notified_down) {
 		ep->notified_down = true;
+		/* What completed before the failure is reported before it. */
+		ep->in_callback++;
+		drain_cq(ep);
+		ep->in_callback--;
 		call_ep_cb(ep, ep->on_disconnect, status);
 	}
 	release_if_done(ep);
@@ -222,6 +256,10 @@ void rr__ep_down(rr_ep *ep, int status)
 	ep->state = RR__EP_DISCONNECTED;
 	if (!ep->notified_down) {
 		ep->notified_down = true;
+		/* Receives that completed before the peer left come first. */
+		ep->in_callback++;
+		drain_cq(ep);
+		ep->in_callback--;
 		call_ep_cb(ep, ep->on_disconnect, status);
 	}
 	release_if_done(ep);
@@ -248,19 +286,9 @@ void rr__ep_free(rr_ep *ep)
 /* Complete what is still outstanding; the QP must be gone already. */
 void rr__ep_flush_all(rr_ep *ep, int status)
 {
-	struct ibv_wc wc[32];
-	int n;
-
 	(void)status;
 	/* Completions already in the CQ are real outcomes: hand them out. */
-	while (ep->cq && (n = ibv_poll_cq(rr_cq_ibv(ep->cq), 32, wc)) > 0) {
-		for (int i = 0; i < n; i++) {
-			struct rr__req *req = req_of_wc(ep, &wc[i]);
-
-			if (req)
-				complete(ep, req, &wc[i]);
-		}
-	}
+	drain_cq(ep);
 	while (!rr__list_empty(&ep->outstanding))
 		complete(ep, rr__container_of(ep->outstanding.next, struct rr__req, link), NULL);
 }

@@ -251,6 +251,7 @@ int rr__ep_setup_qp(rr_ep *ep);
 void rr__ep_to_error(rr_ep *ep, int status);
 void rr__ep_down(rr_ep *ep, int status);
 void rr__ep_stop_timer(rr_ep *ep);
+int rr__ep_qp_ready(rr_ep *ep);
 void rr__ep_free(rr_ep *ep);
 void rr__ep_flush_all(rr_ep *ep, int status);
 

@@ -580,3 +580,104 @@ Test(faults, no_lost_wakeup_hybrid_two_threads)
 {
 	pingpong_two_threads(RR_WAIT_HYBRID);
 }
+
+/* ---- receives posted in on_qp_ready; completions before on_disconnect ---- */
+
+#define BURST 16
+
+struct orderly {
+	struct ibv_mr *srv_mr, *cli_mr;
+	uint8_t srv_buf[BURST][64], cli_buf[BURST][64];
+	rr_ep *srv;
+	int qp_ready_cli, qp_ready_srv, connected;
+	int received, received_at_down, down_calls, sends_done;
+	bool order_ok;
+};
+
+static struct orderly O;
+
+static void o_recv(rr_ep *ep, const struct rr_completion *c, void *data)
+{
+	if (c->status == 0 && rs_check(data, 64, (uint32_t)O.received) < 0)
+		O.received++;
+}
+
+static void o_cli_qp_ready(rr_ep *ep, int status, void *data)
+{
+	O.qp_ready_cli++;
+	O.order_ok = !O.connected;
+	cr_assert_eq(rr_ep_reg_mr(ep, O.cli_buf, sizeof(O.cli_buf), 0, &O.cli_mr), 0);
+	for (int i = 0; i < BURST; i++)
+		cr_assert_eq(rr_ep_post_recv(ep, O.cli_buf[i], 64, O.cli_mr, o_recv, O.cli_buf[i]),
+			     0);
+}
+
+static void o_srv_qp_ready(rr_ep *ep, int status, void *data)
+{
+	O.qp_ready_srv++;
+}
+
+static void o_sent(rr_ep *ep, const struct rr_completion *c, void *data)
+{
+	if (c->status == 0 && ++O.sends_done == BURST)
+		rr_ep_disconnect(ep); /* the last SEND is acknowledged: leave */
+}
+
+static void o_accept(rr_listener *l, rr_ep *ep, void *data)
+{
+	O.srv = ep;
+	/* Send at once: the client's receives were posted in on_qp_ready. */
+	for (int i = 0; i < BURST; i++) {
+		rs_fill(O.srv_buf[i], 64, (uint32_t)i);
+		cr_assert_eq(rr_ep_post_send(ep, O.srv_buf[i], 64, O.srv_mr, o_sent, NULL), 0);
+	}
+}
+
+static void o_connect(rr_ep *ep, int status, void *data)
+{
+	O.connected = status == 0 ? 1 : -1;
+}
+
+static void o_down(rr_ep *ep, int status, void *data)
+{
+	O.down_calls++;
+	O.received_at_down = O.received;
+}
+
+static bool o_down_seen(void *arg)
+{
+	return O.down_calls > 0 || O.connected < 0;
+}
+
+Test(faults, first_sends_meet_receives_and_precede_disconnect)
+{
+	const char *addr = rr_test_require_rdma();
+	struct rr_ep_opts so = {.on_qp_ready = o_srv_qp_ready};
+	struct rr_ep_opts co = {.on_qp_ready = o_cli_qp_ready, .on_disconnect = o_down};
+	struct io_uring ring;
+	rr_bridge *b;
+	rr_listener *l;
+	rr_ep *cli;
+
+	memset(&O, 0, sizeof(O));
+	cr_assert_eq(io_uring_queue_init(64, &ring, 0), 0);
+	cr_assert_eq(rr_bridge_create(&b, &ring, NULL), 0);
+	cr_assert_eq(rr_listen(b, addr, 0, &so, o_accept, NULL, &l), 0);
+	/* Server memory exists before any client does. */
+	cr_assert_eq(rr_listener_reg_mr(l, O.srv_buf, sizeof(O.srv_buf), 0, &O.srv_mr), 0);
+	cr_assert_eq(rr_connect(b, addr, rr_listener_port(l), &co, o_connect, &cli), 0);
+	cr_assert_eq(bp_run_pred(b, o_down_seen, NULL, 30000), 0, "no disconnect");
+	cr_assert_eq(O.connected, 1);
+	cr_assert_eq(O.qp_ready_cli, 1);
+	cr_assert_eq(O.qp_ready_srv, 1);
+	cr_assert(O.order_ok, "on_qp_ready ran after on_connect");
+	cr_assert_eq(O.received_at_down, BURST,
+		     "on_disconnect came after %d of %d receives", O.received_at_down, BURST);
+	rr_ep_destroy(cli);
+	rr_ep_destroy(O.srv);
+	rr_mr_dereg(O.cli_mr);
+	rr_mr_dereg(O.srv_mr);
+	rr_listener_destroy(l);
+	cr_assert_eq(rr_bridge_destroy(b), 0);
+	io_uring_queue_exit(&ring);
+}
