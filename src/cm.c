@@ -143,10 +143,9 @@ static void ep_event(rr_ep *ep, enum rdma_cm_event_type type)
 		}
 		break;
 	case RDMA_CM_EVENT_DEVICE_REMOVAL:
-		if (ep->state <= RR__EP_ACCEPTING)
-			connect_failed(ep, -ENODEV);
-		else
-			rr__ep_to_error(ep, -ENODEV);
+		if (ep->dev)
+			ep->dev->dead = true;
+		rr__ep_to_error(ep, -ENODEV);
 		break;
 	default:
 		break; /* TIMEWAIT_EXIT, ADDR_CHANGE, ...: nothing to do */

@@ -91,7 +91,8 @@ static void async_ready(rr_bridge *b, void *ctx, int revents)
 			break;
 		case IBV_EVENT_DEVICE_FATAL:
 			device_fatal(dev, -EIO);
-			break;
+			rr__device_release_if_unused(dev);
+			return; /* dev may be gone */
 		default:
 			break;
 		}
@@ -143,18 +144,35 @@ err_free:
 	return rc;
 }
 
+static void device_free(struct rr__device *dev)
+{
+	rr__list_del(&dev->link);
+	rr__poll_close(dev->b, dev->async_slot);
+	dev->channel->ncqs = 0;
+	rr_channel_destroy(dev->channel);
+	/* Fails (EBUSY) only while the application still holds MRs in this
+	 * PD; verbs then frees it with the context. */
+	ibv_dealloc_pd(dev->pd);
+	free(dev);
+}
+
 void rr__device_destroy_all(rr_bridge *b)
 {
-	while (!rr__list_empty(&b->devices)) {
-		struct rr__device *dev = rr__container_of(b->devices.next, struct rr__device, link);
+	while (!rr__list_empty(&b->devices))
+		device_free(rr__container_of(b->devices.next, struct rr__device, link));
+}
 
-		rr__list_del(&dev->link);
-		rr__poll_close(b, dev->async_slot);
-		dev->channel->ncqs = 0;
-		rr_channel_destroy(dev->channel);
-		/* Fails (EBUSY) only while the application still holds MRs
-		 * in this PD; verbs then frees it with the context. */
-		ibv_dealloc_pd(dev->pd);
-		free(dev);
-	}
+/* A removed device is gone for good: once nothing of ours uses it, let go
+ * of its PD, channel and async fd, so the kernel can finish the removal. */
+void rr__device_release_if_unused(struct rr__device *dev)
+{
+	rr_bridge *b = dev->b;
+	struct rr__list *l;
+
+	if (!dev->dead || dev->channel->ncqs)
+		return;
+	for (l = b->eps.next; l != &b->eps; l = l->next)
+		if (rr__container_of(l, rr_ep, link)->dev == dev)
+			return;
+	device_free(dev);
 }

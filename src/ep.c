@@ -310,6 +310,12 @@ int rr_ep_destroy(rr_ep *ep)
 	if (ep->id)
 		rdma_destroy_id(ep->id);
 	ep->id = NULL;
+	if (ep->dev) {
+		struct rr__device *dev = ep->dev;
+
+		ep->dev = NULL;
+		rr__device_release_if_unused(dev);
+	}
 	ep->in_callback--;
 	release_if_done(ep);
 	return 0;

@@ -240,6 +240,7 @@ bool rr__cq_any_active(rr_bridge *b);
 /* device.c */
 int rr__device_get(rr_bridge *b, struct ibv_context *ctx, struct rr__device **out);
 void rr__device_destroy_all(rr_bridge *b);
+void rr__device_release_if_unused(struct rr__device *dev);
 
 /* cm.c */
 int rr__cm_init(rr_bridge *b);
