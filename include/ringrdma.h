@@ -470,8 +470,9 @@ struct rr_ep_opts {
  * @out:        the endpoint, valid until rr_ep_destroy() whatever happens.
  *
  * Address resolution, route resolution and connection run through the ring.
- * Receives may be posted once connected; the QP retries on RNR, so a peer's
- * early SEND waits for them.
+ * Post the first receives in @opts->on_qp_ready, before the connection is
+ * requested; the QP also retries on RNR, so a peer's early SEND waits for
+ * receives posted later.
  *
  * Return: 0, -EINVAL (bad address), -ENOMEM, or the errno of
  * rdma_create_event_channel()/rdma_create_id()/rdma_resolve_addr(); then
@@ -607,9 +608,8 @@ int rr_ep_post_send(rr_ep *ep, const void *buf, uint32_t len, struct ibv_mr *mr,
 /**
  * rr_ep_post_recv() - post a RECV buffer; it also receives RDMA WRITE with
  * immediate (imm_data set).
- * @ep: an endpoint whose QP exists: from route resolution (active side) or
- *      the connect request (passive side) until it is in error or
- *      disconnected; in practice, from on_connect / on_accept on.
+ * @ep: an endpoint whose QP exists: from on_qp_ready on (both sides) until
+ *      it is in error or disconnected.
  *
  * Other arguments and return values as rr_ep_post_send(); -ENOBUFS when the
  * receive queue is full.

@@ -67,13 +67,17 @@ static void on_connect_request(rr_bridge *b, rr_listener *l, struct rdma_cm_id *
 	if (!ep->data)
 		ep->data = l->data;
 	conn_param(&p);
-	if (rr__ep_setup_qp(ep) || rr__ep_qp_ready(ep) || rdma_accept(id, &p)) {
-		if (ep->destroy_pending)
-			return; /* the application destroyed it in on_qp_ready */
-		rdma_reject(id, NULL, 0);
-		l->dropped++;
-		rr_ep_destroy(ep);
-	}
+	if (rr__ep_setup_qp(ep))
+		goto drop;
+	if (rr__ep_qp_ready(ep))
+		return; /* destroyed (and freed) in on_qp_ready: nothing to touch */
+	if (rdma_accept(id, &p))
+		goto drop;
+	return;
+drop:
+	rdma_reject(id, NULL, 0);
+	l->dropped++;
+	rr_ep_destroy(ep);
 }
 
 static void ep_event(rr_ep *ep, enum rdma_cm_event_type type)

@@ -211,6 +211,20 @@ int rr__ep_setup_qp(rr_ep *ep)
 	return 0;
 }
 
+/* on_disconnect, once; what completed before the end is reported first. */
+static void notify_down(rr_ep *ep, int status)
+{
+	if (ep->notified_down)
+		return;
+	ep->notified_down = true;
+	ep->in_callback++;
+	drain_cq(ep);
+	ep->in_callback--;
+	if (ep->destroy_pending)
+		return; /* destroyed by a request callback: no more callbacks */
+	call_ep_cb(ep, ep->on_disconnect, status);
+}
+
 void rr__ep_to_error(rr_ep *ep, int status)
 {
 	enum rr__ep_state prev = ep->state;
@@ -234,13 +248,8 @@ void rr__ep_to_error(rr_ep *ep, int status)
 
 		ep->on_connect = NULL;
 		call_ep_cb(ep, cb, status);
-	} else if (!ep->notified_down) {
-		ep->notified_down = true;
-		/* What completed before the failure is reported before it. */
-		ep->in_callback++;
-		drain_cq(ep);
-		ep->in_callback--;
-		call_ep_cb(ep, ep->on_disconnect, status);
+	} else {
+		notify_down(ep, status);
 	}
 	release_if_done(ep);
 }
@@ -254,14 +263,7 @@ void rr__ep_stop_timer(rr_ep *ep)
 void rr__ep_down(rr_ep *ep, int status)
 {
 	ep->state = RR__EP_DISCONNECTED;
-	if (!ep->notified_down) {
-		ep->notified_down = true;
-		/* Receives that completed before the peer left come first. */
-		ep->in_callback++;
-		drain_cq(ep);
-		ep->in_callback--;
-		call_ep_cb(ep, ep->on_disconnect, status);
-	}
+	notify_down(ep, status);
 	release_if_done(ep);
 }
 

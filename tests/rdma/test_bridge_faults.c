@@ -681,3 +681,70 @@ Test(faults, first_sends_meet_receives_and_precede_disconnect)
 	cr_assert_eq(rr_bridge_destroy(b), 0);
 	io_uring_queue_exit(&ring);
 }
+
+/* ---- destroying an endpoint from its on_qp_ready ---- */
+
+static struct {
+	int srv_ready, cli_ready, accepts, connects, connect_status;
+} Q;
+
+static void q_destroy_ready(rr_ep *ep, int status, void *data)
+{
+	(*(int *)data)++;
+	rr_ep_destroy(ep); /* abandon the accept / connect */
+}
+
+static void q_accept(rr_listener *l, rr_ep *ep, void *data)
+{
+	Q.accepts++;
+	rr_ep_destroy(ep);
+}
+
+static void q_connect(rr_ep *ep, int status, void *data)
+{
+	Q.connects++;
+	Q.connect_status = status;
+}
+
+static bool q_client_done(void *arg)
+{
+	return Q.connects > 0;
+}
+
+Test(faults, destroy_in_on_qp_ready_abandons_both_sides)
+{
+	const char *addr = rr_test_require_rdma();
+	struct rr_ep_opts so = {.on_qp_ready = q_destroy_ready, .data = &Q.srv_ready};
+	struct rr_ep_opts co = {.connect_timeout_ms = 5000};
+	struct rr_ep_opts co2 = {.on_qp_ready = q_destroy_ready, .data = &Q.cli_ready};
+	struct io_uring ring;
+	rr_bridge *b;
+	rr_listener *l;
+	rr_ep *cli, *cli2;
+
+	memset(&Q, 0, sizeof(Q));
+	cr_assert_eq(io_uring_queue_init(64, &ring, 0), 0);
+	cr_assert_eq(rr_bridge_create(&b, &ring, NULL), 0);
+	cr_assert_eq(rr_listen(b, addr, 0, &so, q_accept, NULL, &l), 0);
+	/* Passive side abandons: the client hears a clear error. */
+	cr_assert_eq(rr_connect(b, addr, rr_listener_port(l), &co, q_connect, &cli), 0);
+	cr_assert_eq(bp_run_pred(b, q_client_done, NULL, 20000), 0, "client never heard back");
+	cr_assert_eq(Q.srv_ready, 1);
+	cr_assert_eq(Q.accepts, 0, "accepted an abandoned connection");
+	cr_assert_eq(Q.connects, 1);
+	cr_assert_lt(Q.connect_status, 0);
+	rr_ep_destroy(cli);
+	/* Active side abandons: no on_connect at all, listener unaffected. */
+	Q.connects = 0;
+	co2.connect_timeout_ms = 5000;
+	cr_assert_eq(rr_connect(b, addr, rr_listener_port(l), &co2, q_connect, &cli2), 0);
+	for (int i = 0; i < 200 && !Q.cli_ready; i++)
+		rr_bridge_run_once(b, 10);
+	cr_assert_eq(Q.cli_ready, 1);
+	for (int i = 0; i < 100; i++)
+		rr_bridge_run_once(b, 10);
+	cr_assert_eq(Q.connects, 0, "on_connect ran for an endpoint destroyed in on_qp_ready");
+	rr_listener_destroy(l);
+	cr_assert_eq(rr_bridge_destroy(b), 0);
+	io_uring_queue_exit(&ring);
+}

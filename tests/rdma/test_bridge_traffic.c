@@ -208,11 +208,6 @@ Test(traffic, send_recv_qd64_hybrid)
 	run(50000, 64, 0, RR_WAIT_HYBRID);
 }
 
-Test(traffic, send_recv_qd1_event_long)
-{
-	run(70000, 1, 0, RR_WAIT_EVENT);
-}
-
 Test(traffic, send_recv_qd1_busy)
 {
 	run(20000, 1, 0, RR_WAIT_BUSY);
