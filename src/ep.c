@@ -419,31 +419,37 @@ static void give_back(rr_ep *ep, struct rr__req *req)
 	rr__list_add_tail(&ep->free_reqs, &req->link);
 }
 
-static int post_send_wr(rr_ep *ep, struct ibv_send_wr *wr, struct ibv_mr *mr, rr_req_cb cb,
-			void *data)
+/* Every send-queue request: SEND, RDMA WRITE (with immediate), RDMA READ. */
+static int post_send_wr(rr_ep *ep, enum ibv_wr_opcode opcode, const void *buf, uint32_t len,
+			struct ibv_mr *mr, uint64_t raddr, uint32_t rkey, uint32_t imm,
+			rr_req_cb cb, void *data)
 {
-	struct ibv_send_wr *bad;
+	struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = len, .lkey = mr ? mr->lkey : 0};
+	struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1, .opcode = opcode,
+				 .send_flags = IBV_SEND_SIGNALED}, *bad;
 	struct rr__req *req;
 	int rc;
 
 	if (!ep || !cb)
 		return -EINVAL;
-	rc = check_buf(mr, (void *)(uintptr_t)wr->sg_list->addr, wr->sg_list->length);
+	rc = check_buf(mr, buf, len);
 	if (rc)
 		return rc;
 	if (ep->destroy_pending || ep->state != RR__EP_CONNECTED)
 		return -ENOTCONN;
 	if (ep->nsend >= ep->opts.max_send_wr)
 		return -ENOBUFS;
+	if (opcode != IBV_WR_SEND) {
+		wr.wr.rdma.remote_addr = raddr;
+		wr.wr.rdma.rkey = rkey;
+	}
+	if (opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
+		wr.imm_data = htobe32(imm);
+	if (ep->opts.max_inline && len <= ep->opts.max_inline && opcode != IBV_WR_RDMA_READ)
+		wr.send_flags |= IBV_SEND_INLINE;
 	req = take_req(ep, cb, data, false);
-	wr->wr_id = (uintptr_t)req;
-	wr->num_sge = 1;
-	wr->send_flags = IBV_SEND_SIGNALED;
-	if (ep->opts.max_inline && wr->sg_list->length <= ep->opts.max_inline &&
-	    (wr->opcode == IBV_WR_SEND || wr->opcode == IBV_WR_RDMA_WRITE ||
-	     wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM))
-		wr->send_flags |= IBV_SEND_INLINE;
-	rc = ibv_post_send(ep->id->qp, wr, &bad);
+	wr.wr_id = (uintptr_t)req;
+	rc = ibv_post_send(ep->id->qp, &wr, &bad);
 	if (rc) {
 		give_back(ep, req);
 		return -rc;
@@ -456,44 +462,26 @@ static int post_send_wr(rr_ep *ep, struct ibv_send_wr *wr, struct ibv_mr *mr, rr
 int rr_ep_post_send(rr_ep *ep, const void *buf, uint32_t len, struct ibv_mr *mr, rr_req_cb cb,
 		    void *data)
 {
-	struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = len, .lkey = mr ? mr->lkey : 0};
-	struct ibv_send_wr wr = {.sg_list = &sge, .opcode = IBV_WR_SEND};
-
-	return post_send_wr(ep, &wr, mr, cb, data);
+	return post_send_wr(ep, IBV_WR_SEND, buf, len, mr, 0, 0, 0, cb, data);
 }
 
 int rr_ep_post_write(rr_ep *ep, const void *buf, uint32_t len, struct ibv_mr *mr, uint64_t raddr,
 		     uint32_t rkey, rr_req_cb cb, void *data)
 {
-	struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = len, .lkey = mr ? mr->lkey : 0};
-	struct ibv_send_wr wr = {.sg_list = &sge, .opcode = IBV_WR_RDMA_WRITE};
-
-	wr.wr.rdma.remote_addr = raddr;
-	wr.wr.rdma.rkey = rkey;
-	return post_send_wr(ep, &wr, mr, cb, data);
+	return post_send_wr(ep, IBV_WR_RDMA_WRITE, buf, len, mr, raddr, rkey, 0, cb, data);
 }
 
 int rr_ep_post_write_imm(rr_ep *ep, const void *buf, uint32_t len, struct ibv_mr *mr,
 			 uint64_t raddr, uint32_t rkey, uint32_t imm, rr_req_cb cb, void *data)
 {
-	struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = len, .lkey = mr ? mr->lkey : 0};
-	struct ibv_send_wr wr = {.sg_list = &sge, .opcode = IBV_WR_RDMA_WRITE_WITH_IMM};
-
-	wr.imm_data = htobe32(imm);
-	wr.wr.rdma.remote_addr = raddr;
-	wr.wr.rdma.rkey = rkey;
-	return post_send_wr(ep, &wr, mr, cb, data);
+	return post_send_wr(ep, IBV_WR_RDMA_WRITE_WITH_IMM, buf, len, mr, raddr, rkey, imm, cb,
+			    data);
 }
 
 int rr_ep_post_read(rr_ep *ep, void *buf, uint32_t len, struct ibv_mr *mr, uint64_t raddr,
 		    uint32_t rkey, rr_req_cb cb, void *data)
 {
-	struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = len, .lkey = mr ? mr->lkey : 0};
-	struct ibv_send_wr wr = {.sg_list = &sge, .opcode = IBV_WR_RDMA_READ};
-
-	wr.wr.rdma.remote_addr = raddr;
-	wr.wr.rdma.rkey = rkey;
-	return post_send_wr(ep, &wr, mr, cb, data);
+	return post_send_wr(ep, IBV_WR_RDMA_READ, buf, len, mr, raddr, rkey, 0, cb, data);
 }
 
 int rr_ep_post_recv(rr_ep *ep, void *buf, uint32_t len, struct ibv_mr *mr, rr_req_cb cb,
