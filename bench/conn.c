@@ -130,17 +130,25 @@ static int lookup(const char *addr, uint16_t port, int passive, struct rdma_addr
 	return rdma_getaddrinfo(addr, ps, &hints, ai) ? -EINVAL : 0;
 }
 
-int bconn_listen(struct bconn *c, const struct bench_cfg *cfg, uint16_t *port)
+/* Both sides start alike: a clean bconn, an event channel, one cm_id. */
+static int start(struct bconn *c, const struct bench_cfg *cfg, struct rdma_cm_id **id)
 {
-	struct rdma_addrinfo *ai;
-	int rc;
-
 	memset(c, 0, sizeof(*c));
 	c->cfg = *cfg;
 	c->epfd = -1;
 	c->ec = rdma_create_event_channel();
-	if (!c->ec || rdma_create_id(c->ec, &c->listen_id, NULL, RDMA_PS_TCP))
-		return -errno;
+	if (!c->ec || rdma_create_id(c->ec, id, NULL, RDMA_PS_TCP))
+		return errno ? -errno : -ENODEV;
+	return 0;
+}
+
+int bconn_listen(struct bconn *c, const struct bench_cfg *cfg, uint16_t *port)
+{
+	struct rdma_addrinfo *ai;
+	int rc = start(c, cfg, &c->listen_id);
+
+	if (rc)
+		return rc;
 	rc = lookup(cfg->addr, cfg->port, 1, &ai);
 	if (rc)
 		return rc;
@@ -172,14 +180,10 @@ int bconn_connect(struct bconn *c, const struct bench_cfg *cfg)
 	struct rdma_conn_param p = {.responder_resources = 1, .initiator_depth = 1,
 				    .retry_count = 7, .rnr_retry_count = 7};
 	struct rdma_addrinfo *ai;
-	int rc;
+	int rc = start(c, cfg, &c->id);
 
-	memset(c, 0, sizeof(*c));
-	c->cfg = *cfg;
-	c->epfd = -1;
-	c->ec = rdma_create_event_channel();
-	if (!c->ec || rdma_create_id(c->ec, &c->id, NULL, RDMA_PS_TCP))
-		return -errno;
+	if (rc)
+		return rc;
 	rc = lookup(cfg->addr, cfg->port, 0, &ai);
 	if (rc)
 		return rc;
