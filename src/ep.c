@@ -401,6 +401,28 @@ static int check_buf(struct ibv_mr *mr, const void *buf, uint32_t len)
 	return 0;
 }
 
+static void give_back(rr_ep *ep, struct rr__req *req)
+{
+	req->cb = NULL;
+	req->data = NULL;
+	rr__list_add_tail(&ep->free_reqs, &req->link);
+}
+
+/* After ibv_post_*(): the request is outstanding, or its slot goes back. */
+static int settle(rr_ep *ep, struct rr__req *req, int rc)
+{
+	if (rc) {
+		give_back(ep, req);
+		return -rc;
+	}
+	rr__list_add_tail(&ep->outstanding, &req->link);
+	if (req->is_recv)
+		ep->nrecv++;
+	else
+		ep->nsend++;
+	return 0;
+}
+
 static struct rr__req *take_req(rr_ep *ep, rr_req_cb cb, void *data, bool is_recv)
 {
 	struct rr__req *req = rr__container_of(ep->free_reqs.next, struct rr__req, link);
@@ -410,13 +432,6 @@ static struct rr__req *take_req(rr_ep *ep, rr_req_cb cb, void *data, bool is_rec
 	req->data = data;
 	req->is_recv = is_recv;
 	return req;
-}
-
-static void give_back(rr_ep *ep, struct rr__req *req)
-{
-	req->cb = NULL;
-	req->data = NULL;
-	rr__list_add_tail(&ep->free_reqs, &req->link);
 }
 
 /* Every send-queue request: SEND, RDMA WRITE (with immediate), RDMA READ. */
@@ -449,14 +464,7 @@ static int post_send_wr(rr_ep *ep, enum ibv_wr_opcode opcode, const void *buf, u
 		wr.send_flags |= IBV_SEND_INLINE;
 	req = take_req(ep, cb, data, false);
 	wr.wr_id = (uintptr_t)req;
-	rc = ibv_post_send(ep->id->qp, &wr, &bad);
-	if (rc) {
-		give_back(ep, req);
-		return -rc;
-	}
-	rr__list_add_tail(&ep->outstanding, &req->link);
-	ep->nsend++;
-	return 0;
+	return settle(ep, req, ibv_post_send(ep->id->qp, &wr, &bad));
 }
 
 int rr_ep_post_send(rr_ep *ep, const void *buf, uint32_t len, struct ibv_mr *mr, rr_req_cb cb,
@@ -504,12 +512,5 @@ int rr_ep_post_recv(rr_ep *ep, void *buf, uint32_t len, struct ibv_mr *mr, rr_re
 		return -ENOBUFS;
 	req = take_req(ep, cb, data, true);
 	wr.wr_id = (uintptr_t)req;
-	rc = ibv_post_recv(ep->id->qp, &wr, &bad);
-	if (rc) {
-		give_back(ep, req);
-		return -rc;
-	}
-	rr__list_add_tail(&ep->outstanding, &req->link);
-	ep->nrecv++;
-	return 0;
+	return settle(ep, req, ibv_post_recv(ep->id->qp, &wr, &bad));
 }
