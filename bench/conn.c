@@ -116,7 +116,13 @@ static int make_qp(struct bconn *c, struct rdma_cm_id *id)
 	if (!c->buf)
 		return -ENOMEM;
 	c->mr = ibv_reg_mr(c->pd, c->buf, len, IBV_ACCESS_LOCAL_WRITE);
-	return c->mr ? 0 : -errno;
+	if (!c->mr)
+		return -errno;
+	/* Every receive is posted before the connection is requested or
+	 * accepted, so the peer's first SEND always finds one. */
+	for (uint32_t i = 0; !rc && i < BENCH_MAX_QD; i++)
+		rc = bconn_post_recv(c, i);
+	return rc;
 }
 
 static int lookup(const char *addr, uint16_t port, int passive, struct rdma_addrinfo **ai)
@@ -168,8 +174,6 @@ int bconn_accept(struct bconn *c)
 
 	if (!rc)
 		rc = make_qp(c, c->id);
-	for (uint32_t i = 0; !rc && i < BENCH_MAX_QD; i++)
-		rc = bconn_post_recv(c, i);
 	if (!rc && rdma_accept(c->id, &p))
 		rc = -errno;
 	return rc ? rc : wait_cm(c, RDMA_CM_EVENT_ESTABLISHED, NULL);
@@ -197,8 +201,6 @@ int bconn_connect(struct bconn *c, const struct bench_cfg *cfg)
 		rc = wait_cm(c, RDMA_CM_EVENT_ROUTE_RESOLVED, NULL);
 	if (!rc)
 		rc = make_qp(c, c->id);
-	for (uint32_t i = 0; !rc && i < BENCH_MAX_QD; i++)
-		rc = bconn_post_recv(c, i);
 	if (!rc && rdma_connect(c->id, &p))
 		rc = -errno;
 	return rc ? rc : wait_cm(c, RDMA_CM_EVENT_ESTABLISHED, NULL);
