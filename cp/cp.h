@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: MIT */
+/* ringrdma-cp: what every mode shares: options, exit codes, logging. */
+#ifndef CP_CP_H
+#define CP_CP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "proto.h"
+
+#define CP_PROG "ringrdma-cp"
+
+/* Exit codes (documented in docs/man/ringrdma-cp.1.md). */
+enum cp_exit {
+	CP_EXIT_OK = 0,
+	CP_EXIT_FAIL = 1,	 /* other failure */
+	CP_EXIT_USAGE = 2,	 /* bad command line */
+	CP_EXIT_LOCAL_IO = 3,	 /* a local file or directory could not be read or written */
+	CP_EXIT_NET = 4,	 /* connection failed, lost or timed out */
+	CP_EXIT_REFUSED = 5,	 /* the peer refused: token, name, existing file, busy */
+	CP_EXIT_INTEGRITY = 6,	 /* checksum mismatch or protocol violation */
+	CP_EXIT_REMOTE_IO = 7,	 /* the receiver could not store the data (e.g. disk full) */
+	CP_EXIT_INTERRUPTED = 130, /* SIGINT or SIGTERM */
+};
+
+struct cp_opts {
+	/* serve */
+	const char *listen;
+	const char *dir;
+	bool force;
+	unsigned int max_conns;
+	/* send */
+	char **files;
+	int nfiles;
+	const char *as; /* remote name of the single FILE */
+	uint64_t rate;	/* bytes per second, 0: unlimited */
+	/* proxy */
+	const char *tcp_listen;
+	const char *prefix;
+	/* send and proxy */
+	const char *to;
+	/* all */
+	unsigned int count; /* serve, proxy: exit after this many connections */
+	uint32_t chunk, window;
+	unsigned int timeout_s; /* no progress for this long: give up */
+	const char *json;
+	int progress; /* -1 auto (TTY), 0 off, 1 on */
+	bool quiet;
+	bool have_token;
+	uint8_t token[CP_TOKEN_MAX];
+	uint16_t token_len;
+};
+
+void cp_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* cp_err_exit() - the exit code an ERROR code received from the peer means. */
+int cp_err_exit(unsigned int code);
+
+/* Split "HOST:PORT" or "[V6]:PORT"; returns 0 or -EINVAL. */
+int cp_parse_hostport(const char *s, char *host, size_t host_len, uint16_t *port);
+
+uint64_t cp_now_ns(void);
+double cp_cpu_seconds(void);
+uint64_t cp_peak_rss_bytes(void);
+
+int cp_serve(const struct cp_opts *o);
+int cp_send(const struct cp_opts *o);
+int cp_proxy(const struct cp_opts *o);
+
+#endif

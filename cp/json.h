@@ -1,0 +1,23 @@
+/* SPDX-License-Identifier: MIT */
+/* ringrdma-cp --json: one summary object per run. */
+#ifndef CP_JSON_H
+#define CP_JSON_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct cp_summary {
+	const char *mode;  /* "send", "serve" or "proxy" */
+	int exit_code;
+	const char *error; /* last error message, or NULL */
+	uint64_t files, bytes;
+	unsigned int connections, failures;
+	uint64_t start_ns; /* the clock starts here */
+	uint64_t checksum; /* of the last file, when files > 0 */
+	uint32_t chunk, window;
+};
+
+/* Fill in seconds, CPU and peak RSS now and write @path; 0 or -errno. */
+int cp_json_write(const char *path, const struct cp_summary *s);
+
+#endif

@@ -1,0 +1,217 @@
+// SPDX-License-Identifier: MIT
+/* ringrdma-cp's event loop: our CQEs and the bridge's from one ring. */
+#include <errno.h>
+#include <stddef.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include "cp.h"
+#include "loop.h"
+
+#define TICK_MS	 100
+#define DRAIN_MS 10000
+
+static void dispatch(struct cp_loop *lp, const struct io_uring_cqe *cqe)
+{
+	struct cp_op *op;
+
+	if (rr_bridge_handle_cqe(lp->b, cqe))
+		return;
+	op = (struct cp_op *)(uintptr_t)cqe->user_data;
+	lp->inflight--;
+	op->done(op, cqe->res);
+}
+
+static void app_cqe(rr_bridge *b, const struct io_uring_cqe *cqe, void *data)
+{
+	struct cp_loop *lp = data;
+	struct cp_op *op = (struct cp_op *)(uintptr_t)cqe->user_data;
+
+	lp->inflight--;
+	op->done(op, cqe->res);
+}
+
+struct io_uring_sqe *cp_loop_sqe(struct cp_loop *lp, struct cp_op *op)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&lp->ring);
+
+	if (!sqe && io_uring_submit(&lp->ring) >= 0)
+		sqe = io_uring_get_sqe(&lp->ring);
+	if (!sqe) {
+		cp_log("io_uring submission queue full");
+		return NULL;
+	}
+	/* The bridge may submit whenever it runs: never leave an SQE half set. */
+	io_uring_prep_nop(sqe);
+	io_uring_sqe_set_data(sqe, op);
+	lp->inflight++;
+	return sqe;
+}
+
+static void ignore_done(struct cp_op *op, int res)
+{
+}
+
+void cp_loop_cancel(struct cp_loop *lp, struct cp_op *op)
+{
+	struct io_uring_sqe *sqe = cp_loop_sqe(lp, &lp->ignore);
+
+	if (sqe) {
+		io_uring_prep_cancel(sqe, op, 0);
+		io_uring_sqe_set_data(sqe, &lp->ignore);
+	}
+}
+
+static void arm_tick(struct cp_loop *lp)
+{
+	struct io_uring_sqe *sqe;
+
+	if (lp->tick_on || lp->stop)
+		return;
+	sqe = cp_loop_sqe(lp, &lp->tick);
+	if (!sqe)
+		return;
+	lp->tick_ts.tv_sec = 0;
+	lp->tick_ts.tv_nsec = TICK_MS * 1000000LL;
+	io_uring_prep_timeout(sqe, &lp->tick_ts, 0, 0);
+	io_uring_sqe_set_data(sqe, &lp->tick);
+	lp->tick_on = true;
+}
+
+static void tick_done(struct cp_op *op, int res)
+{
+	struct cp_loop *lp = (struct cp_loop *)((char *)op - offsetof(struct cp_loop, tick));
+
+	lp->tick_on = false;
+	arm_tick(lp);
+}
+
+static void arm_sig(struct cp_loop *lp)
+{
+	struct io_uring_sqe *sqe;
+
+	if (lp->sig_on || lp->sigfd < 0 || lp->stop)
+		return;
+	sqe = cp_loop_sqe(lp, &lp->sig);
+	if (!sqe)
+		return;
+	io_uring_prep_read(sqe, lp->sigfd, lp->siginfo, sizeof(struct signalfd_siginfo), 0);
+	io_uring_sqe_set_data(sqe, &lp->sig);
+	lp->sig_on = true;
+}
+
+static void sig_done(struct cp_op *op, int res)
+{
+	struct cp_loop *lp = (struct cp_loop *)((char *)op - offsetof(struct cp_loop, sig));
+	struct signalfd_siginfo si;
+
+	lp->sig_on = false;
+	if (res == (int)sizeof(si)) {
+		memcpy(&si, lp->siginfo, sizeof(si));
+		lp->signo = (int)si.ssi_signo;
+		if (lp->on_signal)
+			lp->on_signal(lp, lp->signo);
+	}
+	arm_sig(lp);
+}
+
+int cp_loop_init(struct cp_loop *lp, unsigned int entries)
+{
+	struct rr_bridge_opts bo = {.on_app_cqe = app_cqe, .data = lp};
+	sigset_t set;
+	int rc;
+
+	lp->tick.done = tick_done;
+	lp->sig.done = sig_done;
+	lp->ignore.done = ignore_done;
+	lp->sigfd = -1;
+	rc = io_uring_queue_init(entries, &lp->ring, 0);
+	if (rc < 0) {
+		cp_log("io_uring_queue_init: %s", strerror(-rc));
+		return rc;
+	}
+	rc = rr_bridge_create(&lp->b, &lp->ring, &bo);
+	if (rc) {
+		cp_log("rr_bridge_create: %s", strerror(-rc));
+		goto err_ring;
+	}
+	/* SIGINT/SIGTERM come through the ring, so teardown removes temp files. */
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	signal(SIGPIPE, SIG_IGN);
+	if (sigprocmask(SIG_BLOCK, &set, NULL) == 0)
+		lp->sigfd = signalfd(-1, &set, SFD_CLOEXEC);
+	return 0;
+err_ring:
+	io_uring_queue_exit(&lp->ring);
+	return rc;
+}
+
+int cp_loop_pass(struct cp_loop *lp, unsigned int wait_ms)
+{
+	struct __kernel_timespec ts = {.tv_sec = wait_ms / 1000,
+				       .tv_nsec = (long long)(wait_ms % 1000) * 1000000};
+	struct io_uring_cqe *cqe;
+	unsigned int n = 0;
+	int rc;
+
+	rc = io_uring_submit_and_wait_timeout(&lp->ring, &cqe, 1, &ts, NULL);
+	if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EBUSY)
+		return rc;
+	while (io_uring_peek_cqe(&lp->ring, &cqe) == 0) {
+		dispatch(lp, cqe);
+		io_uring_cqe_seen(&lp->ring, cqe);
+		n++;
+	}
+	return (int)n;
+}
+
+int cp_loop_run(struct cp_loop *lp)
+{
+	int rc;
+
+	arm_sig(lp);
+	while (!lp->stop) {
+		arm_tick(lp);
+		rc = cp_loop_pass(lp, 1000);
+		if (rc < 0) {
+			cp_log("io_uring: %s", strerror(-rc));
+			return rc;
+		}
+		if (lp->poll)
+			lp->poll(lp);
+	}
+	return 0;
+}
+
+void cp_loop_fini(struct cp_loop *lp)
+{
+	uint64_t end = cp_now_ns() + DRAIN_MS * 1000000ull;
+	int rc;
+
+	lp->stop = true;
+	if (lp->tick_on) {
+		struct io_uring_sqe *sqe = cp_loop_sqe(lp, &lp->ignore);
+
+		if (sqe) {
+			io_uring_prep_timeout_remove(sqe, (uintptr_t)&lp->tick, 0);
+			io_uring_sqe_set_data(sqe, &lp->ignore);
+		}
+	}
+	if (lp->sig_on)
+		cp_loop_cancel(lp, &lp->sig);
+	while (lp->inflight && cp_now_ns() < end)
+		if (cp_loop_pass(lp, 100) < 0)
+			break;
+	if (lp->inflight)
+		cp_log("%u I/O requests still in flight at exit", lp->inflight);
+	rc = rr_bridge_destroy(lp->b);
+	if (rc)
+		cp_log("rr_bridge_destroy: %s", strerror(-rc));
+	io_uring_queue_exit(&lp->ring);
+	if (lp->sigfd >= 0)
+		close(lp->sigfd);
+}

@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * One io_uring, one thread: the ringrdma bridge's CQEs and ours (file and
+ * socket I/O, timers, signals) reaped by the same loop. Our user_data is
+ * always a struct cp_op pointer, which never carries the bridge's tag.
+ */
+#ifndef CP_LOOP_H
+#define CP_LOOP_H
+
+#include <stdbool.h>
+
+#include <ringrdma.h>
+
+struct cp_op;
+typedef void (*cp_op_fn)(struct cp_op *op, int res);
+
+struct cp_op {
+	cp_op_fn done;
+};
+
+struct cp_loop {
+	struct io_uring ring;
+	rr_bridge *b;
+	unsigned int inflight; /* our SQEs without their CQE */
+	bool stop;
+	int signo; /* SIGINT/SIGTERM received, 0 if none */
+	/* called every tick (100 ms) and after every batch of CQEs */
+	void (*poll)(struct cp_loop *lp);
+	void (*on_signal)(struct cp_loop *lp, int signo);
+	/* private */
+	struct cp_op tick, sig, ignore;
+	bool tick_on, sig_on;
+	int sigfd;
+	struct __kernel_timespec tick_ts;
+	unsigned char siginfo[128];
+};
+
+int cp_loop_init(struct cp_loop *lp, unsigned int entries);
+/* An SQE whose CQE goes to @op; NULL (and an error printed) if the ring is full. */
+struct io_uring_sqe *cp_loop_sqe(struct cp_loop *lp, struct cp_op *op);
+/* Ask the kernel to cancel @op; its own CQE still comes. */
+void cp_loop_cancel(struct cp_loop *lp, struct cp_op *op);
+/* Run until lp->stop; returns 0 or a negative errno from io_uring. */
+int cp_loop_run(struct cp_loop *lp);
+/* One pass: submit, wait up to @wait_ms, dispatch; CQEs handled or -errno. */
+int cp_loop_pass(struct cp_loop *lp, unsigned int wait_ms);
+/* After run: stop timers, reap until none of our SQEs is in flight. */
+void cp_loop_fini(struct cp_loop *lp);
+
+#endif

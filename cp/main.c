@@ -1,0 +1,314 @@
+// SPDX-License-Identifier: MIT
+/*
+ * ringrdma-cp: copy files over RDMA through one io_uring.
+ *
+ *   ringrdma-cp serve --listen ADDR:PORT --dir DIR [OPTIONS]
+ *   ringrdma-cp send [OPTIONS] FILE... ADDR:PORT
+ *   ringrdma-cp proxy --tcp-listen ADDR:PORT --to ADDR:PORT [OPTIONS]
+ *
+ * This file only parses the command line; see docs/man/ringrdma-cp.1.md.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cp.h"
+
+#define DEFAULT_CHUNK	(1u << 20)
+#define DEFAULT_WINDOW	16u
+#define DEFAULT_TIMEOUT 60u
+#define DEFAULT_CONNS	16u
+
+static void usage(FILE *f)
+{
+	fputs("usage: " CP_PROG " serve --listen ADDR:PORT --dir DIR [OPTIONS]\n"
+	      "       " CP_PROG " send [OPTIONS] FILE... ADDR:PORT\n"
+	      "       " CP_PROG " proxy --tcp-listen ADDR:PORT --to ADDR:PORT [OPTIONS]\n"
+	      "\n"
+	      "serve: store files sent over RDMA under DIR\n"
+	      "  --listen ADDR:PORT   RDMA address to listen on\n"
+	      "  --dir DIR            where files go; peers cannot write outside it\n"
+	      "  --force              replace existing files\n"
+	      "  --count N            exit after N connections ended\n"
+	      "  --max-conns N        refuse connections beyond N at once (default 16)\n"
+	      "send: copy FILEs to a serve peer\n"
+	      "  --as NAME            name of the single FILE on the receiver\n"
+	      "  --limit-rate BYTES   at most BYTES per second (suffix K, M, G)\n"
+	      "  --progress, --no-progress   force the progress line on or off\n"
+	      "proxy: forward each TCP client's byte stream to a serve peer as a file\n"
+	      "  --tcp-listen ADDR:PORT   TCP address to accept clients on\n"
+	      "  --to ADDR:PORT       the serve peer\n"
+	      "  --prefix NAME        file names NAME-TIME-PID-N (default \"stream\")\n"
+	      "  --count N            exit after N clients were handled\n"
+	      "all modes:\n"
+	      "  --chunk BYTES        chunk size (multiple of 4096, default 1M; the receiver\n"
+	      "                       uses the smaller of both sides' values)\n"
+	      "  --window N           chunks in flight, a power of two <= 256 (default 16)\n"
+	      "  --token-file FILE    shared secret the receiver checks before any data\n"
+	      "  --timeout SECS       give up after SECS without progress (default 60; 0: never)\n"
+	      "  --json FILE          write a summary (bytes, seconds, MB/s, CPU, RSS)\n"
+	      "  --quiet              only errors\n"
+	      "  -h, --help           this text\n"
+	      "\n"
+	      "Exit status: 0 ok, 1 other failure, 2 usage, 3 local file error, 4 network\n"
+	      "error, 5 refused by the peer, 6 checksum or protocol error, 7 the receiver\n"
+	      "could not store the data, 130 interrupted. Without an RDMA device, run it in\n"
+	      "the lab: tools/rdma-lab run -- build/cp/ringrdma-cp ...\n",
+	      f);
+}
+
+static int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+	unsigned long long v;
+	char *end;
+	int shift = 0;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s || *s == '-')
+		return -EINVAL;
+	switch (*end) {
+	case 'k': case 'K': shift = 10; end++; break;
+	case 'm': case 'M': shift = 20; end++; break;
+	case 'g': case 'G': shift = 30; end++; break;
+	default: break;
+	}
+	if (*end || (shift && v > (UINT64_MAX >> shift)))
+		return -EINVAL;
+	v <<= shift;
+	if (v < min || v > max)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+/* The secret: the file's bytes without trailing white space. */
+static int load_token(struct cp_opts *o, const char *path)
+{
+	char buf[CP_TOKEN_MAX + 2];
+	ssize_t n;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0) {
+		fprintf(stderr, CP_PROG ": --token-file %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	n = read(fd, buf, sizeof(buf));
+	close(fd);
+	if (n < 0) {
+		fprintf(stderr, CP_PROG ": --token-file %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' ||
+			 buf[n - 1] == '\t'))
+		n--;
+	if (n == 0 || n > CP_TOKEN_MAX) {
+		fprintf(stderr, CP_PROG ": --token-file %s: the token must be 1 to %d bytes\n", path,
+			CP_TOKEN_MAX);
+		return -1;
+	}
+	memcpy(o->token, buf, (size_t)n);
+	o->token_len = (uint16_t)n;
+	o->have_token = true;
+	return 0;
+}
+
+enum {
+	OPT_LISTEN = 256, OPT_DIR, OPT_FORCE, OPT_COUNT, OPT_MAX_CONNS, OPT_AS, OPT_RATE,
+	OPT_PROGRESS, OPT_NO_PROGRESS, OPT_TCP_LISTEN, OPT_TO, OPT_PREFIX, OPT_CHUNK, OPT_WINDOW,
+	OPT_TOKEN, OPT_TIMEOUT, OPT_JSON, OPT_QUIET,
+};
+
+static const struct option long_opts[] = {
+	{"listen", required_argument, NULL, OPT_LISTEN},
+	{"dir", required_argument, NULL, OPT_DIR},
+	{"force", no_argument, NULL, OPT_FORCE},
+	{"count", required_argument, NULL, OPT_COUNT},
+	{"max-conns", required_argument, NULL, OPT_MAX_CONNS},
+	{"as", required_argument, NULL, OPT_AS},
+	{"limit-rate", required_argument, NULL, OPT_RATE},
+	{"progress", no_argument, NULL, OPT_PROGRESS},
+	{"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
+	{"tcp-listen", required_argument, NULL, OPT_TCP_LISTEN},
+	{"to", required_argument, NULL, OPT_TO},
+	{"prefix", required_argument, NULL, OPT_PREFIX},
+	{"chunk", required_argument, NULL, OPT_CHUNK},
+	{"window", required_argument, NULL, OPT_WINDOW},
+	{"token-file", required_argument, NULL, OPT_TOKEN},
+	{"timeout", required_argument, NULL, OPT_TIMEOUT},
+	{"json", required_argument, NULL, OPT_JSON},
+	{"quiet", no_argument, NULL, OPT_QUIET},
+	{"help", no_argument, NULL, 'h'},
+	{NULL, 0, NULL, 0},
+};
+
+static int bad_value(const char *opt, const char *val, const char *want)
+{
+	fprintf(stderr, CP_PROG ": --%s %s: %s\n", opt, val, want);
+	return -1;
+}
+
+static int parse_opts(int argc, char **argv, struct cp_opts *o, unsigned int *seen)
+{
+	uint64_t v;
+	int opt;
+
+	while ((opt = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
+		if (opt >= OPT_LISTEN)
+			*seen |= 1u << (opt - OPT_LISTEN);
+		switch (opt) {
+		case OPT_LISTEN: o->listen = optarg; break;
+		case OPT_DIR: o->dir = optarg; break;
+		case OPT_FORCE: o->force = true; break;
+		case OPT_AS: o->as = optarg; break;
+		case OPT_TCP_LISTEN: o->tcp_listen = optarg; break;
+		case OPT_TO: o->to = optarg; break;
+		case OPT_PREFIX: o->prefix = optarg; break;
+		case OPT_JSON: o->json = optarg; break;
+		case OPT_QUIET: o->quiet = true; break;
+		case OPT_PROGRESS: o->progress = 1; break;
+		case OPT_NO_PROGRESS: o->progress = 0; break;
+		case OPT_COUNT:
+			if (parse_u64(optarg, 1, 1000000, &v))
+				return bad_value("count", optarg, "want 1 to 1000000");
+			o->count = (unsigned int)v;
+			break;
+		case OPT_MAX_CONNS:
+			if (parse_u64(optarg, 1, 4096, &v))
+				return bad_value("max-conns", optarg, "want 1 to 4096");
+			o->max_conns = (unsigned int)v;
+			break;
+		case OPT_RATE:
+			if (parse_u64(optarg, 1, UINT64_MAX, &v))
+				return bad_value("limit-rate", optarg, "want a positive byte count");
+			o->rate = v;
+			break;
+		case OPT_CHUNK:
+			if (parse_u64(optarg, CP_CHUNK_MIN, CP_CHUNK_MAX, &v) || v % 4096)
+				return bad_value("chunk", optarg, "want a multiple of 4096 from 4K to 16M");
+			o->chunk = (uint32_t)v;
+			break;
+		case OPT_WINDOW:
+			if (parse_u64(optarg, 1, CP_WINDOW_MAX, &v) || (v & (v - 1)))
+				return bad_value("window", optarg, "want a power of two from 1 to 256");
+			o->window = (uint32_t)v;
+			break;
+		case OPT_TIMEOUT:
+			if (parse_u64(optarg, 0, 86400, &v))
+				return bad_value("timeout", optarg, "want 0 to 86400 seconds");
+			o->timeout_s = (unsigned int)v;
+			break;
+		case OPT_TOKEN:
+			if (load_token(o, optarg))
+				return -1;
+			break;
+		case 'h':
+			usage(stdout);
+			exit(0);
+		default:
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* Options that make no sense in a mode are refused rather than ignored. */
+static int only(unsigned int seen, unsigned int allowed, const char *mode)
+{
+	unsigned int extra = seen & ~allowed;
+
+	if (!extra)
+		return 0;
+	for (unsigned int i = 0; long_opts[i].name; i++)
+		if (long_opts[i].val >= OPT_LISTEN && (extra & (1u << (long_opts[i].val - OPT_LISTEN)))) {
+			fprintf(stderr, CP_PROG ": --%s does not apply to %s\n", long_opts[i].name,
+				mode);
+			break;
+		}
+	return -1;
+}
+
+#define B(x) (1u << ((x) - OPT_LISTEN))
+#define COMMON (B(OPT_CHUNK) | B(OPT_WINDOW) | B(OPT_TOKEN) | B(OPT_TIMEOUT) | B(OPT_JSON) | B(OPT_QUIET))
+
+int main(int argc, char **argv)
+{
+	struct cp_opts o = {
+		.chunk = DEFAULT_CHUNK,
+		.window = DEFAULT_WINDOW,
+		.timeout_s = DEFAULT_TIMEOUT,
+		.max_conns = DEFAULT_CONNS,
+		.progress = -1,
+		.prefix = "stream",
+	};
+	unsigned int seen = 0;
+	const char *mode;
+
+	if (argc < 2) {
+		usage(stderr);
+		return CP_EXIT_USAGE;
+	}
+	mode = argv[1];
+	if (!strcmp(mode, "-h") || !strcmp(mode, "--help")) {
+		usage(stdout);
+		return 0;
+	}
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	optind = 2;
+	if (parse_opts(argc, argv, &o, &seen))
+		goto bad;
+	if (!strcmp(mode, "serve")) {
+		if (only(seen, COMMON | B(OPT_LISTEN) | B(OPT_DIR) | B(OPT_FORCE) | B(OPT_COUNT) |
+				       B(OPT_MAX_CONNS), mode))
+			goto bad;
+		if (!o.listen || !o.dir || optind != argc) {
+			fprintf(stderr, CP_PROG ": serve needs --listen and --dir and no operands\n");
+			goto bad;
+		}
+		return cp_serve(&o);
+	}
+	if (!strcmp(mode, "send")) {
+		if (only(seen, COMMON | B(OPT_AS) | B(OPT_RATE) | B(OPT_PROGRESS) |
+				       B(OPT_NO_PROGRESS), mode))
+			goto bad;
+		if (argc - optind < 2) {
+			fprintf(stderr, CP_PROG ": send needs FILE... and ADDR:PORT\n");
+			goto bad;
+		}
+		o.files = argv + optind;
+		o.nfiles = argc - optind - 1;
+		o.to = argv[argc - 1];
+		if (o.as && o.nfiles != 1) {
+			fprintf(stderr, CP_PROG ": --as needs exactly one FILE\n");
+			goto bad;
+		}
+		if (o.as && (!*o.as || strlen(o.as) > CP_NAME_MAX)) {
+			fprintf(stderr, CP_PROG ": --as wants 1 to %d bytes\n", CP_NAME_MAX);
+			goto bad;
+		}
+		return cp_send(&o);
+	}
+	if (!strcmp(mode, "proxy")) {
+		if (only(seen, COMMON | B(OPT_TCP_LISTEN) | B(OPT_TO) | B(OPT_PREFIX) | B(OPT_COUNT),
+			 mode))
+			goto bad;
+		if (!o.tcp_listen || !o.to || optind != argc) {
+			fprintf(stderr, CP_PROG ": proxy needs --tcp-listen and --to and no operands\n");
+			goto bad;
+		}
+		if (!cp_name_ok(o.prefix, strlen(o.prefix)) || strchr(o.prefix, '/') ||
+		    strlen(o.prefix) > 200) {
+			fprintf(stderr, CP_PROG ": --prefix wants a plain file name\n");
+			goto bad;
+		}
+		return cp_proxy(&o);
+	}
+	fprintf(stderr, CP_PROG ": unknown mode \"%s\"\n", mode);
+bad:
+	fprintf(stderr, "Try '" CP_PROG " --help'.\n");
+	return CP_EXIT_USAGE;
+}

@@ -1,0 +1,129 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ringrdma-cp wire format: the control messages both sides exchange with
+ * SEND/RECV, and the rule that admits a data chunk written into the
+ * receiver's window with RDMA WRITE with immediate.
+ *
+ * Every message is a fixed header (magic, version, type, payload length)
+ * and a payload whose layout depends on the type; all integers are little
+ * endian. The decoder trusts nothing: any length, value or name outside
+ * the rules below is an error, never a crash. It is pure (no I/O, no
+ * allocation) so the fuzzer and the unit suite can drive it directly.
+ */
+#ifndef CP_PROTO_H
+#define CP_PROTO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CP_MAGIC     0x50435252u /* "RRCP" on the wire */
+#define CP_VERSION   1
+#define CP_HDR_LEN   8
+#define CP_MSG_MAX   512 /* every receive buffer holds this much */
+#define CP_NAME_MAX  255
+#define CP_TOKEN_MAX 128
+#define CP_TEXT_MAX  200
+
+#define CP_CHUNK_MIN	4096u
+#define CP_CHUNK_MAX	(16u << 20)
+#define CP_WINDOW_MAX	256u
+
+enum cp_type {
+	CP_HELLO = 1,	   /* sender: proposal and token */
+	CP_WELCOME = 2,	   /* receiver: window address, key, geometry, first grant */
+	CP_FILE_START = 3, /* sender: name and size of the next file */
+	CP_FILE_READY = 4, /* receiver: the file is open, chunks may follow */
+	CP_GRANT = 5,	   /* receiver: chunks with seq below the limit may be written */
+	CP_FILE_END = 6,   /* sender: byte count and checksum of the file */
+	CP_FILE_DONE = 7,  /* receiver: verified, synced and under its final name */
+	CP_ERROR = 8,	   /* either side: why it gives up; it disconnects next */
+};
+
+/* enum cp_err: what an ERROR message reports, and the exit code it means. */
+enum cp_err {
+	CP_E_PROTO = 1,	   /* malformed or out-of-order message */
+	CP_E_AUTH = 2,	   /* token missing or wrong */
+	CP_E_NAME = 3,	   /* name refused: absolute, "..", escapes DIR */
+	CP_E_EXISTS = 4,   /* the final name exists and --force was not given */
+	CP_E_IO = 5,	   /* the receiver could not store the file */
+	CP_E_NOSPC = 6,	   /* the receiver's file system is full */
+	CP_E_CHECKSUM = 7, /* checksum or length mismatch */
+	CP_E_BUSY = 8,	   /* too many connections */
+	CP_E_ABORT = 9,	   /* the peer gave up for a reason of its own */
+	CP_E_MAX = 9,
+};
+
+#define CP_START_STREAM 1u /* size unknown: chunks may be short */
+
+struct cp_msg {
+	uint8_t type;
+	union {
+		struct {
+			uint32_t chunk, window;
+			uint16_t token_len;
+			uint8_t token[CP_TOKEN_MAX];
+		} hello;
+		struct {
+			uint32_t chunk, window, rkey, limit;
+			uint64_t addr;
+		} welcome;
+		struct {
+			uint64_t size;
+			uint32_t flags;
+			uint16_t name_len;
+			char name[CP_NAME_MAX + 1]; /* NUL-terminated by the decoder */
+		} start;
+		struct {
+			uint32_t limit;
+		} grant;
+		struct {
+			uint64_t bytes, checksum;
+		} end; /* FILE_END and FILE_DONE */
+		struct {
+			uint32_t code;
+			uint16_t len;
+			char text[CP_TEXT_MAX + 1];
+		} error;
+	};
+};
+
+/* cp_encode() - @m into @buf; returns the length, or 0 if @m is invalid. */
+size_t cp_encode(const struct cp_msg *m, uint8_t *buf, size_t cap);
+
+/*
+ * cp_decode() - parse @len bytes. Returns 0, or -EPROTO with a reason in
+ * @why (at least 80 bytes recommended).
+ */
+int cp_decode(const uint8_t *buf, size_t len, struct cp_msg *m, char *why, size_t why_len);
+
+/* cp_name_ok() - is @name a relative path without "..", "." or empty parts? */
+bool cp_name_ok(const char *name, size_t len);
+
+const char *cp_type_name(unsigned int type);
+const char *cp_err_name(unsigned int code);
+
+/*
+ * The receiver's view of the data stream of one connection, used to admit
+ * or refuse each RDMA WRITE with immediate. seq counts chunks over the
+ * whole connection; the immediate is the seq, the slot is seq % window.
+ */
+struct cp_rx_window {
+	uint32_t chunk, window;
+	uint32_t next_seq; /* the only seq that may arrive next */
+	uint32_t limit;	   /* seq < limit has been granted */
+	bool file_open;	   /* between FILE_READY and FILE_END */
+	bool stream;	   /* the file's size is unknown */
+	uint64_t size;	   /* declared size (sized files) */
+	uint64_t got;	   /* bytes admitted for this file */
+};
+
+/*
+ * cp_rx_admit() - may the chunk with immediate @imm and @len bytes be
+ * taken? On success returns 0, sets *slot and advances the state; on
+ * -EPROTO the state is unchanged and @why says why.
+ */
+int cp_rx_admit(struct cp_rx_window *w, uint32_t imm, uint32_t len, uint32_t *slot, char *why,
+		size_t why_len);
+
+#endif

@@ -1,0 +1,692 @@
+// SPDX-License-Identifier: MIT
+/*
+ * ringrdma-cp serve: one receiving connection.
+ *
+ * The receiver owns the pace: it exposes one window of `window` slots of
+ * `chunk` bytes (registered for remote write, and only after the token was
+ * checked) and grants the sender a limit: chunks with seq < limit may be
+ * written, chunk seq into slot seq % window, with seq as the immediate.
+ * Each chunk is admitted by cp_rx_admit(), hashed, and written to the temp
+ * file with io_uring straight from the slot; the slot is granted again only
+ * once that write completed. Control messages are SEND/RECV with credit:
+ * the sender never has more than `window` chunks plus one control message
+ * outstanding, and receives are reposted as each completes, so the receive
+ * queue (window + RX_SPARE_RECVS) never runs dry (rxe can stall for good
+ * on RNR).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "serve.h"
+#include "store.h"
+
+#define RX_GRANTS_OUT  2
+#define FLUSH_MS       3000
+#define CLOSE_MS       5000
+
+enum rx_state { RX_HELLO, RX_IDLE, RX_FILE, RX_SYNC, RX_CLOSING };
+enum slot_state { SLOT_FREE, SLOT_WRITING, SLOT_WRITTEN };
+
+struct rx_slot {
+	struct cp_op op;
+	struct rx *r;
+	enum slot_state state;
+	uint32_t len, done;
+	uint64_t off;
+};
+
+struct rx {
+	struct rx *next;
+	struct serve *s;
+	rr_ep *ep;
+	char peer[INET6_ADDRSTRLEN];
+	enum rx_state state;
+	bool accepted, orphan, down, busy;
+	uint64_t down_at, closing_at, last_activity;
+	int result;
+
+	uint8_t *ctl; /* nrecv receive buffers, then RX_SENDS send buffers */
+	struct ibv_mr *ctl_mr;
+	unsigned int nrecv, recvs_posted;
+	uint8_t *pending; /* a message that arrived before on_accept */
+	uint32_t pending_len;
+	uint8_t send_type[RX_SENDS];
+	unsigned int grants_out;
+
+	uint8_t *win;
+	size_t win_len;
+	struct ibv_mr *win_mr;
+	struct rx_slot *slots;
+	struct cp_rx_window w;
+	uint32_t released; /* every seq below was written to the file */
+	uint32_t limit_sent;
+
+	unsigned int io_inflight, writes;
+	struct cp_store st;
+	bool file_active, end_seen;
+	char name[CP_NAME_MAX + 1];
+	XXH3_state_t *hash;
+	uint64_t file_off, end_bytes, end_sum;
+	struct cp_op sync_op;
+};
+
+static void rx_fail(struct rx *r, unsigned int code, int result, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+struct rx *rx_next(struct rx *r)
+{
+	return r->next;
+}
+
+void rx_set_next(struct rx *r, struct rx *next)
+{
+	r->next = next;
+}
+
+static bool quiet(const struct rx *r)
+{
+	return r->s->o->quiet;
+}
+
+static void send_done(rr_ep *ep, const struct rr_completion *c, void *data);
+
+/* SEND one control message; returns 0 or a negative errno. */
+static int rx_send(struct rx *r, const struct cp_msg *m)
+{
+	unsigned int i;
+	uint8_t *buf;
+	size_t len;
+	int rc;
+
+	for (i = 0; i < RX_SENDS && r->send_type[i]; i++)
+		;
+	if (i == RX_SENDS)
+		return -ENOBUFS;
+	buf = r->ctl + (r->nrecv + i) * CP_MSG_MAX;
+	len = cp_encode(m, buf, CP_MSG_MAX);
+	if (!len)
+		return -EINVAL;
+	rc = rr_ep_post_send(r->ep, buf, (uint32_t)len, r->ctl_mr, send_done, (void *)(uintptr_t)i);
+	if (rc)
+		return rc;
+	r->send_type[i] = m->type;
+	return 0;
+}
+
+static void disconnect(struct rx *r)
+{
+	if (r->down)
+		return;
+	if (rr_ep_disconnect(r->ep)) {
+		r->down = true; /* not connected (any more): nothing to wait for */
+		r->down_at = cp_now_ns();
+	}
+}
+
+/*
+ * Give up on the connection: log, drop the file being received (never a
+ * partial file under its final name), tell the peer why with an ERROR
+ * unless @code is 0, then disconnect once that was sent.
+ */
+static void rx_fail(struct rx *r, unsigned int code, int result, const char *fmt, ...)
+{
+	struct cp_msg m = {.type = CP_ERROR};
+	va_list ap;
+	char msg[CP_TEXT_MAX + 1];
+
+	if (r->state == RX_CLOSING)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	cp_log("serve: %s: %s", r->peer, msg);
+	if (!r->result)
+		r->result = result;
+	if (r->file_active) {
+		cp_store_abort(&r->st);
+		r->file_active = false;
+	}
+	r->state = RX_CLOSING;
+	r->closing_at = cp_now_ns();
+	if (r->down || !r->accepted)
+		return;
+	if (code) {
+		m.error.code = code;
+		for (size_t i = 0; msg[i] && m.error.len < CP_TEXT_MAX; i++)
+			m.error.text[m.error.len++] =
+				(msg[i] >= 0x20 && msg[i] <= 0x7e) ? msg[i] : '?';
+		if (rx_send(r, &m) == 0)
+			return; /* disconnect once it went out: send_done() */
+	}
+	disconnect(r);
+}
+
+void rx_abort(struct rx *r, const char *why)
+{
+	rx_fail(r, CP_E_ABORT, CP_EXIT_INTERRUPTED, "%s", why);
+}
+
+static int err_result(unsigned int code)
+{
+	switch (code) {
+	case CP_E_IO:
+	case CP_E_NOSPC:
+		return CP_EXIT_LOCAL_IO;
+	case CP_E_CHECKSUM:
+	case CP_E_PROTO:
+		return CP_EXIT_INTEGRITY;
+	default:
+		return CP_EXIT_REFUSED;
+	}
+}
+
+static void send_grant(struct rx *r)
+{
+	struct cp_msg m = {.type = CP_GRANT};
+	uint32_t limit = r->released + r->w.window;
+
+	if (r->state != RX_IDLE && r->state != RX_FILE && r->state != RX_SYNC)
+		return;
+	if (limit == r->limit_sent || r->grants_out >= RX_GRANTS_OUT)
+		return;
+	m.grant.limit = limit;
+	if (rx_send(r, &m)) {
+		rx_fail(r, 0, CP_EXIT_NET, "cannot send a GRANT");
+		return;
+	}
+	r->grants_out++;
+	r->limit_sent = limit;
+	r->w.limit = limit;
+}
+
+static void send_done(rr_ep *ep, const struct rr_completion *c, void *data)
+{
+	struct rx *r = rr_ep_data(ep);
+	unsigned int i = (unsigned int)(uintptr_t)data;
+	uint8_t type = r->send_type[i];
+
+	r->send_type[i] = 0;
+	if (type == CP_GRANT)
+		r->grants_out--;
+	if (c->status) {
+		if (c->status != -ECANCELED)
+			rx_fail(r, 0, CP_EXIT_NET, "%s SEND failed: %s", cp_type_name(type),
+				strerror(-c->status));
+		if (r->state == RX_CLOSING)
+			disconnect(r);
+		return;
+	}
+	if (type == CP_ERROR)
+		disconnect(r);
+	else if (type == CP_GRANT)
+		send_grant(r);
+}
+
+static void finish_file(struct rx *r);
+
+/* Slots go back in seq order: the grant is a single limit. */
+static void release_slots(struct rx *r)
+{
+	struct rx_slot *sl;
+
+	while ((sl = &r->slots[r->released % r->w.window])->state == SLOT_WRITTEN) {
+		sl->state = SLOT_FREE;
+		r->released++;
+	}
+	send_grant(r);
+}
+
+static int submit_write(struct rx_slot *sl)
+{
+	struct rx *r = sl->r;
+	struct io_uring_sqe *sqe = cp_loop_sqe(&r->s->lp, &sl->op);
+	uint8_t *buf = r->win + (size_t)(sl - r->slots) * r->w.chunk;
+
+	if (!sqe)
+		return -EBUSY;
+	io_uring_prep_write(sqe, r->st.fd, buf + sl->done, sl->len - sl->done, sl->off + sl->done);
+	r->io_inflight++;
+	return 0;
+}
+
+static void write_done(struct cp_op *op, int res)
+{
+	struct rx_slot *sl = (struct rx_slot *)op;
+	struct rx *r = sl->r;
+
+	r->io_inflight--;
+	r->writes--;
+	if (r->state == RX_CLOSING) {
+		sl->state = SLOT_FREE;
+		return;
+	}
+	if (res <= 0) {
+		int err = res ? -res : EIO;
+
+		rx_fail(r, err == ENOSPC || err == EDQUOT ? CP_E_NOSPC : CP_E_IO, CP_EXIT_LOCAL_IO,
+			"writing %s: %s", r->name, strerror(err));
+		return;
+	}
+	sl->done += (uint32_t)res;
+	r->last_activity = cp_now_ns();
+	if (sl->done < sl->len) {
+		/* A short write: the rest goes on from where it stopped. */
+		r->writes++;
+		if (submit_write(sl)) {
+			r->writes--;
+			rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "cannot queue a write");
+		}
+		return;
+	}
+	sl->state = SLOT_WRITTEN;
+	release_slots(r);
+	if (r->end_seen && !r->writes)
+		finish_file(r);
+}
+
+static void on_chunk(struct rx *r, uint32_t imm, uint32_t len)
+{
+	char why[160];
+	struct rx_slot *sl;
+	uint32_t slot;
+
+	if (r->state != RX_FILE || r->end_seen) {
+		rx_fail(r, CP_E_PROTO, CP_EXIT_INTEGRITY, "data chunk %u outside a file", imm);
+		return;
+	}
+	if (cp_rx_admit(&r->w, imm, len, &slot, why, sizeof(why))) {
+		rx_fail(r, CP_E_PROTO, CP_EXIT_INTEGRITY, "%s", why);
+		return;
+	}
+	sl = &r->slots[slot];
+	if (sl->state != SLOT_FREE) {
+		/* cp_rx_admit() only admits granted seqs, and slots are granted free. */
+		rx_fail(r, CP_E_PROTO, CP_EXIT_INTEGRITY, "slot %u still busy", slot);
+		return;
+	}
+	XXH3_64bits_update(r->hash, r->win + (size_t)slot * r->w.chunk, len);
+	sl->state = SLOT_WRITING;
+	sl->len = len;
+	sl->done = 0;
+	sl->off = r->file_off;
+	r->file_off += len;
+	r->writes++;
+	if (submit_write(sl)) {
+		r->writes--;
+		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "cannot queue a write");
+	}
+}
+
+static void sync_done(struct cp_op *op, int res)
+{
+	struct rx *r = (struct rx *)((char *)op - offsetof(struct rx, sync_op));
+	struct cp_msg m = {.type = CP_FILE_DONE};
+	char why[CP_TEXT_MAX];
+	int code;
+
+	r->io_inflight--;
+	if (r->state == RX_CLOSING)
+		return;
+	if (res < 0) {
+		rx_fail(r, res == -ENOSPC ? CP_E_NOSPC : CP_E_IO, CP_EXIT_LOCAL_IO, "fsync %s: %s",
+			r->name, strerror(-res));
+		return;
+	}
+	code = cp_store_commit(&r->st, why, sizeof(why));
+	if (code) {
+		rx_fail(r, (unsigned int)code, err_result((unsigned int)code), "%s", why);
+		return;
+	}
+	r->file_active = false;
+	m.end.bytes = r->end_bytes;
+	m.end.checksum = r->end_sum;
+	r->s->files++;
+	r->s->bytes += r->end_bytes;
+	r->s->last_checksum = r->end_sum;
+	if (!quiet(r))
+		cp_log("serve: %s: received %s (%llu bytes, xxh3 %016llx)", r->peer, r->name,
+		       (unsigned long long)r->end_bytes, (unsigned long long)r->end_sum);
+	r->state = RX_IDLE;
+	r->end_seen = false;
+	if (rx_send(r, &m))
+		rx_fail(r, 0, CP_EXIT_NET, "cannot send FILE_DONE");
+}
+
+/* Every chunk is on disk and FILE_END arrived: verify, fsync, name it. */
+static void finish_file(struct rx *r)
+{
+	uint64_t sum = XXH3_64bits_digest(r->hash);
+	struct io_uring_sqe *sqe;
+
+	if (r->end_bytes != r->w.got || (!r->w.stream && r->w.got != r->w.size)) {
+		rx_fail(r, CP_E_CHECKSUM, CP_EXIT_INTEGRITY,
+			"%s: length mismatch (sender says %llu, received %llu)", r->name,
+			(unsigned long long)r->end_bytes, (unsigned long long)r->w.got);
+		return;
+	}
+	if (sum != r->end_sum) {
+		rx_fail(r, CP_E_CHECKSUM, CP_EXIT_INTEGRITY,
+			"%s: checksum mismatch (sender %016llx, received %016llx)", r->name,
+			(unsigned long long)r->end_sum, (unsigned long long)sum);
+		return;
+	}
+	r->state = RX_SYNC;
+	sqe = cp_loop_sqe(&r->s->lp, &r->sync_op);
+	if (!sqe) {
+		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "cannot queue fsync");
+		return;
+	}
+	io_uring_prep_fsync(sqe, r->st.fd, 0);
+	r->io_inflight++;
+}
+
+static bool token_ok(const struct rx *r, const struct cp_msg *m)
+{
+	const struct cp_opts *o = r->s->o;
+	unsigned int diff = 0;
+
+	if (!o->have_token)
+		return true;
+	/* Same time whatever the content, given the length. */
+	for (unsigned int i = 0; i < CP_TOKEN_MAX; i++)
+		diff |= (unsigned int)(m->hello.token[i] ^ o->token[i]);
+	return !diff && m->hello.token_len == o->token_len;
+}
+
+static void on_hello(struct rx *r, const struct cp_msg *m)
+{
+	const struct cp_opts *o = r->s->o;
+	struct cp_msg w = {.type = CP_WELCOME};
+	int rc;
+
+	if (r->busy) {
+		rx_fail(r, CP_E_BUSY, CP_EXIT_REFUSED, "refused: %u connections already",
+			o->max_conns);
+		return;
+	}
+	if (!token_ok(r, m)) {
+		rx_fail(r, CP_E_AUTH, CP_EXIT_REFUSED, "refused: %s token",
+			m->hello.token_len ? "wrong" : "no");
+		return;
+	}
+	r->w.chunk = m->hello.chunk < o->chunk ? m->hello.chunk : o->chunk;
+	r->w.window = m->hello.window < o->window ? m->hello.window : o->window;
+	r->win_len = (size_t)r->w.chunk * r->w.window;
+	r->win = aligned_alloc(4096, r->win_len);
+	r->slots = calloc(r->w.window, sizeof(*r->slots));
+	r->hash = XXH3_createState();
+	if (!r->win || !r->slots || !r->hash) {
+		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "out of memory for a %zu-byte window", r->win_len);
+		return;
+	}
+	for (unsigned int i = 0; i < r->w.window; i++) {
+		r->slots[i].r = r;
+		r->slots[i].op.done = write_done;
+	}
+	/* The only memory the peer may ever write. */
+	rc = rr_ep_reg_mr(r->ep, r->win, r->win_len, IBV_ACCESS_REMOTE_WRITE, &r->win_mr);
+	if (rc) {
+		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "registering the window: %s", strerror(-rc));
+		return;
+	}
+	r->w.limit = r->limit_sent = r->w.window;
+	w.welcome.chunk = r->w.chunk;
+	w.welcome.window = r->w.window;
+	w.welcome.limit = r->w.window;
+	w.welcome.rkey = r->win_mr->rkey;
+	w.welcome.addr = (uintptr_t)r->win;
+	r->state = RX_IDLE;
+	if (rx_send(r, &w))
+		rx_fail(r, 0, CP_EXIT_NET, "cannot send WELCOME");
+}
+
+static void on_start(struct rx *r, const struct cp_msg *m)
+{
+	struct cp_msg ready = {.type = CP_FILE_READY};
+	char why[CP_TEXT_MAX];
+	int code;
+
+	memcpy(r->name, m->start.name, sizeof(r->name));
+	code = cp_store_open(&r->st, r->s->dirfd, r->name, r->s->o->force, why, sizeof(why));
+	if (code) {
+		rx_fail(r, (unsigned int)code, err_result((unsigned int)code), "%s", why);
+		return;
+	}
+	r->file_active = true;
+	r->w.file_open = true;
+	r->w.stream = m->start.flags & CP_START_STREAM;
+	r->w.size = m->start.size;
+	r->w.got = 0;
+	r->file_off = 0;
+	r->end_seen = false;
+	XXH3_64bits_reset(r->hash);
+	r->state = RX_FILE;
+	if (rx_send(r, &ready))
+		rx_fail(r, 0, CP_EXIT_NET, "cannot send FILE_READY");
+}
+
+static void on_message(struct rx *r, const uint8_t *buf, uint32_t len)
+{
+	struct cp_msg m;
+	char why[160];
+
+	if (cp_decode(buf, len, &m, why, sizeof(why))) {
+		rx_fail(r, CP_E_PROTO, CP_EXIT_INTEGRITY, "bad message: %s", why);
+		return;
+	}
+	if (m.type == CP_ERROR) {
+		rx_fail(r, 0, CP_EXIT_NET, "sender gave up: %s: %s", cp_err_name(m.error.code),
+			m.error.text);
+		return;
+	}
+	if (m.type == CP_HELLO && r->state == RX_HELLO) {
+		on_hello(r, &m);
+	} else if (m.type == CP_FILE_START && r->state == RX_IDLE) {
+		on_start(r, &m);
+	} else if (m.type == CP_FILE_END && r->state == RX_FILE && !r->end_seen) {
+		r->w.file_open = false;
+		r->end_seen = true;
+		r->end_bytes = m.end.bytes;
+		r->end_sum = m.end.checksum;
+		if (!r->writes)
+			finish_file(r);
+	} else {
+		rx_fail(r, CP_E_PROTO, CP_EXIT_INTEGRITY, "unexpected %s", cp_type_name(m.type));
+	}
+}
+
+static void recv_done(rr_ep *ep, const struct rr_completion *c, void *data);
+
+static int post_recv(struct rx *r, uint8_t *buf)
+{
+	int rc = rr_ep_post_recv(r->ep, buf, CP_MSG_MAX, r->ctl_mr, recv_done, buf);
+
+	if (!rc)
+		r->recvs_posted++;
+	return rc;
+}
+
+static void recv_done(rr_ep *ep, const struct rr_completion *c, void *data)
+{
+	struct rx *r = rr_ep_data(ep);
+	uint8_t *buf = data;
+
+	r->recvs_posted--;
+	if (c->status) {
+		/* Flushed: a connection that never got established is dropped
+		 * (and freed) by the library, so ours goes once all came back. */
+		if (!r->accepted && !r->recvs_posted)
+			r->orphan = true;
+		else if (c->status != -ECANCELED)
+			rx_fail(r, 0, CP_EXIT_NET, "RECV failed: %s", strerror(-c->status));
+		return;
+	}
+	r->last_activity = cp_now_ns();
+	if (r->state == RX_CLOSING)
+		return;
+	if (!r->accepted) {
+		/* Only HELLO can come this early; handled in rx_accepted(). */
+		if (r->pending || c->has_imm) {
+			rx_fail(r, 0, CP_EXIT_INTEGRITY, "data before the connection was accepted");
+			return;
+		}
+		r->pending = buf;
+		r->pending_len = c->byte_len;
+		return;
+	}
+	/* Repost first: the sender's credit counts on it. */
+	if (post_recv(r, buf)) {
+		rx_fail(r, 0, CP_EXIT_NET, "cannot repost a receive");
+		return;
+	}
+	if (c->has_imm)
+		on_chunk(r, c->imm_data, c->byte_len);
+	else
+		on_message(r, buf, c->byte_len);
+}
+
+static void on_down(rr_ep *ep, int status, void *data)
+{
+	struct rx *r = data;
+
+	if (!r->down) {
+		r->down = true;
+		r->down_at = cp_now_ns();
+	}
+}
+
+struct rx *rx_create(struct serve *s, rr_ep *ep)
+{
+	struct sockaddr *sa = rdma_get_peer_addr(rr_ep_cm_id(ep));
+	struct rx *r = calloc(1, sizeof(*r));
+	size_t len;
+	int rc;
+
+	if (!r)
+		return NULL;
+	r->s = s;
+	r->ep = ep;
+	r->sync_op.done = sync_done;
+	r->st.fd = r->st.parentfd = -1;
+	r->last_activity = cp_now_ns();
+	r->nrecv = s->o->window + RX_SPARE_RECVS;
+	snprintf(r->peer, sizeof(r->peer), "peer");
+	if (sa && sa->sa_family == AF_INET)
+		inet_ntop(AF_INET, &((struct sockaddr_in *)sa)->sin_addr, r->peer, sizeof(r->peer));
+	else if (sa && sa->sa_family == AF_INET6)
+		inet_ntop(AF_INET6, &((struct sockaddr_in6 *)sa)->sin6_addr, r->peer,
+			  sizeof(r->peer));
+	len = (size_t)(r->nrecv + RX_SENDS) * CP_MSG_MAX;
+	r->ctl = aligned_alloc(4096, (len + 4095) / 4096 * 4096);
+	if (!r->ctl)
+		goto err;
+	memset(r->ctl, 0, len);
+	rc = rr_ep_reg_mr(ep, r->ctl, len, 0, &r->ctl_mr);
+	if (rc) {
+		cp_log("serve: registering receive buffers: %s", strerror(-rc));
+		goto err;
+	}
+	rr_ep_set_data(ep, r);
+	rr_ep_set_on_disconnect(ep, on_down);
+	for (unsigned int i = 0; i < r->nrecv; i++) {
+		rc = post_recv(r, r->ctl + (size_t)i * CP_MSG_MAX);
+		if (rc) {
+			cp_log("serve: posting receives: %s", strerror(-rc));
+			/* Those posted come back flushed when the library drops it. */
+			r->accepted = false;
+			if (!r->recvs_posted)
+				r->orphan = true;
+			return r;
+		}
+	}
+	return r;
+err:
+	rr_mr_dereg(r->ctl_mr);
+	free(r->ctl);
+	free(r);
+	return NULL;
+}
+
+void rx_accepted(struct rx *r)
+{
+	r->accepted = true;
+	r->busy = r->s->active > r->s->o->max_conns;
+	if (r->state == RX_CLOSING) {
+		disconnect(r);
+		return;
+	}
+	if (r->pending) {
+		uint8_t *buf = r->pending;
+
+		r->pending = NULL;
+		if (post_recv(r, buf)) {
+			rx_fail(r, 0, CP_EXIT_NET, "cannot repost a receive");
+			return;
+		}
+		on_message(r, buf, r->pending_len);
+	}
+}
+
+static void rx_free(struct rx *r)
+{
+	if (r->file_active)
+		cp_store_abort(&r->st);
+	rr_mr_dereg(r->win_mr);
+	rr_mr_dereg(r->ctl_mr);
+	XXH3_freeState(r->hash);
+	free(r->slots);
+	free(r->win);
+	free(r->ctl);
+	free(r);
+}
+
+enum rx_poll_res rx_poll(struct rx *r, int *result)
+{
+	uint64_t now = cp_now_ns();
+	unsigned int t = r->s->o->timeout_s;
+
+	if (r->orphan) {
+		if (r->io_inflight)
+			return RX_ALIVE;
+		rx_free(r);
+		return RX_DROPPED;
+	}
+	if (!r->accepted)
+		return RX_ALIVE;
+	if (!r->down) {
+		if (r->state == RX_CLOSING && now - r->closing_at > CLOSE_MS * 1000000ull) {
+			r->down = true; /* the peer never answered the disconnect */
+			r->down_at = now;
+		} else if (r->state != RX_CLOSING && t &&
+			   now - r->last_activity > (uint64_t)t * 1000000000ull) {
+			rx_fail(r, CP_E_ABORT, CP_EXIT_NET, "nothing received for %u s, giving up", t);
+			return RX_ALIVE;
+		} else {
+			return RX_ALIVE;
+		}
+	}
+	if (r->state != RX_CLOSING) {
+		/* The peer hung up; between files that is how a sender ends. */
+		if (r->state == RX_FILE || r->state == RX_SYNC)
+			rx_fail(r, 0, CP_EXIT_NET,
+				"sender disconnected during %s after %llu bytes; nothing stored",
+				r->name, (unsigned long long)r->w.got);
+		else if (r->state == RX_HELLO)
+			rx_fail(r, 0, CP_EXIT_NET, "connection closed before HELLO");
+		r->state = RX_CLOSING;
+	}
+	/* Wait for the flush so that no request outlives its buffer. */
+	if (rr_ep_outstanding(r->ep) && now - r->down_at < FLUSH_MS * 1000000ull)
+		return RX_ALIVE;
+	if (r->io_inflight)
+		return RX_ALIVE;
+	rr_ep_destroy(r->ep);
+	*result = r->result;
+	rx_free(r);
+	return RX_ENDED;
+}

@@ -1,0 +1,617 @@
+// SPDX-License-Identifier: MIT
+/*
+ * ringrdma-cp: one sending connection (see tx.h and docs/ringrdma-cp.md).
+ *
+ * Chunk seq goes into the receiver's slot seq % window and carries seq as
+ * its immediate; it may be written once seq < the receiver's grant limit.
+ * Up to `window` reads run at once, each into the local buffer of its seq,
+ * and chunks are posted strictly in seq order, so the checksum is computed
+ * in file order while reads and writes overlap. Our receives: `window`
+ * GRANTs at most (one per chunk the receiver stored) plus one reply and
+ * one ERROR, and each is reposted as it completes.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "tx.h"
+
+#define TX_SENDS       4 /* HELLO, FILE_START, FILE_END, ERROR: one at a time */
+#define TX_SPARE_RECVS 4
+#define FLUSH_MS       3000
+#define CLOSE_MS       5000
+#define CONNECT_MS     15000
+
+enum tx_state { TX_CONNECTING, TX_HELLO, TX_IDLE, TX_START, TX_DATA, TX_END, TX_CLOSING };
+enum slot_state { SL_FREE, SL_READING, SL_FILLED, SL_WRITING };
+
+struct tx_slot {
+	struct cp_op op;
+	struct tx *t;
+	enum slot_state state;
+	uint32_t seq, len, want;
+	uint64_t off;
+};
+
+struct tx {
+	struct cp_loop *lp;
+	const struct cp_opts *o;
+	struct tx_hooks h;
+	rr_ep *ep;
+	enum tx_state state;
+	bool connected, down;
+	uint64_t down_at, closing_at, last_activity, rate_start;
+	int result;
+	char msg[256];
+	char peer[300];
+
+	uint8_t *ctl; /* nrecv receive buffers, then TX_SENDS send buffers */
+	struct ibv_mr *ctl_mr;
+	unsigned int nrecv;
+	uint8_t send_type[TX_SENDS];
+
+	uint8_t *data;
+	size_t data_len;
+	struct ibv_mr *data_mr;
+	struct tx_slot *slots;
+	uint32_t chunk, window, rkey;
+	uint64_t raddr;
+	uint32_t limit, next_read, next_write;
+
+	struct tx_src src;
+	bool src_eof, stream_reading;
+	uint64_t read_off, file_bytes;
+	XXH3_state_t *hash;
+	uint64_t file_sum;
+	unsigned int io_inflight;
+	uint64_t bytes_done, bytes_posted;
+};
+
+static void tx_fail(struct tx *t, int result, unsigned int code, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+uint64_t tx_bytes(const struct tx *t)
+{
+	return t->bytes_done;
+}
+
+void tx_geometry(const struct tx *t, uint32_t *chunk, uint32_t *window)
+{
+	*chunk = t->chunk;
+	*window = t->window;
+}
+
+static void send_done(rr_ep *ep, const struct rr_completion *c, void *data);
+
+static int tx_send(struct tx *t, const struct cp_msg *m)
+{
+	unsigned int i;
+	uint8_t *buf;
+	size_t len;
+	int rc;
+
+	for (i = 0; i < TX_SENDS && t->send_type[i]; i++)
+		;
+	if (i == TX_SENDS)
+		return -ENOBUFS;
+	buf = t->ctl + (t->nrecv + i) * CP_MSG_MAX;
+	len = cp_encode(m, buf, CP_MSG_MAX);
+	if (!len)
+		return -EINVAL;
+	rc = rr_ep_post_send(t->ep, buf, (uint32_t)len, t->ctl_mr, send_done, (void *)(uintptr_t)i);
+	if (rc)
+		return rc;
+	t->send_type[i] = m->type;
+	return 0;
+}
+
+static void disconnect(struct tx *t)
+{
+	if (t->down)
+		return;
+	if (!t->connected || rr_ep_disconnect(t->ep)) {
+		t->down = true;
+		t->down_at = cp_now_ns();
+	}
+}
+
+/* Give up: remember why, tell the receiver (unless @code is 0), disconnect. */
+static void tx_fail(struct tx *t, int result, unsigned int code, const char *fmt, ...)
+{
+	struct cp_msg m = {.type = CP_ERROR};
+	va_list ap;
+
+	if (t->state == TX_CLOSING)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(t->msg, sizeof(t->msg), fmt, ap);
+	va_end(ap);
+	t->result = result;
+	t->state = TX_CLOSING;
+	t->closing_at = cp_now_ns();
+	if (!t->connected || t->down)
+		return;
+	if (code) {
+		m.error.code = code;
+		for (size_t i = 0; t->msg[i] && m.error.len < CP_TEXT_MAX; i++)
+			m.error.text[m.error.len++] =
+				(t->msg[i] >= 0x20 && t->msg[i] <= 0x7e) ? t->msg[i] : '?';
+		if (tx_send(t, &m) == 0)
+			return; /* send_done() disconnects */
+	}
+	disconnect(t);
+}
+
+void tx_abort(struct tx *t, int result, const char *why)
+{
+	tx_fail(t, result, CP_E_ABORT, "%s", why);
+}
+
+static void send_done(rr_ep *ep, const struct rr_completion *c, void *data)
+{
+	struct tx *t = rr_ep_data(ep);
+	unsigned int i = (unsigned int)(uintptr_t)data;
+	uint8_t type = t->send_type[i];
+
+	t->send_type[i] = 0;
+	if (c->status && c->status != -ECANCELED)
+		tx_fail(t, CP_EXIT_NET, 0, "%s SEND to %s failed: %s", cp_type_name(type), t->peer,
+			strerror(-c->status));
+	if (t->state == TX_CLOSING)
+		disconnect(t);
+}
+
+static void pump(struct tx *t);
+
+static int submit_read(struct tx_slot *sl)
+{
+	struct tx *t = sl->t;
+	struct io_uring_sqe *sqe = cp_loop_sqe(t->lp, &sl->op);
+	uint8_t *buf = t->data + (size_t)(sl - t->slots) * t->chunk;
+
+	if (!sqe)
+		return -EBUSY;
+	if (t->src.stream)
+		io_uring_prep_recv(sqe, t->src.fd, buf, t->chunk, 0);
+	else
+		io_uring_prep_read(sqe, t->src.fd, buf + sl->len, sl->want - sl->len,
+				   sl->off + sl->len);
+	t->io_inflight++;
+	sl->state = SL_READING;
+	return 0;
+}
+
+static void read_done(struct cp_op *op, int res)
+{
+	struct tx_slot *sl = (struct tx_slot *)op;
+	struct tx *t = sl->t;
+
+	t->io_inflight--;
+	if (t->state == TX_CLOSING) {
+		sl->state = SL_FREE;
+		return;
+	}
+	if (res < 0) {
+		sl->state = SL_FREE;
+		tx_fail(t, CP_EXIT_LOCAL_IO, CP_E_ABORT, "reading %s: %s", t->src.label,
+			strerror(-res));
+		return;
+	}
+	if (t->src.stream) {
+		t->stream_reading = false;
+		if (!res) {
+			sl->state = SL_FREE;
+			t->src_eof = true;
+		} else {
+			sl->seq = t->next_read++;
+			sl->len = (uint32_t)res;
+			sl->state = SL_FILLED;
+		}
+		pump(t);
+		return;
+	}
+	if (!res) {
+		sl->state = SL_FREE;
+		tx_fail(t, CP_EXIT_LOCAL_IO, CP_E_ABORT, "%s shrank while being sent", t->src.label);
+		return;
+	}
+	sl->len += (uint32_t)res;
+	if (sl->len < sl->want) {
+		/* A short read: ask for the rest into the same slot. */
+		if (submit_read(sl))
+			tx_fail(t, CP_EXIT_FAIL, CP_E_ABORT, "cannot queue a read");
+		return;
+	}
+	sl->state = SL_FILLED;
+	pump(t);
+}
+
+static void write_done(rr_ep *ep, const struct rr_completion *c, void *data)
+{
+	struct tx_slot *sl = data;
+	struct tx *t = sl->t;
+
+	sl->state = SL_FREE;
+	if (c->status) {
+		if (c->status != -ECANCELED || t->state != TX_CLOSING)
+			tx_fail(t, CP_EXIT_NET, 0, "RDMA WRITE to %s failed: %s", t->peer,
+				strerror(-c->status));
+		return;
+	}
+	t->bytes_done += sl->len;
+	t->last_activity = cp_now_ns();
+	pump(t);
+}
+
+static bool rate_blocked(struct tx *t)
+{
+	uint64_t el;
+
+	if (!t->o->rate)
+		return false;
+	el = cp_now_ns() - t->rate_start;
+	return (double)t->bytes_posted > (double)t->o->rate * (double)el / 1e9;
+}
+
+/* Keep reads running ahead, post filled chunks in order while granted. */
+static void pump(struct tx *t)
+{
+	struct tx_slot *sl;
+	struct cp_msg m = {.type = CP_FILE_END};
+	int rc;
+
+	if (t->state != TX_DATA)
+		return;
+	if (t->src.stream) {
+		sl = &t->slots[t->next_read % t->window];
+		if (!t->src_eof && !t->stream_reading && sl->state == SL_FREE) {
+			sl->len = 0;
+			if (submit_read(sl)) {
+				tx_fail(t, CP_EXIT_FAIL, CP_E_ABORT, "cannot queue a read");
+				return;
+			}
+			t->stream_reading = true;
+		}
+	} else {
+		while (t->read_off < t->src.size &&
+		       (sl = &t->slots[t->next_read % t->window])->state == SL_FREE) {
+			uint64_t left = t->src.size - t->read_off;
+
+			sl->seq = t->next_read;
+			sl->off = t->read_off;
+			sl->want = left < t->chunk ? (uint32_t)left : t->chunk;
+			sl->len = 0;
+			if (submit_read(sl)) {
+				tx_fail(t, CP_EXIT_FAIL, CP_E_ABORT, "cannot queue a read");
+				return;
+			}
+			t->next_read++;
+			t->read_off += sl->want;
+		}
+	}
+	/* Unsigned distance: next_write < limit, also across the wrap. */
+	while ((sl = &t->slots[t->next_write % t->window])->state == SL_FILLED &&
+	       sl->seq == t->next_write && t->limit - t->next_write - 1 < t->window &&
+	       !rate_blocked(t)) {
+		uint8_t *buf = t->data + (size_t)(sl - t->slots) * t->chunk;
+
+		XXH3_64bits_update(t->hash, buf, sl->len);
+		rc = rr_ep_post_write_imm(t->ep, buf, sl->len, t->data_mr,
+					  t->raddr + (uint64_t)(sl - t->slots) * t->chunk, t->rkey,
+					  t->next_write, write_done, sl);
+		if (rc) {
+			tx_fail(t, CP_EXIT_NET, 0, "RDMA WRITE: %s", strerror(-rc));
+			return;
+		}
+		sl->state = SL_WRITING;
+		t->next_write++;
+		t->file_bytes += sl->len;
+		t->bytes_posted += sl->len;
+	}
+	if ((t->src.stream ? !t->src_eof || t->stream_reading : t->read_off < t->src.size) ||
+	    t->next_write != t->next_read)
+		return;
+	/* Everything is posted; RC delivers FILE_END after the last chunk. */
+	t->file_sum = XXH3_64bits_digest(t->hash);
+	m.end.bytes = t->file_bytes;
+	m.end.checksum = t->file_sum;
+	t->state = TX_END;
+	if (tx_send(t, &m))
+		tx_fail(t, CP_EXIT_NET, 0, "cannot send FILE_END");
+}
+
+static void next_source(struct tx *t)
+{
+	struct cp_msg m = {.type = CP_FILE_START};
+
+	memset(&t->src, 0, sizeof(t->src));
+	t->src.fd = -1;
+	if (!t->h.next(t, &t->src, t->h.data)) {
+		t->state = TX_CLOSING; /* all sent: a clean goodbye */
+		t->closing_at = cp_now_ns();
+		disconnect(t);
+		return;
+	}
+	t->read_off = t->file_bytes = 0;
+	t->src_eof = t->stream_reading = false;
+	XXH3_64bits_reset(t->hash);
+	m.start.size = t->src.stream ? 0 : t->src.size;
+	m.start.flags = t->src.stream ? CP_START_STREAM : 0;
+	m.start.name_len = (uint16_t)strlen(t->src.name);
+	memcpy(m.start.name, t->src.name, m.start.name_len);
+	t->state = TX_START;
+	if (tx_send(t, &m))
+		tx_fail(t, CP_EXIT_FAIL, 0, "cannot send FILE_START for %s", t->src.label);
+}
+
+static void on_welcome(struct tx *t, const struct cp_msg *m)
+{
+	int rc;
+
+	if (m->welcome.chunk > t->o->chunk || m->welcome.window > t->o->window) {
+		tx_fail(t, CP_EXIT_INTEGRITY, CP_E_PROTO, "receiver offers chunk %u, window %u",
+			m->welcome.chunk, m->welcome.window);
+		return;
+	}
+	t->chunk = m->welcome.chunk;
+	t->window = m->welcome.window;
+	t->limit = m->welcome.limit;
+	t->rkey = m->welcome.rkey;
+	t->raddr = m->welcome.addr;
+	t->data_len = (size_t)t->chunk * t->window;
+	t->data = aligned_alloc(4096, t->data_len);
+	t->slots = calloc(t->window, sizeof(*t->slots));
+	if (!t->data || !t->slots) {
+		tx_fail(t, CP_EXIT_FAIL, CP_E_ABORT, "out of memory for %zu bytes of buffers",
+			t->data_len);
+		return;
+	}
+	for (unsigned int i = 0; i < t->window; i++) {
+		t->slots[i].t = t;
+		t->slots[i].op.done = read_done;
+	}
+	/* Local access only: the receiver never touches the sender's memory. */
+	rc = rr_ep_reg_mr(t->ep, t->data, t->data_len, 0, &t->data_mr);
+	if (rc) {
+		tx_fail(t, CP_EXIT_FAIL, CP_E_ABORT, "registering buffers: %s", strerror(-rc));
+		return;
+	}
+	t->rate_start = cp_now_ns();
+	next_source(t);
+}
+
+static void on_message(struct tx *t, const uint8_t *buf, uint32_t len)
+{
+	struct cp_msg m;
+	char why[160];
+
+	if (cp_decode(buf, len, &m, why, sizeof(why))) {
+		tx_fail(t, CP_EXIT_INTEGRITY, CP_E_PROTO, "bad message from %s: %s", t->peer, why);
+		return;
+	}
+	switch (m.type) {
+	case CP_ERROR:
+		tx_fail(t, cp_err_exit(m.error.code), 0, "receiver %s: %s: %s", t->peer,
+			cp_err_name(m.error.code), m.error.text);
+		return;
+	case CP_WELCOME:
+		if (t->state != TX_HELLO)
+			break;
+		on_welcome(t, &m);
+		return;
+	case CP_FILE_READY:
+		if (t->state != TX_START)
+			break;
+		t->state = TX_DATA;
+		pump(t);
+		return;
+	case CP_GRANT:
+		if (t->state < TX_IDLE || t->state > TX_END)
+			break;
+		/* Never backwards, never more than a window ahead. */
+		if (m.grant.limit - t->limit > t->window ||
+		    m.grant.limit - t->next_write > t->window) {
+			tx_fail(t, CP_EXIT_INTEGRITY, CP_E_PROTO, "bad GRANT %u (limit %u, next %u)",
+				m.grant.limit, t->limit, t->next_write);
+			return;
+		}
+		t->limit = m.grant.limit;
+		pump(t);
+		return;
+	case CP_FILE_DONE:
+		if (t->state != TX_END)
+			break;
+		if (m.end.bytes != t->file_bytes || m.end.checksum != t->file_sum) {
+			tx_fail(t, CP_EXIT_INTEGRITY, CP_E_PROTO,
+				"receiver confirmed %llu bytes/%016llx for %s, sent %llu/%016llx",
+				(unsigned long long)m.end.bytes, (unsigned long long)m.end.checksum,
+				t->src.label, (unsigned long long)t->file_bytes,
+				(unsigned long long)t->file_sum);
+			return;
+		}
+		t->state = TX_IDLE;
+		if (t->h.file_done)
+			t->h.file_done(t, &t->src, t->file_bytes, t->file_sum, t->h.data);
+		if (t->state == TX_IDLE)
+			next_source(t);
+		return;
+	default:
+		break;
+	}
+	tx_fail(t, CP_EXIT_INTEGRITY, CP_E_PROTO, "unexpected %s from %s", cp_type_name(m.type),
+		t->peer);
+}
+
+static void recv_done(rr_ep *ep, const struct rr_completion *c, void *data)
+{
+	struct tx *t = rr_ep_data(ep);
+	uint8_t *buf = data;
+	int rc;
+
+	if (c->status) {
+		if (c->status != -ECANCELED)
+			tx_fail(t, CP_EXIT_NET, 0, "RECV from %s failed: %s", t->peer,
+				strerror(-c->status));
+		return;
+	}
+	t->last_activity = cp_now_ns();
+	if (t->state == TX_CLOSING)
+		return;
+	rc = rr_ep_post_recv(ep, buf, CP_MSG_MAX, t->ctl_mr, recv_done, buf);
+	if (rc) {
+		tx_fail(t, CP_EXIT_NET, 0, "cannot repost a receive: %s", strerror(-rc));
+		return;
+	}
+	if (c->has_imm) {
+		tx_fail(t, CP_EXIT_INTEGRITY, CP_E_PROTO, "unexpected RDMA WRITE from %s", t->peer);
+		return;
+	}
+	on_message(t, buf, c->byte_len);
+}
+
+static void on_qp_ready(rr_ep *ep, int status, void *data)
+{
+	struct tx *t = data;
+	size_t len = (size_t)(t->nrecv + TX_SENDS) * CP_MSG_MAX;
+	int rc;
+
+	rc = rr_ep_reg_mr(ep, t->ctl, len, 0, &t->ctl_mr);
+	if (rc) {
+		tx_fail(t, CP_EXIT_FAIL, 0, "registering receive buffers: %s", strerror(-rc));
+		return;
+	}
+	/* Before the connection exists: the receiver's first SEND needs one. */
+	for (unsigned int i = 0; i < t->nrecv; i++) {
+		uint8_t *buf = t->ctl + (size_t)i * CP_MSG_MAX;
+
+		rc = rr_ep_post_recv(ep, buf, CP_MSG_MAX, t->ctl_mr, recv_done, buf);
+		if (rc) {
+			tx_fail(t, CP_EXIT_FAIL, 0, "posting receives: %s", strerror(-rc));
+			return;
+		}
+	}
+}
+
+static void on_connect(rr_ep *ep, int status, void *data)
+{
+	struct tx *t = data;
+	struct cp_msg m = {.type = CP_HELLO};
+
+	if (status) {
+		t->down = true;
+		t->down_at = cp_now_ns();
+		tx_fail(t, CP_EXIT_NET, 0, "cannot connect to %s: %s", t->peer, strerror(-status));
+		return;
+	}
+	t->connected = true;
+	t->last_activity = cp_now_ns();
+	if (t->state == TX_CLOSING) {
+		disconnect(t);
+		return;
+	}
+	m.hello.chunk = t->o->chunk;
+	m.hello.window = t->o->window;
+	if (t->o->have_token) {
+		m.hello.token_len = t->o->token_len;
+		memcpy(m.hello.token, t->o->token, t->o->token_len);
+	}
+	t->state = TX_HELLO;
+	if (tx_send(t, &m))
+		tx_fail(t, CP_EXIT_NET, 0, "cannot send HELLO");
+}
+
+static void on_down(rr_ep *ep, int status, void *data)
+{
+	struct tx *t = data;
+
+	if (!t->down) {
+		t->down = true;
+		t->down_at = cp_now_ns();
+	}
+	if (t->state != TX_CLOSING)
+		tx_fail(t, CP_EXIT_NET, 0, "connection to %s lost%s%s", t->peer,
+			status ? ": " : "", status ? strerror(-status) : "");
+}
+
+struct tx *tx_start(struct cp_loop *lp, const struct cp_opts *o, const char *host, uint16_t port,
+		    const struct tx_hooks *h)
+{
+	struct rr_ep_opts eo = {
+		.max_send_wr = o->window + TX_SENDS,
+		.max_recv_wr = o->window + TX_SPARE_RECVS,
+		.connect_timeout_ms = CONNECT_MS,
+		.on_qp_ready = on_qp_ready,
+		.on_disconnect = on_down,
+	};
+	struct tx *t = calloc(1, sizeof(*t));
+	size_t len;
+	int rc;
+
+	if (!t)
+		return NULL;
+	t->lp = lp;
+	t->o = o;
+	t->h = *h;
+	t->src.fd = -1;
+	t->nrecv = o->window + TX_SPARE_RECVS;
+	t->last_activity = cp_now_ns();
+	snprintf(t->peer, sizeof(t->peer), "%s:%u", host, port);
+	len = (size_t)(t->nrecv + TX_SENDS) * CP_MSG_MAX;
+	t->ctl = aligned_alloc(4096, (len + 4095) / 4096 * 4096);
+	t->hash = XXH3_createState();
+	if (!t->ctl || !t->hash) {
+		free(t->ctl);
+		XXH3_freeState(t->hash);
+		free(t);
+		return NULL;
+	}
+	memset(t->ctl, 0, len);
+	eo.data = t;
+	rc = rr_connect(lp->b, host, port, &eo, on_connect, &t->ep);
+	if (rc) {
+		t->ep = NULL;
+		t->down = true;
+		tx_fail(t, rc == -EINVAL ? CP_EXIT_USAGE : CP_EXIT_NET, 0, "cannot connect to %s: %s",
+			t->peer, strerror(-rc));
+	}
+	return t;
+}
+
+enum tx_poll_res tx_poll(struct tx *t, int *result, char *msg, size_t msg_len)
+{
+	uint64_t now = cp_now_ns();
+	unsigned int to = t->o->timeout_s;
+
+	if (t->state != TX_CLOSING) {
+		if (to && now - t->last_activity > (uint64_t)to * 1000000000ull)
+			tx_fail(t, CP_EXIT_NET, CP_E_ABORT, "no progress with %s for %u s", t->peer,
+				to);
+		else
+			pump(t); /* --limit-rate waits for the clock */
+		return TX_ALIVE;
+	}
+	if (!t->down) {
+		if (now - t->closing_at < CLOSE_MS * 1000000ull)
+			return TX_ALIVE;
+		t->down = true; /* the peer never answered the disconnect */
+		t->down_at = now;
+	}
+	if (t->ep && rr_ep_outstanding(t->ep) && now - t->down_at < FLUSH_MS * 1000000ull)
+		return TX_ALIVE;
+	if (t->io_inflight)
+		return TX_ALIVE;
+	rr_ep_destroy(t->ep);
+	rr_mr_dereg(t->data_mr);
+	rr_mr_dereg(t->ctl_mr);
+	*result = t->result;
+	snprintf(msg, msg_len, "%s", t->msg);
+	XXH3_freeState(t->hash);
+	free(t->slots);
+	free(t->data);
+	free(t->ctl);
+	free(t);
+	return TX_ENDED;
+}

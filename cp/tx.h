@@ -1,0 +1,47 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ringrdma-cp: one sending connection. It moves a sequence of sources
+ * (files read at an offset, or a socket read until EOF) to a receiver,
+ * reading with io_uring straight into registered buffers and writing each
+ * chunk with RDMA WRITE with immediate into the slots the receiver granted.
+ */
+#ifndef CP_TX_H
+#define CP_TX_H
+
+#include "cp.h"
+#include "loop.h"
+
+struct tx;
+
+struct tx_src {
+	int fd;
+	bool stream;   /* a socket: read until EOF, size unknown */
+	uint64_t size; /* a file: exactly this many bytes */
+	char name[CP_NAME_MAX + 1];
+	const char *label; /* for messages */
+};
+
+struct tx_hooks {
+	/* The next source to send; false when there is none left. */
+	bool (*next)(struct tx *t, struct tx_src *src, void *data);
+	/* The receiver stored @src: @bytes with checksum @sum. */
+	void (*file_done)(struct tx *t, const struct tx_src *src, uint64_t bytes, uint64_t sum,
+			  void *data);
+	void *data;
+};
+
+enum tx_poll_res { TX_ALIVE, TX_ENDED };
+
+struct tx *tx_start(struct cp_loop *lp, const struct cp_opts *o, const char *host, uint16_t port,
+		    const struct tx_hooks *h);
+/* Give up: tell the receiver, disconnect. */
+void tx_abort(struct tx *t, int result, const char *why);
+/* Every loop pass; TX_ENDED once the connection is gone and @t freed, with
+ * the exit code in *result and the error, if any, in @msg. */
+enum tx_poll_res tx_poll(struct tx *t, int *result, char *msg, size_t msg_len);
+/* Bytes the receiver has acknowledged so far, over all sources. */
+uint64_t tx_bytes(const struct tx *t);
+/* Geometry the receiver granted (0 before WELCOME). */
+void tx_geometry(const struct tx *t, uint32_t *chunk, uint32_t *window);
+
+#endif

@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: MIT
+/* ringrdma-cp: small helpers every mode uses. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "cp.h"
+
+void cp_log(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, CP_PROG ": ");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+int cp_err_exit(unsigned int code)
+{
+	switch (code) {
+	case CP_E_AUTH:
+	case CP_E_NAME:
+	case CP_E_EXISTS:
+	case CP_E_BUSY:
+		return CP_EXIT_REFUSED;
+	case CP_E_IO:
+	case CP_E_NOSPC:
+		return CP_EXIT_REMOTE_IO;
+	case CP_E_CHECKSUM:
+	case CP_E_PROTO:
+		return CP_EXIT_INTEGRITY;
+	default:
+		return CP_EXIT_FAIL;
+	}
+}
+
+int cp_parse_hostport(const char *s, char *host, size_t host_len, uint16_t *port)
+{
+	const char *colon, *h = s;
+	size_t hl;
+	char *end;
+	long p;
+
+	if (*s == '[') {
+		colon = strstr(s, "]:");
+		if (!colon)
+			return -EINVAL;
+		h = s + 1;
+		hl = (size_t)(colon - h);
+		colon++;
+	} else {
+		colon = strrchr(s, ':');
+		if (!colon)
+			return -EINVAL;
+		hl = (size_t)(colon - s);
+	}
+	if (!hl || hl >= host_len)
+		return -EINVAL;
+	errno = 0;
+	p = strtol(colon + 1, &end, 10);
+	if (errno || end == colon + 1 || *end || p < 1 || p > 65535)
+		return -EINVAL;
+	memcpy(host, h, hl);
+	host[hl] = '\0';
+	*port = (uint16_t)p;
+	return 0;
+}
+
+uint64_t cp_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+double cp_cpu_seconds(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
+	       ru.ru_stime.tv_usec / 1e6;
+}
+
+uint64_t cp_peak_rss_bytes(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return (uint64_t)ru.ru_maxrss * 1024; /* Linux reports KiB */
+}
