@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: MIT
+/*
+ * libFuzzer target for ringrdma-cp's wire format (tools/fuzz-cp runs it).
+ * The first byte picks a receiver state for cp_rx_admit(); the rest is one
+ * message for cp_decode(). Whatever decodes must re-encode to the same
+ * bytes, and the admission rule must never hand out a slot outside the
+ * window or admit more than was declared.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	uint8_t out[CP_MSG_MAX + 64];
+	struct cp_rx_window w = {0};
+	struct cp_msg m;
+	char why[160];
+	uint32_t slot, imm, len;
+
+	if (cp_decode(data, size, &m, why, sizeof(why)) == 0) {
+		size_t n = cp_encode(&m, out, sizeof(out));
+
+		if (n != size || memcmp(out, data, size))
+			abort();
+		if (m.type == CP_FILE_START && !cp_name_ok(m.start.name, strlen(m.start.name)))
+			abort();
+	}
+	if (size < 17)
+		return 0;
+	memcpy(&imm, data + 1, 4);
+	memcpy(&len, data + 5, 4);
+	w.chunk = CP_CHUNK_MIN << (data[0] & 3);
+	w.window = 1u << ((data[0] >> 2) & 7);
+	w.stream = data[0] & 0x20;
+	w.file_open = !(data[0] & 0x40);
+	memcpy(&w.next_seq, data + 9, 4);
+	memcpy(&w.limit, data + 13, 4);
+	w.size = w.stream ? 0 : (uint64_t)len * 3;
+	for (int i = 0; i < 4; i++) {
+		struct cp_rx_window before = w;
+
+		if (cp_rx_admit(&w, imm + (uint32_t)i, len, &slot, why, sizeof(why)))
+			continue;
+		if (slot >= w.window || !len || len > w.chunk || w.got > before.got + len ||
+		    (!w.stream && w.got > w.size) || before.limit - before.next_seq - 1 >= w.window)
+			abort();
+	}
+	return 0;
+}

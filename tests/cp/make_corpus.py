@@ -1,0 +1,50 @@
+#!/usr/bin/env python3
+"""Write the seed corpus of ringrdma-cp's wire-format fuzzer (tests/cp/corpus).
+
+One valid message of every type plus broken variants; the fuzzer adds its
+own finds next to them (tools/fuzz-cp).
+"""
+import hashlib
+import os
+import struct
+import sys
+
+MAGIC, VERSION = 0x50435252, 1
+
+
+def msg(t, payload, version=VERSION, magic=MAGIC, plen=None):
+    n = len(payload) if plen is None else plen
+    return struct.pack("<IBBH", magic, version, t, n) + payload
+
+
+def main(out):
+    os.makedirs(out, exist_ok=True)
+    seeds = [
+        msg(1, struct.pack("<IIH", 1 << 20, 16, 5) + b"token"),
+        msg(1, struct.pack("<IIH", 4096, 1, 0)),
+        msg(2, struct.pack("<IIIIQ", 65536, 8, 0x1234, 8, 0x7F0000001000)),
+        msg(3, struct.pack("<QIH", 1 << 30, 0, 8) + b"data.bin"),
+        msg(3, struct.pack("<QIH", 0, 1, 10) + b"sub/stream"),
+        msg(3, struct.pack("<QIH", 5, 0, 5) + b"../..") ,
+        msg(3, struct.pack("<QIH", 5, 0, 11) + b"/etc/passwd"),
+        msg(3, struct.pack("<QIH", 5, 0, 300) + b"x" * 300),
+        msg(4, b""),
+        msg(5, struct.pack("<I", 0xFFFFFFFF)),
+        msg(6, struct.pack("<QQ", 123, 0xDEADBEEF)),
+        msg(7, struct.pack("<QQ", 0, 0x2D06800538D394C2)),
+        msg(8, struct.pack("<IH", 6, 9) + b"disk full"),
+        msg(8, struct.pack("<IH", 0, 1) + b"\n"),
+        msg(9, b"\x00" * 16),
+        msg(1, struct.pack("<IIH", 4096, 3, 0), version=2),
+        msg(6, struct.pack("<QQ", 1, 2), plen=200),
+        b"\x00" * 17,
+        b"\xff" * 40,
+    ]
+    for s in seeds:
+        name = hashlib.sha1(s).hexdigest()
+        with open(os.path.join(out, name), "wb") as f:
+            f.write(s)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "corpus"))

@@ -1,0 +1,226 @@
+// SPDX-License-Identifier: MIT
+/*
+ * ringrdma-cp's wire format on the host (no RDMA): round trips, hand-made
+ * hostile messages, the chunk admission rule, and a replay of every file
+ * of the fuzzer's corpus (tests/cp/corpus) through the same checks the
+ * fuzz target makes.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "proto.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static size_t enc(const struct cp_msg *m, uint8_t *buf)
+{
+	size_t n = cp_encode(m, buf, CP_MSG_MAX);
+
+	cr_assert(n >= CP_HDR_LEN, "encode of type %u", m->type);
+	return n;
+}
+
+Test(proto, round_trip_every_type)
+{
+	struct cp_msg in[] = {
+		{.type = CP_HELLO, .hello = {.chunk = 1 << 20, .window = 16, .token_len = 3,
+					     .token = "abc"}},
+		{.type = CP_WELCOME, .welcome = {.chunk = 65536, .window = 8, .rkey = 7,
+						 .limit = 8, .addr = 0x7f0000001000ull}},
+		{.type = CP_FILE_START, .start = {.size = 12345, .name_len = 5, .name = "a/b.c"}},
+		{.type = CP_FILE_START, .start = {.flags = CP_START_STREAM, .name_len = 1,
+						  .name = "s"}},
+		{.type = CP_FILE_READY},
+		{.type = CP_GRANT, .grant = {.limit = 0xffffffffu}},
+		{.type = CP_FILE_END, .end = {.bytes = 1ull << 40, .checksum = 0xdeadbeefcafef00dull}},
+		{.type = CP_FILE_DONE, .end = {.bytes = 1, .checksum = 2}},
+		{.type = CP_ERROR, .error = {.code = CP_E_NOSPC, .len = 4, .text = "full"}},
+	};
+	uint8_t buf[CP_MSG_MAX];
+	struct cp_msg out;
+	char why[160];
+
+	for (size_t i = 0; i < sizeof(in) / sizeof(in[0]); i++) {
+		size_t n = enc(&in[i], buf);
+
+		cr_assert_eq(cp_decode(buf, n, &out, why, sizeof(why)), 0, "%zu: %s", i, why);
+		cr_assert_eq(out.type, in[i].type);
+		cr_assert_eq(memcmp(&out, &in[i], sizeof(out)), 0, "message %zu differs", i);
+	}
+}
+
+static int decode_hex(const char *what, const uint8_t *buf, size_t n)
+{
+	struct cp_msg m;
+	char why[160] = "";
+	int rc = cp_decode(buf, n, &m, why, sizeof(why));
+
+	if (rc)
+		cr_assert(why[0], "%s: an error without a reason", what);
+	return rc;
+}
+
+/* Start from a valid FILE_START and break one thing at a time. */
+static size_t start_msg(uint8_t *buf, const char *name)
+{
+	struct cp_msg m = {.type = CP_FILE_START, .start = {.size = 10}};
+
+	m.start.name_len = (uint16_t)strlen(name);
+	memcpy(m.start.name, name, m.start.name_len);
+	return enc(&m, buf);
+}
+
+Test(proto, hostile_names_refused)
+{
+	static const char *const bad[] = {"/etc/passwd", "..", "../x", "a/../../x", "a/..", ".",
+					   "./x", "a//b", "a/", "x\x01y", "x\x7fy"};
+	uint8_t buf[CP_MSG_MAX];
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		cr_assert_eq(decode_hex(bad[i], buf, start_msg(buf, bad[i])), -EPROTO,
+			     "name \"%s\" accepted", bad[i]);
+	cr_assert_eq(decode_hex("ok", buf, start_msg(buf, "sub/dir/file..txt")), 0);
+	cr_assert_eq(decode_hex("ok", buf, start_msg(buf, "...")), 0);
+}
+
+Test(proto, hostile_messages_refused)
+{
+	uint8_t buf[CP_MSG_MAX + 8] = {0};
+	size_t n;
+
+	cr_assert_eq(decode_hex("empty", buf, 0), -EPROTO);
+	n = start_msg(buf, "file");
+	cr_assert_eq(decode_hex("short", buf, n - 1), -EPROTO);
+	cr_assert_eq(decode_hex("header only", buf, CP_HDR_LEN), -EPROTO);
+	buf[n] = 0;
+	cr_assert_eq(decode_hex("trailing byte", buf, n + 1), -EPROTO);
+	buf[0] ^= 1;
+	cr_assert_eq(decode_hex("magic", buf, n), -EPROTO);
+	buf[0] ^= 1;
+	buf[4] = 2;
+	cr_assert_eq(decode_hex("version", buf, n), -EPROTO);
+	buf[4] = CP_VERSION;
+	buf[5] = 99;
+	cr_assert_eq(decode_hex("type", buf, n), -EPROTO);
+	buf[5] = CP_FILE_START;
+	buf[CP_HDR_LEN + 12] = 0xff; /* name length beyond the message */
+	cr_assert_eq(decode_hex("name length", buf, n), -EPROTO);
+	n = start_msg(buf, "file");
+	buf[CP_HDR_LEN + 8] = 2; /* unknown flag */
+	cr_assert_eq(decode_hex("flags", buf, n), -EPROTO);
+	n = start_msg(buf, "fixe");
+	buf[n - 2] = '\0'; /* "fi\0e" */
+	cr_assert_eq(decode_hex("NUL in name", buf, n), -EPROTO);
+}
+
+Test(proto, hostile_geometry_and_errors)
+{
+	struct cp_msg bad[] = {
+		{.type = CP_HELLO, .hello = {.chunk = 4095, .window = 16}},
+		{.type = CP_HELLO, .hello = {.chunk = 65536, .window = 3}},
+		{.type = CP_HELLO, .hello = {.chunk = 65536, .window = 512}},
+		{.type = CP_HELLO, .hello = {.chunk = 32u << 20, .window = 1}},
+		{.type = CP_WELCOME, .welcome = {.chunk = 65536, .window = 8, .limit = 9}},
+		{.type = CP_WELCOME, .welcome = {.chunk = 65536, .window = 8, .addr = ~0ull}},
+		{.type = CP_FILE_START, .start = {.size = 5, .flags = CP_START_STREAM, .name_len = 1,
+						  .name = "s"}},
+		{.type = CP_ERROR, .error = {.code = 0, .len = 1, .text = "x"}},
+		{.type = CP_ERROR, .error = {.code = 99, .len = 1, .text = "x"}},
+		{.type = CP_ERROR, .error = {.code = 1, .len = 2, .text = "\n"}},
+	};
+	uint8_t buf[CP_MSG_MAX];
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		cr_assert_eq(decode_hex("bad", buf, enc(&bad[i], buf)), -EPROTO, "case %zu accepted", i);
+}
+
+Test(proto, encode_refuses_oversized)
+{
+	struct cp_msg m = {.type = CP_HELLO, .hello = {.token_len = CP_TOKEN_MAX + 1}};
+	uint8_t buf[CP_MSG_MAX];
+
+	cr_assert_eq(cp_encode(&m, buf, sizeof(buf)), 0);
+	m.type = 42;
+	cr_assert_eq(cp_encode(&m, buf, sizeof(buf)), 0);
+	m.type = CP_FILE_END;
+	cr_assert_eq(cp_encode(&m, buf, 10), 0);
+}
+
+Test(proto, admit_in_order_granted_sized)
+{
+	struct cp_rx_window w = {.chunk = 4096, .window = 4, .limit = 4, .file_open = true,
+				 .size = 4096 * 2 + 1};
+	char why[160];
+	uint32_t slot;
+
+	cr_assert_eq(cp_rx_admit(&w, 1, 4096, &slot, why, sizeof(why)), -EPROTO, "out of order");
+	cr_assert_eq(cp_rx_admit(&w, 0, 4095, &slot, why, sizeof(why)), -EPROTO, "short chunk");
+	cr_assert_eq(cp_rx_admit(&w, 0, 4097, &slot, why, sizeof(why)), -EPROTO, "long chunk");
+	cr_assert_eq(cp_rx_admit(&w, 0, 0, &slot, why, sizeof(why)), -EPROTO, "empty chunk");
+	cr_assert_eq(cp_rx_admit(&w, 0, 4096, &slot, why, sizeof(why)), 0, "%s", why);
+	cr_assert_eq(slot, 0);
+	cr_assert_eq(cp_rx_admit(&w, 1, 4096, &slot, why, sizeof(why)), 0, "%s", why);
+	cr_assert_eq(cp_rx_admit(&w, 2, 2, &slot, why, sizeof(why)), -EPROTO, "past the size");
+	cr_assert_eq(cp_rx_admit(&w, 2, 1, &slot, why, sizeof(why)), 0, "%s", why);
+	cr_assert_eq(slot, 2);
+	cr_assert_eq(w.got, w.size);
+	cr_assert_eq(cp_rx_admit(&w, 3, 1, &slot, why, sizeof(why)), -EPROTO, "beyond the end");
+	w.file_open = false;
+	cr_assert_eq(cp_rx_admit(&w, 3, 1, &slot, why, sizeof(why)), -EPROTO, "no file");
+}
+
+Test(proto, admit_only_granted_across_wrap)
+{
+	struct cp_rx_window w = {.chunk = 4096, .window = 4, .stream = true, .file_open = true,
+				 .next_seq = 0xfffffffeu, .limit = 0xfffffffeu};
+	char why[160];
+	uint32_t slot;
+
+	cr_assert_eq(cp_rx_admit(&w, 0xfffffffeu, 10, &slot, why, sizeof(why)), -EPROTO,
+		     "not granted yet");
+	w.limit = 1; /* grants 0xfffffffe, 0xffffffff, 0 */
+	cr_assert_eq(cp_rx_admit(&w, 0xfffffffeu, 10, &slot, why, sizeof(why)), 0, "%s", why);
+	cr_assert_eq(slot, 2);
+	cr_assert_eq(cp_rx_admit(&w, 0xffffffffu, 4096, &slot, why, sizeof(why)), 0, "%s", why);
+	cr_assert_eq(slot, 3);
+	cr_assert_eq(cp_rx_admit(&w, 0, 1, &slot, why, sizeof(why)), 0, "%s", why);
+	cr_assert_eq(slot, 0);
+	cr_assert_eq(cp_rx_admit(&w, 1, 1, &slot, why, sizeof(why)), -EPROTO, "past the limit");
+}
+
+/* Every corpus file through the fuzz target's own checks (it aborts on a
+ * violation) and through the decoder. */
+Test(proto, corpus_replay)
+{
+	const char *dir = getenv("CP_CORPUS");
+	struct dirent *de;
+	unsigned int n = 0;
+	DIR *d;
+
+	cr_assert(dir, "CP_CORPUS is not set");
+	d = opendir(dir);
+	cr_assert(d, "cannot open %s", dir);
+	while ((de = readdir(d))) {
+		uint8_t buf[4096];
+		char path[4096];
+		size_t len;
+		FILE *f;
+
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		f = fopen(path, "rb");
+		cr_assert(f, "cannot open %s", path);
+		len = fread(buf, 1, sizeof(buf), f);
+		fclose(f);
+		LLVMFuzzerTestOneInput(buf, len);
+		n++;
+	}
+	closedir(d);
+	cr_assert(n >= 10, "only %u corpus files in %s", n, dir);
+}
