@@ -1,0 +1,97 @@
+#!/bin/bash
+# Shared by ringrdma-cp's lab tests (TAP). Source it with the number of
+# checks planned:  . lib.sh N  ; then use result/show/start_serve.
+# Without an RDMA device the test skips, unless RDMA_LAB or
+# RR_REQUIRE_RDMA=1 is set: then a missing device is a failure.
+set -u
+CP=${CP:?CP must name the ringrdma-cp binary}
+PLAN=${1:?plan}
+ADDR=${RR_TEST_ADDR:-${RDMA_LAB_ADDR:-}}
+
+required=0
+if [ "${RR_REQUIRE_RDMA:-}" = 1 ] || [ -n "${RDMA_LAB:-}" ]; then
+	required=1
+fi
+devs=$(ls /sys/class/infiniband 2>/dev/null)
+if [ -z "$devs" ] || [ -z "$ADDR" ]; then
+	why="no RDMA device"
+	[ -n "$devs" ] && why="RDMA device but neither RR_TEST_ADDR nor RDMA_LAB_ADDR set"
+	if [ "$required" = 1 ]; then
+		echo "1..$PLAN"
+		for i in $(seq "$PLAN"); do
+			echo "not ok $i - RDMA required but $why"
+		done
+		exit 1
+	fi
+	echo "1..0 # SKIP $why"
+	exit 0
+fi
+
+T=$(mktemp -d /tmp/rrcp-test.XXXXXX) || exit 1
+PIDS=()
+MOUNTS=()
+cleanup() {
+	for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
+	for m in "${MOUNTS[@]}"; do umount "$m" 2>/dev/null; done
+	rm -rf "$T"
+}
+trap cleanup EXIT
+
+failed=0
+n=0
+echo "1..$PLAN"
+result() { # OK? DESCRIPTION
+	n=$((n + 1))
+	if [ "$1" = 1 ]; then
+		echo "ok $n - $2"
+	else
+		echo "not ok $n - $2"
+		failed=1
+	fi
+}
+show() { # FILE...: as TAP diagnostics
+	for f in "$@"; do
+		[ -s "$f" ] && sed "s|^|# ${f##*/}: |" "$f" | tail -n 40
+	done
+	return 0
+}
+finish() {
+	[ "$n" = "$PLAN" ] || { echo "not ok $((n + 1)) - planned $PLAN checks, ran $n"; failed=1; }
+	exit $failed
+}
+
+# start_serve NAME PORT ARGS...: serve in the background, logs in $T/NAME.*,
+# its pid in SERVE_PID; waits until it listens.
+start_serve() {
+	local name=$1 port=$2
+	shift 2
+	"$CP" serve --listen "$ADDR:$port" "$@" >"$T/$name.out" 2>"$T/$name.err" &
+	SERVE_PID=$!
+	PIDS+=("$SERVE_PID")
+	for _ in $(seq 300); do
+		grep -q listening "$T/$name.out" 2>/dev/null && return 0
+		kill -0 "$SERVE_PID" 2>/dev/null || return 1
+		sleep 0.1
+	done
+	return 1
+}
+
+# wait_pid PID SECS: its exit status, or 124 after SECS (then it is killed).
+wait_pid() {
+	local pid=$1 secs=$2
+	for _ in $(seq $((secs * 10))); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	if kill -0 "$pid" 2>/dev/null; then
+		kill -9 "$pid" 2>/dev/null
+		wait "$pid" 2>/dev/null
+		return 124
+	fi
+	wait "$pid"
+}
+
+# json_field FILE FIELD
+json_field() {
+	python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2" 2>/dev/null
+}

@@ -1,0 +1,102 @@
+#!/bin/bash
+# ringrdma-cp end to end in the lab: the edge sizes around a 64 KiB chunk
+# and 64 MiB of random data in one run, many small files in one run,
+# byte-for-byte; then 16 MiB and 256 MiB transfers whose peak RSS on both
+# sides must be within a few MiB of each other (memory bounded by the
+# window, not by the file).
+#   transfer.sh PATH/TO/ringrdma-cp
+CP=${1:?usage: transfer.sh PATH/TO/ringrdma-cp}
+. "$(dirname "$0")/lib.sh" 9
+PORT=7500 CHUNK=65536
+
+mkdir -p "$T/src" "$T/dst" "$T/many" "$T/dst2" "$T/big" "$T/dst3"
+sizes="0 1 4095 4096 $((CHUNK - 1)) $CHUNK $((CHUNK + 1)) $((64 << 20))"
+files=()
+for s in $sizes; do
+	head -c "$s" /dev/urandom >"$T/src/f$s"
+	files+=("$T/src/f$s")
+done
+
+start_serve s1 $PORT --dir "$T/dst" --count 1 --json "$T/s1.json"
+timeout 300 "$CP" send --chunk 64K --window 8 --json "$T/c1.json" "${files[@]}" "$ADDR:$PORT" \
+	>"$T/c1.out" 2>"$T/c1.err"
+crc=$?
+wait_pid "$SERVE_PID" 60
+src=$?
+ok=0
+[ "$crc" = 0 ] && [ "$src" = 0 ] && ok=1
+result $ok "send of ${#files[@]} files of sizes $sizes (send exit $crc, serve exit $src)"
+[ $ok = 1 ] || show "$T/c1.err" "$T/s1.err"
+bad=
+for s in $sizes; do
+	cmp -s "$T/src/f$s" "$T/dst/f$s" || bad="$bad $s"
+done
+ok=0
+[ -z "$bad" ] && ok=1
+result $ok "every file arrived byte for byte${bad:+ (differ or missing:$bad)}"
+ok=0
+[ "$(json_field "$T/c1.json" files)" = 8 ] && [ "$(json_field "$T/s1.json" files)" = 8 ] &&
+	[ "$(json_field "$T/c1.json" checksum)" = "$(json_field "$T/s1.json" checksum)" ] &&
+	[ "$(json_field "$T/c1.json" bytes)" = "$(json_field "$T/s1.json" bytes)" ] && ok=1
+result $ok "both --json summaries agree on files, bytes and the checksum"
+[ $ok = 1 ] || show "$T/c1.json" "$T/s1.json"
+ok=0
+[ -z "$(ls -A "$T/dst" | grep -v '^f[0-9]*$')" ] && ok=1
+result $ok "no temp file left behind"
+rm -rf "$T/src"
+
+many=()
+for i in $(seq 40); do
+	head -c $((i * 777)) /dev/urandom >"$T/many/m$i"
+	many+=("$T/many/m$i")
+done
+start_serve s2 $((PORT + 1)) --dir "$T/dst2" --count 1
+timeout 300 "$CP" send --chunk 4K --window 4 "${many[@]}" "$ADDR:$((PORT + 1))" >"$T/c2.out" 2>"$T/c2.err"
+crc=$?
+wait_pid "$SERVE_PID" 60
+src=$?
+bad=0
+for i in $(seq 40); do cmp -s "$T/many/m$i" "$T/dst2/m$i" || bad=$((bad + 1)); done
+ok=0
+[ "$crc" = 0 ] && [ "$src" = 0 ] && [ "$bad" = 0 ] && ok=1
+result $ok "40 files in one run, 4 KiB chunks, window 4 (exit $crc/$src, $bad differ)"
+[ $ok = 1 ] || show "$T/c2.err" "$T/s2.err"
+
+# Peak RSS: same window, 16x the data.
+rss_run() { # SIZE_MIB TAG
+	head -c $(($1 << 20)) /dev/urandom >"$T/big/b$2"
+	start_serve "r$2" $((PORT + 2)) --dir "$T/dst3" --count 1 --json "$T/r$2.s.json"
+	timeout 500 "$CP" send --json "$T/r$2.c.json" "$T/big/b$2" "$ADDR:$((PORT + 2))" \
+		>"$T/r$2.out" 2>"$T/r$2.err"
+	local crc=$?
+	wait_pid "$SERVE_PID" 60
+	local src=$?
+	cmp -s "$T/big/b$2" "$T/dst3/b$2"
+	local same=$?
+	rm -f "$T/big/b$2" "$T/dst3/b$2"
+	[ "$crc" = 0 ] && [ "$src" = 0 ] && [ "$same" = 0 ]
+}
+rss_run 16 small
+ok_small=$?
+rss_run 256 large
+ok_large=$?
+ok=0
+[ $ok_small = 0 ] && [ $ok_large = 0 ] && ok=1
+result $ok "16 MiB and 256 MiB transfers with the default window arrived intact"
+[ $ok = 1 ] || show "$T/rsmall.err" "$T/rlarge.err" "$T/rsmall.err" "$T/rlarge.err"
+for side in c s; do
+	a=$(json_field "$T/rsmall.$side.json" peak_rss_bytes)
+	b=$(json_field "$T/rlarge.$side.json" peak_rss_bytes)
+	ok=0
+	d=$((b - a))
+	[ -n "$a" ] && [ -n "$b" ] && [ "${d#-}" -lt $((4 << 20)) ] && ok=1
+	name=sender
+	[ $side = s ] && name=receiver
+	result $ok "$name peak RSS: 16 MiB run ${a:-?} B, 256 MiB run ${b:-?} B (within 4 MiB)"
+done
+ok=0
+mbs=$(json_field "$T/rlarge.c.json" mb_per_s)
+cpu=$(json_field "$T/rlarge.c.json" cpu_seconds)
+[ -n "$mbs" ] && [ -n "$cpu" ] && ok=1
+result $ok "256 MiB send summary has rate and CPU: ${mbs:-?} MB/s, ${cpu:-?} CPU s"
+finish
