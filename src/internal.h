@@ -110,6 +110,7 @@ struct rr_channel {
 	struct ibv_comp_channel *ch;
 	uint32_t slot;
 	unsigned int ncqs;
+	unsigned int narmed;  /* its CQs armed: the most events it can hold */
 	struct rr__list link; /* b->channels */
 };
 
