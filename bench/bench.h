@@ -5,29 +5,74 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <ringrdma.h>
 
 #define BENCH_MAX_MSG 65536
-#define BENCH_MAX_QD 128
+#define BENCH_MAX_QD 256
+#define BENCH_MAX_CONNS 256
+#define BENCH_DEFAULT_PORT 18515
+#define BENCH_CDF_POINTS 200
 
 /* How a side waits for its work completions. */
 enum strategy { S_BUSY, S_THREAD, S_EPOLL, S_URING, S_HYBRID, S_COUNT };
+/* What the client asks of the server. */
+enum workload { W_PINGPONG, W_RATE, W_MIXED, W_IDLE, W_CONNS, W_COUNT };
+/* How a message travels: SEND/RECV, or RDMA WRITE with immediate. */
+enum op { OP_SEND, OP_WRITE_IMM, OP_COUNT };
 
+/* One run: a strategy on a workload with its parameters. */
 struct bench_cfg {
 	enum strategy strat;
+	enum workload wl;
+	enum op op;
 	uint32_t msg_size;
-	long iters;
+	uint32_t qd;    /* messages in flight per connection */
+	uint32_t conns; /* connections sharing one CQ per side */
+	long iters;     /* measured round trips, all connections together */
+	uint32_t idle_ms;
 	unsigned int spin_us;
+	unsigned int timeout_s; /* the server side's own watchdog */
 	const char *addr;
 	uint16_t port;
+	const char *file; /* mixed: the file the client reads */
 };
 
-/* One side of a connection: the QP and whatever its strategy waits on. */
-struct bconn {
+/* Figures of one side, measured over its timed part. */
+struct side_figures {
+	double cpu_s;
+	double elapsed_s;
+	int64_t ctx_switches;
+	int64_t syscalls; /* -1 when the kernel cannot count them */
+};
+
+/* Mixed workload: file reads in the client's own thread. */
+struct filer {
+	int fd;
+	uint64_t size, off, bytes;
+	uint8_t *buf;
+	unsigned int inflight;
+};
+
+/* One connection. */
+struct bqp {
+	struct rdma_cm_id *id;
+	uint8_t *recv, *send; /* 2*qd+1 receive slots, qd+1 send slots */
+	uint64_t raddr;       /* the peer's receive slots (WRITE_IMM) */
+	uint32_t rkey;
+};
+
+struct bside;
+typedef void (*wc_handler)(struct bside *s, const struct ibv_wc *wc);
+
+/* One side of a run: every connection's QP on one CQ its strategy waits on. */
+struct bside {
 	struct bench_cfg cfg;
 	struct rdma_event_channel *ec;
-	struct rdma_cm_id *listen_id, *id;
+	struct rdma_cm_id *listen_id;
+	struct bqp *qps;
+	uint32_t nqp;
 	struct ibv_pd *pd;
 	struct ibv_comp_channel *ch; /* thread, epoll */
 	struct ibv_cq *cq;
@@ -35,40 +80,118 @@ struct bconn {
 	unsigned int unacked;
 	/* uring, hybrid: the bridge owns the channel and the CQ */
 	struct io_uring ring;
+	bool ring_ready;
+	unsigned int ring_flags;
 	rr_bridge *b;
 	rr_cq *rcq;
-	struct ibv_wc fifo[BENCH_MAX_QD * 2];
-	unsigned int fifo_n;
 	uint8_t *buf;
+	size_t buf_len, slot_sz;
 	struct ibv_mr *mr;
+	wc_handler on_wc;
+	void *role; /* client or server state */
+	int err;
+	bool done;
+	bool listening; /* side_listen() succeeded */
+	struct filer *filer;
 };
 
-/* Figures of one side, measured over the timed loop. */
-struct side_figures {
-	double cpu_s;
-	long ctx_switches;
-	long syscalls; /* -1 when the kernel cannot count them */
+/* Message header: the first 8 bytes of every message. */
+struct msg_hdr {
+	uint32_t slot; /* the client's send slot, or a control code */
+	uint32_t seq;
 };
+#define HDR_STOP 0xfffffff0u /* client: measurement over, send figures */
+#define HDR_FIN 0xfffffff1u  /* server: here are my figures */
+
+/* wr_id: connection, kind and slot index. */
+enum { WR_RECV = 1, WR_MSG, WR_CTRL };
+static inline uint64_t wr_id_of(uint32_t conn, unsigned int kind, uint32_t idx)
+{
+	return (uint64_t)conn << 32 | (uint64_t)kind << 24 | idx;
+}
+static inline uint32_t wr_conn(uint64_t id) { return (uint32_t)(id >> 32); }
+static inline unsigned int wr_kind(uint64_t id) { return (unsigned int)(id >> 24) & 0xff; }
+static inline uint32_t wr_idx(uint64_t id) { return (uint32_t)id & 0xffffff; }
 
 const char *strategy_name(enum strategy s);
 int strategy_parse(const char *name, enum strategy *out);
+const char *workload_name(enum workload w);
+int workload_parse(const char *name, enum workload *out);
+const char *op_name(enum op o);
+int op_parse(const char *name, enum op *out);
 
-/* conn.c: rdma_cm connection with a QP on a CQ the strategy waits on. */
-int bconn_listen(struct bconn *c, const struct bench_cfg *cfg, uint16_t *port);
-int bconn_accept(struct bconn *c);
-int bconn_connect(struct bconn *c, const struct bench_cfg *cfg);
-int bconn_post_recv(struct bconn *c, uint32_t slot);
-int bconn_post_send(struct bconn *c, uint32_t slot, uint32_t len);
-void bconn_close(struct bconn *c);
+/* conn.c: rdma_cm connections on one CQ the strategy waits on. */
+int side_listen(struct bside *s, const char *addr, uint16_t port, uint16_t *bound);
+int side_accept(struct bside *s, struct bench_cfg *cfg, unsigned int timeout_s);
+int side_connect(struct bside *s, const struct bench_cfg *cfg, unsigned int retry_s);
+uint8_t *side_recv_slot(struct bside *s, uint32_t conn, uint32_t idx);
+uint8_t *side_send_slot(struct bside *s, uint32_t conn, uint32_t idx);
+int side_post_recv(struct bside *s, uint32_t conn, uint32_t idx);
+/* Send `len` bytes at `buf` (a slot of this side) as a SEND or, with
+ * write_slot >= 0, as a WRITE_IMM into the peer's receive slot. */
+int side_post(struct bside *s, uint32_t conn, uint64_t wr_id, const uint8_t *buf,
+	      uint32_t len, int write_slot);
+void side_close(struct bside *s);
 
-/* wait.c: block (or spin) until at least one work completion; 0..n or -errno. */
-int bconn_wait(struct bconn *c, struct ibv_wc *wc, int max);
+/* wait.c: wait for completions and hand each to s->on_wc; 0 or -errno. */
+int side_step(struct bside *s);
+int side_loop(struct bside *s);
+
+/* filer.c: mixed workload file reads; io_uring or pread by strategy. */
+int filer_open(struct filer *f, const char *path);
+void filer_close(struct filer *f);
+int filer_kick(struct bside *s); /* keep io_uring reads in flight */
+int filer_pread(struct filer *f); /* one synchronous chunk */
+void filer_on_cqe(rr_bridge *b, const struct io_uring_cqe *cqe, void *data);
+int filer_make_file(const char *dir, uint64_t size, char *path, size_t len);
+
+/* client.c, server.c: one run each. */
+struct client_out {
+	struct side_figures cli, srv;
+	uint64_t file_bytes;
+	int rc;
+	char err[160];
+	double rtt[]; /* cfg.iters round trips, microseconds */
+};
+int client_run(const struct bench_cfg *cfg, struct client_out *out);
+int server_run_one(struct bside *s, const char *addr, uint16_t port, int port_fd);
 
 /* figures.c */
 int syscalls_open(void);
-long syscalls_read(int fd);
 void side_begin(struct side_figures *f, int *sc_fd);
 void side_end(struct side_figures *f, int sc_fd);
 double now_us(void);
+
+/* A measured run, reduced. */
+struct result {
+	struct bench_cfg cfg;
+	const char *name; /* strategy, or a reference tool's row */
+	double p50, p99, p999, max, ops_per_s;
+	double cpu_us_per_op, syscalls_per_op, ctx_per_op;
+	double cpu_pct_per_side; /* idle: CPU of a core, mean of both sides */
+	double file_mb_per_s;   /* mixed */
+	bool syscalls_known, has_latency, reference;
+	double cdf[BENCH_CDF_POINTS + 1]; /* latency quantiles, for --plot */
+};
+
+/* run.c: fork the server and the client of one run, or serve forever. */
+int run_local(const struct bench_cfg *cfg, struct result *r, int timeout_s);
+int run_remote(const struct bench_cfg *cfg, struct result *r, int timeout_s);
+int serve_forever(const char *addr, uint16_t port);
+
+/* report.c */
+void report_table(FILE *out, const struct result *r, int n);
+void report_targets(FILE *out, const struct result *r, int n);
+int report_json(const char *path, const struct result *r, int n);
+int report_csv(const char *path, const struct result *r, int n);
+int report_plot(const char *path, const struct result *r, int n);
+
+/* perftest.c: perftest's ib_send_lat as reference rows. */
+int perftest_rows(const char *addr, uint32_t msg_size, long iters, struct result *r, int max);
+
+/* lab.c: with no address, find a real device or re-run inside the lab. */
+int lab_device_addr(char *addr, size_t len);
+int lab_reexec(int argc, char **argv, int hosts, const char *json, const char *csv,
+	       const char *plot);
 
 #endif

@@ -1,13 +1,17 @@
 // SPDX-License-Identifier: MIT
 /*
- * The same rdma_cm connection for every strategy: PD, CQ, RC QP, a buffer
- * of 2 * BENCH_MAX_QD message slots (receives first). Only the CQ differs:
- * no channel (busy), a blocking or an epoll-ed channel (thread, epoll), or
- * a CQ of the ringrdma bridge (uring, hybrid).
+ * The same rdma_cm connections for every strategy: one PD, one CQ shared by
+ * every connection's RC QP, one registered buffer with each connection's
+ * receive and send slots. Only the CQ differs: no channel (busy), a
+ * blocking or an epoll-ed channel (thread, epoll), or a CQ of the ringrdma
+ * bridge (uring, hybrid).
+ *
+ * The client's first connection request carries the run's configuration,
+ * so a server on another host sets itself up the same way; every request
+ * and reply carries the address and rkey of its side's receive slots.
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -16,113 +20,242 @@
 #include "bench.h"
 
 #define CM_TIMEOUT_MS 10000
+#define HELLO_MAGIC 0x72726231u /* "rrb1" */
 
-static int wait_cm(struct bconn *c, enum rdma_cm_event_type want, struct rdma_cm_id **id)
+/* rdma_cm private data: at most 56 bytes in a connection request. */
+struct hello {
+	uint32_t magic;
+	uint8_t strat, wl, op, pad;
+	uint16_t qd, conns;
+	uint32_t msg_size;
+	uint32_t iters;
+	uint32_t idle_ms;
+	uint32_t spin_us;
+	uint32_t rkey;
+	uint64_t addr;
+	uint32_t conn;
+	uint32_t timeout_s;
+} __attribute__((packed));
+
+static int wait_cm(struct bside *s, enum rdma_cm_event_type want, struct rdma_cm_event *copy)
 {
 	struct rdma_cm_event *ev;
 	enum rdma_cm_event_type got;
+	int status;
 
-	if (rdma_get_cm_event(c->ec, &ev))
+	if (rdma_get_cm_event(s->ec, &ev))
 		return -errno;
 	got = ev->event;
-	if (id)
-		*id = ev->id;
-	rdma_ack_cm_event(ev);
-	if (got != want) {
-		fprintf(stderr, "ringrdma-bench: expected %s, got %s\n", rdma_event_str(want),
-			rdma_event_str(got));
-		return got == RDMA_CM_EVENT_REJECTED ? -ECONNREFUSED : -EPROTO;
+	status = ev->status;
+	if (copy) {
+		*copy = *ev;
+		/* private data lives in the event: keep a copy of it */
+		if (ev->param.conn.private_data_len >= sizeof(struct hello)) {
+			static __thread struct hello h;
+
+			memcpy(&h, ev->param.conn.private_data, sizeof(h));
+			copy->param.conn.private_data = &h;
+		} else {
+			copy->param.conn.private_data = NULL;
+		}
 	}
-	return 0;
+	rdma_ack_cm_event(ev);
+	if (got == want)
+		return 0;
+	if (got == RDMA_CM_EVENT_REJECTED)
+		return -ECONNREFUSED;
+	fprintf(stderr, "ringrdma-bench: expected %s, got %s (%d)\n", rdma_event_str(want),
+		rdma_event_str(got), status);
+	return got == RDMA_CM_EVENT_UNREACHABLE ? -EHOSTUNREACH : -EPROTO;
+}
+
+/* A fresh side: an event channel and nothing else yet. */
+static int side_init(struct bside *s, const struct bench_cfg *cfg)
+{
+	memset(s, 0, sizeof(*s));
+	if (cfg)
+		s->cfg = *cfg;
+	s->epfd = -1;
+	s->ec = rdma_create_event_channel();
+	return s->ec ? 0 : (errno ? -errno : -ENODEV);
 }
 
 static void on_bridge_wc(rr_cq *cq, const struct ibv_wc *wc, void *data)
 {
-	struct bconn *c = data;
+	struct bside *s = data;
 
-	if (c->fifo_n < sizeof(c->fifo) / sizeof(c->fifo[0]))
-		c->fifo[c->fifo_n++] = *wc;
+	s->on_wc(s, wc);
 }
 
-static int make_cq(struct bconn *c, struct ibv_context *ctx)
+/* io_uring for the bridge: the cheapest task_work mode the kernel has. */
+static int ring_init(struct bside *s)
 {
-	int n = BENCH_MAX_QD * 2, fl;
+	static const unsigned int tries[] = {
+		IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN,
+		IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG, 0};
+	const char *env = getenv("RR_BENCH_RING_FLAGS");
+	int rc = -EINVAL;
+
+	for (unsigned int i = 0; i < 3; i++) {
+		unsigned int fl = env ? (unsigned int)strtoul(env, NULL, 0) : tries[i];
+
+		rc = io_uring_queue_init(256, &s->ring, fl);
+		if (!rc) {
+			s->ring_flags = fl;
+			s->ring_ready = true;
+			return 0;
+		}
+		if (env)
+			break;
+	}
+	return rc;
+}
+
+static int make_cq(struct bside *s, struct ibv_context *ctx)
+{
+	int n = (int)(s->cfg.conns * (4 * s->cfg.qd + 4)), fl;
 	struct epoll_event ev = {.events = EPOLLIN};
 
-	switch (c->cfg.strat) {
+	switch (s->cfg.strat) {
 	case S_BUSY:
-		c->cq = ibv_create_cq(ctx, n, NULL, NULL, 0);
+		s->cq = ibv_create_cq(ctx, n, NULL, NULL, 0);
 		break;
 	case S_THREAD:
 	case S_EPOLL:
-		c->ch = ibv_create_comp_channel(ctx);
-		if (!c->ch)
+		s->ch = ibv_create_comp_channel(ctx);
+		if (!s->ch)
 			return -errno;
-		c->cq = ibv_create_cq(ctx, n, NULL, c->ch, 0);
-		if (!c->cq || ibv_req_notify_cq(c->cq, 0))
+		s->cq = ibv_create_cq(ctx, n, NULL, s->ch, 0);
+		if (!s->cq || ibv_req_notify_cq(s->cq, 0))
 			return -EIO;
-		if (c->cfg.strat == S_EPOLL) {
-			fl = fcntl(c->ch->fd, F_GETFL);
-			if (fcntl(c->ch->fd, F_SETFL, fl | O_NONBLOCK))
+		if (s->cfg.strat == S_EPOLL) {
+			fl = fcntl(s->ch->fd, F_GETFL);
+			if (fcntl(s->ch->fd, F_SETFL, fl | O_NONBLOCK))
 				return -errno;
-			c->epfd = epoll_create1(0);
-			if (c->epfd < 0 || epoll_ctl(c->epfd, EPOLL_CTL_ADD, c->ch->fd, &ev))
+			s->epfd = epoll_create1(0);
+			if (s->epfd < 0 || epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->ch->fd, &ev))
 				return -errno;
 		}
 		break;
 	case S_URING:
 	case S_HYBRID: {
-		struct rr_cq_opts co = {.cqe = n, .on_wc = on_bridge_wc, .data = c,
-					.mode = c->cfg.strat == S_URING ? RR_WAIT_EVENT : RR_WAIT_HYBRID,
-					.spin_us = c->cfg.spin_us};
-		int rc = io_uring_queue_init(64, &c->ring, 0);
+		struct rr_cq_opts co = {.cqe = n, .on_wc = on_bridge_wc, .data = s,
+					.mode = s->cfg.strat == S_URING ? RR_WAIT_EVENT : RR_WAIT_HYBRID,
+					.spin_us = s->cfg.spin_us};
+		struct rr_bridge_opts bo = {.on_app_cqe = filer_on_cqe, .data = s};
+		int rc = ring_init(s);
 
-		if (rc)
-			return rc;
-		rc = rr_bridge_create(&c->b, &c->ring, NULL);
 		if (!rc)
-			rc = rr_cq_create(c->b, NULL, ctx, &co, &c->rcq);
+			rc = rr_bridge_create(&s->b, &s->ring, &bo);
+		if (!rc)
+			rc = rr_cq_create(s->b, NULL, ctx, &co, &s->rcq);
 		if (rc)
 			return rc;
-		c->cq = rr_cq_ibv(c->rcq);
+		s->cq = rr_cq_ibv(s->rcq);
 		break;
 	}
 	default:
 		return -EINVAL;
 	}
-	return c->cq ? 0 : -EIO;
+	return s->cq ? 0 : -EIO;
 }
 
-static int make_qp(struct bconn *c, struct rdma_cm_id *id)
+/* PD, CQ and buffer, once, on the first connection's device. */
+static int make_shared(struct bside *s, struct ibv_context *ctx)
 {
-	struct ibv_qp_init_attr attr = {0};
-	size_t len = (size_t)2 * BENCH_MAX_QD * c->cfg.msg_size;
+	uint32_t per = (2 * s->cfg.qd + 1) + (s->cfg.qd + 1);
 	int rc;
 
-	c->pd = ibv_alloc_pd(id->verbs);
-	if (!c->pd)
+	s->pd = ibv_alloc_pd(ctx);
+	if (!s->pd)
 		return -errno;
-	rc = make_cq(c, id->verbs);
+	rc = make_cq(s, ctx);
 	if (rc)
 		return rc;
-	attr.send_cq = attr.recv_cq = c->cq;
+	s->slot_sz = s->cfg.msg_size < 64 ? 64 : s->cfg.msg_size;
+	s->buf_len = (size_t)s->cfg.conns * per * s->slot_sz;
+	s->buf = aligned_alloc(4096, (s->buf_len + 4095) & ~(size_t)4095);
+	s->qps = calloc(s->cfg.conns, sizeof(*s->qps));
+	if (!s->buf || !s->qps)
+		return -ENOMEM;
+	memset(s->buf, 0, s->buf_len);
+	s->mr = ibv_reg_mr(s->pd, s->buf, s->buf_len,
+			   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	return s->mr ? 0 : -errno;
+}
+
+/* The QP of connection s->nqp, with every receive posted before the
+ * connection is requested or accepted: the peer's first message finds one. */
+static int make_qp(struct bside *s, struct rdma_cm_id *id)
+{
+	struct ibv_qp_init_attr attr = {0};
+	uint32_t per = (2 * s->cfg.qd + 1) + (s->cfg.qd + 1);
+	struct bqp *q;
+	int rc = 0;
+
+	if (!s->pd) {
+		rc = make_shared(s, id->verbs);
+		if (rc)
+			return rc;
+	}
+	if (id->verbs != s->pd->context)
+		return -EXDEV; /* every connection must be on one device */
+	attr.send_cq = attr.recv_cq = s->cq;
 	attr.qp_type = IBV_QPT_RC;
 	attr.sq_sig_all = 1;
-	attr.cap.max_send_wr = attr.cap.max_recv_wr = BENCH_MAX_QD;
+	attr.cap.max_send_wr = 2 * s->cfg.qd + 2;
+	attr.cap.max_recv_wr = 2 * s->cfg.qd + 2;
 	attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
-	if (rdma_create_qp(id, c->pd, &attr))
+	if (rdma_create_qp(id, s->pd, &attr))
 		return -errno;
-	c->buf = calloc(1, len);
-	if (!c->buf)
-		return -ENOMEM;
-	c->mr = ibv_reg_mr(c->pd, c->buf, len, IBV_ACCESS_LOCAL_WRITE);
-	if (!c->mr)
-		return -errno;
-	/* Every receive is posted before the connection is requested or
-	 * accepted, so the peer's first SEND always finds one. */
-	for (uint32_t i = 0; !rc && i < BENCH_MAX_QD; i++)
-		rc = bconn_post_recv(c, i);
+	q = &s->qps[s->nqp];
+	q->id = id;
+	q->recv = s->buf + (size_t)s->nqp * per * s->slot_sz;
+	q->send = q->recv + (size_t)(2 * s->cfg.qd + 1) * s->slot_sz;
+	s->nqp++;
+	for (uint32_t i = 0; !rc && i < 2 * s->cfg.qd + 1; i++)
+		rc = side_post_recv(s, s->nqp - 1, i);
 	return rc;
+}
+
+static void hello_fill(struct hello *h, const struct bside *s, uint32_t conn)
+{
+	memset(h, 0, sizeof(*h));
+	h->magic = HELLO_MAGIC;
+	h->strat = (uint8_t)s->cfg.strat;
+	h->wl = (uint8_t)s->cfg.wl;
+	h->op = (uint8_t)s->cfg.op;
+	h->qd = (uint16_t)s->cfg.qd;
+	h->conns = (uint16_t)s->cfg.conns;
+	h->msg_size = s->cfg.msg_size;
+	h->iters = (uint32_t)s->cfg.iters;
+	h->idle_ms = s->cfg.idle_ms;
+	h->spin_us = s->cfg.spin_us;
+	h->timeout_s = s->cfg.timeout_s;
+	h->conn = conn;
+	h->rkey = s->mr ? s->mr->rkey : 0;
+	h->addr = conn < s->nqp ? (uintptr_t)s->qps[conn].recv : 0;
+}
+
+/* A hello from the network: refuse what this side cannot set up. */
+static int hello_cfg(const struct hello *h, struct bench_cfg *cfg)
+{
+	if (!h || h->magic != HELLO_MAGIC || h->strat >= S_COUNT || h->wl >= W_COUNT ||
+	    h->op >= OP_COUNT || !h->qd || h->qd > BENCH_MAX_QD || !h->conns ||
+	    h->conns > BENCH_MAX_CONNS || h->msg_size < sizeof(struct msg_hdr) ||
+	    h->msg_size > BENCH_MAX_MSG)
+		return -EPROTO;
+	cfg->strat = (enum strategy)h->strat;
+	cfg->wl = (enum workload)h->wl;
+	cfg->op = (enum op)h->op;
+	cfg->qd = h->qd;
+	cfg->conns = h->conns;
+	cfg->msg_size = h->msg_size;
+	cfg->iters = h->iters;
+	cfg->idle_ms = h->idle_ms;
+	cfg->spin_us = h->spin_us ? h->spin_us : 50;
+	cfg->timeout_s = h->timeout_s;
+	return 0;
 }
 
 static int lookup(const char *addr, uint16_t port, int passive, struct rdma_addrinfo **ai)
@@ -136,124 +269,230 @@ static int lookup(const char *addr, uint16_t port, int passive, struct rdma_addr
 	return rdma_getaddrinfo(addr, ps, &hints, ai) ? -EINVAL : 0;
 }
 
-/* Both sides start alike: a clean bconn, an event channel, one cm_id. */
-static int start(struct bconn *c, const struct bench_cfg *cfg, struct rdma_cm_id **id)
-{
-	memset(c, 0, sizeof(*c));
-	c->cfg = *cfg;
-	c->epfd = -1;
-	c->ec = rdma_create_event_channel();
-	if (!c->ec || rdma_create_id(c->ec, id, NULL, RDMA_PS_TCP))
-		return errno ? -errno : -ENODEV;
-	return 0;
-}
-
-int bconn_listen(struct bconn *c, const struct bench_cfg *cfg, uint16_t *port)
+int side_listen(struct bside *s, const char *addr, uint16_t port, uint16_t *bound)
 {
 	struct rdma_addrinfo *ai;
-	int rc = start(c, cfg, &c->listen_id);
+	int rc = side_init(s, NULL);
 
 	if (rc)
 		return rc;
-	rc = lookup(cfg->addr, cfg->port, 1, &ai);
+	if (rdma_create_id(s->ec, &s->listen_id, NULL, RDMA_PS_TCP))
+		return -errno;
+	rc = lookup(addr, port, 1, &ai);
 	if (rc)
 		return rc;
-	rc = rdma_bind_addr(c->listen_id, ai->ai_src_addr) ? -errno : 0;
+	rc = rdma_bind_addr(s->listen_id, ai->ai_src_addr) ? -errno : 0;
 	rdma_freeaddrinfo(ai);
-	if (rc || rdma_listen(c->listen_id, 4))
+	if (rc || rdma_listen(s->listen_id, BENCH_MAX_CONNS))
 		return rc ? rc : -errno;
-	*port = be16toh(rdma_get_src_port(c->listen_id));
+	*bound = be16toh(rdma_get_src_port(s->listen_id));
+	s->listening = true;
 	return 0;
 }
 
-int bconn_accept(struct bconn *c)
+/* Accept the client's connections; the first one says what to run. */
+int side_accept(struct bside *s, struct bench_cfg *cfg, unsigned int timeout_s)
 {
 	struct rdma_conn_param p = {.responder_resources = 1, .initiator_depth = 1,
 				    .rnr_retry_count = 7};
-	int rc = wait_cm(c, RDMA_CM_EVENT_CONNECT_REQUEST, &c->id);
+	struct rdma_cm_event ev;
+	struct hello h;
+	int rc;
 
-	if (!rc)
-		rc = make_qp(c, c->id);
-	if (!rc && rdma_accept(c->id, &p))
-		rc = -errno;
-	return rc ? rc : wait_cm(c, RDMA_CM_EVENT_ESTABLISHED, NULL);
+	do {
+		rc = wait_cm(s, RDMA_CM_EVENT_CONNECT_REQUEST, &ev);
+		if (rc)
+			return rc;
+		if (s->nqp == 0) {
+			rc = hello_cfg(ev.param.conn.private_data, cfg);
+			if (rc) {
+				rdma_reject(ev.id, NULL, 0);
+				rdma_destroy_id(ev.id);
+				return rc;
+			}
+			cfg->addr = s->cfg.addr;
+			s->cfg = *cfg;
+			/* A server whose client vanished must not wait forever. */
+			if (timeout_s && cfg->timeout_s)
+				alarm(cfg->timeout_s + cfg->idle_ms / 1000);
+		} else if (!ev.param.conn.private_data) {
+			rdma_reject(ev.id, NULL, 0);
+			rdma_destroy_id(ev.id);
+			return -EPROTO;
+		}
+		memcpy(&h, ev.param.conn.private_data, sizeof(h));
+		rc = make_qp(s, ev.id);
+		if (rc) {
+			if (ev.id->qp) {
+				s->nqp = s->nqp && s->qps[s->nqp - 1].id == ev.id ? s->nqp - 1 : s->nqp;
+				rdma_destroy_qp(ev.id);
+			}
+			rdma_reject(ev.id, NULL, 0);
+			rdma_destroy_id(ev.id);
+			return rc;
+		}
+		s->qps[s->nqp - 1].raddr = h.addr;
+		s->qps[s->nqp - 1].rkey = h.rkey;
+		hello_fill(&h, s, s->nqp - 1);
+		p.private_data = &h;
+		p.private_data_len = sizeof(h);
+		if (rdma_accept(ev.id, &p))
+			return -errno;
+		rc = wait_cm(s, RDMA_CM_EVENT_ESTABLISHED, NULL);
+	} while (!rc && s->nqp < s->cfg.conns);
+	return rc;
 }
 
-int bconn_connect(struct bconn *c, const struct bench_cfg *cfg)
+static int connect_one(struct bside *s, struct rdma_addrinfo *ai)
 {
 	struct rdma_conn_param p = {.responder_resources = 1, .initiator_depth = 1,
 				    .retry_count = 7, .rnr_retry_count = 7};
+	struct rdma_cm_event ev;
+	struct rdma_cm_id *id;
+	struct hello h;
+	uint32_t before = s->nqp;
+	int rc;
+
+	if (rdma_create_id(s->ec, &id, NULL, RDMA_PS_TCP))
+		return -errno;
+	rc = rdma_resolve_addr(id, NULL, ai->ai_dst_addr, CM_TIMEOUT_MS) ? -errno : 0;
+	if (!rc)
+		rc = wait_cm(s, RDMA_CM_EVENT_ADDR_RESOLVED, NULL);
+	if (!rc && rdma_resolve_route(id, CM_TIMEOUT_MS))
+		rc = -errno;
+	if (!rc)
+		rc = wait_cm(s, RDMA_CM_EVENT_ROUTE_RESOLVED, NULL);
+	if (!rc)
+		rc = make_qp(s, id);
+	if (rc) {
+		s->nqp = before;
+		if (id->qp)
+			rdma_destroy_qp(id);
+		rdma_destroy_id(id);
+		return rc;
+	}
+	hello_fill(&h, s, s->nqp - 1);
+	p.private_data = &h;
+	p.private_data_len = sizeof(h);
+	if (rdma_connect(id, &p))
+		return -errno;
+	rc = wait_cm(s, RDMA_CM_EVENT_ESTABLISHED, &ev);
+	if (!rc && !ev.param.conn.private_data)
+		rc = -EPROTO;
+	if (!rc) {
+		memcpy(&h, ev.param.conn.private_data, sizeof(h));
+		s->qps[s->nqp - 1].raddr = h.addr;
+		s->qps[s->nqp - 1].rkey = h.rkey;
+	}
+	return rc;
+}
+
+/* Undo a refused first connection, so it can be tried again. */
+static void forget_first(struct bside *s)
+{
+	rdma_destroy_qp(s->qps[0].id);
+	rdma_destroy_id(s->qps[0].id);
+	s->nqp = 0;
+}
+
+/* Connect cfg->conns times. A server starting up refuses (or, on a host
+ * still booting, cannot be reached) for a moment, so the first connection
+ * is retried for up to retry_s seconds. */
+int side_connect(struct bside *s, const struct bench_cfg *cfg, unsigned int retry_s)
+{
 	struct rdma_addrinfo *ai;
-	int rc = start(c, cfg, &c->id);
+	double until = now_us() + retry_s * 1e6;
+	int rc = side_init(s, cfg);
 
 	if (rc)
 		return rc;
 	rc = lookup(cfg->addr, cfg->port, 0, &ai);
 	if (rc)
 		return rc;
-	rc = rdma_resolve_addr(c->id, NULL, ai->ai_dst_addr, CM_TIMEOUT_MS) ? -errno : 0;
+	while (!rc && s->nqp < cfg->conns) {
+		bool first = s->nqp == 0;
+
+		rc = connect_one(s, ai);
+		if (rc && first && rc != -ENOMEM && now_us() < until) {
+			if (s->nqp)
+				forget_first(s);
+			usleep(100000);
+			rc = 0;
+		}
+	}
 	rdma_freeaddrinfo(ai);
-	if (!rc)
-		rc = wait_cm(c, RDMA_CM_EVENT_ADDR_RESOLVED, NULL);
-	if (!rc && rdma_resolve_route(c->id, CM_TIMEOUT_MS))
-		rc = -errno;
-	if (!rc)
-		rc = wait_cm(c, RDMA_CM_EVENT_ROUTE_RESOLVED, NULL);
-	if (!rc)
-		rc = make_qp(c, c->id);
-	if (!rc && rdma_connect(c->id, &p))
-		rc = -errno;
-	return rc ? rc : wait_cm(c, RDMA_CM_EVENT_ESTABLISHED, NULL);
+	return rc;
 }
 
-int bconn_post_recv(struct bconn *c, uint32_t slot)
+uint8_t *side_recv_slot(struct bside *s, uint32_t conn, uint32_t idx)
 {
-	struct ibv_sge sge = {.addr = (uintptr_t)c->buf + (uintptr_t)slot * c->cfg.msg_size,
-			      .length = c->cfg.msg_size, .lkey = c->mr->lkey};
-	struct ibv_recv_wr wr = {.wr_id = slot, .sg_list = &sge, .num_sge = 1}, *bad;
-
-	return -ibv_post_recv(c->id->qp, &wr, &bad);
+	return s->qps[conn].recv + (size_t)idx * s->slot_sz;
 }
 
-int bconn_post_send(struct bconn *c, uint32_t slot, uint32_t len)
+uint8_t *side_send_slot(struct bside *s, uint32_t conn, uint32_t idx)
 {
-	struct ibv_sge sge = {.addr = (uintptr_t)c->buf +
-				      (uintptr_t)(BENCH_MAX_QD + slot) * c->cfg.msg_size,
-			      .length = len, .lkey = c->mr->lkey};
-	struct ibv_send_wr wr = {.wr_id = BENCH_MAX_QD + slot, .sg_list = &sge, .num_sge = 1,
+	return s->qps[conn].send + (size_t)idx * s->slot_sz;
+}
+
+int side_post_recv(struct bside *s, uint32_t conn, uint32_t idx)
+{
+	struct ibv_sge sge = {.addr = (uintptr_t)side_recv_slot(s, conn, idx),
+			      .length = (uint32_t)s->slot_sz, .lkey = s->mr->lkey};
+	struct ibv_recv_wr wr = {.wr_id = wr_id_of(conn, WR_RECV, idx), .sg_list = &sge,
+				 .num_sge = 1}, *bad;
+
+	return -ibv_post_recv(s->qps[conn].id->qp, &wr, &bad);
+}
+
+int side_post(struct bside *s, uint32_t conn, uint64_t wr_id, const uint8_t *buf,
+	      uint32_t len, int write_slot)
+{
+	struct bqp *q = &s->qps[conn];
+	struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = len, .lkey = s->mr->lkey};
+	struct ibv_send_wr wr = {.wr_id = wr_id, .sg_list = &sge, .num_sge = 1,
 				 .opcode = IBV_WR_SEND}, *bad;
 
-	return -ibv_post_send(c->id->qp, &wr, &bad);
+	if (write_slot >= 0) {
+		wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+		wr.imm_data = htobe32((uint32_t)write_slot);
+		wr.wr.rdma.remote_addr = q->raddr + (uint64_t)write_slot * s->slot_sz;
+		wr.wr.rdma.rkey = q->rkey;
+	}
+	return -ibv_post_send(q->id->qp, &wr, &bad);
 }
 
-void bconn_close(struct bconn *c)
+void side_close(struct bside *s)
 {
-	if (c->id && c->id->qp) {
-		rdma_disconnect(c->id);
-		rdma_destroy_qp(c->id);
+	for (uint32_t i = 0; i < s->nqp; i++) {
+		rdma_disconnect(s->qps[i].id);
+		rdma_destroy_qp(s->qps[i].id);
 	}
-	if (c->mr)
-		ibv_dereg_mr(c->mr);
-	free(c->buf);
-	if (c->b) {
-		rr_cq_destroy(c->rcq);
-		rr_bridge_destroy(c->b);
-		io_uring_queue_exit(&c->ring);
-	} else if (c->cq) {
-		if (c->unacked)
-			ibv_ack_cq_events(c->cq, c->unacked);
-		ibv_destroy_cq(c->cq);
+	if (s->mr)
+		ibv_dereg_mr(s->mr);
+	free(s->buf);
+	if (s->b) {
+		rr_cq_destroy(s->rcq);
+		rr_bridge_destroy(s->b);
+	} else if (s->cq) {
+		if (s->unacked)
+			ibv_ack_cq_events(s->cq, s->unacked);
+		ibv_destroy_cq(s->cq);
 	}
-	if (c->epfd >= 0)
-		close(c->epfd);
-	if (c->ch)
-		ibv_destroy_comp_channel(c->ch);
-	if (c->pd)
-		ibv_dealloc_pd(c->pd);
-	if (c->id)
-		rdma_destroy_id(c->id);
-	if (c->listen_id)
-		rdma_destroy_id(c->listen_id);
-	if (c->ec)
-		rdma_destroy_event_channel(c->ec);
+	if (s->ring_ready)
+		io_uring_queue_exit(&s->ring);
+	if (s->epfd >= 0)
+		close(s->epfd);
+	if (s->ch)
+		ibv_destroy_comp_channel(s->ch);
+	if (s->pd)
+		ibv_dealloc_pd(s->pd);
+	for (uint32_t i = 0; i < s->nqp; i++)
+		rdma_destroy_id(s->qps[i].id);
+	free(s->qps);
+	if (s->listen_id)
+		rdma_destroy_id(s->listen_id);
+	if (s->ec)
+		rdma_destroy_event_channel(s->ec);
+	memset(s, 0, sizeof(*s));
+	s->epfd = -1;
 }

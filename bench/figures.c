@@ -48,16 +48,16 @@ int syscalls_open(void)
 	return (int)syscall(SYS_perf_event_open, &a, 0, -1, -1, 0);
 }
 
-long syscalls_read(int fd)
+static int64_t syscalls_read(int fd)
 {
 	unsigned long long v;
 
 	if (fd < 0 || read(fd, &v, sizeof(v)) != sizeof(v))
 		return -1;
-	return (long)v;
+	return (int64_t)v;
 }
 
-static void usage_now(double *cpu, long *csw)
+static void usage_now(double *cpu, int64_t *csw)
 {
 	struct rusage ru;
 
@@ -71,6 +71,7 @@ void side_begin(struct side_figures *f, int *sc_fd)
 {
 	*sc_fd = syscalls_open();
 	usage_now(&f->cpu_s, &f->ctx_switches);
+	f->elapsed_s = now_us() / 1e6;
 	if (*sc_fd >= 0)
 		ioctl(*sc_fd, PERF_EVENT_IOC_ENABLE, 0);
 }
@@ -78,13 +79,14 @@ void side_begin(struct side_figures *f, int *sc_fd)
 void side_end(struct side_figures *f, int sc_fd)
 {
 	double cpu;
-	long csw;
+	int64_t csw;
 
 	if (sc_fd >= 0)
 		ioctl(sc_fd, PERF_EVENT_IOC_DISABLE, 0);
 	usage_now(&cpu, &csw);
 	f->cpu_s = cpu - f->cpu_s;
 	f->ctx_switches = csw - f->ctx_switches;
+	f->elapsed_s = now_us() / 1e6 - f->elapsed_s;
 	f->syscalls = syscalls_read(sc_fd);
 	if (sc_fd >= 0)
 		close(sc_fd);

@@ -1,378 +1,371 @@
 // SPDX-License-Identifier: MIT
 /*
  * ringrdma-bench: every way of waiting for RDMA completions, measured side
- * by side on the same workload and the same connection setup.
+ * by side on the same workloads and the same connection setup.
  *
- * This first version has the pingpong workload (SEND/RECV round trips at
- * queue depth 1) for the five strategies, run as two processes on one
- * machine (server and client), with figures per run: latency percentiles,
- * operations per second, CPU time, context switches and syscalls per
- * operation of both sides, the last counted by the kernel.
+ * Each run is a server and a client process (on one host, or --server and
+ * --client on two); figures cover both sides: latency percentiles,
+ * operations per second, CPU time, context switches and kernel-counted
+ * syscalls per operation.
  */
 #include <errno.h>
 #include <getopt.h>
-#include <signal.h>
-#include <stdio.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "bench.h"
 
-struct result {
-	enum strategy strat;
-	uint32_t msg_size;
-	long iters;
-	double p50, p99, p999, max, ops_per_s;
-	double cpu_us_per_op, syscalls_per_op, ctx_per_op;
-	bool syscalls_known;
+#define MAX_CONNS_LIST 16
+
+struct opts {
+	enum strategy strats[S_COUNT];
+	int nstrat;
+	enum workload wls[W_COUNT];
+	int nwl;
+	enum op ops[OP_COUNT];
+	int nop;
+	uint32_t conns[MAX_CONNS_LIST];
+	int nconns;
+	uint32_t qd, msg_size, idle_ms;
+	long iters; /* 0: per-workload defaults */
+	unsigned int spin_us;
+	bool quick, server, perftest, force_lab;
+	int hosts, timeout_s;
+	const char *addr, *client, *json, *csv, *plot, *file;
+	uint16_t port;
 };
-
-static long warmup_of(long iters)
-{
-	long w = iters / 10;
-
-	return w < 100 ? 100 : w;
-}
-
-/* Server: echo every message back; figures over the timed part only. */
-static int serve(const struct bench_cfg *cfg, int report_fd)
-{
-	struct bconn c;
-	struct ibv_wc wc[16];
-	struct side_figures f = {0};
-	uint16_t port = 0;
-	long total = warmup_of(cfg->iters) + cfg->iters, got = 0, sent = 0;
-	int sc = -1, rc;
-
-	rc = bconn_listen(&c, cfg, &port);
-	if (write(report_fd, &port, sizeof(port)) != sizeof(port) || rc)
-		return 1;
-	rc = bconn_accept(&c);
-	while (!rc && (got < total || sent < total)) {
-		int n = bconn_wait(&c, wc, 16);
-
-		if (n < 0) {
-			rc = n;
-			break;
-		}
-		for (int i = 0; i < n && !rc; i++) {
-			uint32_t slot = (uint32_t)wc[i].wr_id;
-
-			if (wc[i].status != IBV_WC_SUCCESS) {
-				rc = -EIO;
-			} else if (wc[i].opcode == IBV_WC_SEND) {
-				sent++;
-			} else {
-				if (++got == warmup_of(cfg->iters) + 1)
-					side_begin(&f, &sc);
-				memcpy(c.buf + (size_t)(BENCH_MAX_QD) * cfg->msg_size,
-				       c.buf + (size_t)slot * cfg->msg_size, wc[i].byte_len);
-				rc = bconn_post_recv(&c, slot);
-				if (!rc)
-					rc = bconn_post_send(&c, 0, wc[i].byte_len);
-			}
-		}
-	}
-	side_end(&f, sc);
-	if (write(report_fd, &f, sizeof(f)) != sizeof(f))
-		rc = -EIO;
-	bconn_close(&c);
-	if (rc)
-		fprintf(stderr, "ringrdma-bench server (%s): %s\n", strategy_name(cfg->strat),
-			strerror(-rc));
-	return rc ? 1 : 0;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-/* Client: round trips; each echo checked against what was sent. */
-static int pingpong(const struct bench_cfg *cfg, struct side_figures *f, double *rtt,
-		    double *elapsed_us)
-{
-	struct bconn c;
-	struct ibv_wc wc[16];
-	long warm = warmup_of(cfg->iters), total = warm + cfg->iters;
-	uint8_t *out;
-	double t0 = 0, start = 0;
-	int sc = -1, rc = bconn_connect(&c, cfg);
-
-	out = c.buf ? c.buf + (size_t)BENCH_MAX_QD * cfg->msg_size : NULL;
-	for (long i = 0; !rc && i < total; i++) {
-		int got_recv = 0, got_send = 0;
-
-		if (i == warm) {
-			side_begin(f, &sc);
-			start = now_us();
-		}
-		memset(out, (int)(i & 0xff), cfg->msg_size);
-		memcpy(out, &i, cfg->msg_size < sizeof(i) ? cfg->msg_size : sizeof(i));
-		t0 = now_us();
-		rc = bconn_post_send(&c, 0, cfg->msg_size);
-		while (!rc && (!got_recv || !got_send)) {
-			int n = bconn_wait(&c, wc, 16);
-
-			if (n < 0) {
-				rc = n;
-				break;
-			}
-			for (int k = 0; k < n && !rc; k++) {
-				uint32_t slot = (uint32_t)wc[k].wr_id;
-
-				if (wc[k].status != IBV_WC_SUCCESS) {
-					rc = -EIO;
-				} else if (wc[k].opcode == IBV_WC_SEND) {
-					got_send = 1;
-				} else {
-					got_recv = 1;
-					if (wc[k].byte_len != cfg->msg_size ||
-					    memcmp(c.buf + (size_t)slot * cfg->msg_size, out,
-						   cfg->msg_size))
-						rc = -EBADMSG;
-					else
-						rc = bconn_post_recv(&c, slot);
-				}
-			}
-		}
-		if (i >= warm)
-			rtt[i - warm] = now_us() - t0;
-	}
-	*elapsed_us = now_us() - start;
-	side_end(f, sc);
-	bconn_close(&c);
-	if (rc)
-		fprintf(stderr, "ringrdma-bench client (%s): %s\n", strategy_name(cfg->strat),
-			strerror(-rc));
-	return rc;
-}
-
-/* What the client child hands back to the parent (shared memory). */
-struct client_out {
-	struct side_figures f;
-	double elapsed_us;
-	int rc;
-	double rtt[];
-};
-
-/* Wait for a child, killing it at the deadline; its exit status or -1. */
-static int reap(pid_t pid, double deadline_us)
-{
-	int status;
-
-	while (waitpid(pid, &status, WNOHANG) == 0) {
-		if (now_us() > deadline_us) {
-			kill(pid, SIGKILL);
-			waitpid(pid, &status, 0);
-			return -1;
-		}
-		usleep(10000);
-	}
-	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-/*
- * Server and client are both children: verbs contexts do not survive
- * fork(), so the parent never opens one. A watchdog kills a stuck run.
- */
-static int run_one(struct bench_cfg cfg, struct result *r, int timeout_s)
-{
-	size_t len = sizeof(struct client_out) + (size_t)cfg.iters * sizeof(double);
-	struct client_out *co = mmap(NULL, len, PROT_READ | PROT_WRITE,
-				     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	struct side_figures fs = {0};
-	double deadline = now_us() + timeout_s * 1e6;
-	int p[2], rc = 0, srv_status, cli_status;
-	uint16_t port = 0;
-	pid_t srv, cli;
-
-	if (co == MAP_FAILED || pipe(p))
-		return -ENOMEM;
-	srv = fork();
-	if (srv < 0)
-		return -errno;
-	if (srv == 0) {
-		close(p[0]);
-		_exit(serve(&cfg, p[1]));
-	}
-	close(p[1]);
-	if (read(p[0], &port, sizeof(port)) != sizeof(port)) {
-		reap(srv, deadline);
-		close(p[0]);
-		munmap(co, len);
-		return -EIO;
-	}
-	cfg.port = port;
-	cli = fork();
-	if (cli == 0) {
-		co->rc = pingpong(&cfg, &co->f, co->rtt, &co->elapsed_us);
-		_exit(co->rc ? 1 : 0);
-	}
-	cli_status = cli > 0 ? reap(cli, deadline) : -1;
-	if (cli_status != 0)
-		kill(srv, SIGKILL);
-	else if (read(p[0], &fs, sizeof(fs)) != sizeof(fs))
-		rc = -EIO;
-	srv_status = reap(srv, deadline);
-	close(p[0]);
-	if (cli_status != 0 || srv_status != 0)
-		rc = cli_status == -1 && now_us() > deadline ? -ETIMEDOUT : -EIO;
-	if (!rc) {
-		double *rtt = co->rtt;
-
-		qsort(rtt, (size_t)cfg.iters, sizeof(double), cmp_double);
-		*r = (struct result){.strat = cfg.strat, .msg_size = cfg.msg_size, .iters = cfg.iters};
-		r->p50 = rtt[cfg.iters / 2];
-		r->p99 = rtt[(cfg.iters * 99) / 100];
-		r->p999 = rtt[(cfg.iters * 999) / 1000];
-		r->max = rtt[cfg.iters - 1];
-		r->ops_per_s = cfg.iters / (co->elapsed_us / 1e6);
-		r->cpu_us_per_op = (co->f.cpu_s + fs.cpu_s) * 1e6 / (double)cfg.iters;
-		r->ctx_per_op = (double)(co->f.ctx_switches + fs.ctx_switches) / (double)cfg.iters;
-		r->syscalls_known = co->f.syscalls >= 0 && fs.syscalls >= 0;
-		r->syscalls_per_op = r->syscalls_known ?
-			(double)(co->f.syscalls + fs.syscalls) / (double)cfg.iters : -1;
-	}
-	munmap(co, len);
-	return rc;
-}
-
-static void print_table(const struct result *r, int n)
-{
-	printf("%-8s %-9s %6s %9s %9s %9s %9s %10s %8s %9s %8s\n", "strategy", "workload",
-	       "size", "p50 us", "p99 us", "p99.9 us", "max us", "ops/s", "cpu us/op",
-	       "sysc/op", "csw/op");
-	for (int i = 0; i < n; i++) {
-		printf("%-8s %-9s %6u %9.1f %9.1f %9.1f %9.1f %10.0f %8.1f ", strategy_name(r[i].strat),
-		       "pingpong", r[i].msg_size, r[i].p50, r[i].p99, r[i].p999, r[i].max,
-		       r[i].ops_per_s, r[i].cpu_us_per_op);
-		if (r[i].syscalls_known)
-			printf("%9.2f", r[i].syscalls_per_op);
-		else
-			printf("%9s", "n/a");
-		printf(" %8.2f\n", r[i].ctx_per_op);
-	}
-}
-
-static int write_json(const char *path, const struct result *r, int n)
-{
-	FILE *f = fopen(path, "w");
-
-	if (!f)
-		return -errno;
-	fprintf(f, "[\n");
-	for (int i = 0; i < n; i++) {
-		fprintf(f,
-			"  {\"strategy\": \"%s\", \"workload\": \"pingpong\", \"msg_size\": %u, "
-			"\"qd\": 1, \"iters\": %ld, \"p50_us\": %.3f, \"p99_us\": %.3f, "
-			"\"p999_us\": %.3f, \"max_us\": %.3f, \"ops_per_s\": %.1f, "
-			"\"cpu_us_per_op\": %.3f, ",
-			strategy_name(r[i].strat), r[i].msg_size, r[i].iters, r[i].p50, r[i].p99,
-			r[i].p999, r[i].max, r[i].ops_per_s, r[i].cpu_us_per_op);
-		if (r[i].syscalls_known)
-			fprintf(f, "\"syscalls_per_op\": %.3f, ", r[i].syscalls_per_op);
-		else
-			fprintf(f, "\"syscalls_per_op\": null, ");
-		fprintf(f, "\"ctx_switches_per_op\": %.3f}%s\n", r[i].ctx_per_op,
-			i + 1 < n ? "," : "");
-	}
-	fprintf(f, "]\n");
-	return fclose(f) ? -errno : 0;
-}
 
 static void usage(FILE *out)
 {
 	fprintf(out,
-		"usage: ringrdma-bench [--strategies LIST] [--size BYTES] [--iters N] [--spin-us US]\n"
-		"                      [--addr ADDR] [--json FILE] [--quick] [--timeout SECS]\n"
-		"  LIST: comma-separated of busy,thread,epoll,uring,hybrid (default: all)\n"
-		"  ADDR: an address of the local RDMA device (default: $RR_TEST_ADDR or\n"
-		"        $RDMA_LAB_ADDR); without a device, run it through tools/rdma-lab\n");
+		"usage: ringrdma-bench [OPTIONS]\n"
+		"  --strategies LIST  busy,thread,epoll,uring,hybrid (default: all)\n"
+		"  --workloads LIST   pingpong,rate,mixed,idle,conns (default: all)\n"
+		"  --ops LIST         send,write_imm: pingpong runs each, the others the\n"
+		"                     first (default: send,write_imm)\n"
+		"  --size BYTES       message size (default 64)\n"
+		"  --qd N             rate: messages in flight (default 64)\n"
+		"  --conns LIST       conns: connection counts (default 1,16,64,256)\n"
+		"  --iters N          round trips per run (default: 20000; rate 200000)\n"
+		"  --idle-ms MS       idle: how long to wait (default 10000)\n"
+		"  --spin-us US       hybrid: spin window (default 50)\n"
+		"  --quick            a short run (about a minute in the lab)\n"
+		"  --json FILE, --csv FILE, --plot FILE.png   also write these\n"
+		"  --with-perftest    add perftest ib_send_lat (polling and -e) rows\n"
+		"  --timeout SECS     watchdog per run (default 300)\n"
+		"  --file PATH        mixed: the file to read (default: a temporary one)\n"
+		"  --addr ADDR        a local RDMA device's address (default: $RR_TEST_ADDR,\n"
+		"                     $RDMA_LAB_ADDR, a real device, or else the lab)\n"
+		"  --lab              use the lab even where a real device is present\n"
+		"  --hosts 1|2        in the lab: one VM, or server and client on two\n"
+		"  --server           serve runs for --client on --addr (port --port)\n"
+		"  --client ADDR      run against `ringrdma-bench --server` at ADDR\n"
+		"  --port PORT        --server/--client port (default %d)\n",
+		BENCH_DEFAULT_PORT);
+}
+
+/* Parse a comma-separated list with `one`; -1 on a bad or long list. */
+static int parse_list(char *list, int max, int (*one)(const char *, void *), void *out,
+		      size_t elem)
+{
+	char *save = NULL, *tok;
+	int n = 0;
+
+	for (tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (n == max || one(tok, (char *)out + (size_t)n * elem)) {
+			fprintf(stderr, "ringrdma-bench: bad list item '%s'\n", tok);
+			return -1;
+		}
+		n++;
+	}
+	return n ? n : -1;
+}
+
+static int one_strat(const char *t, void *o) { return strategy_parse(t, o); }
+static int one_wl(const char *t, void *o) { return workload_parse(t, o); }
+static int one_op(const char *t, void *o) { return op_parse(t, o); }
+static int one_conns(const char *t, void *o)
+{
+	char *end;
+	unsigned long v = strtoul(t, &end, 10);
+
+	if (*end || !v || v > BENCH_MAX_CONNS)
+		return -1;
+	*(uint32_t *)o = (uint32_t)v;
+	return 0;
+}
+
+static long num_arg(const char *s, long lo, long hi)
+{
+	char *end;
+	long v = strtol(s, &end, 10);
+
+	return (*end || v < lo || v > hi) ? LONG_MIN : v;
+}
+
+static int parse_args(int argc, char **argv, struct opts *o)
+{
+	static const struct option lo[] = {
+		{"strategies", required_argument, NULL, 's'}, {"workloads", required_argument, NULL, 'W'},
+		{"ops", required_argument, NULL, 'o'},        {"size", required_argument, NULL, 'S'},
+		{"qd", required_argument, NULL, 'Q'},         {"conns", required_argument, NULL, 'C'},
+		{"iters", required_argument, NULL, 'n'},      {"idle-ms", required_argument, NULL, 'I'},
+		{"spin-us", required_argument, NULL, 'w'},    {"quick", no_argument, NULL, 'q'},
+		{"json", required_argument, NULL, 'j'},       {"csv", required_argument, NULL, 'c'},
+		{"plot", required_argument, NULL, 'p'},       {"with-perftest", no_argument, NULL, 'P'},
+		{"timeout", required_argument, NULL, 't'},    {"file", required_argument, NULL, 'f'},
+		{"addr", required_argument, NULL, 'a'},       {"lab", no_argument, NULL, 'L'},
+		{"hosts", required_argument, NULL, 'H'},      {"server", no_argument, NULL, 'R'},
+		{"client", required_argument, NULL, 'K'},     {"port", required_argument, NULL, 'T'},
+		{"help", no_argument, NULL, 'h'},             {NULL, 0, NULL, 0}};
+	long v = 0;
+	int opt;
+
+	while ((opt = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+		switch (opt) {
+		case 's':
+			o->nstrat = parse_list(optarg, S_COUNT, one_strat, o->strats, sizeof(o->strats[0]));
+			if (o->nstrat < 0)
+				return -1;
+			break;
+		case 'W':
+			o->nwl = parse_list(optarg, W_COUNT, one_wl, o->wls, sizeof(o->wls[0]));
+			if (o->nwl < 0)
+				return -1;
+			break;
+		case 'o':
+			o->nop = parse_list(optarg, OP_COUNT, one_op, o->ops, sizeof(o->ops[0]));
+			if (o->nop < 0)
+				return -1;
+			break;
+		case 'C':
+			o->nconns = parse_list(optarg, MAX_CONNS_LIST, one_conns, o->conns,
+					       sizeof(o->conns[0]));
+			if (o->nconns < 0)
+				return -1;
+			break;
+		case 'S': v = num_arg(optarg, sizeof(struct msg_hdr), BENCH_MAX_MSG); o->msg_size = (uint32_t)v; break;
+		case 'Q': v = num_arg(optarg, 1, BENCH_MAX_QD); o->qd = (uint32_t)v; break;
+		case 'n': v = num_arg(optarg, 1, 100000000); o->iters = v; break;
+		case 'I': v = num_arg(optarg, 1, 3600000); o->idle_ms = (uint32_t)v; break;
+		case 'w': v = num_arg(optarg, 1, 1000000); o->spin_us = (unsigned int)v; break;
+		case 't': v = num_arg(optarg, 1, 86400); o->timeout_s = (int)v; break;
+		case 'H': v = num_arg(optarg, 1, 2); o->hosts = (int)v; break;
+		case 'T': v = num_arg(optarg, 1, 65535); o->port = (uint16_t)v; break;
+		case 'q': o->quick = true; break;
+		case 'j': o->json = optarg; break;
+		case 'c': o->csv = optarg; break;
+		case 'p': o->plot = optarg; break;
+		case 'P': o->perftest = true; break;
+		case 'f': o->file = optarg; break;
+		case 'a': o->addr = optarg; break;
+		case 'L': o->force_lab = true; break;
+		case 'R': o->server = true; break;
+		case 'K': o->client = optarg; break;
+		case 'h': usage(stdout); exit(0);
+		default: return -1;
+		}
+		if (v == LONG_MIN) {
+			fprintf(stderr, "ringrdma-bench: bad value '%s'\n", optarg);
+			return -1;
+		}
+	}
+	return optind == argc ? 0 : -1;
+}
+
+static long iters_for(const struct opts *o, enum workload w)
+{
+	if (o->iters)
+		return o->iters;
+	if (w == W_RATE)
+		return o->quick ? 20000 : 200000;
+	return o->quick ? 2000 : 20000;
+}
+
+/* Every run the options ask for, in table order. */
+static int plan(const struct opts *o, struct bench_cfg *runs, int max)
+{
+	int n = 0;
+
+	for (int w = 0; w < o->nwl; w++) {
+		enum workload wl = o->wls[w];
+		int nops = wl == W_PINGPONG ? o->nop : 1;
+		int ncon = wl == W_CONNS ? o->nconns : 1;
+
+		for (int k = 0; k < nops; k++)
+			for (int c = 0; c < ncon; c++)
+				for (int s = 0; s < o->nstrat && n < max; s++) {
+					struct bench_cfg *r = &runs[n++];
+
+					memset(r, 0, sizeof(*r));
+					r->strat = o->strats[s];
+					r->wl = wl;
+					r->op = o->ops[k];
+					r->msg_size = o->msg_size;
+					r->qd = wl == W_RATE ? o->qd : 1;
+					r->conns = wl == W_CONNS ? o->conns[c] : 1;
+					r->iters = iters_for(o, wl);
+					r->idle_ms = wl == W_IDLE ? o->idle_ms : 0;
+					r->spin_us = o->spin_us;
+					r->timeout_s = (unsigned int)o->timeout_s;
+				}
+	}
+	return n;
+}
+
+static void defaults(struct opts *o)
+{
+	static const uint32_t conns[] = {1, 16, 64, 256}, qconns[] = {1, 16, 256};
+
+	if (!o->nstrat)
+		for (int i = 0; i < S_COUNT; i++)
+			o->strats[o->nstrat++] = (enum strategy)i;
+	if (!o->nwl)
+		for (int i = 0; i < W_COUNT; i++)
+			o->wls[o->nwl++] = (enum workload)i;
+	if (!o->nop) {
+		o->ops[o->nop++] = OP_SEND;
+		o->ops[o->nop++] = OP_WRITE_IMM;
+	}
+	if (!o->nconns) {
+		const uint32_t *c = o->quick ? qconns : conns;
+		int n = o->quick ? 3 : 4;
+
+		for (int i = 0; i < n; i++)
+			o->conns[o->nconns++] = c[i];
+	}
+	if (!o->idle_ms)
+		o->idle_ms = o->quick ? 2000 : 10000;
+}
+
+static bool wants(const struct opts *o, enum workload w)
+{
+	for (int i = 0; i < o->nwl; i++)
+		if (o->wls[i] == w)
+			return true;
+	return false;
+}
+
+static int write_outputs(const struct opts *o, const struct result *res, int n)
+{
+	int rc, failed = 0;
+
+	if (o->json && (rc = report_json(o->json, res, n))) {
+		fprintf(stderr, "ringrdma-bench: %s: %s\n", o->json, strerror(-rc));
+		failed = 1;
+	}
+	if (o->csv && (rc = report_csv(o->csv, res, n))) {
+		fprintf(stderr, "ringrdma-bench: %s: %s\n", o->csv, strerror(-rc));
+		failed = 1;
+	}
+	if (o->plot && (rc = report_plot(o->plot, res, n))) {
+		fprintf(stderr, "ringrdma-bench: %s: gnuplot failed\n", o->plot);
+		failed = 1;
+	}
+	return failed;
 }
 
 int main(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{"strategies", required_argument, NULL, 's'}, {"size", required_argument, NULL, 'S'},
-		{"iters", required_argument, NULL, 'n'},      {"spin-us", required_argument, NULL, 'w'},
-		{"addr", required_argument, NULL, 'a'},       {"json", required_argument, NULL, 'j'},
-		{"quick", no_argument, NULL, 'q'},            {"help", no_argument, NULL, 'h'},
-		{"timeout", required_argument, NULL, 't'},
-		{NULL, 0, NULL, 0}};
-	struct bench_cfg cfg = {.msg_size = 64, .iters = 20000, .spin_us = 50};
-	char *list = NULL, *tok, *save = NULL;
-	const char *json = NULL;
-	struct result res[S_COUNT];
-	enum strategy order[S_COUNT];
-	int nstrat = 0, nres = 0, opt, failed = 0, timeout_s = 300;
+	struct opts o = {.qd = 64, .msg_size = 64, .spin_us = 50, .hosts = 1, .timeout_s = 300,
+			 .port = BENCH_DEFAULT_PORT};
+	char addr_buf[64], file_buf[PATH_MAX] = "";
+	struct bench_cfg *runs;
+	struct result *res;
+	int nruns, nres = 0, failed = 0, max;
+	bool in_lab = getenv("RR_BENCH_IN_LAB") != NULL, remote = false;
+	const char *addr;
 
-	while ((opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-		switch (opt) {
-		case 's': list = optarg; break;
-		case 'S': cfg.msg_size = (uint32_t)strtoul(optarg, NULL, 10); break;
-		case 'n': cfg.iters = strtol(optarg, NULL, 10); break;
-		case 'w': cfg.spin_us = (unsigned int)strtoul(optarg, NULL, 10); break;
-		case 'a': cfg.addr = optarg; break;
-		case 'j': json = optarg; break;
-		case 'q': cfg.iters = 2000; break;
-		case 't': timeout_s = atoi(optarg); break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
-		}
-	}
-	if (cfg.msg_size < sizeof(long) || cfg.msg_size > BENCH_MAX_MSG || cfg.iters < 10 ||
-	    cfg.spin_us < 1 || timeout_s < 1 || optind != argc) {
+	if (parse_args(argc, argv, &o)) {
 		usage(stderr);
 		return 2;
 	}
-	if (!cfg.addr)
-		cfg.addr = getenv("RR_TEST_ADDR");
-	if (!cfg.addr)
-		cfg.addr = getenv("RDMA_LAB_ADDR");
-	if (!cfg.addr) {
-		fprintf(stderr, "ringrdma-bench: no RDMA address: give --addr, or run it in the lab:\n"
-				"  tools/rdma-lab run -- build/bench/ringrdma-bench\n");
+	defaults(&o);
+	if (o.plot && system("command -v gnuplot >/dev/null 2>&1")) {
+		fprintf(stderr, "ringrdma-bench: --plot needs gnuplot "
+				"(Debian: apt-get install gnuplot-nox)\n");
 		return 2;
 	}
-	if (list) {
-		for (tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-			if (nstrat == S_COUNT || strategy_parse(tok, &order[nstrat])) {
-				fprintf(stderr, "ringrdma-bench: unknown strategy '%s'\n", tok);
-				return 2;
-			}
-			nstrat++;
+	addr = o.addr ? o.addr : getenv("RR_TEST_ADDR");
+	if (!addr)
+		addr = getenv("RDMA_LAB_ADDR");
+	if (o.server) {
+		if (!addr) {
+			fprintf(stderr, "ringrdma-bench: --server needs --addr ADDR\n");
+			return 2;
 		}
-	} else {
-		for (int i = 0; i < S_COUNT; i++)
-			order[nstrat++] = (enum strategy)i;
+		return serve_forever(addr, o.port) ? 1 : 0;
 	}
-	for (int i = 0; i < nstrat; i++) {
+	if (o.client) {
+		addr = o.client;
+		remote = true;
+	} else if (in_lab && o.hosts == 2) {
+		addr = getenv("RDMA_LAB_PEER_ADDR");
+		remote = true;
+		if (!addr) {
+			fprintf(stderr, "ringrdma-bench: --hosts 2 but no peer VM\n");
+			return 1;
+		}
+	}
+	if (!addr && !in_lab && (o.force_lab || o.hosts == 2 || lab_device_addr(addr_buf, sizeof(addr_buf))))
+		return lab_reexec(argc, argv, o.hosts, o.json, o.csv, o.plot);
+	if (!addr)
+		addr = addr_buf;
+	max = S_COUNT * (W_COUNT + OP_COUNT + MAX_CONNS_LIST) + 2;
+	runs = calloc((size_t)max, sizeof(*runs));
+	res = calloc((size_t)max, sizeof(*res));
+	if (!runs || !res)
+		return 1;
+	nruns = plan(&o, runs, max);
+	if (wants(&o, W_MIXED)) {
+		if (!o.file) {
+			const char *tmp = getenv("TMPDIR");
+			int rc = filer_make_file(tmp ? tmp : "/tmp", o.quick ? 16 << 20 : 64 << 20,
+						 file_buf, sizeof(file_buf));
+
+			if (rc) {
+				fprintf(stderr, "ringrdma-bench: cannot create a file to read: %s\n",
+					strerror(-rc));
+				return 1;
+			}
+			o.file = file_buf;
+		}
+	}
+	printf("ringrdma-bench %s: %d runs against %s%s\n", rr_version(), nruns, addr,
+	       remote ? " (remote server)" : "");
+	fflush(stdout);
+	for (int i = 0; i < nruns; i++) {
 		int rc;
 
-		cfg.strat = order[i];
-		rc = run_one(cfg, &res[nres], timeout_s);
+		runs[i].addr = addr;
+		runs[i].port = o.port;
+		runs[i].file = o.file;
+		fprintf(stderr, "  %-7s %-9s %-9s qd %-3u conns %-3u ...\n", strategy_name(runs[i].strat),
+			workload_name(runs[i].wl), op_name(runs[i].op), runs[i].qd, runs[i].conns);
+		rc = remote ? run_remote(&runs[i], &res[nres], o.timeout_s)
+			    : run_local(&runs[i], &res[nres], o.timeout_s);
 		if (rc) {
-			fprintf(stderr, "ringrdma-bench: %s failed: %s\n", strategy_name(cfg.strat),
-				strerror(-rc));
 			failed = 1;
 			continue;
 		}
 		nres++;
 	}
-	print_table(res, nres);
-	if (json) {
-		int rc = write_json(json, res, nres);
+	if (file_buf[0])
+		unlink(file_buf);
+	if (o.perftest && !remote) {
+		int n = perftest_rows(addr, o.msg_size, iters_for(&o, W_PINGPONG), &res[nres], 2);
 
-		if (rc) {
-			fprintf(stderr, "ringrdma-bench: %s: %s\n", json, strerror(-rc));
+		if (n < 0)
 			failed = 1;
-		}
+		else
+			nres += n;
 	}
+	report_table(stdout, res, nres);
+	report_targets(stdout, res, nres);
+	failed |= write_outputs(&o, res, nres);
+	free(runs);
+	free(res);
 	return failed ? 1 : 0;
 }

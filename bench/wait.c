@@ -7,6 +7,8 @@
  *   epoll   the non-blocking channel fd in epoll (an smbdirect-style server)
  *   uring   the ringrdma bridge, event mode
  *   hybrid  the ringrdma bridge, spin then arm
+ * In the mixed workload the first three read the file with pread() while
+ * they have nothing else to do; the bridge keeps io_uring reads in flight.
  */
 #include <errno.h>
 #include <string.h>
@@ -15,105 +17,181 @@
 #include "bench.h"
 
 #define ACK_BATCH 32
+#define POLL_BATCH 16
 
-static const char *const names[S_COUNT] = {"busy", "thread", "epoll", "uring", "hybrid"};
+static const char *const snames[S_COUNT] = {"busy", "thread", "epoll", "uring", "hybrid"};
+static const char *const wnames[W_COUNT] = {"pingpong", "rate", "mixed", "idle", "conns"};
+static const char *const onames[OP_COUNT] = {"send", "write_imm"};
+
+static int parse(const char *const *names, int n, const char *name)
+{
+	for (int i = 0; i < n; i++)
+		if (!strcmp(name, names[i]))
+			return i;
+	return -EINVAL;
+}
 
 const char *strategy_name(enum strategy s)
 {
-	return s < S_COUNT ? names[s] : "?";
+	return s < S_COUNT ? snames[s] : "?";
 }
 
 int strategy_parse(const char *name, enum strategy *out)
 {
-	for (int i = 0; i < S_COUNT; i++) {
-		if (!strcmp(name, names[i])) {
-			*out = (enum strategy)i;
-			return 0;
-		}
-	}
-	return -EINVAL;
+	int i = parse(snames, S_COUNT, name);
+
+	if (i >= 0)
+		*out = (enum strategy)i;
+	return i < 0 ? i : 0;
 }
 
-static void count_event(struct bconn *c)
+const char *workload_name(enum workload w)
 {
-	if (++c->unacked >= ACK_BATCH) {
-		ibv_ack_cq_events(c->cq, c->unacked);
-		c->unacked = 0;
+	return w < W_COUNT ? wnames[w] : "?";
+}
+
+int workload_parse(const char *name, enum workload *out)
+{
+	int i = parse(wnames, W_COUNT, name);
+
+	if (i >= 0)
+		*out = (enum workload)i;
+	return i < 0 ? i : 0;
+}
+
+const char *op_name(enum op o)
+{
+	return o < OP_COUNT ? onames[o] : "?";
+}
+
+int op_parse(const char *name, enum op *out)
+{
+	int i = parse(onames, OP_COUNT, name);
+
+	if (i >= 0)
+		*out = (enum op)i;
+	return i < 0 ? i : 0;
+}
+
+static void count_event(struct bside *s)
+{
+	if (++s->unacked >= ACK_BATCH) {
+		ibv_ack_cq_events(s->cq, s->unacked);
+		s->unacked = 0;
 	}
+}
+
+static int poll_and_handle(struct bside *s)
+{
+	struct ibv_wc wc[POLL_BATCH];
+	int n = ibv_poll_cq(s->cq, POLL_BATCH, wc);
+
+	if (n < 0)
+		return -EIO;
+	for (int i = 0; i < n; i++)
+		s->on_wc(s, &wc[i]);
+	return n;
+}
+
+/* Nothing completed: the file reader's turn, then one more look. */
+static int idle_turn(struct bside *s)
+{
+	int rc;
+
+	if (!s->filer)
+		return 0;
+	rc = filer_pread(s->filer);
+	return rc < 0 ? rc : poll_and_handle(s);
 }
 
 /* After an event: re-arm, then poll (a completion that raced the arm
  * raised no event). */
-static int rearm_and_poll(struct bconn *c, struct ibv_wc *wc, int max)
+static int rearm_and_poll(struct bside *s)
 {
-	if (ibv_req_notify_cq(c->cq, 0))
+	if (ibv_req_notify_cq(s->cq, 0))
 		return -EIO;
-	return ibv_poll_cq(c->cq, max, wc);
+	return poll_and_handle(s);
 }
 
-static int wait_thread(struct bconn *c, struct ibv_wc *wc, int max)
+static int step_busy(struct bside *s)
+{
+	int n = poll_and_handle(s);
+
+	return n == 0 ? idle_turn(s) : n;
+}
+
+static int step_thread(struct bside *s)
 {
 	struct ibv_cq *cq;
 	void *ctx;
-	int n = ibv_poll_cq(c->cq, max, wc);
+	int n = poll_and_handle(s);
 
+	if (n == 0)
+		n = idle_turn(s);
 	while (n == 0) {
-		if (ibv_get_cq_event(c->ch, &cq, &ctx))
+		if (ibv_get_cq_event(s->ch, &cq, &ctx))
 			return -errno;
-		count_event(c);
-		n = rearm_and_poll(c, wc, max);
+		count_event(s);
+		n = rearm_and_poll(s);
 	}
 	return n;
 }
 
-static int wait_epoll(struct bconn *c, struct ibv_wc *wc, int max)
+static int step_epoll(struct bside *s)
 {
 	struct epoll_event ev;
 	struct ibv_cq *cq;
 	void *ctx;
-	int n = ibv_poll_cq(c->cq, max, wc);
+	int n = poll_and_handle(s);
 
+	if (n == 0)
+		n = idle_turn(s);
 	while (n == 0) {
-		if (epoll_wait(c->epfd, &ev, 1, -1) < 0 && errno != EINTR)
+		if (epoll_wait(s->epfd, &ev, 1, -1) < 0 && errno != EINTR)
 			return -errno;
-		while (ibv_get_cq_event(c->ch, &cq, &ctx) == 0)
-			count_event(c);
-		n = rearm_and_poll(c, wc, max);
+		/* One CQ on the channel, armed once: at most one event. */
+		if (ibv_get_cq_event(s->ch, &cq, &ctx) == 0)
+			count_event(s);
+		n = rearm_and_poll(s);
 	}
 	return n;
 }
 
-static int wait_bridge(struct bconn *c, struct ibv_wc *wc, int max)
+static int step_bridge(struct bside *s)
 {
-	int n, rc;
+	int rc;
 
-	while (c->fifo_n == 0) {
-		rc = rr_bridge_run_once(c->b, -1);
-		if (rc < 0 && rc != -EINTR)
+	if (s->filer) {
+		rc = filer_kick(s);
+		if (rc)
 			return rc;
 	}
-	n = (int)c->fifo_n < max ? (int)c->fifo_n : max;
-	memcpy(wc, c->fifo, (size_t)n * sizeof(*wc));
-	memmove(c->fifo, c->fifo + n, (c->fifo_n - (unsigned int)n) * sizeof(*wc));
-	c->fifo_n -= (unsigned int)n;
-	return n;
+	rc = rr_bridge_run_once(s->b, -1);
+	return rc == -EINTR ? 0 : rc;
 }
 
-int bconn_wait(struct bconn *c, struct ibv_wc *wc, int max)
+/* Wait for at least one completion (or file read) and handle it. */
+int side_step(struct bside *s)
 {
-	int n;
-
-	switch (c->cfg.strat) {
+	switch (s->cfg.strat) {
 	case S_BUSY:
-		do
-			n = ibv_poll_cq(c->cq, max, wc);
-		while (n == 0);
-		return n < 0 ? -EIO : n;
+		return step_busy(s);
 	case S_THREAD:
-		return wait_thread(c, wc, max);
+		return step_thread(s);
 	case S_EPOLL:
-		return wait_epoll(c, wc, max);
+		return step_epoll(s);
 	default:
-		return wait_bridge(c, wc, max);
+		return step_bridge(s);
 	}
+}
+
+int side_loop(struct bside *s)
+{
+	while (!s->done && !s->err) {
+		int rc = side_step(s);
+
+		if (rc < 0 && !s->err)
+			s->err = rc;
+	}
+	return s->err;
 }

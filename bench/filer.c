@@ -1,0 +1,120 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The mixed workload's file reads, in the same thread as the RDMA traffic:
+ * the bridge strategies keep FILER_DEPTH io_uring reads in flight on the
+ * bridge's own ring; the others read a chunk with pread() whenever they
+ * find no completion (a thread blocked in a syscall can do nothing else).
+ * The file is read round and round; only the byte count matters.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench.h"
+
+#define FILER_CHUNK (64 * 1024)
+#define FILER_DEPTH 4
+#define FILER_TAG 0x46494c45u /* user_data of the reads: "FILE" | slot */
+
+int filer_open(struct filer *f, const char *path)
+{
+	off_t end;
+
+	memset(f, 0, sizeof(*f));
+	f->fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (f->fd < 0)
+		return -errno;
+	end = lseek(f->fd, 0, SEEK_END);
+	f->buf = aligned_alloc(4096, (size_t)FILER_CHUNK * FILER_DEPTH);
+	if (end < FILER_CHUNK || !f->buf) {
+		filer_close(f);
+		return end < FILER_CHUNK ? -EINVAL : -ENOMEM;
+	}
+	f->size = (uint64_t)end - (uint64_t)end % FILER_CHUNK;
+	return 0;
+}
+
+void filer_close(struct filer *f)
+{
+	if (f->fd >= 0)
+		close(f->fd);
+	free(f->buf);
+	f->fd = -1;
+	f->buf = NULL;
+}
+
+static uint64_t next_off(struct filer *f)
+{
+	uint64_t off = f->off;
+
+	f->off = (f->off + FILER_CHUNK) % f->size;
+	return off;
+}
+
+int filer_pread(struct filer *f)
+{
+	ssize_t n = pread(f->fd, f->buf, FILER_CHUNK, (off_t)next_off(f));
+
+	if (n < 0)
+		return -errno;
+	f->bytes += (uint64_t)n;
+	return 0;
+}
+
+int filer_kick(struct bside *s)
+{
+	struct filer *f = s->filer;
+
+	while (f->inflight < FILER_DEPTH) {
+		struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
+		unsigned int slot = f->inflight;
+
+		if (!sqe)
+			return 0; /* the ring is full: the bridge submits it */
+		io_uring_prep_read(sqe, f->fd, f->buf + (size_t)slot * FILER_CHUNK, FILER_CHUNK,
+				   next_off(f));
+		io_uring_sqe_set_data64(sqe, (uint64_t)FILER_TAG << 32 | slot);
+		f->inflight++;
+	}
+	return 0;
+}
+
+/* The bridge hands every CQE that is not its own here. */
+void filer_on_cqe(rr_bridge *b, const struct io_uring_cqe *cqe, void *data)
+{
+	struct bside *s = data;
+	struct filer *f = s->filer;
+
+	if (!f || cqe->user_data >> 32 != FILER_TAG)
+		return;
+	f->inflight--;
+	if (cqe->res < 0 && !s->err)
+		s->err = cqe->res;
+	else if (cqe->res > 0)
+		f->bytes += (uint64_t)cqe->res;
+}
+
+/* A file of `size` bytes to read, created and unlinked-on-close by the
+ * caller; its pages are written, so reads come from the page cache. */
+int filer_make_file(const char *dir, uint64_t size, char *path, size_t len)
+{
+	uint8_t chunk[4096];
+	int fd, rc = 0;
+
+	snprintf(path, len, "%s/ringrdma-bench.XXXXXX", dir);
+	fd = mkstemp(path);
+	if (fd < 0)
+		return -errno;
+	for (size_t i = 0; i < sizeof(chunk); i++)
+		chunk[i] = (uint8_t)(i * 7);
+	for (uint64_t done = 0; done < size && !rc; done += sizeof(chunk))
+		if (write(fd, chunk, sizeof(chunk)) != (ssize_t)sizeof(chunk))
+			rc = errno ? -errno : -ENOSPC;
+	if (close(fd) && !rc)
+		rc = -errno;
+	if (rc)
+		unlink(path);
+	return rc;
+}

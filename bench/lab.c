@@ -1,0 +1,188 @@
+// SPDX-License-Identifier: MIT
+/*
+ * With no address given: use a real local RDMA device if there is one
+ * (tools/rdma-lab device), else run this same command inside the lab
+ * (tools/rdma-lab run). The lab shares the checkout writable and the rest
+ * read-only, so output files are written to a directory in the checkout
+ * and copied to where they were asked for afterwards.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench.h"
+
+#ifndef RR_SOURCE_ROOT
+#define RR_SOURCE_ROOT "."
+#endif
+
+static int lab_tool(char *path, size_t len)
+{
+	snprintf(path, len, "%s/tools/rdma-lab", RR_SOURCE_ROOT);
+	return access(path, X_OK) ? -ENOENT : 0;
+}
+
+int lab_device_addr(char *addr, size_t len)
+{
+	char tool[PATH_MAX], cmd[PATH_MAX + 32], line[256], *sp;
+	FILE *p;
+	int status;
+
+	if (lab_tool(tool, sizeof(tool)))
+		return -ENOENT;
+	snprintf(cmd, sizeof(cmd), "'%s' device 2>/dev/null", tool);
+	p = popen(cmd, "r");
+	if (!p)
+		return -errno;
+	if (!fgets(line, sizeof(line), p))
+		line[0] = 0;
+	status = pclose(p);
+	if (status || !(sp = strrchr(line, ' ')))
+		return -ENODEV;
+	sp[strcspn(sp, "\n")] = 0;
+	snprintf(addr, len, "%s", sp + 1);
+	return 0;
+}
+
+static int copy_file(const char *from, const char *to)
+{
+	char buf[65536];
+	int in = open(from, O_RDONLY), out, rc = 0;
+	ssize_t n;
+
+	if (in < 0)
+		return -errno;
+	out = open(to, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	if (out < 0) {
+		rc = -errno;
+		close(in);
+		return rc;
+	}
+	while ((n = read(in, buf, sizeof(buf))) > 0)
+		if (write(out, buf, (size_t)n) != n) {
+			rc = -EIO;
+			break;
+		}
+	if (n < 0)
+		rc = -errno;
+	close(in);
+	if (close(out) && !rc)
+		rc = -errno;
+	return rc;
+}
+
+static bool output_opt(const char *a, const char **key)
+{
+	static const char *const keys[] = {"--json", "--csv", "--plot"};
+
+	for (int i = 0; i < 3; i++) {
+		size_t l = strlen(keys[i]);
+
+		if (!strncmp(a, keys[i], l) && (a[l] == 0 || a[l] == '=')) {
+			*key = keys[i];
+			return true;
+		}
+	}
+	return false;
+}
+
+int lab_reexec(int argc, char **argv, int hosts, const char *json, const char *csv,
+	       const char *plot)
+{
+	char tool[PATH_MAX], self[PATH_MAX], dir[PATH_MAX], files[3][PATH_MAX + 16];
+	const char *want[3] = {json, csv, plot}, *names[3] = {"b.json", "b.csv", "b.png"};
+	char **av = calloc((size_t)argc + 16, sizeof(char *));
+	char peer[PATH_MAX + 64], tmo[16];
+	int n = 0, status, rc = 0;
+	ssize_t sl;
+	pid_t pid;
+
+	if (!av)
+		return -ENOMEM;
+	if (lab_tool(tool, sizeof(tool))) {
+		fprintf(stderr, "ringrdma-bench: no RDMA device and no lab: tools/rdma-lab is not in %s\n"
+				"  give --addr ADDR of an RDMA device, or run from a ringrdma checkout\n",
+			RR_SOURCE_ROOT);
+		free(av);
+		return -ENOENT;
+	}
+	sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (sl < 0) {
+		free(av);
+		return -errno;
+	}
+	self[sl] = 0;
+	snprintf(dir, sizeof(dir), "%s/.bench-lab.XXXXXX", RR_SOURCE_ROOT);
+	if (!mkdtemp(dir)) {
+		free(av);
+		return -errno;
+	}
+	snprintf(tmo, sizeof(tmo), "%d", 3600);
+	av[n++] = tool;
+	av[n++] = "run";
+	av[n++] = "--timeout";
+	av[n++] = tmo;
+	if (hosts == 2) {
+		snprintf(peer, sizeof(peer), "exec '%s' --server --addr \"$RDMA_LAB_ADDR\"", self);
+		av[n++] = "--hosts";
+		av[n++] = "2";
+		av[n++] = "--peer-cmd";
+		av[n++] = peer;
+	}
+	av[n++] = "--";
+	av[n++] = "env";
+	av[n++] = "RR_BENCH_IN_LAB=1";
+	av[n++] = self;
+	/* --hosts 2 stays: inside, it makes this the client of the peer VM. */
+	for (int i = 1; i < argc; i++) {
+		const char *key;
+
+		if (output_opt(argv[i], &key)) {
+			int k = key[2] == 'j' ? 0 : key[2] == 'c' ? 1 : 2;
+
+			if (!strchr(argv[i], '='))
+				i++;
+			snprintf(files[k], sizeof(files[k]), "%s=%s/%s", key, dir, names[k]);
+			av[n++] = files[k];
+			continue;
+		}
+		av[n++] = argv[i];
+	}
+	av[n] = NULL;
+	fprintf(stderr, "ringrdma-bench: no RDMA device here; running in the lab (Soft-RoCE under QEMU%s)\n",
+		hosts == 2 ? ", two VMs" : "");
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0) {
+		execv(tool, av);
+		_exit(127);
+	}
+	if (pid < 0 || waitpid(pid, &status, 0) < 0)
+		rc = -errno;
+	else
+		rc = WIFEXITED(status) ? WEXITSTATUS(status) : 125;
+	for (int k = 0; k < 3; k++) {
+		char from[PATH_MAX + 16];
+
+		if (!want[k])
+			continue;
+		snprintf(from, sizeof(from), "%s/%s", dir, names[k]);
+		if (access(from, F_OK) == 0) {
+			int e = copy_file(from, want[k]);
+
+			if (e) {
+				fprintf(stderr, "ringrdma-bench: %s: %s\n", want[k], strerror(-e));
+				rc = rc ? rc : 1;
+			}
+			unlink(from);
+		}
+	}
+	rmdir(dir);
+	free(av);
+	return rc;
+}

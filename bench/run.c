@@ -1,0 +1,215 @@
+// SPDX-License-Identifier: MIT
+/*
+ * One run = a server side and a client side, each a child process: verbs
+ * contexts do not survive fork(), so the parent never opens one. The client
+ * child leaves its round trips and both sides' figures in shared memory; a
+ * watchdog kills a stuck run. --server serves run after run the same way,
+ * one child per run.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench.h"
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Wait for a child, killing it at the deadline; its exit status or -1. */
+static int reap(pid_t pid, double deadline_us)
+{
+	int status;
+
+	while (waitpid(pid, &status, WNOHANG) == 0) {
+		if (now_us() > deadline_us) {
+			kill(pid, SIGKILL);
+			waitpid(pid, &status, 0);
+			return -1;
+		}
+		usleep(5000);
+	}
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static double quantile(const double *v, long n, double q)
+{
+	long i = (long)(q * (double)n);
+
+	return v[i >= n ? n - 1 : i];
+}
+
+static void reduce(const struct bench_cfg *cfg, struct client_out *co, struct result *r)
+{
+	double ops = cfg->wl == W_IDLE ? 0 : (double)cfg->iters;
+	double per = ops > 0 ? ops : 1;
+
+	memset(r, 0, sizeof(*r));
+	r->cfg = *cfg;
+	r->name = strategy_name(cfg->strat);
+	if (cfg->wl != W_IDLE) {
+		qsort(co->rtt, (size_t)cfg->iters, sizeof(double), cmp_double);
+		r->has_latency = true;
+		r->p50 = quantile(co->rtt, cfg->iters, 0.50);
+		r->p99 = quantile(co->rtt, cfg->iters, 0.99);
+		r->p999 = quantile(co->rtt, cfg->iters, 0.999);
+		r->max = co->rtt[cfg->iters - 1];
+		for (int i = 0; i <= BENCH_CDF_POINTS; i++)
+			r->cdf[i] = quantile(co->rtt, cfg->iters, (double)i / BENCH_CDF_POINTS);
+		r->ops_per_s = co->cli.elapsed_s > 0 ? ops / co->cli.elapsed_s : 0;
+	}
+	r->cpu_us_per_op = ops > 0 ? (co->cli.cpu_s + co->srv.cpu_s) * 1e6 / per : 0;
+	r->ctx_per_op = (double)(co->cli.ctx_switches + co->srv.ctx_switches) / per;
+	r->syscalls_known = co->cli.syscalls >= 0 && co->srv.syscalls >= 0;
+	r->syscalls_per_op = r->syscalls_known ? (double)(co->cli.syscalls + co->srv.syscalls) / per
+					       : -1;
+	if (co->cli.elapsed_s > 0 && co->srv.elapsed_s > 0)
+		r->cpu_pct_per_side = 50.0 * (co->cli.cpu_s / co->cli.elapsed_s +
+					      co->srv.cpu_s / co->srv.elapsed_s);
+	if (cfg->wl == W_MIXED && co->cli.elapsed_s > 0)
+		r->file_mb_per_s = (double)co->file_bytes / 1e6 / co->cli.elapsed_s;
+}
+
+static struct client_out *out_map(const struct bench_cfg *cfg, size_t *len)
+{
+	long n = cfg->wl == W_IDLE ? 0 : cfg->iters;
+	struct client_out *co;
+
+	*len = sizeof(*co) + (size_t)n * sizeof(double);
+	co = mmap(NULL, *len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	return co == MAP_FAILED ? NULL : co;
+}
+
+static pid_t start_client(const struct bench_cfg *cfg, struct client_out *co)
+{
+	pid_t pid = fork();
+
+	if (pid == 0)
+		_exit(client_run(cfg, co) ? 1 : 0);
+	return pid;
+}
+
+static int finish(const struct bench_cfg *cfg, struct client_out *co, int cli, int srv,
+		  double deadline, struct result *r)
+{
+	if (cli == 0 && srv == 0) {
+		reduce(cfg, co, r);
+		return 0;
+	}
+	if (cli == -1 && now_us() > deadline) {
+		fprintf(stderr, "ringrdma-bench: %s %s timed out\n", strategy_name(cfg->strat),
+			workload_name(cfg->wl));
+		return -ETIMEDOUT;
+	}
+	fprintf(stderr, "ringrdma-bench: %s %s: %s%s\n", strategy_name(cfg->strat),
+		workload_name(cfg->wl), co->err[0] ? co->err : "client failed",
+		srv ? " (the server side failed too)" : "");
+	return co->rc ? co->rc : -EIO;
+}
+
+int run_local(const struct bench_cfg *cfg_in, struct result *r, int timeout_s)
+{
+	struct bench_cfg cfg = *cfg_in;
+	size_t len;
+	struct client_out *co = out_map(&cfg, &len);
+	double deadline = now_us() + (timeout_s + cfg.idle_ms / 1000.0) * 1e6;
+	int p[2], rc, cli_status = -1, srv_status;
+	uint16_t port = 0;
+	pid_t srv, cli;
+
+	if (!co)
+		return -ENOMEM;
+	if (pipe(p)) {
+		munmap(co, len);
+		return -errno;
+	}
+	fflush(NULL);
+	srv = fork();
+	if (srv == 0) {
+		struct bside s;
+
+		close(p[0]);
+		rc = server_run_one(&s, cfg.addr, 0, p[1]);
+		if (rc)
+			fprintf(stderr, "ringrdma-bench server (%s): %s\n",
+				strategy_name(cfg.strat), strerror(-rc));
+		side_close(&s);
+		_exit(rc ? 1 : 0);
+	}
+	close(p[1]);
+	if (srv < 0 || read(p[0], &port, sizeof(port)) != sizeof(port) || !port) {
+		close(p[0]);
+		if (srv > 0)
+			reap(srv, deadline);
+		munmap(co, len);
+		return -EIO;
+	}
+	close(p[0]);
+	cfg.port = port;
+	cli = start_client(&cfg, co);
+	if (cli > 0)
+		cli_status = reap(cli, deadline);
+	if (cli_status != 0)
+		kill(srv, SIGKILL);
+	srv_status = reap(srv, deadline);
+	rc = finish(&cfg, co, cli_status, srv_status, deadline, r);
+	munmap(co, len);
+	return rc;
+}
+
+/* Client only: the server is `ringrdma-bench --server` on another host. */
+int run_remote(const struct bench_cfg *cfg, struct result *r, int timeout_s)
+{
+	size_t len;
+	struct client_out *co = out_map(cfg, &len);
+	double deadline = now_us() + (timeout_s + cfg->idle_ms / 1000.0) * 1e6;
+	int rc, status = -1;
+	pid_t cli;
+
+	if (!co)
+		return -ENOMEM;
+	fflush(NULL);
+	cli = start_client(cfg, co);
+	if (cli > 0)
+		status = reap(cli, deadline);
+	rc = finish(cfg, co, status, 0, deadline, r);
+	munmap(co, len);
+	return rc;
+}
+
+int serve_forever(const char *addr, uint16_t port)
+{
+	printf("ringrdma-bench: serving runs on %s:%u\n", addr, port);
+	fflush(stdout);
+	for (;;) {
+		int status;
+		pid_t pid = fork();
+
+		if (pid < 0)
+			return -errno;
+		if (pid == 0) {
+			struct bside s;
+			int rc = server_run_one(&s, addr, port, -1);
+			bool listened = s.listening;
+
+			if (rc)
+				fprintf(stderr, "ringrdma-bench server: %s: %s\n",
+					listened ? "run failed" : "cannot listen", strerror(-rc));
+			side_close(&s);
+			_exit(rc ? (listened ? 1 : 3) : 0);
+		}
+		if (waitpid(pid, &status, 0) < 0)
+			return -errno;
+		/* A bind that fails at once (address not local, port taken)
+		 * would fail again: stop rather than spin. */
+		if (WIFEXITED(status) && WEXITSTATUS(status) == 3)
+			return -EADDRNOTAVAIL;
+	}
+}

@@ -1,0 +1,147 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The server side of a run: learns the run from the client's first
+ * connection request, echoes every message (a SEND from the receive slot
+ * it arrived in, or a WRITE_IMM back into the client's slot), and on STOP
+ * sends its own figures (FIN).
+ *
+ * A SEND echo goes out of the receive slot itself, so that receive is
+ * posted again only when the echo's send completes; 2*qd+1 receives per
+ * connection cover the client's qd in flight plus echoes still sending.
+ */
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench.h"
+
+struct server {
+	long warm;
+	int sc;
+	bool measuring;
+	struct side_figures f;
+};
+
+static void send_fin(struct bside *s, uint32_t conn)
+{
+	struct server *sv = s->role;
+	uint8_t *buf = side_send_slot(s, conn, s->cfg.qd);
+	struct msg_hdr h = {.slot = HDR_FIN};
+	int rc;
+
+	if (sv->measuring) {
+		side_end(&sv->f, sv->sc);
+		sv->measuring = false;
+	}
+	memcpy(buf, &h, sizeof(h));
+	memcpy(buf + sizeof(h), &sv->f, sizeof(sv->f));
+	rc = side_post(s, conn, wr_id_of(conn, WR_CTRL, 0), buf,
+		       sizeof(h) + sizeof(sv->f), -1);
+	if (rc)
+		s->err = rc;
+}
+
+static void on_recv(struct bside *s, const struct ibv_wc *wc, uint32_t conn, uint32_t idx)
+{
+	struct server *sv = s->role;
+	uint8_t *buf = side_recv_slot(s, conn, idx);
+	struct msg_hdr h;
+	int rc, slot = -1;
+
+	if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+		slot = (int)be32toh(wc->imm_data);
+		if ((uint32_t)slot >= s->cfg.qd) {
+			s->err = -EPROTO;
+			return;
+		}
+		buf = side_recv_slot(s, conn, (uint32_t)slot);
+	}
+	memcpy(&h, buf, sizeof(h));
+	if (slot < 0 && h.slot == HDR_STOP) {
+		rc = side_post_recv(s, conn, idx);
+		if (rc)
+			s->err = rc;
+		send_fin(s, conn);
+		return;
+	}
+	if (!sv->measuring && h.seq == (uint32_t)sv->warm) {
+		side_begin(&sv->f, &sv->sc);
+		sv->measuring = true;
+	}
+	if (slot >= 0) {
+		rc = side_post(s, conn, wr_id_of(conn, WR_MSG, idx), buf, wc->byte_len, slot);
+		if (!rc)
+			rc = side_post_recv(s, conn, idx);
+	} else {
+		rc = side_post(s, conn, wr_id_of(conn, WR_MSG, idx), buf, wc->byte_len, -1);
+	}
+	if (rc)
+		s->err = rc;
+}
+
+static void on_wc(struct bside *s, const struct ibv_wc *wc)
+{
+	uint32_t conn = wr_conn(wc->wr_id), idx = wr_idx(wc->wr_id);
+	int rc;
+
+	if (wc->status != IBV_WC_SUCCESS) {
+		if (!s->done && !s->err)
+			s->err = -rr_wc_status_errno(wc->status);
+		return;
+	}
+	if (conn >= s->nqp) {
+		s->err = -EPROTO;
+		return;
+	}
+	switch (wr_kind(wc->wr_id)) {
+	case WR_RECV:
+		on_recv(s, wc, conn, idx);
+		break;
+	case WR_MSG:
+		/* A SEND echo left its receive slot: post it again. */
+		if (s->cfg.op == OP_SEND) {
+			rc = side_post_recv(s, conn, idx);
+			if (rc)
+				s->err = rc;
+		}
+		break;
+	case WR_CTRL:
+		s->done = true; /* FIN is out */
+		break;
+	default:
+		s->err = -EPROTO;
+	}
+}
+
+/*
+ * Listen on addr:port (0: any), tell the bound port on port_fd (-1: no
+ * one to tell), serve one run. The caller's side is closed on return.
+ */
+int server_run_one(struct bside *s, const char *addr, uint16_t port, int port_fd)
+{
+	struct server sv = {.sc = -1};
+	struct bench_cfg cfg = {0};
+	uint16_t bound = 0;
+	int rc;
+
+	rc = side_listen(s, addr, port, &bound);
+	if (port_fd >= 0 && write(port_fd, &bound, sizeof(bound)) != sizeof(bound) && !rc)
+		rc = -EIO;
+	if (rc)
+		return rc;
+	s->cfg.addr = addr;
+	s->role = &sv;
+	s->on_wc = on_wc;
+	rc = side_accept(s, &cfg, 1);
+	if (rc)
+		return rc;
+	sv.warm = cfg.wl == W_IDLE ? -1 : (cfg.iters / 10 < 10 ? 10 : cfg.iters / 10);
+	if (cfg.wl == W_IDLE) {
+		side_begin(&sv.f, &sv.sc);
+		sv.measuring = true;
+	}
+	rc = side_loop(s);
+	if (sv.measuring)
+		side_end(&sv.f, sv.sc);
+	return rc;
+}
