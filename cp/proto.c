@@ -262,8 +262,10 @@ int cp_decode(const uint8_t *buf, size_t len, struct cp_msg *m, char *why, size_
 		if ((m->start.flags & CP_START_STREAM) && m->start.size)
 			return bad(why, why_len, "FILE_START of a stream with a size");
 		memcpy(m->start.name, p + 14, m->start.name_len);
-		if (!cp_name_ok(m->start.name, m->start.name_len))
-			return bad(why, why_len, "refused name (absolute, empty, \".\", \"..\" or control characters)");
+		if (!cp_name_ok(m->start.name, m->start.name_len)) {
+			bad(why, why_len, "name refused: absolute, empty, \".\", \"..\" or control characters");
+			return -EACCES;
+		}
 		return 0;
 	case CP_FILE_READY:
 		if (plen != 0)

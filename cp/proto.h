@@ -92,8 +92,9 @@ struct cp_msg {
 size_t cp_encode(const struct cp_msg *m, uint8_t *buf, size_t cap);
 
 /*
- * cp_decode() - parse @len bytes. Returns 0, or -EPROTO with a reason in
- * @why (at least 80 bytes recommended).
+ * cp_decode() - parse @len bytes. Returns 0; -EACCES for a well-formed
+ * FILE_START whose name cp_name_ok() refuses; -EPROTO for anything else
+ * malformed. The reason is in @why (at least 80 bytes recommended).
  */
 int cp_decode(const uint8_t *buf, size_t len, struct cp_msg *m, char *why, size_t why_len);
 

@@ -474,8 +474,14 @@ static void on_message(struct rx *r, const uint8_t *buf, uint32_t len)
 {
 	struct cp_msg m;
 	char why[160];
+	int rc;
 
-	if (cp_decode(buf, len, &m, why, sizeof(why))) {
+	rc = cp_decode(buf, len, &m, why, sizeof(why));
+	if (rc == -EACCES) {
+		rx_fail(r, CP_E_NAME, CP_EXIT_REFUSED, "%s", why);
+		return;
+	}
+	if (rc) {
 		rx_fail(r, CP_E_PROTO, CP_EXIT_INTEGRITY, "bad message: %s", why);
 		return;
 	}
@@ -539,15 +545,14 @@ static void recv_done(rr_ep *ep, const struct rr_completion *c, void *data)
 		r->pending_len = c->byte_len;
 		return;
 	}
-	/* Repost first: the sender's credit counts on it. */
-	if (post_recv(r, buf)) {
-		rx_fail(r, 0, CP_EXIT_NET, "cannot repost a receive");
-		return;
-	}
 	if (c->has_imm)
 		on_chunk(r, c->imm_data, c->byte_len);
 	else
 		on_message(r, buf, c->byte_len);
+	/* Back to the queue: the sender's credit counts on it. Anything the
+	 * handling made us send is answered into the other receives. */
+	if (r->state != RX_CLOSING && !r->down && post_recv(r, buf))
+		rx_fail(r, 0, CP_EXIT_NET, "cannot repost a receive");
 }
 
 static void on_down(rr_ep *ep, int status, void *data)
@@ -624,11 +629,9 @@ void rx_accepted(struct rx *r)
 		uint8_t *buf = r->pending;
 
 		r->pending = NULL;
-		if (post_recv(r, buf)) {
-			rx_fail(r, 0, CP_EXIT_NET, "cannot repost a receive");
-			return;
-		}
 		on_message(r, buf, r->pending_len);
+		if (r->state != RX_CLOSING && !r->down && post_recv(r, buf))
+			rx_fail(r, 0, CP_EXIT_NET, "cannot repost a receive");
 	}
 }
 

@@ -460,16 +460,17 @@ static void recv_done(rr_ep *ep, const struct rr_completion *c, void *data)
 	t->last_activity = cp_now_ns();
 	if (t->state == TX_CLOSING)
 		return;
-	rc = rr_ep_post_recv(ep, buf, CP_MSG_MAX, t->ctl_mr, recv_done, buf);
-	if (rc) {
-		tx_fail(t, CP_EXIT_NET, 0, "cannot repost a receive: %s", strerror(-rc));
-		return;
-	}
-	if (c->has_imm) {
+	/* The message first: an ERROR may arrive just before the disconnect,
+	 * when a repost would fail. */
+	if (c->has_imm)
 		tx_fail(t, CP_EXIT_INTEGRITY, CP_E_PROTO, "unexpected RDMA WRITE from %s", t->peer);
+	else
+		on_message(t, buf, c->byte_len);
+	if (t->state == TX_CLOSING || t->down)
 		return;
-	}
-	on_message(t, buf, c->byte_len);
+	rc = rr_ep_post_recv(ep, buf, CP_MSG_MAX, t->ctl_mr, recv_done, buf);
+	if (rc)
+		tx_fail(t, CP_EXIT_NET, 0, "cannot repost a receive: %s", strerror(-rc));
 }
 
 static void on_qp_ready(rr_ep *ep, int status, void *data)

@@ -6,7 +6,7 @@
 # its final name unless it is complete.
 #   faults.sh PATH/TO/ringrdma-cp
 CP=${1:?usage: faults.sh PATH/TO/ringrdma-cp}
-. "$(dirname "$0")/lib.sh" 16
+. "$(dirname "$0")/lib.sh" 14
 PORT=7510
 
 mkdir -p "$T/src"

@@ -82,7 +82,7 @@ Test(proto, hostile_names_refused)
 	uint8_t buf[CP_MSG_MAX];
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-		cr_assert_eq(decode_hex(bad[i], buf, start_msg(buf, bad[i])), -EPROTO,
+		cr_assert_eq(decode_hex(bad[i], buf, start_msg(buf, bad[i])), -EACCES,
 			     "name \"%s\" accepted", bad[i]);
 	cr_assert_eq(decode_hex("ok", buf, start_msg(buf, "sub/dir/file..txt")), 0);
 	cr_assert_eq(decode_hex("ok", buf, start_msg(buf, "...")), 0);
@@ -115,7 +115,7 @@ Test(proto, hostile_messages_refused)
 	cr_assert_eq(decode_hex("flags", buf, n), -EPROTO);
 	n = start_msg(buf, "fixe");
 	buf[n - 2] = '\0'; /* "fi\0e" */
-	cr_assert_eq(decode_hex("NUL in name", buf, n), -EPROTO);
+	cr_assert_eq(decode_hex("NUL in name", buf, n), -EACCES);
 }
 
 Test(proto, hostile_geometry_and_errors)

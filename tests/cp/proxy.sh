@@ -1,0 +1,85 @@
+#!/bin/bash
+# ringrdma-cp proxy in the lab: several TCP clients at once on 127.0.0.1,
+# each byte stream forwarded over its own RDMA connection to a serve peer
+# and stored as a file; each client gets "OK BYTES xxh3:HEX NAME" back and
+# the stored file must equal what it sent. A client that resets its
+# connection mid-stream leaves nothing behind.
+#   proxy.sh PATH/TO/ringrdma-cp
+CP=${1:?usage: proxy.sh PATH/TO/ringrdma-cp}
+. "$(dirname "$0")/lib.sh" 5
+PORT=7520 TCP=7521 CLIENTS=5
+
+mkdir -p "$T/in" "$T/dst"
+sizes=(0 1 300000 3000000 9000000)
+for i in $(seq 0 $((CLIENTS - 1))); do
+	head -c "${sizes[$i]}" /dev/urandom >"$T/in/c$i"
+done
+start_serve s $PORT --dir "$T/dst" --count $((CLIENTS + 1)) --chunk 64K
+"$CP" proxy --tcp-listen 127.0.0.1:$TCP --to "$ADDR:$PORT" --count $((CLIENTS + 1)) \
+	--chunk 64K --window 8 --prefix client --json "$T/p.json" >"$T/p.out" 2>"$T/p.err" &
+ppid=$!
+PIDS+=("$ppid")
+for _ in $(seq 300); do
+	grep -q listening "$T/p.out" 2>/dev/null && break
+	sleep 0.1
+done
+
+# Each client: send everything, half-close, read the one-line answer.
+python3 - "$T" "$TCP" "$CLIENTS" <<'PY' >"$T/clients.out" 2>&1
+import socket, sys, threading
+tmp, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+def client(i):
+    data = open(f"{tmp}/in/c{i}", "rb").read()
+    s = socket.create_connection(("127.0.0.1", port), timeout=120)
+    s.sendall(data)
+    s.shutdown(socket.SHUT_WR)
+    reply = b""
+    while not reply.endswith(b"\n"):
+        b = s.recv(512)
+        if not b:
+            break
+        reply += b
+    s.close()
+    open(f"{tmp}/reply{i}", "wb").write(reply)
+ts = [threading.Thread(target=client, args=(i,)) for i in range(n)]
+for t in ts: t.start()
+for t in ts: t.join()
+# One more that resets its connection half-way: nothing may be stored.
+s = socket.create_connection(("127.0.0.1", port), timeout=120)
+s.sendall(b"x" * 200000)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+s.close()
+PY
+prc=0
+wait_pid "$ppid" 120 || prc=$?
+wait_pid "$SERVE_PID" 60
+src=$?
+
+good=0
+for i in $(seq 0 $((CLIENTS - 1))); do
+	read -r word bytes sum name <"$T/reply$i" 2>/dev/null
+	[ "$word" = OK ] && [ "$bytes" = "${sizes[$i]}" ] && [ -n "$name" ] &&
+		cmp -s "$T/in/c$i" "$T/dst/$name" && good=$((good + 1))
+done
+ok=0
+[ "$good" = $CLIENTS ] && ok=1
+result $ok "$CLIENTS concurrent TCP clients: $good answered OK and stored byte for byte"
+[ $ok = 1 ] || { show "$T/clients.out" "$T/p.err" "$T/s.err"; cat "$T"/reply* | sed 's/^/# reply: /'; }
+ok=0
+[ "$(ls "$T/dst" | wc -l)" = $CLIENTS ] && [ -z "$(ls -A "$T/dst" | grep -v '^client-')" ] && ok=1
+result $ok "only the complete streams are in DIR, no temp files ($(ls -A "$T/dst" | wc -l) entries)"
+[ $ok = 1 ] || ls -la "$T/dst" | sed 's/^/# /'
+ok=0
+grep -q "client $((CLIENTS + 1)): reading TCP client: Connection reset" "$T/p.err" && ok=1
+result $ok "the reset client is reported by the proxy"
+[ $ok = 1 ] || show "$T/p.err"
+ok=0
+[ "$prc" = 3 ] && [ "$(json_field "$T/p.json" files)" = $CLIENTS ] &&
+	[ "$(json_field "$T/p.json" failures)" = 1 ] && ok=1
+result $ok "proxy exits 3 (one client failed) with a summary of $CLIENTS files (exit $prc)"
+[ $ok = 1 ] || show "$T/p.json" "$T/p.err"
+ok=0
+[ "$src" = 4 ] && grep -q "sender gave up: aborted: reading TCP client" "$T/s.err" && ok=1
+result $ok "serve was told why the last stream was dropped (exit $src)"
+[ $ok = 1 ] || show "$T/s.err"
+finish
