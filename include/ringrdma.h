@@ -243,6 +243,7 @@ struct io_uring *rr_bridge_ring(rr_bridge *b);
  * @kicks:       NOP SQEs used to come back to busy, hybrid or backlogged CQs.
  * @cm_events:   rdma_cm events handled.
  * @async_events: device async events handled.
+ * @cancel_retries: poll cancels asked again after -EALREADY.
  */
 struct rr_bridge_stats {
 	uint64_t cqes;
@@ -256,6 +257,7 @@ struct rr_bridge_stats {
 	uint64_t kicks;
 	uint64_t cm_events;
 	uint64_t async_events;
+	uint64_t cancel_retries;
 };
 
 /** rr_bridge_get_stats() - copy the bridge's counters into @out. */

@@ -111,8 +111,11 @@ int rr_bridge_handle_cqe(rr_bridge *b, const struct io_uring_cqe *cqe)
 		if (!b->closing)
 			rr__cq_poll_active(b);
 		break;
+	case RR__UD_CANCEL:
+		rr__poll_cancel_cqe(b, cqe); /* the poll's own CQE does the rest */
+		break;
 	default:
-		break; /* RR__UD_CANCEL: the poll's own CQE does the work */
+		break;
 	}
 	if (!b->closing && rr__cq_any_active(b))
 		rr__want_kick(b);

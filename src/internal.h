@@ -230,6 +230,7 @@ int rr__poll_add(rr_bridge *b, int fd, rr__poll_fn fn, void *ctx, uint32_t *slot
 int rr__timer_add(rr_bridge *b, unsigned int ms, rr__poll_fn fn, void *ctx, uint32_t *slot_out);
 void rr__poll_close(rr_bridge *b, uint32_t slot);
 void rr__poll_cqe(rr_bridge *b, const struct io_uring_cqe *cqe);
+void rr__poll_cancel_cqe(rr_bridge *b, const struct io_uring_cqe *cqe);
 int rr__poll_init(rr_bridge *b);
 void rr__poll_fini(rr_bridge *b);
 int rr__set_nonblock(int fd);

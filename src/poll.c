@@ -160,10 +160,27 @@ int rr__timer_add(rr_bridge *b, unsigned int ms, rr__poll_fn fn, void *ctx, uint
 	return 0;
 }
 
+/* Ask the kernel to end the poll or timer of a closing slot. Without an
+ * SQE (a ring full of work even after a submit) the poll lives on:
+ * rr_bridge_destroy() then gives up waiting after its watchdog, and the
+ * late CQE stays recognizable. */
+static void issue_cancel(rr_bridge *b, uint32_t idx)
+{
+	struct rr__poll *p = &b->slots[idx];
+	struct io_uring_sqe *sqe = rr__get_sqe(b);
+
+	if (sqe && p->is_timer) {
+		io_uring_prep_timeout_remove(sqe, rr__ud(RR__UD_POLL, p->gen, idx), 0);
+		io_uring_sqe_set_data64(sqe, rr__ud(RR__UD_CANCEL, p->gen, idx));
+	} else if (sqe) {
+		io_uring_prep_poll_remove(sqe, rr__ud(RR__UD_POLL, p->gen, idx));
+		io_uring_sqe_set_data64(sqe, rr__ud(RR__UD_CANCEL, p->gen, idx));
+	}
+}
+
 void rr__poll_close(rr_bridge *b, uint32_t idx)
 {
 	struct rr__poll *p;
-	struct io_uring_sqe *sqe;
 
 	if (idx == RR__NO_SLOT || idx >= b->nslots || !b->slots[idx].in_use)
 		return;
@@ -178,17 +195,29 @@ void rr__poll_close(rr_bridge *b, uint32_t idx)
 	}
 	/* The io_uring poll holds its own reference to the file, so the fd
 	 * may be closed right after this; the slot waits for the terminal
-	 * CQE. Without an SQE for the cancel (a ring full of work even after
-	 * a submit) the poll lives on: rr_bridge_destroy() then gives up
-	 * waiting after its watchdog, and the late CQE stays recognizable. */
-	sqe = rr__get_sqe(b);
-	if (sqe && p->is_timer) {
-		io_uring_prep_timeout_remove(sqe, rr__ud(RR__UD_POLL, p->gen, idx), 0);
-		io_uring_sqe_set_data64(sqe, rr__ud(RR__UD_CANCEL, p->gen, idx));
-	} else if (sqe) {
-		io_uring_prep_poll_remove(sqe, rr__ud(RR__UD_POLL, p->gen, idx));
-		io_uring_sqe_set_data64(sqe, rr__ud(RR__UD_CANCEL, p->gen, idx));
-	}
+	 * CQE. */
+	issue_cancel(b, idx);
+}
+
+/*
+ * -EALREADY: the poll was firing when the cancel came (with
+ * IORING_SETUP_DEFER_TASKRUN its task work waits for the next
+ * io_uring_enter()), and a multishot poll stays armed after that. Ask
+ * again, or the slot would never see its terminal CQE.
+ */
+void rr__poll_cancel_cqe(rr_bridge *b, const struct io_uring_cqe *cqe)
+{
+	uint32_t idx = rr__ud_slot(cqe->user_data);
+	struct rr__poll *p;
+
+	if (cqe->res != -EALREADY || idx >= b->nslots)
+		return;
+	p = &b->slots[idx];
+	if (!p->in_use || !p->closing || !p->armed ||
+	    (p->gen & 0xff) != rr__ud_gen(cqe->user_data))
+		return;
+	b->stats.cancel_retries++;
+	issue_cancel(b, idx);
 }
 
 void rr__poll_cqe(rr_bridge *b, const struct io_uring_cqe *cqe)

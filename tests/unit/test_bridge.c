@@ -59,6 +59,25 @@ struct fixture {
 	rr_cq *cq[2];
 };
 
+/* The suite runs twice: on a plain ring, and (RR_TEST_RING_FLAGS) on one
+ * set up as latency-minded applications do, where task work runs only
+ * inside io_uring_enter(). */
+static unsigned int ring_flags(void)
+{
+	const char *e = getenv("RR_TEST_RING_FLAGS");
+
+	return e ? (unsigned int)strtoul(e, NULL, 0) : 0;
+}
+
+static void init_ring(struct io_uring *ring, unsigned int entries)
+{
+	int rc = io_uring_queue_init(entries, ring, ring_flags());
+
+	if (rc == -EINVAL && ring_flags())
+		cr_skip_test("kernel without io_uring setup flags %#x", ring_flags());
+	cr_assert_eq(rc, 0);
+}
+
 static void setup_fx(struct fixture *f, const struct rr_bridge_opts *o, enum rr_wait_mode mode)
 {
 	struct rr_bridge_opts opts = o ? *o : (struct rr_bridge_opts){0};
@@ -68,7 +87,7 @@ static void setup_fx(struct fixture *f, const struct rr_bridge_opts *o, enum rr_
 	memset(&L, 0, sizeof(L));
 	if (!opts.on_app_cqe)
 		opts.on_app_cqe = on_app;
-	cr_assert_eq(io_uring_queue_init(64, &f->ring, 0), 0);
+	init_ring(&f->ring, 64);
 	cr_assert_eq(rr_bridge_create(&f->b, &f->ring, &opts), 0);
 	cr_assert_eq(rr_channel_create(f->b, &fake_ctx, &f->ch), 0);
 	for (int i = 0; i < 2; i++) {
@@ -442,7 +461,7 @@ Test(loop, run_once_times_out_and_reports_orphans)
 	rr_bridge *b;
 	struct io_uring_sqe *sqe;
 
-	cr_assert_eq(io_uring_queue_init(8, &ring, 0), 0);
+	init_ring(&ring, 8);
 	cr_assert_eq(rr_bridge_create(&b, &ring, NULL), 0);
 	cr_assert_eq(rr_bridge_run_once(b, 10), 0);
 	sqe = io_uring_get_sqe(&ring);
@@ -507,7 +526,7 @@ Test(teardown, destroy_without_app_callback_does_not_eat_app_cqes)
 	rr_channel *ch;
 	rr_bridge *b;
 
-	cr_assert_eq(io_uring_queue_init(8, &ring, 0), 0);
+	init_ring(&ring, 8);
 	cr_assert_eq(rr_bridge_create(&b, &ring, NULL), 0);
 	cr_assert_eq(rr_channel_create(b, &fake_ctx, &ch), 0);
 	io_uring_submit(&ring);
@@ -526,5 +545,39 @@ Test(teardown, destroy_without_app_callback_does_not_eat_app_cqes)
 		io_uring_cqe_seen(&ring, cqe);
 	}
 	cr_assert_eq(fake_channels_live, 0);
+	io_uring_queue_exit(&ring);
+}
+
+/* With DEFER_TASKRUN a poll that fired keeps its task work until the next
+ * io_uring_enter(); a cancel that meets it gets -EALREADY and the multishot
+ * poll stays armed. The bridge must ask again, or destroy waits forever. */
+Test(teardown, cancel_of_a_firing_poll_is_asked_again)
+{
+	struct rr_cq_opts co = {.mode = RR_WAIT_EVENT, .on_wc = on_wc};
+	struct rr_bridge_stats st;
+	struct io_uring ring;
+	rr_channel *ch;
+	rr_bridge *b;
+	rr_cq *cq;
+	int rc;
+
+	rc = io_uring_queue_init(8, &ring, IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN);
+	if (rc == -EINVAL)
+		cr_skip_test("kernel without IORING_SETUP_DEFER_TASKRUN");
+	cr_assert_eq(rc, 0);
+	memset(&L, 0, sizeof(L));
+	cr_assert_eq(rr_bridge_create(&b, &ring, NULL), 0);
+	cr_assert_eq(rr_channel_create(b, &fake_ctx, &ch), 0);
+	cr_assert_eq(rr_cq_create(b, ch, &fake_ctx, &co, &cq), 0);
+	cr_assert_geq(rr_bridge_run_once(b, 0), 0); /* the poll is in the kernel */
+	fake_complete(fake_cq_of(rr_cq_ibv(cq)), 1, 1); /* fires; task work waits */
+	cr_assert_eq(rr_cq_destroy(cq), 0);
+	cr_assert_eq(rr_channel_destroy(ch), 0);
+	for (int i = 0; i < 100 && b->live_slots; i++)
+		cr_assert_geq(rr_bridge_run_once(b, 10), 0);
+	rr_bridge_get_stats(b, &st);
+	cr_assert_eq(b->live_slots, 0, "the channel's poll ended");
+	cr_assert_geq(st.cancel_retries, 1, "the cancel met a firing poll and was asked again");
+	cr_assert_eq(rr_bridge_destroy(b), 0);
 	io_uring_queue_exit(&ring);
 }
