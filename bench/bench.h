@@ -9,11 +9,11 @@
 
 #include <ringrdma.h>
 
-#define BENCH_MAX_MSG 65536
-#define BENCH_MAX_QD 256
-#define BENCH_MAX_CONNS 256
+#define BENCH_MAX_MSG	   65536
+#define BENCH_MAX_QD	   256
+#define BENCH_MAX_CONNS	   256
 #define BENCH_DEFAULT_PORT 18515
-#define BENCH_CDF_POINTS 200
+#define BENCH_CDF_POINTS   200
 
 /* How a side waits for its work completions. */
 enum strategy { S_BUSY, S_THREAD, S_EPOLL, S_URING, S_HYBRID, S_COUNT };
@@ -28,9 +28,9 @@ struct bench_cfg {
 	enum workload wl;
 	enum op op;
 	uint32_t msg_size;
-	uint32_t qd;    /* messages in flight per connection */
+	uint32_t qd;	/* messages in flight per connection */
 	uint32_t conns; /* connections sharing one CQ per side */
-	long iters;     /* measured round trips, all connections together */
+	long iters;	/* measured round trips, all connections together */
 	uint32_t idle_ms;
 	unsigned int spin_us;
 	unsigned int timeout_s; /* the server side's own watchdog */
@@ -59,7 +59,7 @@ struct filer {
 struct bqp {
 	struct rdma_cm_id *id;
 	uint8_t *recv, *send; /* 2*qd+1 receive slots, qd+1 send slots */
-	uint64_t raddr;       /* the peer's receive slots (WRITE_IMM) */
+	uint64_t raddr;	      /* the peer's receive slots (WRITE_IMM) */
 	uint32_t rkey;
 };
 
@@ -101,7 +101,7 @@ struct msg_hdr {
 	uint32_t seq;
 };
 #define HDR_STOP 0xfffffff0u /* client: measurement over, send figures */
-#define HDR_FIN 0xfffffff1u  /* server: here are my figures */
+#define HDR_FIN	 0xfffffff1u /* server: here are my figures */
 
 /* wr_id: connection, kind and slot index. */
 enum { WR_RECV = 1, WR_MSG, WR_CTRL };
@@ -109,9 +109,18 @@ static inline uint64_t wr_id_of(uint32_t conn, unsigned int kind, uint32_t idx)
 {
 	return (uint64_t)conn << 32 | (uint64_t)kind << 24 | idx;
 }
-static inline uint32_t wr_conn(uint64_t id) { return (uint32_t)(id >> 32); }
-static inline unsigned int wr_kind(uint64_t id) { return (unsigned int)(id >> 24) & 0xff; }
-static inline uint32_t wr_idx(uint64_t id) { return (uint32_t)id & 0xffffff; }
+static inline uint32_t wr_conn(uint64_t id)
+{
+	return (uint32_t)(id >> 32);
+}
+static inline unsigned int wr_kind(uint64_t id)
+{
+	return (unsigned int)(id >> 24) & 0xff;
+}
+static inline uint32_t wr_idx(uint64_t id)
+{
+	return (uint32_t)id & 0xffffff;
+}
 
 const char *strategy_name(enum strategy s);
 int strategy_parse(const char *name, enum strategy *out);
@@ -129,8 +138,8 @@ uint8_t *side_send_slot(struct bside *s, uint32_t conn, uint32_t idx);
 int side_post_recv(struct bside *s, uint32_t conn, uint32_t idx);
 /* Send `len` bytes at `buf` (a slot of this side) as a SEND or, with
  * write_slot >= 0, as a WRITE_IMM into the peer's receive slot. */
-int side_post(struct bside *s, uint32_t conn, uint64_t wr_id, const uint8_t *buf,
-	      uint32_t len, int write_slot);
+int side_post(struct bside *s, uint32_t conn, uint64_t wr_id, const uint8_t *buf, uint32_t len,
+	      int write_slot);
 void side_close(struct bside *s);
 
 /* wait.c: wait for completions and hand each to s->on_wc; 0 or -errno. */
@@ -140,7 +149,7 @@ int side_loop(struct bside *s);
 /* filer.c: mixed workload file reads; io_uring or pread by strategy. */
 int filer_open(struct filer *f, const char *path);
 void filer_close(struct filer *f);
-int filer_kick(struct bside *s); /* keep io_uring reads in flight */
+int filer_kick(struct bside *s);  /* keep io_uring reads in flight */
 int filer_pread(struct filer *f); /* one synchronous chunk */
 void filer_on_cqe(rr_bridge *b, const struct io_uring_cqe *cqe, void *data);
 int filer_make_file(const char *dir, uint64_t size, char *path, size_t len);
@@ -169,7 +178,7 @@ struct result {
 	double p50, p99, p999, max, ops_per_s;
 	double cpu_us_per_op, syscalls_per_op, ctx_per_op;
 	double cpu_pct_per_side; /* idle: CPU of a core, mean of both sides */
-	double file_mb_per_s;   /* mixed */
+	double file_mb_per_s;	 /* mixed */
 	bool syscalls_known, has_latency, reference;
 	double cdf[BENCH_CDF_POINTS + 1]; /* latency quantiles, for --plot */
 };

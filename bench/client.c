@@ -143,8 +143,8 @@ static void on_wc(struct bside *s, const struct ibv_wc *wc)
 	case WR_RECV:
 		got = side_recv_slot(s, conn, idx);
 		memcpy(&h, got, sizeof(h));
-		if (wc->opcode == IBV_WC_RECV && h.slot == HDR_FIN && wc->byte_len >= sizeof(h) +
-		    sizeof(struct side_figures))
+		if (wc->opcode == IBV_WC_RECV && h.slot == HDR_FIN &&
+		    wc->byte_len >= sizeof(h) + sizeof(struct side_figures))
 			return on_fin(c, got);
 		if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
 			slot = be32toh(wc->imm_data);
@@ -237,8 +237,8 @@ int client_run(const struct bench_cfg *cfg, struct client_out *out)
 	if (rc && !out->err[0])
 		snprintf(out->err, sizeof(out->err), "%s", strerror(-rc));
 	else if (rc)
-		snprintf(out->err + strlen(out->err), sizeof(out->err) - strlen(out->err),
-			 ": %s", strerror(-rc));
+		snprintf(out->err + strlen(out->err), sizeof(out->err) - strlen(out->err), ": %s",
+			 strerror(-rc));
 out:
 	if (c.measuring)
 		side_end(&c.f, c.sc);

@@ -20,7 +20,7 @@
 #include "bench.h"
 
 #define CM_TIMEOUT_MS 10000
-#define HELLO_MAGIC 0x72726231u /* "rrb1" */
+#define HELLO_MAGIC   0x72726231u /* "rrb1" */
 
 /* rdma_cm private data: at most 56 bytes in a connection request. */
 struct hello {
@@ -139,8 +139,11 @@ static int make_cq(struct bside *s, struct ibv_context *ctx)
 		break;
 	case S_URING:
 	case S_HYBRID: {
-		struct rr_cq_opts co = {.cqe = n, .on_wc = on_bridge_wc, .data = s,
-					.mode = s->cfg.strat == S_URING ? RR_WAIT_EVENT : RR_WAIT_HYBRID,
+		struct rr_cq_opts co = {.cqe = n,
+					.on_wc = on_bridge_wc,
+					.data = s,
+					.mode = s->cfg.strat == S_URING ? RR_WAIT_EVENT
+									: RR_WAIT_HYBRID,
 					.spin_us = s->cfg.spin_us};
 		struct rr_bridge_opts bo = {.on_app_cqe = filer_on_cqe, .data = s};
 		int rc = ring_init(s);
@@ -293,8 +296,8 @@ int side_listen(struct bside *s, const char *addr, uint16_t port, uint16_t *boun
 /* Accept the client's connections; the first one says what to run. */
 int side_accept(struct bside *s, struct bench_cfg *cfg, unsigned int timeout_s)
 {
-	struct rdma_conn_param p = {.responder_resources = 1, .initiator_depth = 1,
-				    .rnr_retry_count = 7};
+	struct rdma_conn_param p = {
+		.responder_resources = 1, .initiator_depth = 1, .rnr_retry_count = 7};
 	struct rdma_cm_event ev;
 	struct hello h;
 	int rc;
@@ -324,7 +327,8 @@ int side_accept(struct bside *s, struct bench_cfg *cfg, unsigned int timeout_s)
 		rc = make_qp(s, ev.id);
 		if (rc) {
 			if (ev.id->qp) {
-				s->nqp = s->nqp && s->qps[s->nqp - 1].id == ev.id ? s->nqp - 1 : s->nqp;
+				s->nqp = s->nqp && s->qps[s->nqp - 1].id == ev.id ? s->nqp - 1
+										  : s->nqp;
 				rdma_destroy_qp(ev.id);
 			}
 			rdma_reject(ev.id, NULL, 0);
@@ -345,8 +349,10 @@ int side_accept(struct bside *s, struct bench_cfg *cfg, unsigned int timeout_s)
 
 static int connect_one(struct bside *s, struct rdma_addrinfo *ai)
 {
-	struct rdma_conn_param p = {.responder_resources = 1, .initiator_depth = 1,
-				    .retry_count = 7, .rnr_retry_count = 7};
+	struct rdma_conn_param p = {.responder_resources = 1,
+				    .initiator_depth = 1,
+				    .retry_count = 7,
+				    .rnr_retry_count = 7};
 	struct rdma_cm_event ev;
 	struct rdma_cm_id *id;
 	struct hello h;
@@ -437,20 +443,26 @@ uint8_t *side_send_slot(struct bside *s, uint32_t conn, uint32_t idx)
 int side_post_recv(struct bside *s, uint32_t conn, uint32_t idx)
 {
 	struct ibv_sge sge = {.addr = (uintptr_t)side_recv_slot(s, conn, idx),
-			      .length = (uint32_t)s->slot_sz, .lkey = s->mr->lkey};
-	struct ibv_recv_wr wr = {.wr_id = wr_id_of(conn, WR_RECV, idx), .sg_list = &sge,
-				 .num_sge = 1}, *bad;
+			      .length = (uint32_t)s->slot_sz,
+			      .lkey = s->mr->lkey};
+	struct ibv_recv_wr wr = {.wr_id = wr_id_of(conn, WR_RECV, idx),
+				 .sg_list = &sge,
+				 .num_sge = 1},
+			   *bad;
 
 	return -ibv_post_recv(s->qps[conn].id->qp, &wr, &bad);
 }
 
-int side_post(struct bside *s, uint32_t conn, uint64_t wr_id, const uint8_t *buf,
-	      uint32_t len, int write_slot)
+int side_post(struct bside *s, uint32_t conn, uint64_t wr_id, const uint8_t *buf, uint32_t len,
+	      int write_slot)
 {
 	struct bqp *q = &s->qps[conn];
 	struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = len, .lkey = s->mr->lkey};
-	struct ibv_send_wr wr = {.wr_id = wr_id, .sg_list = &sge, .num_sge = 1,
-				 .opcode = IBV_WR_SEND}, *bad;
+	struct ibv_send_wr wr = {.wr_id = wr_id,
+				 .sg_list = &sge,
+				 .num_sge = 1,
+				 .opcode = IBV_WR_SEND},
+			   *bad;
 
 	if (write_slot >= 0) {
 		wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;

@@ -16,7 +16,7 @@
 
 #define FILER_CHUNK (64 * 1024)
 #define FILER_DEPTH 4
-#define FILER_TAG 0x46494c45u /* user_data of the reads: "FILE" | slot */
+#define FILER_TAG   0x46494c45u /* user_data of the reads: "FILE" | slot */
 
 int filer_open(struct filer *f, const char *path)
 {

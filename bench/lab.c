@@ -105,8 +105,9 @@ int lab_reexec(int argc, char **argv, int hosts, const char *json, const char *c
 	if (!av)
 		return -ENOMEM;
 	if (lab_tool(tool, sizeof(tool))) {
-		fprintf(stderr, "ringrdma-bench: no RDMA device and no lab: tools/rdma-lab is not in %s\n"
-				"  give --addr ADDR of an RDMA device, or run from a ringrdma checkout\n",
+		fprintf(stderr,
+			"ringrdma-bench: no RDMA device and no lab: tools/rdma-lab is not in %s\n"
+			"  give --addr ADDR of an RDMA device, or run from a ringrdma checkout\n",
 			RR_SOURCE_ROOT);
 		free(av);
 		return -ENOENT;
@@ -154,7 +155,9 @@ int lab_reexec(int argc, char **argv, int hosts, const char *json, const char *c
 		av[n++] = argv[i];
 	}
 	av[n] = NULL;
-	fprintf(stderr, "ringrdma-bench: no RDMA device here; running in the lab (Soft-RoCE under QEMU%s)\n",
+	fprintf(stderr,
+		"ringrdma-bench: no RDMA device here; running in the lab (Soft-RoCE under "
+		"QEMU%s)\n",
 		hosts == 2 ? ", two VMs" : "");
 	fflush(NULL);
 	pid = fork();

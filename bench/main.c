@@ -67,8 +67,7 @@ static void usage(FILE *out)
 }
 
 /* Parse a comma-separated list with `one`; -1 on a bad or long list. */
-static int parse_list(char *list, int max, int (*one)(const char *, void *), void *out,
-		      size_t elem)
+static int parse_list(char *list, int max, int (*one)(const char *, void *), void *out, size_t elem)
 {
 	char *save = NULL, *tok;
 	int n = 0;
@@ -83,9 +82,18 @@ static int parse_list(char *list, int max, int (*one)(const char *, void *), voi
 	return n ? n : -1;
 }
 
-static int one_strat(const char *t, void *o) { return strategy_parse(t, o); }
-static int one_wl(const char *t, void *o) { return workload_parse(t, o); }
-static int one_op(const char *t, void *o) { return op_parse(t, o); }
+static int one_strat(const char *t, void *o)
+{
+	return strategy_parse(t, o);
+}
+static int one_wl(const char *t, void *o)
+{
+	return workload_parse(t, o);
+}
+static int one_op(const char *t, void *o)
+{
+	return op_parse(t, o);
+}
 static int one_conns(const char *t, void *o)
 {
 	char *end;
@@ -107,26 +115,38 @@ static long num_arg(const char *s, long lo, long hi)
 
 static int parse_args(int argc, char **argv, struct opts *o)
 {
-	static const struct option lo[] = {
-		{"strategies", required_argument, NULL, 's'}, {"workloads", required_argument, NULL, 'W'},
-		{"ops", required_argument, NULL, 'o'},        {"size", required_argument, NULL, 'S'},
-		{"qd", required_argument, NULL, 'Q'},         {"conns", required_argument, NULL, 'C'},
-		{"iters", required_argument, NULL, 'n'},      {"idle-ms", required_argument, NULL, 'I'},
-		{"spin-us", required_argument, NULL, 'w'},    {"quick", no_argument, NULL, 'q'},
-		{"json", required_argument, NULL, 'j'},       {"csv", required_argument, NULL, 'c'},
-		{"plot", required_argument, NULL, 'p'},       {"with-perftest", no_argument, NULL, 'P'},
-		{"timeout", required_argument, NULL, 't'},    {"file", required_argument, NULL, 'f'},
-		{"addr", required_argument, NULL, 'a'},       {"lab", no_argument, NULL, 'L'},
-		{"hosts", required_argument, NULL, 'H'},      {"server", no_argument, NULL, 'R'},
-		{"client", required_argument, NULL, 'K'},     {"port", required_argument, NULL, 'T'},
-		{"help", no_argument, NULL, 'h'},             {NULL, 0, NULL, 0}};
+	static const struct option lo[] = {{"strategies", required_argument, NULL, 's'},
+					   {"workloads", required_argument, NULL, 'W'},
+					   {"ops", required_argument, NULL, 'o'},
+					   {"size", required_argument, NULL, 'S'},
+					   {"qd", required_argument, NULL, 'Q'},
+					   {"conns", required_argument, NULL, 'C'},
+					   {"iters", required_argument, NULL, 'n'},
+					   {"idle-ms", required_argument, NULL, 'I'},
+					   {"spin-us", required_argument, NULL, 'w'},
+					   {"quick", no_argument, NULL, 'q'},
+					   {"json", required_argument, NULL, 'j'},
+					   {"csv", required_argument, NULL, 'c'},
+					   {"plot", required_argument, NULL, 'p'},
+					   {"with-perftest", no_argument, NULL, 'P'},
+					   {"timeout", required_argument, NULL, 't'},
+					   {"file", required_argument, NULL, 'f'},
+					   {"addr", required_argument, NULL, 'a'},
+					   {"lab", no_argument, NULL, 'L'},
+					   {"hosts", required_argument, NULL, 'H'},
+					   {"server", no_argument, NULL, 'R'},
+					   {"client", required_argument, NULL, 'K'},
+					   {"port", required_argument, NULL, 'T'},
+					   {"help", no_argument, NULL, 'h'},
+					   {NULL, 0, NULL, 0}};
 	long v = 0;
 	int opt;
 
 	while ((opt = getopt_long(argc, argv, "", lo, NULL)) != -1) {
 		switch (opt) {
 		case 's':
-			o->nstrat = parse_list(optarg, S_COUNT, one_strat, o->strats, sizeof(o->strats[0]));
+			o->nstrat = parse_list(optarg, S_COUNT, one_strat, o->strats,
+					       sizeof(o->strats[0]));
 			if (o->nstrat < 0)
 				return -1;
 			break;
@@ -146,26 +166,73 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			if (o->nconns < 0)
 				return -1;
 			break;
-		case 'S': v = num_arg(optarg, sizeof(struct msg_hdr), BENCH_MAX_MSG); o->msg_size = (uint32_t)v; break;
-		case 'Q': v = num_arg(optarg, 1, BENCH_MAX_QD); o->qd = (uint32_t)v; break;
-		case 'n': v = num_arg(optarg, 1, 100000000); o->iters = v; break;
-		case 'I': v = num_arg(optarg, 1, 3600000); o->idle_ms = (uint32_t)v; break;
-		case 'w': v = num_arg(optarg, 1, 1000000); o->spin_us = (unsigned int)v; break;
-		case 't': v = num_arg(optarg, 1, 86400); o->timeout_s = (int)v; break;
-		case 'H': v = num_arg(optarg, 1, 2); o->hosts = (int)v; break;
-		case 'T': v = num_arg(optarg, 1, 65535); o->port = (uint16_t)v; break;
-		case 'q': o->quick = true; break;
-		case 'j': o->json = optarg; break;
-		case 'c': o->csv = optarg; break;
-		case 'p': o->plot = optarg; break;
-		case 'P': o->perftest = true; break;
-		case 'f': o->file = optarg; break;
-		case 'a': o->addr = optarg; break;
-		case 'L': o->force_lab = true; break;
-		case 'R': o->server = true; break;
-		case 'K': o->client = optarg; break;
-		case 'h': usage(stdout); exit(0);
-		default: return -1;
+		case 'S':
+			v = num_arg(optarg, sizeof(struct msg_hdr), BENCH_MAX_MSG);
+			o->msg_size = (uint32_t)v;
+			break;
+		case 'Q':
+			v = num_arg(optarg, 1, BENCH_MAX_QD);
+			o->qd = (uint32_t)v;
+			break;
+		case 'n':
+			v = num_arg(optarg, 1, 100000000);
+			o->iters = v;
+			break;
+		case 'I':
+			v = num_arg(optarg, 1, 3600000);
+			o->idle_ms = (uint32_t)v;
+			break;
+		case 'w':
+			v = num_arg(optarg, 1, 1000000);
+			o->spin_us = (unsigned int)v;
+			break;
+		case 't':
+			v = num_arg(optarg, 1, 86400);
+			o->timeout_s = (int)v;
+			break;
+		case 'H':
+			v = num_arg(optarg, 1, 2);
+			o->hosts = (int)v;
+			break;
+		case 'T':
+			v = num_arg(optarg, 1, 65535);
+			o->port = (uint16_t)v;
+			break;
+		case 'q':
+			o->quick = true;
+			break;
+		case 'j':
+			o->json = optarg;
+			break;
+		case 'c':
+			o->csv = optarg;
+			break;
+		case 'p':
+			o->plot = optarg;
+			break;
+		case 'P':
+			o->perftest = true;
+			break;
+		case 'f':
+			o->file = optarg;
+			break;
+		case 'a':
+			o->addr = optarg;
+			break;
+		case 'L':
+			o->force_lab = true;
+			break;
+		case 'R':
+			o->server = true;
+			break;
+		case 'K':
+			o->client = optarg;
+			break;
+		case 'h':
+			usage(stdout);
+			exit(0);
+		default:
+			return -1;
 		}
 		if (v == LONG_MIN) {
 			fprintf(stderr, "ringrdma-bench: bad value '%s'\n", optarg);
@@ -269,7 +336,11 @@ static int write_outputs(const struct opts *o, const struct result *res, int n)
 
 int main(int argc, char **argv)
 {
-	struct opts o = {.qd = 64, .msg_size = 64, .spin_us = 50, .hosts = 1, .timeout_s = 300,
+	struct opts o = {.qd = 64,
+			 .msg_size = 64,
+			 .spin_us = 50,
+			 .hosts = 1,
+			 .timeout_s = 300,
 			 .port = BENCH_DEFAULT_PORT};
 	char addr_buf[64], file_buf[PATH_MAX] = "";
 	struct bench_cfg *runs;
@@ -309,7 +380,8 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
-	if (!addr && !in_lab && (o.force_lab || o.hosts == 2 || lab_device_addr(addr_buf, sizeof(addr_buf))))
+	if (!addr && !in_lab &&
+	    (o.force_lab || o.hosts == 2 || lab_device_addr(addr_buf, sizeof(addr_buf))))
 		return lab_reexec(argc, argv, o.hosts, o.json, o.csv, o.plot);
 	if (!addr)
 		addr = addr_buf;
@@ -326,7 +398,8 @@ int main(int argc, char **argv)
 						 file_buf, sizeof(file_buf));
 
 			if (rc) {
-				fprintf(stderr, "ringrdma-bench: cannot create a file to read: %s\n",
+				fprintf(stderr,
+					"ringrdma-bench: cannot create a file to read: %s\n",
 					strerror(-rc));
 				return 1;
 			}
@@ -342,10 +415,14 @@ int main(int argc, char **argv)
 		runs[i].addr = addr;
 		runs[i].port = o.port;
 		runs[i].file = o.file;
-		fprintf(stderr, "  %-7s %-9s %-9s qd %-3u conns %-3u ...\n", strategy_name(runs[i].strat),
-			workload_name(runs[i].wl), op_name(runs[i].op), runs[i].qd, runs[i].conns);
+		double t0 = now_us();
+
+		fprintf(stderr, "  %-7s %-9s %-9s qd %-3u conns %-3u ",
+			strategy_name(runs[i].strat), workload_name(runs[i].wl),
+			op_name(runs[i].op), runs[i].qd, runs[i].conns);
 		rc = remote ? run_remote(&runs[i], &res[nres], o.timeout_s)
 			    : run_local(&runs[i], &res[nres], o.timeout_s);
+		fprintf(stderr, "%s in %.1f s\n", rc ? "failed" : "done", (now_us() - t0) / 1e6);
 		if (rc) {
 			failed = 1;
 			continue;

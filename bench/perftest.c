@@ -6,6 +6,7 @@
  * are doubled to compare with the round trips measured here.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <ifaddrs.h>
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -71,10 +72,11 @@ static pid_t spawn(char *const argv[], int out_fd)
 	pid_t pid = fork();
 
 	if (pid == 0) {
-		if (out_fd >= 0)
-			dup2(out_fd, 1);
-		else
-			dup2(open("/dev/null", 0), 1);
+		int null = open("/dev/null", O_WRONLY);
+
+		/* Its complaints while retrying would only be noise. */
+		dup2(out_fd >= 0 ? out_fd : null, 1);
+		dup2(null, 2);
 		execvp(argv[0], argv);
 		_exit(127);
 	}
@@ -99,10 +101,22 @@ static int one(const char *dev, const char *addr, uint32_t size, long iters, boo
 	       struct result *r)
 {
 	char s_size[16], s_iters[16];
-	char *srv[] = {"timeout", "120", "ib_send_lat", "-d", (char *)dev, "-s", s_size, "-n", s_iters, "-p",
-		       PERFTEST_PORT, events ? "-e" : NULL, NULL};
-	char *cli[] = {"timeout", "120", "ib_send_lat", "-d", (char *)dev, "-s", s_size, "-n", s_iters, "-p",
-		       PERFTEST_PORT, events ? "-e" : (char *)addr, events ? (char *)addr : NULL,
+	char *srv[] = {"timeout", "120", "ib_send_lat", "-d", (char *)dev,   "-s",
+		       s_size,	  "-n",	 s_iters,	"-p", PERFTEST_PORT, events ? "-e" : NULL,
+		       NULL};
+	char *cli[] = {"timeout",
+		       "120",
+		       "ib_send_lat",
+		       "-d",
+		       (char *)dev,
+		       "-s",
+		       s_size,
+		       "-n",
+		       s_iters,
+		       "-p",
+		       PERFTEST_PORT,
+		       events ? "-e" : (char *)addr,
+		       events ? (char *)addr : NULL,
 		       NULL};
 	double v[9];
 	int p[2], status, rc;
@@ -111,19 +125,30 @@ static int one(const char *dev, const char *addr, uint32_t size, long iters, boo
 
 	snprintf(s_size, sizeof(s_size), "%u", size);
 	snprintf(s_iters, sizeof(s_iters), "%ld", iters);
-	if (pipe(p))
-		return -errno;
 	fflush(NULL);
 	s = spawn(srv, -1);
-	usleep(500000); /* the server's TCP exchange socket must be listening */
-	c = spawn(cli, p[1]);
-	close(p[1]);
-	f = fdopen(p[0], "r");
-	rc = f ? parse(f, size, v) : -errno;
-	if (f)
-		fclose(f);
-	if (c > 0)
-		waitpid(c, &status, 0);
+	/* The client fails while the server's exchange socket is not yet
+	 * listening: try again while the server waits. */
+	rc = -ECONNREFUSED;
+	for (int attempt = 0; rc && attempt < 20 && s > 0; attempt++) {
+		usleep(300000);
+		if (waitpid(s, &status, WNOHANG) != 0) {
+			s = -1; /* the server gave up */
+			break;
+		}
+		if (pipe(p))
+			break;
+		c = spawn(cli, p[1]);
+		close(p[1]);
+		f = fdopen(p[0], "r");
+		rc = f ? parse(f, size, v) : -errno;
+		if (f)
+			fclose(f);
+		else
+			close(p[0]);
+		if (c > 0)
+			waitpid(c, &status, 0);
+	}
 	if (s > 0) {
 		kill(s, SIGTERM);
 		waitpid(s, NULL, 0);

@@ -29,7 +29,9 @@ void report_table(FILE *out, const struct result *r, int n)
 		const struct result *x = &r[i];
 
 		if (x->cfg.wl != last) {
-			fprintf(out, "\n%-10s %-9s %-9s %6s %4s %5s %9s %9s %9s %9s %9s %9s %8s %7s %s\n",
+			fprintf(out,
+				"\n%-10s %-9s %-9s %6s %4s %5s %9s %9s %9s %9s %9s %9s %8s %7s "
+				"%s\n",
 				"strategy", "workload", "op", "size", "qd", "conns", "p50 us",
 				"p99 us", "p99.9 us", "max us", "ops/s", "cpu us/op", "sysc/op",
 				"csw/op", extra_name(x));
@@ -42,11 +44,13 @@ void report_table(FILE *out, const struct result *r, int n)
 		else
 			fprintf(out, "%9s %9s %9s %9s ", "-", "-", "-", "-");
 		if (x->reference) {
-			fprintf(out, "%9s %9s %8s %7s (perftest: one-way x2)\n", "-", "-", "-", "-");
+			fprintf(out, "%9s %9s %8s %7s (perftest: one-way x2)\n", "-", "-", "-",
+				"-");
 			continue;
 		}
 		if (x->cfg.wl == W_IDLE)
-			fprintf(out, "%9s %9s %8s %7s %.2f\n", "-", "-", "-", "-", x->cpu_pct_per_side);
+			fprintf(out, "%9s %9s %8s %7s %.2f\n", "-", "-", "-", "-",
+				x->cpu_pct_per_side);
 		else {
 			fprintf(out, "%9.0f %9.1f ", x->ops_per_s, x->cpu_us_per_op);
 			if (x->syscalls_known)
@@ -81,9 +85,10 @@ int report_json(const char *path, const struct result *r, int n)
 		const struct result *x = &r[i];
 		bool ops = x->has_latency && !x->reference, idle = x->cfg.wl == W_IDLE;
 
-		fprintf(f, "  {\"strategy\": \"%s\", \"workload\": \"%s\", \"op\": \"%s\", "
-			   "\"msg_size\": %u, \"qd\": %u, \"conns\": %u, \"iters\": %ld, "
-			   "\"idle_ms\": %u, \"spin_us\": %u, \"reference\": %s, ",
+		fprintf(f,
+			"  {\"strategy\": \"%s\", \"workload\": \"%s\", \"op\": \"%s\", "
+			"\"msg_size\": %u, \"qd\": %u, \"conns\": %u, \"iters\": %ld, "
+			"\"idle_ms\": %u, \"spin_us\": %u, \"reference\": %s, ",
 			x->name, workload_name(x->cfg.wl), op_name(x->cfg.op), x->cfg.msg_size,
 			x->cfg.qd, x->cfg.conns, idle ? 0 : x->cfg.iters, idle ? x->cfg.idle_ms : 0,
 			x->cfg.spin_us, x->reference ? "true" : "false");
@@ -174,11 +179,13 @@ int report_plot(const char *path, const struct result *r, int n)
 		unlink(data);
 		return -errno;
 	}
-	fprintf(gp, "set terminal pngcairo size 1400,560 noenhanced\nset output '%s'\n"
-		    "set multiplot layout 1,2 title 'ringrdma-bench: pingpong SEND/RECV'\n"
-		    "set logscale x\nset grid\nset key bottom right\n"
-		    "set xlabel 'round trip (us)'\nset ylabel 'fraction of round trips'\n"
-		    "plot ", path);
+	fprintf(gp,
+		"set terminal pngcairo size 1400,560 noenhanced\nset output '%s'\n"
+		"set multiplot layout 1,2 title 'ringrdma-bench: pingpong SEND/RECV'\n"
+		"set logscale x\nset grid\nset key bottom right\n"
+		"set xlabel 'round trip (us)'\nset ylabel 'fraction of round trips'\n"
+		"plot ",
+		path);
 	for (int i = 0; i < n; i++) {
 		if (!plotted(&r[i]))
 			continue;
@@ -189,7 +196,8 @@ int report_plot(const char *path, const struct result *r, int n)
 	if (!k)
 		fprintf(gp, "NaN notitle");
 	fprintf(gp, "\nunset logscale x\nset logscale xy\nset key top right\n"
-		    "set xlabel 'p50 round trip (us)'\nset ylabel 'CPU us per round trip (both sides)'\n"
+		    "set xlabel 'p50 round trip (us)'\nset ylabel 'CPU us per round trip (both "
+		    "sides)'\n"
 		    "plot ");
 	k = 0;
 	for (int i = 0; i < n; i++) {
@@ -214,8 +222,7 @@ int report_plot(const char *path, const struct result *r, int n)
 	return rc;
 }
 
-static const struct result *find(const struct result *r, int n, const char *name,
-				 enum workload wl)
+static const struct result *find(const struct result *r, int n, const char *name, enum workload wl)
 {
 	for (int i = 0; i < n; i++)
 		if (!strcmp(r[i].name, name) && r[i].cfg.wl == wl && r[i].cfg.op == OP_SEND &&
@@ -257,14 +264,18 @@ void report_targets(FILE *out, const struct result *r, int n)
 	      rb ? rb->ops_per_s : 0, ">= 0.95");
 	if (rb && rb->syscalls_known) {
 		if (ru && ru->syscalls_known)
-			fprintf(out, "  %-40s %+6.2f    (<= +0.1)\n", "rate: uring - busy syscalls/op",
+			fprintf(out, "  %-40s %+6.2f    (<= +0.1)\n",
+				"rate: uring - busy syscalls/op",
 				ru->syscalls_per_op - rb->syscalls_per_op);
 		if (rh && rh->syscalls_known)
-			fprintf(out, "  %-40s %+6.2f    (<= +0.1)\n", "rate: hybrid - busy syscalls/op",
+			fprintf(out, "  %-40s %+6.2f    (<= +0.1)\n",
+				"rate: hybrid - busy syscalls/op",
 				rh->syscalls_per_op - rb->syscalls_per_op);
 	}
 	if (ih)
-		fprintf(out, "  %-40s %6.2f%%   (< 1%%)\n", "idle: hybrid CPU per side", ih->cpu_pct_per_side);
+		fprintf(out, "  %-40s %6.2f%%   (< 1%%)\n", "idle: hybrid CPU per side",
+			ih->cpu_pct_per_side);
 	if (iu)
-		fprintf(out, "  %-40s %6.2f%%   (< 1%%)\n", "idle: uring CPU per side", iu->cpu_pct_per_side);
+		fprintf(out, "  %-40s %6.2f%%   (< 1%%)\n", "idle: uring CPU per side",
+			iu->cpu_pct_per_side);
 }

@@ -68,8 +68,8 @@ static void reduce(const struct bench_cfg *cfg, struct client_out *co, struct re
 	r->cpu_us_per_op = ops > 0 ? (co->cli.cpu_s + co->srv.cpu_s) * 1e6 / per : 0;
 	r->ctx_per_op = (double)(co->cli.ctx_switches + co->srv.ctx_switches) / per;
 	r->syscalls_known = co->cli.syscalls >= 0 && co->srv.syscalls >= 0;
-	r->syscalls_per_op = r->syscalls_known ? (double)(co->cli.syscalls + co->srv.syscalls) / per
-					       : -1;
+	r->syscalls_per_op =
+		r->syscalls_known ? (double)(co->cli.syscalls + co->srv.syscalls) / per : -1;
 	if (co->cli.elapsed_s > 0 && co->srv.elapsed_s > 0)
 		r->cpu_pct_per_side = 50.0 * (co->cli.cpu_s / co->cli.elapsed_s +
 					      co->srv.cpu_s / co->srv.elapsed_s);

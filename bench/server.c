@@ -35,8 +35,7 @@ static void send_fin(struct bside *s, uint32_t conn)
 	}
 	memcpy(buf, &h, sizeof(h));
 	memcpy(buf + sizeof(h), &sv->f, sizeof(sv->f));
-	rc = side_post(s, conn, wr_id_of(conn, WR_CTRL, 0), buf,
-		       sizeof(h) + sizeof(sv->f), -1);
+	rc = side_post(s, conn, wr_id_of(conn, WR_CTRL, 0), buf, sizeof(h) + sizeof(sv->f), -1);
 	if (rc)
 		s->err = rc;
 }

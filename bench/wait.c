@@ -16,7 +16,7 @@
 
 #include "bench.h"
 
-#define ACK_BATCH 32
+#define ACK_BATCH  32
 #define POLL_BATCH 16
 
 static const char *const snames[S_COUNT] = {"busy", "thread", "epoll", "uring", "hybrid"};

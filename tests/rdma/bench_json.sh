@@ -1,7 +1,9 @@
 #!/bin/bash
-# ringrdma-bench runs every strategy with a tiny iteration count and writes
-# complete, sane JSON: one record per strategy, every field present, counts
-# equal to what was asked, percentiles ordered. Never asserts on speed.
+# ringrdma-bench runs every strategy on every workload (and perftest's
+# reference rows) with tiny iteration counts and writes complete, sane JSON
+# and CSV: one record per run, every field present, counts equal to what was
+# asked, percentiles ordered, file bytes counted in the mixed workload.
+# Never asserts on speed.
 bench=${1:?usage: bench_json.sh PATH/TO/ringrdma-bench}
 addr=${RR_TEST_ADDR:-${RDMA_LAB_ADDR:-}}
 if [ -z "$addr" ]; then
@@ -15,35 +17,63 @@ if [ -z "$addr" ]; then
 fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-"$bench" --addr "$addr" --iters 200 --json "$out/b.json" --timeout 120 >"$out/table" 2>&1
+iters=120
+"$bench" --addr "$addr" --iters $iters --idle-ms 300 --conns 1,3 --qd 16 --with-perftest \
+	--json "$out/b.json" --csv "$out/b.csv" --timeout 120 >"$out/table" 2>&1
 rc=$?
-python3 - "$out/b.json" "$rc" "$out/table" <<'PY'
-import json, sys
-path, rc, table = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+python3 - "$out/b.json" "$rc" "$out/table" "$out/b.csv" "$iters" <<'PY'
+import csv, json, sys
+path, rc, table, csvpath, iters = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
 checks = []
 def check(ok, what):
     checks.append((bool(ok), what))
-check(rc == 0, f"ringrdma-bench exited 0 (got {rc}): " + open(table).read().replace("\n", " | ")[-300:])
+check(rc == 0, f"ringrdma-bench exited 0 (got {rc}): " + open(table).read().replace("\n", " | ")[-400:])
 try:
     recs = json.load(open(path))
 except Exception as e:
     recs = []
     check(False, f"JSON parses ({e})")
-want = ["busy", "thread", "epoll", "uring", "hybrid"]
-check([r.get("strategy") for r in recs] == want, f"one record per strategy: {[r.get('strategy') for r in recs]}")
-fields = ["strategy", "workload", "msg_size", "qd", "iters", "p50_us", "p99_us", "p999_us",
-          "max_us", "ops_per_s", "cpu_us_per_op", "syscalls_per_op", "ctx_switches_per_op"]
+strats = ["busy", "thread", "epoll", "uring", "hybrid"]
+# (workload, op, qd, conns) in the order the bench runs them
+runs = [("pingpong", "send", 1, 1), ("pingpong", "write_imm", 1, 1), ("rate", "send", 16, 1),
+        ("mixed", "send", 1, 1), ("idle", "send", 1, 1), ("conns", "send", 1, 1),
+        ("conns", "send", 1, 3)]
+want = [(s, w, o, q, c) for (w, o, q, c) in runs for s in strats] + \
+       [("perftest", "pingpong", "send", 1, 1), ("perftest-e", "pingpong", "send", 1, 1)]
+got = [(r.get("strategy"), r.get("workload"), r.get("op"), r.get("qd"), r.get("conns")) for r in recs]
+check(got == want, f"one record per strategy and run, in order ({len(got)} of {len(want)})")
+fields = ["strategy", "workload", "op", "msg_size", "qd", "conns", "iters", "idle_ms", "reference",
+          "p50_us", "p99_us", "p999_us", "max_us", "ops_per_s", "cpu_us_per_op", "syscalls_per_op",
+          "ctx_switches_per_op", "cpu_pct_per_side", "file_mb_per_s"]
 for r in recs:
-    s = r.get("strategy")
-    check(all(f in r for f in fields), f"{s}: all fields present")
-    check(r.get("iters") == 200 and r.get("msg_size") == 64 and r.get("qd") == 1
-          and r.get("workload") == "pingpong", f"{s}: counts as asked")
-    check(0 < r.get("p50_us", 0) <= r.get("p99_us", 0) <= r.get("p999_us", 0) <= r.get("max_us", 0),
-          f"{s}: 0 < p50 <= p99 <= p99.9 <= max")
+    name = f"{r.get('strategy')} {r.get('workload')} {r.get('op')} conns={r.get('conns')}"
+    check(all(f in r for f in fields), f"{name}: all fields present")
+    check(r.get("msg_size") == 64, f"{name}: msg_size as asked")
+    lat = [r.get(k) for k in ("p50_us", "p99_us", "p999_us", "max_us")]
+    if r.get("workload") == "idle":
+        check(r.get("iters") == 0 and r.get("idle_ms") == 300, f"{name}: idle for the time asked")
+        check(all(v is None for v in lat) and r.get("ops_per_s") is None, f"{name}: no latency when idle")
+        check(r.get("cpu_pct_per_side") is not None and 0 <= r["cpu_pct_per_side"] <= 400,
+              f"{name}: CPU per side measured")
+        continue
+    check(r.get("iters") == iters, f"{name}: iterations as asked")
+    check(all(isinstance(v, (int, float)) for v in lat) and 0 < lat[0] <= lat[1] <= lat[2] <= lat[3],
+          f"{name}: 0 < p50 <= p99 <= p99.9 <= max")
+    if r.get("reference"):
+        continue
     check(r.get("ops_per_s", 0) > 0 and r.get("cpu_us_per_op", -1) >= 0
-          and r.get("ctx_switches_per_op", -1) >= 0, f"{s}: rates non-negative")
+          and r.get("ctx_switches_per_op", -1) >= 0, f"{name}: rates positive")
     sc = r.get("syscalls_per_op")
-    check(sc is None or sc >= 0, f"{s}: syscalls_per_op null or >= 0")
+    check(sc is None or sc > 0, f"{name}: syscalls_per_op null or > 0")
+    if r.get("workload") == "mixed":
+        check((r.get("file_mb_per_s") or 0) > 0, f"{name}: file bytes read while measuring")
+try:
+    rows = list(csv.DictReader(open(csvpath)))
+except Exception as e:
+    rows = []
+check([(x["strategy"], x["workload"], x["op"]) for x in rows] == [(r.get("strategy"), r.get("workload"), r.get("op")) for r in recs],
+      "CSV has the same records as the JSON")
+check(bool(rows) and set(fields) <= set(rows[0].keys()), "CSV has every field as a column")
 print(f"1..{len(checks)}")
 for i, (ok, what) in enumerate(checks, 1):
     print(f"{'ok' if ok else 'not ok'} {i} - {what}")
