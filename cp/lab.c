@@ -33,10 +33,10 @@
 #define RR_SOURCE_ROOT "."
 #endif
 
-#define LAB_PORT	7539
-#define LAB_TIMEOUT_S	"3600"
-#define LISTEN_WAIT_S	120
-#define SERVE_WAIT_S	30
+#define LAB_PORT      7539
+#define LAB_TIMEOUT_S "3600"
+#define LISTEN_WAIT_S 120
+#define SERVE_WAIT_S  30
 
 struct lab {
 	int hosts;
@@ -309,10 +309,11 @@ static int boot(struct lab *l, int argc, char **argv)
 			pl += (size_t)snprintf(peer + pl, sizeof(peer) - pl, " %s", a);
 		}
 		if (pl < sizeof(peer))
-			pl += (size_t)snprintf(peer + pl, sizeof(peer) - pl,
-					       " >%s/serve.out 2>%s/serve.err; echo $? >%s/serve.rc.tmp"
-					       " && mv %s/serve.rc.tmp %s/serve.rc",
-					       q[2], q[2], q[2], q[2], q[2]);
+			pl += (size_t)snprintf(
+				peer + pl, sizeof(peer) - pl,
+				" >%s/serve.out 2>%s/serve.err; echo $? >%s/serve.rc.tmp"
+				" && mv %s/serve.rc.tmp %s/serve.rc",
+				q[2], q[2], q[2], q[2], q[2]);
 		if (pl >= sizeof(peer)) {
 			say("command line too long");
 			rc = CP_EXIT_USAGE;
@@ -584,7 +585,7 @@ out_serve:
 			bytes += (uint64_t)sb.st_size;
 	if (send_rc == 0)
 		printf(CP_PROG ": lab: copied %d file%s, %llu bytes, into %s over %s (%s); "
-		       "serve exit %d\n",
+			       "serve exit %d\n",
 		       l->nfiles, l->nfiles == 1 ? "" : "s", (unsigned long long)bytes, l->dir, to,
 		       getenv("RDMA_LAB") ? (l->hosts == 2 ? "lab, two VMs" : "lab, one VM")
 					  : "local RDMA device",
