@@ -61,6 +61,7 @@ struct bqp {
 	uint8_t *recv, *send; /* 2*qd+1 receive slots, qd+1 send slots */
 	uint64_t raddr;	      /* the peer's receive slots (WRITE_IMM) */
 	uint32_t rkey;
+	uint32_t echo_next; /* server: the next send slot for an echo */
 };
 
 struct bside;
@@ -86,6 +87,7 @@ struct bside {
 	rr_cq *rcq;
 	uint8_t *buf;
 	size_t buf_len, slot_sz;
+	uint32_t inline_max; /* the QPs' max_inline_data */
 	struct ibv_mr *mr;
 	wc_handler on_wc;
 	void *role; /* client or server state */

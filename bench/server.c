@@ -5,9 +5,8 @@
  * it arrived in, or a WRITE_IMM back into the client's slot), and on STOP
  * sends its own figures (FIN).
  *
- * A SEND echo goes out of the receive slot itself, so that receive is
- * posted again only when the echo's send completes; 2*qd+1 receives per
- * connection cover the client's qd in flight plus echoes still sending.
+ * An echo goes out inline (the data is copied into the work request) or
+ * from a send slot, so its receive is posted again at once.
  */
 #include <errno.h>
 #include <string.h>
@@ -67,13 +66,18 @@ static void on_recv(struct bside *s, const struct ibv_wc *wc, uint32_t conn, uin
 		side_begin(&sv->f, &sv->sc);
 		sv->measuring = true;
 	}
-	if (slot >= 0) {
-		rc = side_post(s, conn, wr_id_of(conn, WR_MSG, idx), buf, wc->byte_len, slot);
-		if (!rc)
-			rc = side_post_recv(s, conn, idx);
-	} else {
-		rc = side_post(s, conn, wr_id_of(conn, WR_MSG, idx), buf, wc->byte_len, -1);
+	if (slot < 0 && wc->byte_len > s->inline_max) {
+		/* Not inline: echo from a send slot, so the receive can be
+		 * posted again now. Slot k is reused qd echoes later, when
+		 * the client has seen echo k. */
+		uint8_t *out = side_send_slot(s, conn, s->qps[conn].echo_next++ % s->cfg.qd);
+
+		memcpy(out, buf, wc->byte_len);
+		buf = out;
 	}
+	rc = side_post(s, conn, wr_id_of(conn, WR_MSG, idx), buf, wc->byte_len, slot);
+	if (!rc)
+		rc = side_post_recv(s, conn, idx);
 	if (rc)
 		s->err = rc;
 }
@@ -81,7 +85,6 @@ static void on_recv(struct bside *s, const struct ibv_wc *wc, uint32_t conn, uin
 static void on_wc(struct bside *s, const struct ibv_wc *wc)
 {
 	uint32_t conn = wr_conn(wc->wr_id), idx = wr_idx(wc->wr_id);
-	int rc;
 
 	if (wc->status != IBV_WC_SUCCESS) {
 		if (!s->done && !s->err)
@@ -97,13 +100,7 @@ static void on_wc(struct bside *s, const struct ibv_wc *wc)
 		on_recv(s, wc, conn, idx);
 		break;
 	case WR_MSG:
-		/* A SEND echo left its receive slot: post it again. */
-		if (s->cfg.op == OP_SEND) {
-			rc = side_post_recv(s, conn, idx);
-			if (rc)
-				s->err = rc;
-		}
-		break;
+		break; /* nothing waits for an echo's own completion */
 	case WR_CTRL:
 		s->done = true; /* FIN is out */
 		break;
