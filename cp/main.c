@@ -19,7 +19,7 @@
 #include "cp.h"
 
 #define DEFAULT_CHUNK	(1u << 20)
-#define DEFAULT_WINDOW	16u
+#define DEFAULT_WINDOW	64u
 #define DEFAULT_TIMEOUT 60u
 #define DEFAULT_CONNS	16u
 
@@ -35,7 +35,7 @@ static void usage(FILE *f)
 	      "  --dir DIR            where files go; peers cannot write outside it\n"
 	      "  --force              replace existing files\n"
 	      "  --count N            exit after N connections ended\n"
-	      "  --max-conns N        refuse connections beyond N at once (default 16)\n"
+	      "  --max-conns N        refuse connections beyond N at once (default 64)\n"
 	      "send: copy FILEs to a serve peer\n"
 	      "  --as NAME            name of the single FILE on the receiver\n"
 	      "  --limit-rate BYTES   at most BYTES per second (suffix K, M, G)\n"
@@ -53,7 +53,7 @@ static void usage(FILE *f)
 	      "all modes:\n"
 	      "  --chunk BYTES        chunk size (multiple of 4096, default 1M; the receiver\n"
 	      "                       uses the smaller of both sides' values)\n"
-	      "  --window N           chunks in flight, a power of two <= 256 (default 16)\n"
+	      "  --window N           chunks in flight, a power of two <= 256 (default 64)\n"
 	      "  --token-file FILE    shared secret the receiver checks before any data\n"
 	      "  --timeout SECS       give up after SECS without progress (default 60; 0: never)\n"
 	      "  --json FILE          write a summary (bytes, seconds, MB/s, CPU, RSS)\n"

@@ -1,10 +1,16 @@
 #!/bin/bash
 # Not a test: the figures of docs/ringrdma-cp.md in one lab boot.
-#   tools/rdma-lab run -- tests/cp/measure.sh build/cp/ringrdma-cp
-# perftest ib_write_bw and ib_read_bw (one outstanding read, as libringrdma
-# allows) with 1 MiB messages, then ringrdma-cp send of a 256 MiB file
-# with 1 MiB chunks, and both sides' --json summaries.
-CP=${1:?usage: measure.sh PATH/TO/ringrdma-cp}
+#   tools/rdma-lab run -- tests/cp/measure.sh build/cp/ringrdma-cp [RUN...]
+# perftest ib_write_bw with 1 MiB messages at its default depth and at
+# cp's window (-t 16), ib_read_bw with one outstanding read (as
+# libringrdma allows), then ringrdma-cp send of one 256 MiB file in the
+# guest's own /tmp (RAM; the checkout over 9p would measure 9p) to a serve
+# whose DIR is there too, with both sides' --json summaries.
+# Each RUN is "[BINARY:]OPTIONS" (default: the first argument with the
+# default options), e.g. "--window 32" or "old/ringrdma-cp:--chunk 4M".
+CP=${1:?usage: measure.sh PATH/TO/ringrdma-cp [RUN...]}
+shift
+[ $# -gt 0 ] || set -- ""
 A=${RDMA_LAB_ADDR:?run it in the lab}
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
@@ -17,18 +23,29 @@ bw() { # ib_write_bw|ib_read_bw EXTRA...
 	wait
 }
 bw ib_write_bw
+bw ib_write_bw -t 16
 bw ib_read_bw -o 1
 head -c $((256 << 20)) /dev/urandom >"$T/f"
-mkdir "$T/d"
-"$CP" serve --listen "$A:7530" --dir "$T/d" --count 1 --json "$T/s.json" >"$T/s.out" &
-for _ in $(seq 300); do grep -q listening "$T/s.out" && break; sleep 0.1; done
-"$CP" send --quiet --json "$T/c.json" "$T/f" "$A:7530"
-wait
-python3 - "$T/c.json" "$T/s.json" <<'PY'
+port=7530
+for run in "$@"; do
+	bin=$CP args=$run
+	case $run in *:*) bin=${run%%:*} args=${run#*:} ;; esac
+	rm -rf "$T/d" && mkdir "$T/d"
+	port=$((port + 1))
+	# shellcheck disable=SC2086
+	"$bin" serve --listen "$A:$port" --dir "$T/d" --count 1 --json "$T/s.json" $args >"$T/s.out" &
+	spid=$!
+	for _ in $(seq 100); do grep -q listening "$T/s.out" && break; sleep 0.1; done
+	# shellcheck disable=SC2086
+	timeout 120 "$bin" send --quiet --json "$T/c.json" $args "$T/f" "$A:$port" ||
+		{ echo "send [$run] failed"; kill "$spid"; wait; continue; }
+	wait
+	python3 - "$T/c.json" "$T/s.json" "$bin $args" <<'PY'
 import json, sys
-c, s = (json.load(open(p)) for p in sys.argv[1:])
+c, s = (json.load(open(p)) for p in sys.argv[1:3])
 gib = c["bytes"] / 2**30
-print(f"ringrdma-cp send 256 MiB: {c['mb_per_s']:.1f} MB/s (MB = 10^6 B), "
+print(f"ringrdma-cp send 256 MiB [{sys.argv[3].strip()}]: {c['mb_per_s']:.1f} MB/s (MB = 10^6 B), "
       f"sender {c['cpu_seconds'] / gib:.2f} CPU s/GiB, receiver {s['cpu_seconds'] / gib:.2f} CPU s/GiB, "
       f"peak RSS sender {c['peak_rss_bytes'] / 2**20:.1f} MiB, receiver {s['peak_rss_bytes'] / 2**20:.1f} MiB")
 PY
+done
