@@ -35,7 +35,7 @@ static void usage(FILE *f)
 	      "  --dir DIR            where files go; peers cannot write outside it\n"
 	      "  --force              replace existing files\n"
 	      "  --count N            exit after N connections ended\n"
-	      "  --max-conns N        refuse connections beyond N at once (default 64)\n"
+	      "  --max-conns N        refuse connections beyond N at once (default 16)\n"
 	      "send: copy FILEs to a serve peer\n"
 	      "  --as NAME            name of the single FILE on the receiver\n"
 	      "  --limit-rate BYTES   at most BYTES per second (suffix K, M, G)\n"

@@ -250,9 +250,6 @@ static int submit_write(struct rx_slot *sl)
 	if (!sqe)
 		return -EBUSY;
 	io_uring_prep_write(sqe, r->st.fd, buf + sl->done, sl->len - sl->done, sl->off + sl->done);
-	/* Copy into the page cache on an io-wq worker, not inline in the loop
-	 * thread, which meanwhile hashes the next chunk and reposts. */
-	sqe->flags |= IOSQE_ASYNC;
 	r->io_inflight++;
 	return 0;
 }

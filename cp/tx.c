@@ -174,15 +174,11 @@ static int submit_read(struct tx_slot *sl)
 
 	if (!sqe)
 		return -EBUSY;
-	if (t->src.stream) {
+	if (t->src.stream)
 		io_uring_prep_recv(sqe, t->src.fd, buf, t->chunk, 0);
-	} else {
+	else
 		io_uring_prep_read(sqe, t->src.fd, buf + sl->len, sl->want - sl->len,
 				   sl->off + sl->len);
-		/* A cached read would copy inline in the loop thread, which also
-		 * hashes and posts (on rxe, the post does the transport's work). */
-		sqe->flags |= IOSQE_ASYNC;
-	}
 	t->io_inflight++;
 	sl->state = SL_READING;
 	return 0;
