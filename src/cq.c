@@ -18,6 +18,8 @@
 
 #include "internal.h"
 
+#define SPIN_CLOCK_EVERY 16
+
 static void set_active(rr_cq *cq, bool on)
 {
 	if (cq->evented)
@@ -96,6 +98,37 @@ static int arm(rr_cq *cq)
 	return 0;
 }
 
+/*
+ * Hybrid: keep polling for spin_us after the last completion. Where the
+ * clock is a syscall (VMs without a usable TSC, such as the lab), reading
+ * it on every empty poll would cost more than the arm it saves, so the
+ * window opens at the first empty poll and the clock is read again only
+ * every SPIN_CLOCK_EVERY empty polls.
+ */
+static bool keep_spinning(rr_cq *cq, unsigned int n)
+{
+	if (n) {
+		cq->spin = RR__SPIN_BUSY;
+		return true;
+	}
+	switch (cq->spin) {
+	case RR__SPIN_BUSY:
+		cq->spin_until_ns = rr__now_ns() + (uint64_t)cq->spin_us * 1000u;
+		cq->spin_empty = 0;
+		cq->spin = RR__SPIN_WINDOW;
+		return true;
+	case RR__SPIN_WINDOW:
+		if (++cq->spin_empty % SPIN_CLOCK_EVERY)
+			return true;
+		if (rr__now_ns() < cq->spin_until_ns)
+			return true;
+		cq->spin = RR__SPIN_IDLE;
+		return false;
+	default:
+		return false;
+	}
+}
+
 /* Poll a CQ and decide whether it stays on the active list or is armed. */
 static unsigned int service(rr_cq *cq)
 {
@@ -118,18 +151,9 @@ static unsigned int service(rr_cq *cq)
 		set_active(cq, true);
 		return n;
 	}
-	if (cq->mode == RR_WAIT_HYBRID) {
-		uint64_t now = rr__now_ns();
-
-		if (n) {
-			cq->spin_until_ns = now + (uint64_t)cq->spin_us * 1000u;
-			set_active(cq, true);
-			return n;
-		}
-		if (now < cq->spin_until_ns) {
-			set_active(cq, true);
-			return n;
-		}
+	if (cq->mode == RR_WAIT_HYBRID && keep_spinning(cq, n)) {
+		set_active(cq, true);
+		return n;
 	}
 	set_active(cq, false);
 	if (arm(cq)) {
@@ -145,7 +169,7 @@ static unsigned int service(rr_cq *cq)
 	}
 	if (more || (n2 && cq->mode == RR_WAIT_HYBRID)) {
 		if (cq->mode == RR_WAIT_HYBRID)
-			cq->spin_until_ns = rr__now_ns() + (uint64_t)cq->spin_us * 1000u;
+			cq->spin = RR__SPIN_BUSY;
 		set_active(cq, true);
 	}
 	return n + n2;
@@ -331,7 +355,7 @@ int rr_cq_set_mode(rr_cq *cq, enum rr_wait_mode mode, unsigned int spin_us)
 	cq->mode = mode;
 	if (spin_us)
 		cq->spin_us = spin_us;
-	cq->spin_until_ns = 0;
+	cq->spin = RR__SPIN_BUSY; /* hybrid: a full window, then arm */
 	/* Let the next pass poll it and arm it if the new mode wants that. */
 	set_active(cq, true);
 	rr__want_kick(cq->b);

@@ -126,7 +126,9 @@ struct rr_cq {
 	bool armed;           /* ibv_req_notify_cq() since the last event */
 	bool active;          /* on b->active: polled every pass */
 	bool evented;         /* on the pending list of the current drain */
+	enum { RR__SPIN_IDLE, RR__SPIN_BUSY, RR__SPIN_WINDOW } spin; /* hybrid */
 	uint64_t spin_until_ns;
+	unsigned int spin_empty; /* empty polls in the window */
 	struct rr__list active_link;
 	struct rr__list link; /* b->cqs */
 	struct rr_cq *pending_next;
