@@ -130,7 +130,10 @@ int lab_reexec(int argc, char **argv, int hosts, const char *json, const char *c
 	av[n++] = tmo;
 	if (hosts == 2) {
 		snprintf(peer, sizeof(peer), "exec '%s' --server --addr \"$RDMA_LAB_ADDR\"", self);
+		/* One vCPU per VM leaves a busy-polling side no CPU for rxe. */
 		av[n++] = "--hosts";
+		av[n++] = "2";
+		av[n++] = "--smp";
 		av[n++] = "2";
 		av[n++] = "--peer-cmd";
 		av[n++] = peer;

@@ -67,19 +67,23 @@ static void usage(FILE *out)
 }
 
 /* Parse a comma-separated list with `one`; -1 on a bad or long list. */
-static int parse_list(char *list, int max, int (*one)(const char *, void *), void *out, size_t elem)
+static int parse_list(const char *list, int max, int (*one)(const char *, void *), void *out, size_t elem)
 {
-	char *save = NULL, *tok;
+	char *save = NULL, *tok, *copy = strdup(list); /* argv stays whole for the lab */
 	int n = 0;
 
-	for (tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+	if (!copy)
+		return -1;
+	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
 		if (n == max || one(tok, (char *)out + (size_t)n * elem)) {
 			fprintf(stderr, "ringrdma-bench: bad list item '%s'\n", tok);
-			return -1;
+			n = -1;
+			break;
 		}
 		n++;
 	}
-	return n ? n : -1;
+	free(copy);
+	return n > 0 ? n : -1;
 }
 
 static int one_strat(const char *t, void *o)
