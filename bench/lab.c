@@ -16,65 +16,7 @@
 #include <unistd.h>
 
 #include "bench.h"
-
-#ifndef RR_SOURCE_ROOT
-#define RR_SOURCE_ROOT "."
-#endif
-
-static int lab_tool(char *path, size_t len)
-{
-	snprintf(path, len, "%s/tools/rdma-lab", RR_SOURCE_ROOT);
-	return access(path, X_OK) ? -ENOENT : 0;
-}
-
-int lab_device_addr(char *addr, size_t len)
-{
-	char tool[PATH_MAX], cmd[PATH_MAX + 32], line[256], *sp;
-	FILE *p;
-	int status;
-
-	if (lab_tool(tool, sizeof(tool)))
-		return -ENOENT;
-	snprintf(cmd, sizeof(cmd), "'%s' device 2>/dev/null", tool);
-	p = popen(cmd, "r");
-	if (!p)
-		return -errno;
-	if (!fgets(line, sizeof(line), p))
-		line[0] = 0;
-	status = pclose(p);
-	if (status || !(sp = strrchr(line, ' ')))
-		return -ENODEV;
-	sp[strcspn(sp, "\n")] = 0;
-	snprintf(addr, len, "%s", sp + 1);
-	return 0;
-}
-
-static int copy_file(const char *from, const char *to)
-{
-	char buf[65536];
-	int in = open(from, O_RDONLY), out, rc = 0;
-	ssize_t n;
-
-	if (in < 0)
-		return -errno;
-	out = open(to, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	if (out < 0) {
-		rc = -errno;
-		close(in);
-		return rc;
-	}
-	while ((n = read(in, buf, sizeof(buf))) > 0)
-		if (write(out, buf, (size_t)n) != n) {
-			rc = -EIO;
-			break;
-		}
-	if (n < 0)
-		rc = -errno;
-	close(in);
-	if (close(out) && !rc)
-		rc = -errno;
-	return rc;
-}
+#include "labhost.h"
 
 static bool output_opt(const char *a, const char **key)
 {
@@ -104,11 +46,11 @@ int lab_reexec(int argc, char **argv, int hosts, const char *json, const char *c
 
 	if (!av)
 		return -ENOMEM;
-	if (lab_tool(tool, sizeof(tool))) {
+	if (labhost_tool(tool, sizeof(tool))) {
 		fprintf(stderr,
 			"ringrdma-bench: no RDMA device and no lab: tools/rdma-lab is not in %s\n"
 			"  give --addr ADDR of an RDMA device, or run from a ringrdma checkout\n",
-			RR_SOURCE_ROOT);
+			labhost_root());
 		free(av);
 		return -ENOENT;
 	}
@@ -118,7 +60,7 @@ int lab_reexec(int argc, char **argv, int hosts, const char *json, const char *c
 		return -errno;
 	}
 	self[sl] = 0;
-	snprintf(dir, sizeof(dir), "%s/.bench-lab.XXXXXX", RR_SOURCE_ROOT);
+	snprintf(dir, sizeof(dir), "%s/.bench-lab.XXXXXX", labhost_root());
 	if (!mkdtemp(dir)) {
 		free(av);
 		return -errno;
@@ -179,7 +121,7 @@ int lab_reexec(int argc, char **argv, int hosts, const char *json, const char *c
 			continue;
 		snprintf(from, sizeof(from), "%s/%s", dir, names[k]);
 		if (access(from, F_OK) == 0) {
-			int e = copy_file(from, want[k]);
+			int e = labhost_copy_file(from, want[k]);
 
 			if (e) {
 				fprintf(stderr, "ringrdma-bench: %s: %s\n", want[k], strerror(-e));

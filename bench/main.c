@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "labhost.h"
 
 #define MAX_CONNS_LIST 16
 
@@ -385,7 +386,7 @@ int main(int argc, char **argv)
 		}
 	}
 	if (!addr && !in_lab &&
-	    (o.force_lab || o.hosts == 2 || lab_device_addr(addr_buf, sizeof(addr_buf))))
+	    (o.force_lab || o.hosts == 2 || labhost_device_addr(addr_buf, sizeof(addr_buf))))
 		return lab_reexec(argc, argv, o.hosts, o.json, o.csv, o.plot);
 	if (!addr)
 		addr = addr_buf;

@@ -67,7 +67,6 @@ uint64_t cp_peak_rss_bytes(void);
 /* lab.c: is there an RDMA device (or are we inside the lab)? */
 bool cp_have_device(void);
 /* The address of a real local RDMA device (tools/rdma-lab device): 0 or -errno. */
-int cp_lab_device_addr(char *addr, size_t len);
 /* Prints why @mode cannot run without a device; returns the exit code. */
 int cp_no_device(const char *mode);
 /* ringrdma-cp lab ...: argv as main's. */

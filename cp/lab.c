@@ -28,10 +28,8 @@
 #include <unistd.h>
 
 #include "cp.h"
+#include "labhost.h"
 
-#ifndef RR_SOURCE_ROOT
-#define RR_SOURCE_ROOT "."
-#endif
 
 #define LAB_PORT      7539
 #define LAB_TIMEOUT_S "3600"
@@ -64,28 +62,6 @@ static void say(const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fputc('\n', stderr);
-}
-
-int cp_lab_device_addr(char *addr, size_t len)
-{
-	char cmd[PATH_MAX + 32], line[256], *sp;
-	FILE *p;
-
-	if (access(RR_SOURCE_ROOT "/tools/rdma-lab", X_OK))
-		return -ENOENT;
-	snprintf(cmd, sizeof(cmd), "'%s/tools/rdma-lab' device 2>/dev/null", RR_SOURCE_ROOT);
-	p = popen(cmd, "r");
-	if (!p)
-		return -errno;
-	if (!fgets(line, sizeof(line), p))
-		line[0] = 0;
-	while (fgets(cmd, sizeof(cmd), p))
-		;
-	if (pclose(p) || !(sp = strrchr(line, ' ')))
-		return -ENODEV;
-	sp[strcspn(sp, "\n")] = 0;
-	snprintf(addr, len, "%s", sp + 1);
-	return 0;
 }
 
 bool cp_have_device(void)
@@ -153,8 +129,8 @@ static int check_paths(const struct lab *l)
 	char root[PATH_MAX], real[PATH_MAX];
 	struct stat sb;
 
-	if (!realpath(RR_SOURCE_ROOT, root)) {
-		say("%s: %s", RR_SOURCE_ROOT, strerror(errno));
+	if (!realpath(labhost_root(), root)) {
+		say("%s: %s", labhost_root(), strerror(errno));
 		return CP_EXIT_FAIL;
 	}
 	if (!realpath(l->dir, real) || stat(real, &sb) || !S_ISDIR(sb.st_mode)) {
@@ -187,33 +163,6 @@ static int check_paths(const struct lab *l)
 		}
 	}
 	return 0;
-}
-
-static int copy_file(const char *from, const char *to)
-{
-	char buf[65536];
-	int in = open(from, O_RDONLY | O_CLOEXEC), out, rc = 0;
-	ssize_t n;
-
-	if (in < 0)
-		return -errno;
-	out = open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (out < 0) {
-		rc = -errno;
-		goto out_in;
-	}
-	while ((n = read(in, buf, sizeof(buf))) > 0)
-		if (write(out, buf, (size_t)n) != n) {
-			rc = -EIO;
-			break;
-		}
-	if (n < 0)
-		rc = -errno;
-	if (close(out) && !rc)
-		rc = -errno;
-out_in:
-	close(in);
-	return rc;
 }
 
 static void stage_path(const struct lab *l, char *out, size_t len, const char *name)
@@ -265,8 +214,7 @@ static int boot(struct lab *l, int argc, char **argv)
 
 	if (!av)
 		return CP_EXIT_FAIL;
-	snprintf(tool, sizeof(tool), "%s/tools/rdma-lab", RR_SOURCE_ROOT);
-	if (access(tool, X_OK)) {
+	if (labhost_tool(tool, sizeof(tool))) {
 		say("no RDMA device and no lab: %s is missing; run from a ringrdma checkout", tool);
 		rc = CP_EXIT_FAIL;
 		goto out;
@@ -274,9 +222,9 @@ static int boot(struct lab *l, int argc, char **argv)
 	rc = check_paths(l);
 	if (rc)
 		goto out;
-	snprintf(l->stage, sizeof(l->stage), "%s/.cp-lab.XXXXXX", RR_SOURCE_ROOT);
+	snprintf(l->stage, sizeof(l->stage), "%s/.cp-lab.XXXXXX", labhost_root());
 	if (!mkdtemp(l->stage)) {
-		say("cannot create a stage directory in %s: %s", RR_SOURCE_ROOT, strerror(errno));
+		say("cannot create a stage directory in %s: %s", labhost_root(), strerror(errno));
 		rc = CP_EXIT_LOCAL_IO;
 		goto out;
 	}
@@ -367,7 +315,7 @@ static int boot(struct lab *l, int argc, char **argv)
 		int e;
 
 		stage_path(l, from, sizeof(from), "send.json");
-		e = access(from, F_OK) ? 0 : copy_file(from, l->json);
+		e = access(from, F_OK) ? 0 : labhost_copy_file(from, l->json);
 		if (e) {
 			say("%s: %s", l->json, strerror(-e));
 			rc = rc ? rc : CP_EXIT_LOCAL_IO;
@@ -683,7 +631,7 @@ int cp_lab(int argc, char **argv)
 		rc = inside(l, a && *a ? a : "192.0.2.1");
 		goto out;
 	}
-	if (l->hosts == 1 && cp_lab_device_addr(dev, sizeof(dev)) == 0) {
+	if (l->hosts == 1 && labhost_device_addr(dev, sizeof(dev)) == 0) {
 		printf(CP_PROG ": lab: using the local RDMA device at %s, no lab needed\n", dev);
 		rc = inside(l, dev);
 		goto out;
