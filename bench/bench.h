@@ -87,7 +87,6 @@ struct bside {
 	rr_cq *rcq;
 	uint8_t *buf;
 	size_t buf_len, slot_sz;
-	uint32_t inline_max; /* the QPs' max_inline_data */
 	struct ibv_mr *mr;
 	wc_handler on_wc;
 	void *role; /* client or server state */

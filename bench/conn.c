@@ -20,7 +20,6 @@
 #include "bench.h"
 
 #define CM_TIMEOUT_MS 10000
-#define MAX_INLINE    256
 #define HELLO_MAGIC   0x72726231u /* "rrb1" */
 
 /* rdma_cm private data: at most 56 bytes in a connection request. */
@@ -210,13 +209,8 @@ static int make_qp(struct bside *s, struct rdma_cm_id *id)
 	attr.cap.max_send_wr = 2 * s->cfg.qd + 2;
 	attr.cap.max_recv_wr = 2 * s->cfg.qd + 2;
 	attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
-	attr.cap.max_inline_data = s->cfg.msg_size <= MAX_INLINE ? s->cfg.msg_size : 0;
-	if (rdma_create_qp(id, s->pd, &attr)) {
-		attr.cap.max_inline_data = 0; /* a device without inline sends */
-		if (rdma_create_qp(id, s->pd, &attr))
-			return -errno;
-	}
-	s->inline_max = attr.cap.max_inline_data;
+	if (rdma_create_qp(id, s->pd, &attr))
+		return -errno;
 	q = &s->qps[s->nqp];
 	q->id = id;
 	q->recv = s->buf + (size_t)s->nqp * per * s->slot_sz;
@@ -470,11 +464,6 @@ int side_post(struct bside *s, uint32_t conn, uint64_t wr_id, const uint8_t *buf
 				 .opcode = IBV_WR_SEND},
 			   *bad;
 
-	/* Inline: the data goes into the work request, the buffer is free at
-	 * once. Every send is signaled: on the lab's rxe (kernel 6.1) inline
-	 * sends left unsignaled locked the CPU up in the kernel. */
-	if (len <= s->inline_max)
-		wr.send_flags |= IBV_SEND_INLINE;
 	if (write_slot >= 0) {
 		wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
 		wr.imm_data = htobe32((uint32_t)write_slot);

@@ -68,7 +68,8 @@ static void usage(FILE *out)
 }
 
 /* Parse a comma-separated list with `one`; -1 on a bad or long list. */
-static int parse_list(const char *list, int max, int (*one)(const char *, void *), void *out, size_t elem)
+static int parse_list(const char *list, int max, int (*one)(const char *, void *), void *out,
+		      size_t elem)
 {
 	char *save = NULL, *tok, *copy = strdup(list); /* argv stays whole for the lab */
 	int n = 0;

@@ -5,6 +5,7 @@
  * pingpong runs and CPU per operation against median latency.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -68,7 +69,7 @@ void report_table(FILE *out, const struct result *r, int n)
 /* "null" for what a record does not have. */
 static void num(FILE *f, const char *key, bool have, double v, const char *sep)
 {
-	if (have)
+	if (have && isfinite(v))
 		fprintf(f, "\"%s\": %.3f%s", key, v, sep);
 	else
 		fprintf(f, "\"%s\": null%s", key, sep);
@@ -110,7 +111,7 @@ int report_json(const char *path, const struct result *r, int n)
 
 static void cell(FILE *f, bool have, double v, const char *sep)
 {
-	if (have)
+	if (have && isfinite(v))
 		fprintf(f, "%.3f%s", v, sep);
 	else
 		fprintf(f, "%s", sep);

@@ -5,8 +5,8 @@
  * it arrived in, or a WRITE_IMM back into the client's slot), and on STOP
  * sends its own figures (FIN).
  *
- * An echo goes out inline (the data is copied into the work request) or
- * from a send slot, so its receive is posted again at once.
+ * An echo goes out from a send slot (or, for WRITE_IMM, from the slot the
+ * client wrote), so its receive is posted again at once.
  */
 #include <errno.h>
 #include <string.h>
@@ -66,10 +66,11 @@ static void on_recv(struct bside *s, const struct ibv_wc *wc, uint32_t conn, uin
 		side_begin(&sv->f, &sv->sc);
 		sv->measuring = true;
 	}
-	if (slot < 0 && wc->byte_len > s->inline_max) {
-		/* Not inline: echo from a send slot, so the receive can be
-		 * posted again now. Slot k is reused qd echoes later, when
-		 * the client has seen echo k. */
+	if (slot < 0) {
+		/* Echo from a send slot, so the receive can be posted again
+		 * now. Slot k is reused qd echoes later, when the client has
+		 * seen echo k. (Inline sends would spare the copy; on the
+		 * lab's rxe they locked CPUs up in the kernel.) */
 		uint8_t *out = side_send_slot(s, conn, s->qps[conn].echo_next++ % s->cfg.qd);
 
 		memcpy(out, buf, wc->byte_len);
