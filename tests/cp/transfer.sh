@@ -84,15 +84,20 @@ ok=0
 [ $ok_small = 0 ] && [ $ok_large = 0 ] && ok=1
 result $ok "16 MiB and 256 MiB transfers with the default window arrived intact"
 [ $ok = 1 ] || show "$T/rsmall.err" "$T/rlarge.err" "$T/rsmall.err" "$T/rlarge.err"
+# Under ASan the allocator's quarantine and shadow pages move peak RSS by
+# several MiB from run to run: allow 16 MiB there, still far below the
+# 240 MiB a file loaded whole would add.
+slack=4
+ldd "$CP" 2>/dev/null | grep -q libasan && slack=16
 for side in c s; do
 	a=$(json_field "$T/rsmall.$side.json" peak_rss_bytes)
 	b=$(json_field "$T/rlarge.$side.json" peak_rss_bytes)
 	ok=0
 	d=$((b - a))
-	[ -n "$a" ] && [ -n "$b" ] && [ "${d#-}" -lt $((4 << 20)) ] && ok=1
+	[ -n "$a" ] && [ -n "$b" ] && [ "${d#-}" -lt $((slack << 20)) ] && ok=1
 	name=sender
 	[ $side = s ] && name=receiver
-	result $ok "$name peak RSS: 16 MiB run ${a:-?} B, 256 MiB run ${b:-?} B (within 4 MiB)"
+	result $ok "$name peak RSS: 16 MiB run ${a:-?} B, 256 MiB run ${b:-?} B (within $slack MiB)"
 done
 ok=0
 mbs=$(json_field "$T/rlarge.c.json" mb_per_s)
