@@ -904,6 +904,8 @@ static void send_acks(struct client *c)
 		a->consumed = c->consumed;
 		rc = rr_ep_post_send(c->ep, a, sizeof(*a), c->mr, on_ack_sent,
 				     (void *)(uintptr_t)i);
+		if (rc == -ENOTCONN)
+			return; /* hung up: no more credit is needed */
 		if (rc) {
 			fail(&c->lp, rc, "rr_ep_post_send (ACK)");
 			return;
@@ -943,6 +945,9 @@ static void on_data(rr_ep *ep, const struct rr_completion *comp, void *data)
 		return; /* being flushed: no new work */
 	/* Repost before returning the credit, so the server never outruns us. */
 	rc = rr_ep_post_recv(ep, h, SLOT_SIZE, c->mr, on_data, h);
+	if (rc == -ENOTCONN)
+		return; /* the server hung up: what it sent is handed out before
+			 * on_disconnect, which judges the transfer */
 	if (rc) {
 		fail(&c->lp, rc, "rr_ep_post_recv");
 		return;
