@@ -168,6 +168,7 @@ int server_run_one(struct bside *s, const char *addr, uint16_t port, int port_fd
 
 /* figures.c */
 int syscalls_open(void);
+int syscalls_hold(void);
 void side_begin(struct side_figures *f, int *sc_fd);
 void side_end(struct side_figures *f, int sc_fd);
 double now_us(void);

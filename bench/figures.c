@@ -48,6 +48,24 @@ int syscalls_open(void)
 	return (int)syscall(SYS_perf_event_open, &a, 0, -1, -1, 0);
 }
 
+/*
+ * Opening the first perf event on a syscall tracepoint (and closing the
+ * last) flips a static key: the kernel patches its syscall entry code with
+ * int3 breakpoints and cross-CPU syncs. Under QEMU's TCG (the lab) that
+ * patching, done while the peer side is making syscalls on the other vCPU,
+ * livelocked both vCPUs ("soft lockup" in syscall_trace_enter). One event
+ * held open for the whole process keeps the key on, so the per-run events
+ * only move a reference count. Returns the held fd, or -1.
+ */
+int syscalls_hold(void)
+{
+	static int held = -1;
+
+	if (held < 0)
+		held = syscalls_open();
+	return held;
+}
+
 static int64_t syscalls_read(int fd)
 {
 	unsigned long long v;

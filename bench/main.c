@@ -360,6 +360,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	defaults(&o);
+	/* Before any connection exists: see syscalls_hold(). */
+	syscalls_hold();
 	if (o.plot && system("command -v gnuplot >/dev/null 2>&1")) {
 		fprintf(stderr, "ringrdma-bench: --plot needs gnuplot "
 				"(Debian: apt-get install gnuplot-nox)\n");
