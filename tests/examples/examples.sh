@@ -1,0 +1,130 @@
+#!/bin/bash
+# The examples end to end, against each other, TAP output. Run inside the
+# RDMA lab (or with RR_TEST_ADDR on a real device): echo_server serves
+# client, embed and wait_modes, then leaves on SIGTERM.
+#
+#   examples.sh ECHO_SERVER CLIENT EMBED WAIT_MODES
+#
+# Without an RDMA device it skips, unless RDMA_LAB or RR_REQUIRE_RDMA=1 is
+# set: then a missing device is a failure.
+set -u
+server=${1:?usage: examples.sh ECHO_SERVER CLIENT EMBED WAIT_MODES}
+client=${2:?} embed=${3:?} wait_modes=${4:?}
+addr=${RR_TEST_ADDR:-${RDMA_LAB_ADDR:-}}
+port=7490 tests=7 clients=5 limit=60
+
+required=0
+if [ "${RR_REQUIRE_RDMA:-}" = 1 ] || [ -n "${RDMA_LAB:-}" ]; then
+	required=1
+fi
+devs=$(ls /sys/class/infiniband 2>/dev/null)
+if [ -z "$devs" ] || [ -z "$addr" ]; then
+	why="no RDMA device"
+	[ -n "$devs" ] && why="RDMA device but neither RR_TEST_ADDR nor RDMA_LAB_ADDR set"
+	if [ "$required" = 1 ]; then
+		echo "1..$tests"
+		for i in $(seq "$tests"); do
+			echo "not ok $i - RDMA required but $why"
+		done
+		exit 1
+	fi
+	echo "1..0 # SKIP $why"
+	exit 0
+fi
+
+tmp=$(mktemp -d /tmp/rr-examples.XXXXXX) || exit 1
+spid=
+cleanup() {
+	[ -n "$spid" ] && kill -KILL "$spid" 2>/dev/null
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+failed=0 n=0
+result() { # OK? DESCRIPTION [FILES TO SHOW ON FAILURE...]
+	local ok=$1 what=$2
+	shift 2
+	n=$((n + 1))
+	if [ "$ok" = 1 ]; then
+		echo "ok $n - $what"
+		return
+	fi
+	echo "not ok $n - $what"
+	failed=1
+	for f in "$@"; do
+		[ -s "$f" ] && sed "s|^|# ${f##*/}: |" "$f"
+	done
+}
+
+echo "1..$tests"
+"$server" "$addr" "$port" >"$tmp/server.out" 2>"$tmp/server.err" &
+spid=$!
+for _ in $(seq 300); do
+	grep -q listening "$tmp/server.out" 2>/dev/null && break
+	kill -0 "$spid" 2>/dev/null || break
+	sleep 0.1
+done
+ok=0
+grep -q "^echo_server: listening on $addr:$port$" "$tmp/server.out" && ok=1
+result $ok "echo_server listens on $addr:$port" "$tmp/server.out" "$tmp/server.err"
+
+timeout $limit "$client" "$addr" "$port" "hello, ringrdma" >"$tmp/client.out" 2>"$tmp/client.err"
+rc=$?
+ok=0
+[ $rc = 0 ] && [ "$(cat "$tmp/client.out")" = "echo: hello, ringrdma" ] && ok=1
+result $ok "client: the echo comes back (exit $rc)" "$tmp/client.out" "$tmp/client.err"
+
+# Several chunks of 4 KiB, the last one short; the output is the input.
+seq 1 5000 >"$tmp/input"
+timeout $limit "$embed" "$addr" "$port" <"$tmp/input" >"$tmp/embed.out" 2>"$tmp/embed.err"
+rc=$?
+ok=0
+[ $rc = 0 ] && cmp -s "$tmp/input" "$tmp/embed.out" && ok=1
+result $ok "embed: $(wc -c <"$tmp/input") bytes of standard input come back unchanged (exit $rc)" \
+	"$tmp/embed.err"
+
+timeout $limit "$wait_modes" "$addr" "$port" 300 >"$tmp/modes.out" 2>"$tmp/modes.err"
+rc=$?
+ok=0
+lines=0
+for m in event hybrid busy; do
+	grep -Eq "^$m +[0-9.]+ +[0-9.]+ +[0-9]+%$" "$tmp/modes.out" && lines=$((lines + 1))
+done
+[ $rc = 0 ] && [ $lines = 3 ] && ok=1
+result $ok "wait_modes: one line of figures per mode (exit $rc)" "$tmp/modes.out" "$tmp/modes.err"
+sed 's/^/# /' "$tmp/modes.out"
+
+# Connections at once: one slot each on the server.
+pids=()
+for i in $(seq "$clients"); do
+	timeout $limit "$client" "$addr" "$port" "client $i" >"$tmp/c$i.out" 2>"$tmp/c$i.err" &
+	pids+=($!)
+done
+good=0
+for i in $(seq "$clients"); do
+	wait "${pids[$((i - 1))]}" && [ "$(cat "$tmp/c$i.out")" = "echo: client $i" ] &&
+		good=$((good + 1))
+done
+ok=0
+[ $good = "$clients" ] && ok=1
+result $ok "$clients clients at once: $good echoed" "$tmp/c1.err"
+
+# SIGTERM arrives through the server's ring and ends rr_bridge_run().
+kill -TERM "$spid"
+for _ in $(seq $((limit * 10))); do
+	kill -0 "$spid" 2>/dev/null || break
+	sleep 0.1
+done
+wait "$spid"
+rc=$?
+spid=
+ok=0
+[ $rc = 0 ] && ok=1
+result $ok "echo_server leaves cleanly on SIGTERM (exit $rc)" "$tmp/server.err"
+
+served=$((3 + clients))
+ok=0
+grep -q "^echo_server: served $served connections$" "$tmp/server.out" && ok=1
+result $ok "echo_server served $served connections" "$tmp/server.out"
+
+exit $failed
