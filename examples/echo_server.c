@@ -35,7 +35,9 @@ struct conn;
 
 struct msg {
 	struct conn *conn;
-	char *data; /* MSG_MAX bytes inside the registered region */
+	char *data;	/* MSG_MAX bytes inside the registered region */
+	uint32_t early; /* length of a message that came before on_accept */
+	int waiting;	/* set while such a message waits for on_accept */
 };
 
 struct conn {
@@ -71,10 +73,31 @@ static void on_sent(rr_ep *ep, const struct rr_completion *c, void *data)
 static void on_recv(rr_ep *ep, const struct rr_completion *c, void *data)
 {
 	struct msg *m = data;
+	int rc = c->status; /* -ECANCELED: the connection is going away */
 
-	/* -ECANCELED here means the connection is going away. */
-	if (c->status || rr_ep_post_send(ep, m->data, c->byte_len, mr, on_sent, m))
+	if (!rc)
+		rc = rr_ep_post_send(ep, m->data, c->byte_len, mr, on_sent, m);
+	/* The client may send as soon as its side is established, so a message
+	 * can arrive before on_accept, while sends still fail with -ENOTCONN:
+	 * keep it for on_accept. */
+	if (rc == -ENOTCONN && !c->status && !m->conn->ep) {
+		m->early = c->byte_len;
+		m->waiting = 1;
+	} else if (rc) {
 		retire(m);
+	}
+	/* Flushed before on_accept: the connection failed, and on_accept will
+	 * never pick up its early messages. */
+	if (c->status && !m->conn->ep) {
+		for (int i = 0; i < DEPTH; i++) {
+			struct msg *w = &m->conn->msg[i];
+
+			if (w->waiting) {
+				w->waiting = 0;
+				retire(w);
+			}
+		}
+	}
 }
 
 /*
@@ -100,6 +123,7 @@ static void on_qp_ready(rr_ep *ep, int status, void *data)
 
 		m->conn = conn;
 		m->data = bufs[conn - conns][i];
+		m->waiting = 0;
 		if (!rr_ep_post_recv(ep, m->data, MSG_MAX, mr, on_recv, m))
 			conn->live++;
 	}
@@ -109,10 +133,18 @@ static void on_qp_ready(rr_ep *ep, int status, void *data)
 static void on_accept(rr_listener *l, rr_ep *ep, void *data)
 {
 	struct conn *conn = rr_ep_data(ep);
+	int i;
 
 	conn->ep = ep;
 	served++;
 	printf("echo_server: connection %lu\n", served);
+	for (i = 0; i < DEPTH; i++) {
+		struct msg *m = &conn->msg[i];
+
+		if (m->waiting && rr_ep_post_send(ep, m->data, m->early, mr, on_sent, m))
+			retire(m);
+		m->waiting = 0;
+	}
 }
 
 /* The client went away (or the connection failed): destroying the endpoint
