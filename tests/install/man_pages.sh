@@ -63,7 +63,7 @@ for f in "$man"/man[137]/*; do
 	fi
 	pages=$((pages + 1))
 	out=$(groff -k -Kutf8 -t -ww -z -man -Tutf8 "$f" 2>&1)
-	out+=$(LC_ALL=C.UTF-8 MANROFFSEQ='' MANWIDTH=80 \
+	out+=${out:+$'\n'}$(LC_ALL=C.UTF-8 MANROFFSEQ='' MANWIDTH=80 \
 		man --warnings -E UTF-8 -l -Tutf8 -Z "$f" 2>&1 >/dev/null)
 	ok=0
 	[ -z "$out" ] && ok=1
