@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "ep.h"
 
 #define DEFAULT_DEPTH 64
 
@@ -40,12 +40,18 @@ int rr_wc_status_errno(enum ibv_wc_status s)
 	}
 }
 
+static void ep_free(rr_ep *ep)
+{
+	free(ep->reqs);
+	free(ep);
+}
+
 /* Free an endpoint once it is destroyed and no callback of it is running. */
 static bool release_if_done(rr_ep *ep)
 {
 	if (!ep->destroy_pending || ep->in_callback)
 		return false;
-	rr__ep_free(ep);
+	ep_free(ep);
 	return true;
 }
 
@@ -132,6 +138,15 @@ static void drain_cq(rr_ep *ep)
 	}
 }
 
+static void fail_qp(rr_ep *ep)
+{
+	struct ibv_qp_attr attr = {.qp_state = IBV_QPS_ERR};
+
+	/* Work still queued is flushed back through the CQ. */
+	if (ep->id && ep->id->qp)
+		ibv_modify_qp(ep->id->qp, &attr, IBV_QP_STATE);
+}
+
 static void ep_on_wc(rr_cq *cq, const struct ibv_wc *wc, void *data)
 {
 	rr_ep *ep = data;
@@ -139,18 +154,58 @@ static void ep_on_wc(rr_cq *cq, const struct ibv_wc *wc, void *data)
 
 	if (!req)
 		return;
+	/* A transport error (retries exhausted, remote access...) leaves the
+	 * QP in error: the endpoint is no longer connected. on_disconnect
+	 * follows once this batch is handed out (see after_dispatch). */
+	if (wc->status != IBV_WC_SUCCESS && wc->status != IBV_WC_WR_FLUSH_ERR &&
+	    (ep->state == RR__EP_CONNECTED || ep->state == RR__EP_DISCONNECTING)) {
+		ep->state = RR__EP_ERROR;
+		ep->down_pending = rr_wc_status_errno(wc->status);
+		fail_qp(ep);
+	}
 	complete(ep, req, wc);
 	release_if_done(ep);
 }
 
-int rr__ep_alloc(rr_bridge *b, struct rdma_cm_id *id, const struct rr_ep_opts *opts, rr_ep **out)
+static void notify_down(rr_ep *ep, int status);
+
+/* The CQ's hook: runs after a dispatch of the endpoint's completions. */
+static void after_dispatch(void *ctx)
+{
+	rr_ep *ep = ctx;
+	int status = ep->down_pending;
+
+	if (!status || ep->destroy_pending)
+		return;
+	ep->down_pending = 0;
+	notify_down(ep, status);
+	release_if_done(ep);
+}
+
+void rr__eps_init(struct rr__eps *set, struct rr__ring *ring, struct rr__cqs *cqs,
+		  struct rr__devices *devs)
+{
+	set->ring = ring;
+	set->cqs = cqs;
+	set->devs = devs;
+	rr__list_init(&set->eps);
+}
+
+void rr__eps_fini(struct rr__eps *set)
+{
+	while (!rr__list_empty(&set->eps))
+		rr_ep_destroy(rr__container_of(set->eps.next, rr_ep, link));
+}
+
+int rr__ep_alloc(struct rr__eps *set, struct rdma_cm_id *id, const struct rr_ep_opts *opts,
+		 rr_ep **out)
 {
 	rr_ep *ep = calloc(1, sizeof(*ep));
 
 	if (!ep)
 		return -ENOMEM;
 	ep->type = RR__OBJ_EP;
-	ep->b = b;
+	ep->set = set;
 	ep->id = id;
 	if (opts)
 		ep->opts = *opts;
@@ -163,21 +218,21 @@ int rr__ep_alloc(rr_bridge *b, struct rdma_cm_id *id, const struct rr_ep_opts *o
 	ep->timer_slot = RR__NO_SLOT;
 	rr__list_init(&ep->free_reqs);
 	rr__list_init(&ep->outstanding);
+	rr__list_init(&ep->pending_link);
 	id->context = ep;
-	rr__list_add_tail(&b->eps, &ep->link);
+	rr__list_add_tail(&set->eps, &ep->link);
 	*out = ep;
 	return 0;
 }
 
 int rr__ep_setup_qp(rr_ep *ep)
 {
-	rr_bridge *b = ep->b;
 	struct ibv_qp_init_attr attr;
 	struct rr_cq_opts co = {0};
 	uint32_t n = ep->opts.max_send_wr + ep->opts.max_recv_wr;
 	int rc;
 
-	rc = rr__device_get(b, ep->id->verbs, &ep->dev);
+	rc = rr__device_get(ep->set->devs, ep->id->verbs, &ep->dev);
 	if (rc)
 		return rc;
 	ep->reqs = calloc(n, sizeof(*ep->reqs));
@@ -192,9 +247,10 @@ int rr__ep_setup_qp(rr_ep *ep)
 	co.spin_us = ep->opts.spin_us;
 	co.on_wc = ep_on_wc;
 	co.data = ep;
-	rc = rr_cq_create(b, NULL, ep->id->verbs, &co, &ep->cq);
+	rc = rr__cq_create(ep->set->cqs, ep->dev->channel, ep->id->verbs, &co, &ep->cq);
 	if (rc)
 		return rc;
+	ep->cq->hooks = (struct rr__cq_hooks){.after_dispatch = after_dispatch, .ctx = ep};
 	memset(&attr, 0, sizeof(attr));
 	attr.qp_context = ep;
 	attr.send_cq = rr_cq_ibv(ep->cq);
@@ -228,21 +284,26 @@ static void notify_down(rr_ep *ep, int status)
 void rr__ep_to_error(rr_ep *ep, int status)
 {
 	enum rr__ep_state prev = ep->state;
-	struct ibv_qp_attr attr = {.qp_state = IBV_QPS_ERR};
 
-	if (prev == RR__EP_ERROR || prev == RR__EP_DISCONNECTED || ep->destroy_pending)
+	if (ep->destroy_pending)
 		return;
-	if (ep->listener) {
+	if (prev == RR__EP_ERROR && ep->down_pending) {
+		/* A WC error got here first: report now, with its status. */
+		status = ep->down_pending;
+		ep->down_pending = 0;
+		prev = RR__EP_CONNECTED;
+	} else if (prev == RR__EP_ERROR || prev == RR__EP_DISCONNECTED) {
+		return;
+	}
+	if (ep->on_drop) {
 		/* Not yet handed to the application: nobody to tell. */
-		ep->listener->dropped++;
+		ep->on_drop(ep);
 		rr_ep_destroy(ep);
 		return;
 	}
 	ep->state = RR__EP_ERROR;
 	rr__ep_stop_timer(ep);
-	/* Work still queued is flushed back through the CQ. */
-	if (ep->id && ep->id->qp)
-		ibv_modify_qp(ep->id->qp, &attr, IBV_QP_STATE);
+	fail_qp(ep);
 	if (prev < RR__EP_CONNECTED) {
 		rr_ep_cb cb = ep->on_connect;
 
@@ -256,12 +317,16 @@ void rr__ep_to_error(rr_ep *ep, int status)
 
 void rr__ep_stop_timer(rr_ep *ep)
 {
-	rr__poll_close(ep->b, ep->timer_slot);
+	rr__poll_close(ep->set->ring, ep->timer_slot);
 	ep->timer_slot = RR__NO_SLOT;
 }
 
 void rr__ep_down(rr_ep *ep, int status)
 {
+	if (ep->down_pending) {
+		status = ep->down_pending; /* the WC error came first */
+		ep->down_pending = 0;
+	}
 	ep->state = RR__EP_DISCONNECTED;
 	notify_down(ep, status);
 	release_if_done(ep);
@@ -279,16 +344,22 @@ int rr_ep_disconnect(rr_ep *ep)
 	return 0;
 }
 
-void rr__ep_free(rr_ep *ep)
+void rr__ep_established(rr_ep *ep, void (*accept)(void *ctx, rr_ep *ep), void *ctx)
 {
-	free(ep->reqs);
-	free(ep);
+	ep->state = RR__EP_CONNECTED;
+	rr__ep_stop_timer(ep);
+	ep->in_callback++;
+	if (accept)
+		accept(ctx, ep);
+	else if (ep->on_connect)
+		ep->on_connect(ep, 0, ep->data);
+	ep->in_callback--;
+	release_if_done(ep);
 }
 
 /* Complete what is still outstanding; the QP must be gone already. */
-void rr__ep_flush_all(rr_ep *ep, int status)
+static void flush_all(rr_ep *ep)
 {
-	(void)status;
 	/* Completions already in the CQ are real outcomes: hand them out. */
 	drain_cq(ep);
 	while (!rr__list_empty(&ep->outstanding))
@@ -303,9 +374,11 @@ int rr_ep_destroy(rr_ep *ep)
 	rr__ep_stop_timer(ep);
 	ep->in_callback++; /* keep it alive through the flush callbacks */
 	rr__list_del(&ep->link);
+	rr__list_del(&ep->pending_link);
+	ep->on_drop = NULL;
 	if (ep->id && ep->id->qp)
 		rdma_destroy_qp(ep->id);
-	rr__ep_flush_all(ep, -ECANCELED);
+	flush_all(ep);
 	if (ep->cq)
 		rr_cq_destroy(ep->cq);
 	ep->cq = NULL;
@@ -316,7 +389,7 @@ int rr_ep_destroy(rr_ep *ep)
 		struct rr__device *dev = ep->dev;
 
 		ep->dev = NULL;
-		rr__device_release_if_unused(dev);
+		rr__device_put(dev);
 	}
 	ep->in_callback--;
 	release_if_done(ep);
@@ -513,4 +586,77 @@ int rr_ep_post_recv(rr_ep *ep, void *buf, uint32_t len, struct ibv_mr *mr, rr_re
 	req = take_req(ep, cb, data, true);
 	wr.wr_id = (uintptr_t)req;
 	return settle(ep, req, ibv_post_recv(ep->id->qp, &wr, &bad));
+}
+
+/* ---- device async events ---- */
+
+static rr_ep *ep_of_qp(struct rr__eps *set, struct ibv_qp *qp)
+{
+	struct rr__list *l;
+
+	for (l = set->eps.next; l != &set->eps; l = l->next) {
+		rr_ep *ep = rr__container_of(l, rr_ep, link);
+
+		if (ep->id && ep->id->qp == qp)
+			return ep;
+	}
+	return NULL;
+}
+
+static rr_ep *ep_of_cq(struct rr__eps *set, struct ibv_cq *cq)
+{
+	struct rr__list *l;
+
+	for (l = set->eps.next; l != &set->eps; l = l->next) {
+		rr_ep *ep = rr__container_of(l, rr_ep, link);
+
+		if (ep->cq && rr_cq_ibv(ep->cq) == cq)
+			return ep;
+	}
+	return NULL;
+}
+
+/* Fatal device: every endpoint on it goes to error. */
+static void device_fatal(struct rr__eps *set, struct rr__device *dev)
+{
+	struct rr__list *l;
+
+	/* A callback may destroy any endpoint: start over after each one.
+	 * Endpoints already in error are skipped, so this ends. */
+again:
+	for (l = set->eps.next; l != &set->eps; l = l->next) {
+		rr_ep *ep = rr__container_of(l, rr_ep, link);
+
+		if (ep->dev == dev && ep->state != RR__EP_ERROR &&
+		    ep->state != RR__EP_DISCONNECTED) {
+			rr__ep_to_error(ep, -EIO);
+			goto again;
+		}
+	}
+}
+
+void rr__eps_async(struct rr__eps *set, struct rr__device *dev, const struct ibv_async_event *ev)
+{
+	rr_ep *ep;
+
+	switch (ev->event_type) {
+	case IBV_EVENT_QP_FATAL:
+	case IBV_EVENT_QP_REQ_ERR:
+	case IBV_EVENT_QP_ACCESS_ERR:
+	case IBV_EVENT_PATH_MIG_ERR:
+		ep = ep_of_qp(set, ev->element.qp);
+		if (ep)
+			rr__ep_to_error(ep, -EIO);
+		break;
+	case IBV_EVENT_CQ_ERR:
+		ep = ep_of_cq(set, ev->element.cq);
+		if (ep)
+			rr__ep_to_error(ep, -EIO);
+		break;
+	case IBV_EVENT_DEVICE_FATAL:
+		device_fatal(set, dev);
+		break;
+	default:
+		break;
+	}
 }

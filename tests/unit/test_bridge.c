@@ -16,7 +16,7 @@
 #include <criterion/criterion.h>
 
 #include "fake_verbs.h"
-#include "internal.h"
+#include "bridge.h"
 
 #define MAX_LOG 4096
 
@@ -118,9 +118,8 @@ static void teardown_fx(struct fixture *f)
 
 static uint64_t channel_ud(struct fixture *f)
 {
-	struct rr__poll *p = &f->b->slots[f->ch->slot];
 
-	return rr__ud(RR__UD_POLL, p->gen, f->ch->slot);
+	return rr__ring_poll_ud(&f->b->ring, f->ch->slot);
 }
 
 /* ---- polls ---- */
@@ -235,14 +234,15 @@ Test(contract, handle_cqe_rejects_app_and_swallows_stale)
 	cqe.user_data = 12345;
 	cr_assert_eq(rr_bridge_handle_cqe(f.b, &cqe), 0);
 	/* Tagged, but for a slot that does not exist, or an old generation. */
-	cqe.user_data = rr__ud(RR__UD_POLL, 0, 999999);
+	cqe.user_data = rr__ud(RR__UD_POLL, f.b->ring.inst, 0, 999999);
 	cqe.res = POLLIN;
 	cr_assert_eq(rr_bridge_handle_cqe(f.b, &cqe), 1);
 	slot = f.ch->slot;
-	cqe.user_data = rr__ud(RR__UD_POLL, f.b->slots[slot].gen + 1, slot);
+	cqe.user_data = rr__ud(RR__UD_POLL, f.b->ring.inst,
+			       rr__ud_gen(rr__ring_poll_ud(&f.b->ring, slot)) + 1, slot);
 	cqe.flags = 0;
 	cr_assert_eq(rr_bridge_handle_cqe(f.b, &cqe), 1);
-	cr_assert(f.b->slots[slot].armed, "a stale CQE disarmed a live slot");
+	cr_assert(rr__ring_slot_armed(&f.b->ring, slot), "a stale CQE disarmed a live slot");
 	teardown_fx(&f);
 }
 
@@ -432,7 +432,7 @@ Test(dispatch, cq_destroyed_from_its_callback)
 
 static int timer_fired;
 
-static void on_timer(rr_bridge *b, void *ctx, int res)
+static void on_timer(void *ctx, int res)
 {
 	timer_fired++;
 	cr_assert_eq(res, -ETIME);
@@ -445,9 +445,9 @@ Test(timer, fires_once_and_cancel_prevents_it)
 
 	setup_fx(&f, NULL, RR_WAIT_EVENT);
 	timer_fired = 0;
-	cr_assert_eq(rr__timer_add(f.b, 10, on_timer, NULL, &s1), 0);
-	cr_assert_eq(rr__timer_add(f.b, 10, on_timer, NULL, &s2), 0);
-	rr__poll_close(f.b, s2);
+	cr_assert_eq(rr__timer_add(&f.b->ring, 10, on_timer, NULL, &s1), 0);
+	cr_assert_eq(rr__timer_add(&f.b->ring, 10, on_timer, NULL, &s2), 0);
+	rr__poll_close(&f.b->ring, s2);
 	pass(&f, 10);
 	cr_assert_eq(timer_fired, 1);
 	teardown_fx(&f);
@@ -573,10 +573,10 @@ Test(teardown, cancel_of_a_firing_poll_is_asked_again)
 	fake_complete(fake_cq_of(rr_cq_ibv(cq)), 1, 1); /* fires; task work waits */
 	cr_assert_eq(rr_cq_destroy(cq), 0);
 	cr_assert_eq(rr_channel_destroy(ch), 0);
-	for (int i = 0; i < 100 && b->live_slots; i++)
+	for (int i = 0; i < 100 && b->ring.live_slots; i++)
 		cr_assert_geq(rr_bridge_run_once(b, 10), 0);
 	rr_bridge_get_stats(b, &st);
-	cr_assert_eq(b->live_slots, 0, "the channel's poll ended");
+	cr_assert_eq(b->ring.live_slots, 0, "the channel's poll ended");
 	cr_assert_geq(st.cancel_retries, 1, "the cancel met a firing poll and was asked again");
 	cr_assert_eq(rr_bridge_destroy(b), 0);
 	io_uring_queue_exit(&ring);
