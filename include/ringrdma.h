@@ -30,16 +30,14 @@
  *    endpoint, but not the bridge.
  *  - SQEs: the bridge never submits on its own and never writes an SQE into
  *    a linked chain the application is building. Any rr_ call may owe the
- *    ring an SQE (a poll, a cancel, a kick); it is written to the SQ at
- *    once when the application has no SQE prepared and unsubmitted, and
- *    otherwise at the next defined point: rr_bridge_handle_cqe(),
- *    rr_bridge_flush(), rr_bridge_run_once() and rr_bridge_destroy(). At a
- *    defined point it goes after prepared application SQEs unless the last
- *    of them carries IOSQE_IO_LINK or IOSQE_IO_HARDLINK. So: prepare an SQE
- *    right after io_uring_get_sqe(), and in an application-owned loop call
- *    rr_bridge_flush() before io_uring_submit*() (it costs no syscall).
- *    An SQE that finds the SQ full waits and is written at the next point;
- *    none is ever dropped.
+ *    ring an SQE (a poll, a cancel, a kick). It is written to the SQ at once
+ *    unless the SQ is full or the last SQE the application prepared carries
+ *    IOSQE_IO_LINK or IOSQE_IO_HARDLINK (a chain is open); then it is
+ *    written at the next chance: rr_bridge_handle_cqe(), rr_bridge_flush(),
+ *    rr_bridge_run_once(), rr_bridge_destroy(). None is ever dropped. So:
+ *    prepare an SQE (and set its flags) right after io_uring_get_sqe(), and
+ *    in an application-owned loop call rr_bridge_flush() before
+ *    io_uring_submit*(); it costs no syscall.
  */
 #ifndef RINGRDMA_H
 #define RINGRDMA_H
@@ -197,7 +195,7 @@ int rr_bridge_create(rr_bridge **out, struct io_uring *ring, const struct rr_bri
  *
  * Call it for every CQE; the caller still marks each CQE seen. Bridge CQEs
  * are dispatched (callbacks run from here); application CQEs are left alone.
- * A defined point: SQEs the bridge owes are written here (see "SQEs").
+ * SQEs the bridge owes are written here (see "SQEs").
  *
  * Return: 1 if the CQE was the bridge's, 0 if it is the application's.
  */
@@ -209,7 +207,7 @@ int rr_bridge_handle_cqe(rr_bridge *b, const struct io_uring_cqe *cqe);
  *
  * Call it in an application-owned loop before io_uring_submit*(), with no
  * linked chain left open. Writes only to the SQ: no syscall. SQEs that do
- * not fit stay owed and are written at the next defined point.
+ * not fit stay owed and are written at the next chance.
  *
  * Return: the number of SQEs still owed (0: none), or -EINVAL.
  */

@@ -82,7 +82,7 @@ int rr_bridge_flush(rr_bridge *b)
 		return -EINVAL;
 	if (!b->closing && rr__cq_any_active(&b->cqs))
 		rr__ring_want_kick(&b->ring);
-	return (int)rr__ring_flush(&b->ring, true);
+	return (int)rr__ring_flush(&b->ring);
 }
 
 int rr_bridge_handle_cqe(rr_bridge *b, const struct io_uring_cqe *cqe)
@@ -92,7 +92,6 @@ int rr_bridge_handle_cqe(rr_bridge *b, const struct io_uring_cqe *cqe)
 	b->stats.cqes++;
 	if (rr__ring_cqe(&b->ring, cqe) == RR__UD_KICK && !b->closing)
 		rr__cq_poll_active(&b->cqs);
-	/* The application is reaping, so between SQE chains: a defined point. */
 	rr_bridge_flush(b);
 	return 1;
 }

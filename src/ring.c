@@ -171,7 +171,7 @@ int rr__poll_add(struct rr__ring *r, int fd, rr__poll_fn fn, void *ctx, uint32_t
 	idx = take_slot(r, fn, ctx, fd);
 	owe(r, idx, WANT_ARM);
 	*slot_out = idx;
-	rr__ring_flush(r, false);
+	rr__ring_flush(r);
 	return 0;
 }
 
@@ -195,7 +195,7 @@ int rr__timer_add(struct rr__ring *r, unsigned int ms, rr__poll_fn fn, void *ctx
 	r->slots[idx].is_timer = true;
 	owe(r, idx, WANT_ARM);
 	*slot_out = idx;
-	rr__ring_flush(r, false);
+	rr__ring_flush(r);
 	return 0;
 }
 
@@ -219,7 +219,7 @@ void rr__poll_close(struct rr__ring *r, uint32_t idx)
 	 * CQE. */
 	p->want = WANT_CANCEL;
 	owe(r, idx, WANT_CANCEL);
-	rr__ring_flush(r, false);
+	rr__ring_flush(r);
 }
 
 void rr__ring_want_kick(struct rr__ring *r)
@@ -227,11 +227,16 @@ void rr__ring_want_kick(struct rr__ring *r)
 	if (r->loop_owned || r->kick_pending)
 		return;
 	r->kick_wanted = true;
-	rr__ring_flush(r, false);
+	rr__ring_flush(r);
 }
 
-/* May an SQE of ours go into the SQ now? See rr__ring_flush(). */
-static bool may_write(struct rr__ring *r, bool defined_point)
+/*
+ * May an SQE of ours go into the SQ now? Not into a chain the application
+ * is building: when the last SQE it prepared carries a link flag, ours
+ * would become the chain's next member. (An SQE got but not yet prepared
+ * cannot be judged; the header asks applications to prepare at once.)
+ */
+static bool may_write(struct rr__ring *r)
 {
 	struct io_uring_sq *sq = &r->io->sq;
 	unsigned int shift = r->io->flags & IORING_SETUP_SQE128 ? 1 : 0;
@@ -241,8 +246,6 @@ static bool may_write(struct rr__ring *r, bool defined_point)
 		return true; /* nothing prepared */
 	if (r->own_valid && sq->sqe_head == r->own_head && sq->sqe_tail == r->own_tail)
 		return true; /* only our own SQEs are prepared */
-	if (!defined_point)
-		return false;
 	last = &sq->sqes[((sq->sqe_tail - 1) & sq->ring_mask) << shift];
 	return !(last->flags & (IOSQE_IO_LINK | IOSQE_IO_HARDLINK));
 }
@@ -258,6 +261,7 @@ static void prep(struct rr__ring *r, struct io_uring_sqe *sqe, uint32_t idx, uin
 		else
 			io_uring_prep_poll_remove(sqe, self);
 		io_uring_sqe_set_data64(sqe, rr__ud(RR__UD_CANCEL, r->inst, p->gen, idx));
+		r->cancels++;
 		return;
 	}
 	if (p->is_timer)
@@ -270,13 +274,13 @@ static void prep(struct rr__ring *r, struct io_uring_sqe *sqe, uint32_t idx, uin
 	p->armed = true;
 }
 
-static struct io_uring_sqe *our_sqe(struct rr__ring *r, bool defined_point)
+static struct io_uring_sqe *our_sqe(struct rr__ring *r)
 {
 	struct io_uring_sq *sq = &r->io->sq;
 	struct io_uring_sqe *sqe;
 	bool first = sq->sqe_tail == sq->sqe_head;
 
-	if (!may_write(r, defined_point))
+	if (!may_write(r))
 		return NULL;
 	sqe = io_uring_get_sqe(r->io);
 	if (!sqe) {
@@ -294,7 +298,7 @@ static struct io_uring_sqe *our_sqe(struct rr__ring *r, bool defined_point)
 	return sqe;
 }
 
-unsigned int rr__ring_flush(struct rr__ring *r, bool defined_point)
+unsigned int rr__ring_flush(struct rr__ring *r)
 {
 	struct io_uring_sqe *sqe;
 
@@ -304,7 +308,7 @@ unsigned int rr__ring_flush(struct rr__ring *r, bool defined_point)
 		uint8_t what = p->want & WANT_CANCEL ? WANT_CANCEL : p->want;
 
 		if (what) {
-			sqe = our_sqe(r, defined_point);
+			sqe = our_sqe(r);
 			if (!sqe)
 				break;
 			prep(r, sqe, idx, what);
@@ -318,7 +322,7 @@ unsigned int rr__ring_flush(struct rr__ring *r, bool defined_point)
 		p->queued = false;
 	}
 	if (r->kick_wanted && !r->kick_pending && !r->loop_owned) {
-		sqe = our_sqe(r, defined_point);
+		sqe = our_sqe(r);
 		if (sqe) {
 			io_uring_prep_nop(sqe);
 			io_uring_sqe_set_data64(sqe, rr__ud(RR__UD_KICK, r->inst, 0, 0));
@@ -343,7 +347,7 @@ unsigned int rr__ring_owed(const struct rr__ring *r)
 
 bool rr__ring_idle(const struct rr__ring *r)
 {
-	return !r->live_slots && !r->kick_pending;
+	return !r->live_slots && !r->kick_pending && !r->cancels;
 }
 
 /*
@@ -424,6 +428,8 @@ enum rr__ud_kind rr__ring_cqe(struct rr__ring *r, const struct io_uring_cqe *cqe
 		r->kick_pending = false;
 		return kind;
 	}
+	if (kind == RR__UD_CANCEL && r->cancels)
+		r->cancels--; /* whatever became of its slot */
 	if (idx >= r->nslots || !r->slots[idx].in_use ||
 	    (r->slots[idx].gen & 0xfff) != rr__ud_gen(ud))
 		return 0; /* stale: from an earlier use of the slot */

@@ -72,6 +72,7 @@ struct rr__ring {
 	bool kick_pending; /* a kick NOP is in the SQ or the kernel */
 	struct rr__poll *slots;
 	uint32_t nslots, free_slot, live_slots;
+	unsigned int cancels; /* cancel SQEs whose CQE has not arrived */
 	uint32_t pend_head, pend_tail; /* slots owing an SQE, oldest first */
 	/* SQEs this ring wrote since the application last submitted, when
 	 * nothing of the application's was prepared before them. */
@@ -100,13 +101,11 @@ enum rr__ud_kind rr__ring_cqe(struct rr__ring *r, const struct io_uring_cqe *cqe
 void rr__ring_want_kick(struct rr__ring *r);
 
 /*
- * Write the SQEs the ring owes. At a defined point (the application is
- * between SQE chains: handle_cqe, run_once, flush, destroy) an SQE may go
- * after prepared application SQEs unless the last one opens a link; at any
- * other time only when the application has nothing prepared and
- * unsubmitted. Never submits. Returns how many SQEs are still owed.
+ * Write the SQEs the ring owes, as far as the SQ has room and the last SQE
+ * the application prepared opens no link chain. Never submits. Returns how
+ * many SQEs are still owed.
  */
-unsigned int rr__ring_flush(struct rr__ring *r, bool defined_point);
+unsigned int rr__ring_flush(struct rr__ring *r);
 unsigned int rr__ring_owed(const struct rr__ring *r);
 
 /* No poll, timer or kick of this ring is left in the kernel. */
