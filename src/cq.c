@@ -56,6 +56,16 @@ static void ack(rr_cq *cq)
 	}
 }
 
+/* Its event was read (or it is going away): no longer armed. */
+static void disarm(rr_cq *cq)
+{
+	if (!cq->armed)
+		return;
+	cq->armed = false;
+	cq->ch->narmed--;
+	rr__list_del(&cq->armed_link);
+}
+
 /* Hand out up to `budget` work completions; *more when the budget ran out. */
 static unsigned int cq_poll(rr_cq *cq, unsigned int budget, bool *more)
 {
@@ -103,6 +113,7 @@ static int arm(rr_cq *cq)
 		return rc > 0 ? -rc : -EIO;
 	cq->armed = true;
 	cq->ch->narmed++;
+	rr__list_add_tail(&cq->ch->armed, &cq->armed_link);
 	cq->set->stats->notify_arms++;
 	return 0;
 }
@@ -261,16 +272,29 @@ static void channel_ready(void *ctx, int revents)
 		channel_lost(ch);
 		return;
 	}
+	/* One CQ armed: the event can only be its own. Hand out its
+	 * completions before the read that fetches the event, so a reply
+	 * posted from on_wc does not wait behind that syscall. */
+	if (ch->narmed == 1) {
+		rr_cq *only = rr__container_of(ch->armed.next, rr_cq, armed_link);
+		bool more;
+
+		if (!only->active) {
+			unsigned int n = cq_poll(only, set->budget, &more);
+
+			if (reap_deferred(only))
+				return; /* destroyed: its events went with it */
+			if (n && only->mode == RR_WAIT_HYBRID)
+				only->spin = RR__SPIN_BUSY; /* activity: spin after this */
+		}
+	}
 	rr__list_init(&pending);
 	while (ibv_get_cq_event(ch->ch, &icq, &cctx) == 0) {
 		rr_cq *cq = cctx;
 
 		set->stats->cq_events++;
 		cq->unacked++;
-		if (cq->armed) {
-			cq->armed = false;
-			ch->narmed--;
-		}
+		disarm(cq);
 		if (cq->unacked >= set->ack_batch)
 			ack(cq);
 		/* Queue it once; a CQ already on the active list is polled there. */
@@ -305,6 +329,7 @@ int rr__channel_create(struct rr__cqs *set, struct ibv_context *ctx, rr_channel 
 		return -ENOMEM;
 	ch->set = set;
 	ch->slot = RR__NO_SLOT;
+	rr__list_init(&ch->armed);
 	ch->ch = ibv_create_comp_channel(ctx);
 	if (!ch->ch) {
 		rc = errno ? -errno : -ENOMEM;
@@ -360,6 +385,7 @@ int rr__cq_create(struct rr__cqs *set, rr_channel *ch, struct ibv_context *ctx,
 	cq->on_wc = opts->on_wc;
 	cq->data = opts->data;
 	rr__list_init(&cq->active_link);
+	rr__list_init(&cq->armed_link);
 	cq->cq = ibv_create_cq(ctx, opts->cqe > 0 ? opts->cqe : 256, cq, ch->ch, 0);
 	if (!cq->cq) {
 		rc = errno ? -errno : -ENOMEM;
@@ -415,10 +441,7 @@ int rr_cq_destroy(rr_cq *cq)
 	if (rc)
 		return rc > 0 ? -rc : -EBUSY;
 	set_active(cq, false);
-	if (cq->armed) {
-		cq->armed = false;
-		cq->ch->narmed--;
-	}
+	disarm(cq);
 	if (cq->evented) {
 		rr__list_del(&cq->active_link);
 		cq->evented = false;

@@ -26,6 +26,7 @@ struct rr_channel {
 	uint32_t slot;
 	unsigned int ncqs;
 	unsigned int narmed; /* its CQs armed: the most events it can hold */
+	struct rr__list armed; /* those CQs */
 	bool deaf;           /* its poll failed for good: its CQs are polled */
 	struct rr__list link;
 };
@@ -56,6 +57,7 @@ struct rr_cq {
 	uint64_t spin_until_ns;
 	unsigned int spin_empty; /* empty polls in the window */
 	struct rr__list active_link;
+	struct rr__list armed_link; /* ch->armed */
 	struct rr__list link; /* set->cqs */
 	unsigned int dispatch_depth; /* >0 while handing out its WCs */
 	bool destroy_deferred;

@@ -332,3 +332,37 @@ Test(contract, late_cqe_of_an_earlier_bridge_matches_nothing)
 	cr_assert_eq(rr_bridge_destroy(b), 0);
 	io_uring_queue_exit(&ring);
 }
+
+/* ---- the channel read off the critical path ---- */
+
+static unsigned int delivered_at_wc[4];
+
+static void note_delivered(rr_cq *cq, const struct ibv_wc *wc, void *data)
+{
+	if (wcs < 4)
+		delivered_at_wc[wcs] = fake_cq_of(rr_cq_ibv(cq))->delivered;
+	wcs++;
+}
+
+Test(dispatch, lone_armed_cq_handed_out_before_its_event_is_read)
+{
+	struct rr_cq_opts co = {.on_wc = note_delivered};
+	struct io_uring ring;
+	rr_channel *ch;
+	rr_cq *cq;
+	rr_bridge *b;
+
+	wcs = 0;
+	init_ring(&ring, 16, 0);
+	cr_assert_eq(rr_bridge_create(&b, &ring, NULL), 0);
+	cr_assert_eq(rr_channel_create(b, &fake_ctx, &ch), 0);
+	cr_assert_eq(rr_cq_create(b, ch, &fake_ctx, &co, &cq), 0);
+	fake_complete(fake_cq_of(rr_cq_ibv(cq)), 2, 1);
+	for (int i = 0; i < 50 && wcs < 2; i++)
+		cr_assert_geq(rr_bridge_run_once(b, 10), 0);
+	cr_assert_eq(wcs, 2);
+	cr_assert_eq(delivered_at_wc[0], 0, "the event was read before the completion went out");
+	cr_assert_eq(fake_cq_of(rr_cq_ibv(cq))->delivered, 1, "and read afterwards");
+	cr_assert_eq(rr_bridge_destroy(b), 0);
+	io_uring_queue_exit(&ring);
+}
