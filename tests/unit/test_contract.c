@@ -366,3 +366,76 @@ Test(dispatch, lone_armed_cq_handed_out_before_its_event_is_read)
 	cr_assert_eq(rr_bridge_destroy(b), 0);
 	io_uring_queue_exit(&ring);
 }
+
+/* ---- destroying from callbacks (endpoint callbacks: the lab suite) ---- */
+
+static rr_cq *sibling, *mine;
+static rr_channel *mine_ch;
+static unsigned int sibling_wcs_after;
+static bool sibling_gone;
+
+static void destroy_sibling(rr_cq *cq, const struct ibv_wc *wc, void *data)
+{
+	wcs++;
+	if (sibling) {
+		cr_assert_eq(rr_cq_destroy(sibling), 0);
+		sibling = NULL;
+		sibling_gone = true;
+	}
+}
+
+static void sibling_wc(rr_cq *cq, const struct ibv_wc *wc, void *data)
+{
+	if (sibling_gone)
+		sibling_wcs_after++;
+}
+
+static void destroy_on_app(rr_bridge *b, const struct io_uring_cqe *cqe, void *data)
+{
+	cr_assert_eq(rr_cq_destroy(mine), 0);
+	cr_assert_eq(rr_channel_destroy(mine_ch), 0);
+	mine = NULL;
+}
+
+Test(destroy, cqs_and_channels_from_wc_and_app_callbacks)
+{
+	struct rr_bridge_opts o = {.on_app_cqe = destroy_on_app};
+	struct rr_cq_opts first = {.on_wc = destroy_sibling};
+	struct rr_cq_opts second = {.on_wc = sibling_wc};
+	struct io_uring_sqe *sqe;
+	struct io_uring ring;
+	rr_channel *ch;
+	rr_cq *cq;
+	rr_bridge *b;
+
+	wcs = sibling_wcs_after = 0;
+	sibling_gone = false;
+	init_ring(&ring, 16, 0);
+	cr_assert_eq(rr_bridge_create(&b, &ring, &o), 0);
+	cr_assert_eq(rr_channel_create(b, &fake_ctx, &ch), 0);
+	cr_assert_eq(rr_cq_create(b, ch, &fake_ctx, &first, &cq), 0);
+	cr_assert_eq(rr_cq_create(b, ch, &fake_ctx, &second, &sibling), 0);
+	/* Both fire in one drain: the sibling is queued when it dies. */
+	fake_complete(fake_cq_of(rr_cq_ibv(cq)), 1, 1);
+	fake_complete(fake_cq_of(rr_cq_ibv(sibling)), 4, 1);
+	for (int i = 0; i < 50 && wcs < 1; i++)
+		cr_assert_geq(rr_bridge_run_once(b, 10), 0);
+	cr_assert_eq(wcs, 1);
+	cr_assert(sibling_gone);
+	/* An application CQE whose callback destroys a CQ and its channel. */
+	cr_assert_eq(rr_channel_create(b, &fake_ctx, &mine_ch), 0);
+	cr_assert_eq(rr_cq_create(b, mine_ch, &fake_ctx, &second, &mine), 0);
+	fake_complete(fake_cq_of(rr_cq_ibv(mine)), 2, 1);
+	sqe = io_uring_get_sqe(&ring);
+	io_uring_prep_nop(sqe);
+	io_uring_sqe_set_data64(sqe, 9);
+	for (int i = 0; i < 50 && mine; i++)
+		cr_assert_geq(rr_bridge_run_once(b, 10), 0);
+	cr_assert_null(mine);
+	for (int i = 0; i < 5; i++)
+		cr_assert_geq(rr_bridge_run_once(b, 5), 0);
+	cr_assert_eq(rr_bridge_destroy(b), 0);
+	cr_assert_eq(fake_cqs_live, 0);
+	cr_assert_eq(fake_channels_live, 0);
+	io_uring_queue_exit(&ring);
+}
