@@ -36,6 +36,20 @@ static void init_ring(struct io_uring *ring, unsigned int entries, unsigned int 
 	cr_assert_eq(rc, 0, "io_uring_queue_init: %s", strerror(-rc));
 }
 
+/* A ring, a bridge on it, one channel and one CQ on that channel. */
+static rr_bridge *open_one(struct io_uring *ring, unsigned int entries, unsigned int flags,
+			   const struct rr_bridge_opts *o, const struct rr_cq_opts *co, rr_cq **cq)
+{
+	rr_channel *ch;
+	rr_bridge *b;
+
+	init_ring(ring, entries, flags);
+	cr_assert_eq(rr_bridge_create(&b, ring, o), 0);
+	cr_assert_eq(rr_channel_create(b, &fake_ctx, &ch), 0);
+	cr_assert_eq(rr_cq_create(b, ch, &fake_ctx, co, cq), 0);
+	return b;
+}
+
 /* ---- a dead device ---- */
 
 static rr_cq *victim;
@@ -138,16 +152,12 @@ static void sq_full_case(unsigned int flags)
 	struct rr_cq_opts co = {.on_wc = fill_sq};
 	struct rr_bridge_stats st;
 	struct io_uring ring;
-	rr_channel *ch;
 	rr_cq *cq;
 	rr_bridge *b;
 
 	wcs = app_cqes = 0;
-	init_ring(&ring, 8, flags);
 	fill_ring = &ring;
-	cr_assert_eq(rr_bridge_create(&b, &ring, &o), 0);
-	cr_assert_eq(rr_channel_create(b, &fake_ctx, &ch), 0);
-	cr_assert_eq(rr_cq_create(b, ch, &fake_ctx, &co, &cq), 0);
+	b = open_one(&ring, 8, flags, &o, &co, &cq);
 	for (unsigned int round = 1; round <= 5; round++) {
 		cr_assert_geq(rr_bridge_run_once(b, 0), 0);
 		fake_complete(fake_cq_of(rr_cq_ibv(cq)), 1, round);
@@ -205,14 +215,10 @@ Test(chain, bridge_sqe_never_joins_an_application_chain)
 	struct io_uring_sqe *sqe;
 	struct io_uring ring;
 	unsigned int got = 0;
-	rr_channel *ch;
 	rr_cq *cq;
 	rr_bridge *b;
 
-	init_ring(&ring, 16, 0);
-	cr_assert_eq(rr_bridge_create(&b, &ring, NULL), 0);
-	cr_assert_eq(rr_channel_create(b, &fake_ctx, &ch), 0);
-	cr_assert_eq(rr_cq_create(b, ch, &fake_ctx, &co, &cq), 0);
+	b = open_one(&ring, 16, 0, NULL, &co, &cq);
 	cr_assert_eq(rr_bridge_flush(b), 0);
 	io_uring_submit(&ring);
 	/* A fails, so B, linked to it, must be cancelled... */
@@ -266,16 +272,12 @@ Test(poll, channel_whose_poll_keeps_failing_is_surfaced_and_polled)
 	struct rr_cq_opts co = {.on_wc = count_wc};
 	struct rr_bridge_stats st;
 	struct io_uring ring;
-	rr_channel *ch;
 	rr_cq *cq;
 	rr_bridge *b;
 	int fd, path, keep;
 
 	wcs = 0;
-	init_ring(&ring, 16, 0);
-	cr_assert_eq(rr_bridge_create(&b, &ring, &o), 0);
-	cr_assert_eq(rr_channel_create(b, &fake_ctx, &ch), 0);
-	cr_assert_eq(rr_cq_create(b, ch, &fake_ctx, &co, &cq), 0);
+	b = open_one(&ring, 16, 0, &o, &co, &cq);
 	fake_complete(fake_cq_of(rr_cq_ibv(cq)), 1, 1);
 	for (int i = 0; i < 50 && wcs < 1; i++)
 		cr_assert_geq(rr_bridge_run_once(b, 10), 0);
@@ -348,15 +350,11 @@ Test(dispatch, lone_armed_cq_handed_out_before_its_event_is_read)
 {
 	struct rr_cq_opts co = {.on_wc = note_delivered};
 	struct io_uring ring;
-	rr_channel *ch;
 	rr_cq *cq;
 	rr_bridge *b;
 
 	wcs = 0;
-	init_ring(&ring, 16, 0);
-	cr_assert_eq(rr_bridge_create(&b, &ring, NULL), 0);
-	cr_assert_eq(rr_channel_create(b, &fake_ctx, &ch), 0);
-	cr_assert_eq(rr_cq_create(b, ch, &fake_ctx, &co, &cq), 0);
+	b = open_one(&ring, 16, 0, NULL, &co, &cq);
 	fake_complete(fake_cq_of(rr_cq_ibv(cq)), 2, 1);
 	for (int i = 0; i < 50 && wcs < 2; i++)
 		cr_assert_geq(rr_bridge_run_once(b, 10), 0);
