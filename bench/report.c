@@ -132,10 +132,10 @@ int report_csv(const char *path, const struct result *r, int n)
 		const struct result *x = &r[i];
 		bool ops = x->has_latency && !x->reference, idle = x->cfg.wl == W_IDLE;
 
-		fprintf(f, "%s,%s,%s,%u,%u,%u,%ld,%u,%u,%u,%d,", x->name,
-			workload_name(x->cfg.wl), op_name(x->cfg.op), x->cfg.msg_size, x->cfg.qd,
-			x->cfg.conns, idle ? 0 : x->cfg.iters, idle ? x->cfg.idle_ms : 0,
-			x->cfg.spin_us, x->cfg.signal_every, x->reference);
+		fprintf(f, "%s,%s,%s,%u,%u,%u,%ld,%u,%u,%u,%d,", x->name, workload_name(x->cfg.wl),
+			op_name(x->cfg.op), x->cfg.msg_size, x->cfg.qd, x->cfg.conns,
+			idle ? 0 : x->cfg.iters, idle ? x->cfg.idle_ms : 0, x->cfg.spin_us,
+			x->cfg.signal_every, x->reference);
 		cell(f, x->has_latency, x->p50, ",");
 		cell(f, x->has_latency, x->p99, ",");
 		cell(f, x->has_latency, x->p999, ",");

@@ -11,10 +11,10 @@
 
 #include "bridge.h"
 
-#define DEFAULT_CQ_BATCH 32
-#define MAX_CQ_BATCH 256
-#define DEFAULT_BUDGET 256
-#define DEFAULT_ACK_BATCH 32
+#define DEFAULT_CQ_BATCH    32
+#define MAX_CQ_BATCH	    256
+#define DEFAULT_BUDGET	    256
+#define DEFAULT_ACK_BATCH   32
 #define DESTROY_WATCHDOG_MS 10000
 
 /* The devices' hook: the application hears of the event first, then the
@@ -55,7 +55,8 @@ int rr_bridge_create(rr_bridge **out, struct io_uring *ring, const struct rr_bri
 		b->opts.ack_batch = DEFAULT_ACK_BATCH;
 	/* Multishot poll came with 5.13, as did IORING_FEAT_RSRC_TAGS; a
 	 * kernel that still refuses it gets single-shot polls (see ring.c). */
-	multishot = !(b->opts.flags & RR_BRIDGE_SINGLESHOT) && (ring->features & IORING_FEAT_RSRC_TAGS);
+	multishot =
+		!(b->opts.flags & RR_BRIDGE_SINGLESHOT) && (ring->features & IORING_FEAT_RSRC_TAGS);
 	rr__ring_init(&b->ring, ring, multishot, &b->stats);
 	rr__cqs_init(&b->cqs, &b->ring, &b->stats, b->opts.cq_batch, b->opts.budget,
 		     b->opts.ack_batch);
@@ -265,7 +266,8 @@ int rr_cq_create(rr_bridge *b, rr_channel *ch, struct ibv_context *ctx,
 	struct rr__device *dev = NULL;
 	int rc;
 
-	if (!b || !ctx || !opts || !opts->on_wc || !out || b->closing || opts->mode > RR_WAIT_HYBRID)
+	if (!b || !ctx || !opts || !opts->on_wc || !out || b->closing ||
+	    opts->mode > RR_WAIT_HYBRID)
 		return -EINVAL;
 	if (ch && ch->ch->context != ctx)
 		return -EINVAL;

@@ -31,9 +31,9 @@ struct rr_listener {
 	rr_accept_cb on_accept;
 	rr_listener_cb on_error;
 	void *data;
-	uint64_t dropped; /* requests that failed before being established */
+	uint64_t dropped;	 /* requests that failed before being established */
 	struct rr__list pending; /* endpoints not yet established */
-	struct rr__list link;    /* cm->listeners */
+	struct rr__list link;	 /* cm->listeners */
 };
 
 void rr__cm_init(struct rr__cm *cm, struct rr__ring *ring, struct rr__devices *devs,

@@ -25,9 +25,9 @@ struct rr_channel {
 	struct ibv_comp_channel *ch;
 	uint32_t slot;
 	unsigned int ncqs;
-	unsigned int narmed; /* its CQs armed: the most events it can hold */
+	unsigned int narmed;   /* its CQs armed: the most events it can hold */
 	struct rr__list armed; /* those CQs */
-	bool deaf;           /* its poll failed for good: its CQs are polled */
+	bool deaf;	       /* its poll failed for good: its CQs are polled */
 	struct rr__list link;
 };
 
@@ -50,15 +50,15 @@ struct rr_cq {
 	void *data;
 	struct rr__cq_hooks hooks;
 	unsigned int unacked; /* events read, not yet acknowledged */
-	bool armed;           /* ibv_req_notify_cq() since the last event */
-	bool active;          /* on set->active: polled every pass */
-	bool evented;         /* on the pending list of the current drain */
+	bool armed;	      /* ibv_req_notify_cq() since the last event */
+	bool active;	      /* on set->active: polled every pass */
+	bool evented;	      /* on the pending list of the current drain */
 	enum { RR__SPIN_IDLE, RR__SPIN_BUSY, RR__SPIN_WINDOW } spin; /* hybrid */
 	uint64_t spin_until_ns;
 	unsigned int spin_empty; /* empty polls in the window */
 	struct rr__list active_link;
-	struct rr__list armed_link; /* ch->armed */
-	struct rr__list link; /* set->cqs */
+	struct rr__list armed_link;  /* ch->armed */
+	struct rr__list link;	     /* set->cqs */
 	unsigned int dispatch_depth; /* >0 while handing out its WCs */
 	bool destroy_deferred;
 };

@@ -16,8 +16,7 @@ struct rr__device;
 
 /* Called for every async event, acknowledged already; the device is held
  * for the call, so the hook may drop the last reference of its users. */
-typedef void (*rr__async_hook)(void *ctx, struct rr__device *dev,
-			       const struct ibv_async_event *ev);
+typedef void (*rr__async_hook)(void *ctx, struct rr__device *dev, const struct ibv_async_event *ev);
 
 struct rr__devices {
 	struct rr__ring *ring;

@@ -513,8 +513,11 @@ static int post_send_wr(rr_ep *ep, enum ibv_wr_opcode opcode, const void *buf, u
 			rr_req_cb cb, void *data)
 {
 	struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = len, .lkey = mr ? mr->lkey : 0};
-	struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1, .opcode = opcode,
-				 .send_flags = IBV_SEND_SIGNALED}, *bad;
+	struct ibv_send_wr wr = {.sg_list = &sge,
+				 .num_sge = 1,
+				 .opcode = opcode,
+				 .send_flags = IBV_SEND_SIGNALED},
+			   *bad;
 	struct rr__req *req;
 	int rc;
 
@@ -565,8 +568,7 @@ int rr_ep_post_read(rr_ep *ep, void *buf, uint32_t len, struct ibv_mr *mr, uint6
 	return post_send_wr(ep, IBV_WR_RDMA_READ, buf, len, mr, raddr, rkey, 0, cb, data);
 }
 
-int rr_ep_post_recv(rr_ep *ep, void *buf, uint32_t len, struct ibv_mr *mr, rr_req_cb cb,
-		    void *data)
+int rr_ep_post_recv(rr_ep *ep, void *buf, uint32_t len, struct ibv_mr *mr, rr_req_cb cb, void *data)
 {
 	struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = len, .lkey = mr ? mr->lkey : 0};
 	struct ibv_recv_wr wr = {.sg_list = &sge, .num_sge = 1}, *bad;

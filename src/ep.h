@@ -57,11 +57,11 @@ struct rr_ep {
 	struct rr__list outstanding;
 	unsigned int nsend, nrecv; /* outstanding per queue */
 	unsigned int in_callback;  /* depth of our callbacks on the stack */
-	bool destroy_pending;      /* rr_ep_destroy() called from a callback */
-	bool notified_down;        /* on_disconnect already delivered */
-	int down_pending;          /* a WC error: on_disconnect after the batch */
-	uint32_t timer_slot;       /* connect timeout, or RR__NO_SLOT */
-	struct rr__list link;      /* set->eps */
+	bool destroy_pending;	   /* rr_ep_destroy() called from a callback */
+	bool notified_down;	   /* on_disconnect already delivered */
+	int down_pending;	   /* a WC error: on_disconnect after the batch */
+	uint32_t timer_slot;	   /* connect timeout, or RR__NO_SLOT */
+	struct rr__list link;	   /* set->eps */
 	/* Owned by the connection manager: a passive endpoint not yet
 	 * established sits on its listener's list; dropping it (instead of
 	 * reporting an error nobody could receive) goes through the hook. */

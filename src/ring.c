@@ -33,11 +33,11 @@ struct rr__poll {
 	uint32_t gen;
 	bool in_use;
 	bool is_timer;
-	bool armed;   /* its POLL_ADD/TIMEOUT is in the SQ or the kernel */
-	bool closing; /* freed at the terminal CQE */
-	bool queued;  /* on the owed queue (entries may be stale: see want) */
-	uint8_t want; /* WANT_*: SQEs owed */
-	unsigned int errors; /* consecutive failed polls */
+	bool armed;		      /* its POLL_ADD/TIMEOUT is in the SQ or the kernel */
+	bool closing;		      /* freed at the terminal CQE */
+	bool queued;		      /* on the owed queue (entries may be stale: see want) */
+	uint8_t want;		      /* WANT_*: SQEs owed */
+	unsigned int errors;	      /* consecutive failed polls */
 	struct __kernel_timespec *ts; /* timers: heap, the table may move */
 	rr__poll_fn fn;
 	void *ctx;

@@ -26,7 +26,7 @@ enum rr__ud_kind {
 
 #define RR__SLOT_BITS 20
 #define RR__MAX_SLOTS (1u << RR__SLOT_BITS)
-#define RR__NO_SLOT UINT32_MAX
+#define RR__NO_SLOT   UINT32_MAX
 
 static inline uint64_t rr__ud(enum rr__ud_kind kind, uint32_t inst, uint32_t gen, uint32_t slot)
 {
@@ -72,7 +72,7 @@ struct rr__ring {
 	bool kick_pending; /* a kick NOP is in the SQ or the kernel */
 	struct rr__poll *slots;
 	uint32_t nslots, free_slot, live_slots;
-	unsigned int cancels; /* cancel SQEs whose CQE has not arrived */
+	unsigned int cancels;	       /* cancel SQEs whose CQE has not arrived */
 	uint32_t pend_head, pend_tail; /* slots owing an SQE, oldest first */
 	/* SQEs this ring wrote since the application last submitted, when
 	 * nothing of the application's was prepared before them. */
