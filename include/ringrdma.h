@@ -482,6 +482,20 @@ typedef void (*rr_accept_cb)(rr_listener *l, rr_ep *ep, void *data);
  * @max_inline:    inline data size requested for the QP (default 0).
  * @mode:          wait mode of the endpoint's CQ.
  * @spin_us:       hybrid spin window.
+ * @signal_every:  selective signalling: only one send-queue request in N
+ *                 asks the NIC for a work completion (also the one that
+ *                 takes the send queue's last free slot, and every RDMA
+ *                 READ), so an endpoint that mostly sends wakes up for
+ *                 what it receives, not for each of its sends. Every
+ *                 request still gets exactly one callback, in posting
+ *                 order: a signalled completion completes the unsignalled
+ *                 requests posted before it (with status 0, or -ECANCELED
+ *                 if it was flushed); their byte_len is 0. So the last
+ *                 unsignalled requests of a burst get their callbacks with
+ *                 the next signalled completion, or at the latest on
+ *                 disconnect or in rr_ep_destroy(): use it where more
+ *                 sends follow. 0 or 1: every request is signalled (the
+ *                 default).
  * @connect_timeout_ms: rr_connect() only: fail with -ETIMEDOUT if not
  *                 established in time (0: rdma_cm's own timeouts, which
  *                 for an unanswered request take a minute or more).
@@ -505,6 +519,7 @@ struct rr_ep_opts {
 	uint32_t max_inline;
 	enum rr_wait_mode mode;
 	unsigned int spin_us;
+	unsigned int signal_every;
 	unsigned int connect_timeout_ms;
 	rr_ep_cb on_qp_ready;
 	rr_ep_cb on_disconnect;

@@ -120,6 +120,33 @@ static struct rr__req *req_of_wc(rr_ep *ep, const struct ibv_wc *wc)
 	return req;
 }
 
+/*
+ * Sends complete in order on an RC QP: a send's work completion means
+ * every send posted before it is done too, including those that asked for
+ * none. They complete here, in order, each once: successfully if this one
+ * did or failed on its own, with -ECANCELED if this one was flushed (no
+ * outcome of theirs was seen).
+ */
+static void complete_unsignalled_before(rr_ep *ep, struct rr__req *req, enum ibv_wc_status status)
+{
+	struct rr__list *l = ep->outstanding.next;
+
+	while (l != &req->link && l != &ep->outstanding) {
+		struct rr__req *r = rr__container_of(l, struct rr__req, link);
+		struct ibv_wc wc = {.status = status == IBV_WC_WR_FLUSH_ERR ? IBV_WC_WR_FLUSH_ERR
+									    : IBV_WC_SUCCESS};
+
+		l = l->next;
+		if (r->is_recv || r->signalled)
+			continue;
+		wc.opcode = r->opcode;
+		complete(ep, r, &wc);
+		/* Destroyed from that callback: the destroy completed the rest. */
+		if (ep->destroy_pending)
+			return;
+	}
+}
+
 /* Hand out the work completions already in the endpoint's CQ. A callback
  * may destroy the endpoint meanwhile: the destroy then completes the rest,
  * and completions it handled are no longer outstanding here. */
@@ -132,7 +159,11 @@ static void drain_cq(rr_ep *ep)
 		for (int i = 0; i < n; i++) {
 			struct rr__req *req = req_of_wc(ep, &wc[i]);
 
-			if (req)
+			if (!req)
+				continue;
+			if (!req->is_recv)
+				complete_unsignalled_before(ep, req, wc[i].status);
+			if (req->cb) /* not completed by a destroy in there */
 				complete(ep, req, &wc[i]);
 		}
 	}
@@ -154,6 +185,13 @@ static void ep_on_wc(rr_cq *cq, const struct ibv_wc *wc, void *data)
 
 	if (!req)
 		return;
+	if (!req->is_recv)
+		complete_unsignalled_before(ep, req, wc->status);
+	if (ep->destroy_pending) {
+		/* Destroyed from one of those callbacks: req completed there. */
+		release_if_done(ep);
+		return;
+	}
 	/* A transport error (retries exhausted, remote access...) leaves the
 	 * QP in error: the endpoint is no longer connected. on_disconnect
 	 * follows once this batch is handed out (see after_dispatch). */
@@ -256,7 +294,7 @@ int rr__ep_setup_qp(rr_ep *ep)
 	attr.send_cq = rr_cq_ibv(ep->cq);
 	attr.recv_cq = rr_cq_ibv(ep->cq);
 	attr.qp_type = IBV_QPT_RC;
-	attr.sq_sig_all = 1;
+	attr.sq_sig_all = ep->opts.signal_every <= 1;
 	attr.cap.max_send_wr = ep->opts.max_send_wr;
 	attr.cap.max_recv_wr = ep->opts.max_recv_wr;
 	attr.cap.max_send_sge = 1;
@@ -513,11 +551,7 @@ static int post_send_wr(rr_ep *ep, enum ibv_wr_opcode opcode, const void *buf, u
 			rr_req_cb cb, void *data)
 {
 	struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = len, .lkey = mr ? mr->lkey : 0};
-	struct ibv_send_wr wr = {.sg_list = &sge,
-				 .num_sge = 1,
-				 .opcode = opcode,
-				 .send_flags = IBV_SEND_SIGNALED},
-			   *bad;
+	struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1, .opcode = opcode}, *bad;
 	struct rr__req *req;
 	int rc;
 
@@ -539,6 +573,19 @@ static int post_send_wr(rr_ep *ep, enum ibv_wr_opcode opcode, const void *buf, u
 	if (ep->opts.max_inline && len <= ep->opts.max_inline && opcode != IBV_WR_RDMA_READ)
 		wr.send_flags |= IBV_SEND_INLINE;
 	req = take_req(ep, cb, data, false);
+	req->opcode = opcode == IBV_WR_SEND	   ? IBV_WC_SEND
+		      : opcode == IBV_WR_RDMA_READ ? IBV_WC_RDMA_READ
+						   : IBV_WC_RDMA_WRITE;
+	/* A completion every signal_every sends; always for the last free
+	 * slot of the SQ (unsignalled sends hold theirs until a signalled
+	 * one completes) and for READs (their byte_len is real). */
+	req->signalled = ep->opts.signal_every <= 1 || opcode == IBV_WR_RDMA_READ ||
+			 ++ep->unsignalled >= ep->opts.signal_every ||
+			 ep->nsend + 1 >= ep->opts.max_send_wr;
+	if (req->signalled) {
+		wr.send_flags |= IBV_SEND_SIGNALED;
+		ep->unsignalled = 0;
+	}
 	wr.wr_id = (uintptr_t)req;
 	return settle(ep, req, ibv_post_send(ep->id->qp, &wr, &bad));
 }

@@ -39,6 +39,8 @@ struct rr__req {
 	rr_req_cb cb;
 	void *data;
 	bool is_recv;
+	bool signalled;             /* asked for a work completion */
+	enum ibv_wc_opcode opcode;  /* sends: what its completion reports */
 };
 
 struct rr_ep {
@@ -56,6 +58,7 @@ struct rr_ep {
 	struct rr__list free_reqs;
 	struct rr__list outstanding;
 	unsigned int nsend, nrecv; /* outstanding per queue */
+	unsigned int unsignalled;  /* sends since the last signalled one */
 	unsigned int in_callback;  /* depth of our callbacks on the stack */
 	bool destroy_pending;	   /* rr_ep_destroy() called from a callback */
 	bool notified_down;	   /* on_disconnect already delivered */
