@@ -33,6 +33,7 @@ struct bench_cfg {
 	long iters;	/* measured round trips, all connections together */
 	uint32_t idle_ms;
 	unsigned int spin_us;
+	unsigned int signal_every; /* a send in N asks for a completion */
 	unsigned int timeout_s; /* the server side's own watchdog */
 	const char *addr;
 	uint16_t port;
@@ -62,6 +63,7 @@ struct bqp {
 	uint64_t raddr;	      /* the peer's receive slots (WRITE_IMM) */
 	uint32_t rkey;
 	uint32_t echo_next; /* server: the next send slot for an echo */
+	uint32_t unsignalled; /* sends since the last signalled one */
 };
 
 struct bside;
@@ -172,6 +174,9 @@ int syscalls_hold(void);
 void side_begin(struct side_figures *f, int *sc_fd);
 void side_end(struct side_figures *f, int sc_fd);
 double now_us(void);
+/* Microseconds from the CPU's cycle counter, calibrated once: no syscall,
+ * where clock_gettime() is one (the lab's TCG). */
+double tick_us(void);
 
 /* A measured run, reduced. */
 struct result {

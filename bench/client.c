@@ -60,7 +60,7 @@ static int issue(struct client *c, uint32_t conn, uint32_t slot)
 
 	memset(buf, (int)(c->issued & 0xff), s->cfg.msg_size);
 	memcpy(buf, &h, sizeof(h));
-	*sl = (struct slot){.t0 = now_us(), .busy = true};
+	*sl = (struct slot){.t0 = tick_us(), .busy = true};
 	c->issued++;
 	return side_post(s, conn, wr_id_of(conn, WR_MSG, slot), buf, s->cfg.msg_size,
 			 s->cfg.op == OP_WRITE_IMM ? (int)slot : -1);
@@ -83,7 +83,7 @@ static void slot_done(struct client *c, uint32_t conn, uint32_t slot)
 {
 	struct bside *s = c->s;
 	struct slot *sl = &c->slots[conn * s->cfg.qd + slot];
-	double t = now_us();
+	double t = tick_us();
 
 	if (c->completed >= c->warm)
 		c->out->rtt[c->completed - c->warm] = t - sl->t0;
@@ -197,6 +197,7 @@ int client_run(const struct bench_cfg *cfg, struct client_out *out)
 			 strerror(-rc));
 		goto out;
 	}
+	tick_us(); /* calibrate before anything is timed */
 	c.slots = calloc((size_t)cfg->conns * cfg->qd, sizeof(*c.slots));
 	if (!c.slots) {
 		rc = -ENOMEM;

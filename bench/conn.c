@@ -25,7 +25,7 @@
 /* rdma_cm private data: at most 56 bytes in a connection request. */
 struct hello {
 	uint32_t magic;
-	uint8_t strat, wl, op, pad;
+	uint8_t strat, wl, op, signal_every;
 	uint16_t qd, conns;
 	uint32_t msg_size;
 	uint32_t iters;
@@ -205,8 +205,10 @@ static int make_qp(struct bside *s, struct rdma_cm_id *id)
 		return -EXDEV; /* every connection must be on one device */
 	attr.send_cq = attr.recv_cq = s->cq;
 	attr.qp_type = IBV_QPT_RC;
-	attr.sq_sig_all = 1;
-	attr.cap.max_send_wr = 2 * s->cfg.qd + 2;
+	/* Unsignalled sends keep their SQ slot until a later signalled one
+	 * completes: room for up to two runs of them besides the window. */
+	attr.sq_sig_all = s->cfg.signal_every <= 1;
+	attr.cap.max_send_wr = 2 * s->cfg.qd + 2 + 2 * s->cfg.signal_every;
 	attr.cap.max_recv_wr = 2 * s->cfg.qd + 2;
 	attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
 	if (rdma_create_qp(id, s->pd, &attr))
@@ -234,6 +236,7 @@ static void hello_fill(struct hello *h, const struct bside *s, uint32_t conn)
 	h->iters = (uint32_t)s->cfg.iters;
 	h->idle_ms = s->cfg.idle_ms;
 	h->spin_us = s->cfg.spin_us;
+	h->signal_every = (uint8_t)s->cfg.signal_every;
 	h->timeout_s = s->cfg.timeout_s;
 	h->conn = conn;
 	h->rkey = s->mr ? s->mr->rkey : 0;
@@ -257,6 +260,7 @@ static int hello_cfg(const struct hello *h, struct bench_cfg *cfg)
 	cfg->iters = h->iters;
 	cfg->idle_ms = h->idle_ms;
 	cfg->spin_us = h->spin_us ? h->spin_us : 50;
+	cfg->signal_every = h->signal_every ? h->signal_every : 1;
 	cfg->timeout_s = h->timeout_s;
 	return 0;
 }
@@ -464,6 +468,13 @@ int side_post(struct bside *s, uint32_t conn, uint64_t wr_id, const uint8_t *buf
 				 .opcode = IBV_WR_SEND},
 			   *bad;
 
+	/* Nothing waits for a message's own completion (the echo says it
+	 * arrived), so only one send in signal_every asks for one; control
+	 * messages always do. */
+	if (wr_kind(wr_id) != WR_MSG || ++q->unsignalled >= s->cfg.signal_every) {
+		wr.send_flags = IBV_SEND_SIGNALED;
+		q->unsignalled = 0;
+	}
 	if (write_slot >= 0) {
 		wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
 		wr.imm_data = htobe32((uint32_t)write_slot);

@@ -23,6 +23,43 @@ double now_us(void)
 	return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+
+/* Cycles per microsecond, measured against the monotonic clock over a
+ * few milliseconds on first use. */
+static double cycles_per_us(void)
+{
+	static double cpu;
+
+	if (!cpu) {
+		double t0 = now_us(), t1;
+		uint64_t c0 = __rdtsc(), c1;
+
+		do
+			t1 = now_us();
+		while (t1 - t0 < 20000);
+		c1 = __rdtsc();
+		cpu = (double)(c1 - c0) / (t1 - t0);
+		if (!(cpu > 0))
+			cpu = -1; /* no usable counter: the clock it is */
+	}
+	return cpu;
+}
+
+double tick_us(void)
+{
+	double cpu = cycles_per_us();
+
+	return cpu > 0 ? (double)__rdtsc() / cpu : now_us();
+}
+#else
+double tick_us(void)
+{
+	return now_us();
+}
+#endif
+
 int syscalls_open(void)
 {
 	struct perf_event_attr a;

@@ -32,6 +32,7 @@ struct opts {
 	uint32_t qd, msg_size, idle_ms;
 	long iters; /* 0: per-workload defaults */
 	unsigned int spin_us;
+	unsigned int signal_every;
 	bool quick, server, perftest, force_lab;
 	int hosts, timeout_s;
 	const char *addr, *client, *json, *csv, *plot, *file;
@@ -52,6 +53,8 @@ static void usage(FILE *out)
 		"  --iters N          round trips per run (default: 20000; rate 200000)\n"
 		"  --idle-ms MS       idle: how long to wait (default 10000)\n"
 		"  --spin-us US       hybrid: spin window (default 50)\n"
+		"  --signal-every N   one message send in N asks for a completion, in\n"
+		"                     every strategy (default 16; 1: all)\n"
 		"  --quick            a short run (about a minute in the lab)\n"
 		"  --json FILE, --csv FILE, --plot FILE.png   also write these\n"
 		"  --with-perftest    add perftest ib_send_lat (polling and -e) rows\n"
@@ -130,6 +133,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 					   {"iters", required_argument, NULL, 'n'},
 					   {"idle-ms", required_argument, NULL, 'I'},
 					   {"spin-us", required_argument, NULL, 'w'},
+					   {"signal-every", required_argument, NULL, 'g'},
 					   {"quick", no_argument, NULL, 'q'},
 					   {"json", required_argument, NULL, 'j'},
 					   {"csv", required_argument, NULL, 'c'},
@@ -191,6 +195,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		case 'w':
 			v = num_arg(optarg, 1, 1000000);
 			o->spin_us = (unsigned int)v;
+			break;
+		case 'g':
+			v = num_arg(optarg, 1, 64);
+			o->signal_every = (unsigned int)v;
 			break;
 		case 't':
 			v = num_arg(optarg, 1, 86400);
@@ -282,6 +290,7 @@ static int plan(const struct opts *o, struct bench_cfg *runs, int max)
 					r->iters = iters_for(o, wl);
 					r->idle_ms = wl == W_IDLE ? o->idle_ms : 0;
 					r->spin_us = o->spin_us;
+					r->signal_every = o->signal_every;
 					r->timeout_s = (unsigned int)o->timeout_s;
 				}
 	}
@@ -345,6 +354,7 @@ int main(int argc, char **argv)
 	struct opts o = {.qd = 64,
 			 .msg_size = 64,
 			 .spin_us = 50,
+			 .signal_every = 16,
 			 .hosts = 1,
 			 .timeout_s = 300,
 			 .port = BENCH_DEFAULT_PORT};

@@ -89,10 +89,11 @@ int report_json(const char *path, const struct result *r, int n)
 		fprintf(f,
 			"  {\"strategy\": \"%s\", \"workload\": \"%s\", \"op\": \"%s\", "
 			"\"msg_size\": %u, \"qd\": %u, \"conns\": %u, \"iters\": %ld, "
-			"\"idle_ms\": %u, \"spin_us\": %u, \"reference\": %s, ",
+			"\"idle_ms\": %u, \"spin_us\": %u, \"signal_every\": %u, "
+			"\"reference\": %s, ",
 			x->name, workload_name(x->cfg.wl), op_name(x->cfg.op), x->cfg.msg_size,
 			x->cfg.qd, x->cfg.conns, idle ? 0 : x->cfg.iters, idle ? x->cfg.idle_ms : 0,
-			x->cfg.spin_us, x->reference ? "true" : "false");
+			x->cfg.spin_us, x->cfg.signal_every, x->reference ? "true" : "false");
 		num(f, "p50_us", x->has_latency, x->p50, ", ");
 		num(f, "p99_us", x->has_latency, x->p99, ", ");
 		num(f, "p999_us", x->has_latency, x->p999, ", ");
@@ -123,17 +124,18 @@ int report_csv(const char *path, const struct result *r, int n)
 
 	if (!f)
 		return -errno;
-	fprintf(f, "strategy,workload,op,msg_size,qd,conns,iters,idle_ms,spin_us,reference,"
+	fprintf(f, "strategy,workload,op,msg_size,qd,conns,iters,idle_ms,spin_us,signal_every,"
+		   "reference,"
 		   "p50_us,p99_us,p999_us,max_us,ops_per_s,cpu_us_per_op,syscalls_per_op,"
 		   "ctx_switches_per_op,cpu_pct_per_side,file_mb_per_s\n");
 	for (int i = 0; i < n; i++) {
 		const struct result *x = &r[i];
 		bool ops = x->has_latency && !x->reference, idle = x->cfg.wl == W_IDLE;
 
-		fprintf(f, "%s,%s,%s,%u,%u,%u,%ld,%u,%u,%d,", x->name, workload_name(x->cfg.wl),
+		fprintf(f, "%s,%s,%s,%u,%u,%u,%ld,%u,%u,%u,%d,", x->name, workload_name(x->cfg.wl),
 			op_name(x->cfg.op), x->cfg.msg_size, x->cfg.qd, x->cfg.conns,
 			idle ? 0 : x->cfg.iters, idle ? x->cfg.idle_ms : 0, x->cfg.spin_us,
-			x->reference);
+			x->cfg.signal_every, x->reference);
 		cell(f, x->has_latency, x->p50, ",");
 		cell(f, x->has_latency, x->p99, ",");
 		cell(f, x->has_latency, x->p999, ",");

@@ -104,13 +104,19 @@ static int idle_turn(struct bside *s)
 	return rc < 0 ? rc : poll_and_handle(s);
 }
 
-/* After an event: re-arm, then poll (a completion that raced the arm
- * raised no event). */
-static int rearm_and_poll(struct bside *s)
+/* After an event, in the bridge's order: hand out what is there first,
+ * then arm, then poll again (a completion that raced the arm raised no
+ * event). */
+static int poll_arm_poll(struct bside *s)
 {
+	int n = poll_and_handle(s), m;
+
+	if (n < 0)
+		return n;
 	if (ibv_req_notify_cq(s->cq, 0))
 		return -EIO;
-	return poll_and_handle(s);
+	m = poll_and_handle(s);
+	return m < 0 ? m : n + m;
 }
 
 static int step_busy(struct bside *s)
@@ -132,7 +138,7 @@ static int step_thread(struct bside *s)
 		if (ibv_get_cq_event(s->ch, &cq, &ctx))
 			return -errno;
 		count_event(s);
-		n = rearm_and_poll(s);
+		n = poll_arm_poll(s);
 	}
 	return n;
 }
@@ -152,7 +158,7 @@ static int step_epoll(struct bside *s)
 		/* One CQ on the channel, armed once: at most one event. */
 		if (ibv_get_cq_event(s->ch, &cq, &ctx) == 0)
 			count_event(s);
-		n = rearm_and_poll(s);
+		n = poll_arm_poll(s);
 	}
 	return n;
 }

@@ -43,7 +43,8 @@ struct io_uring_sqe *cp_loop_sqe(struct cp_loop *lp, struct cp_op *op)
 		cp_log("io_uring submission queue full");
 		return NULL;
 	}
-	/* The bridge may submit whenever it runs: never leave an SQE half set. */
+	/* The bridge judges open link chains by the last prepared SQE: never
+	 * leave one half set. */
 	io_uring_prep_nop(sqe);
 	io_uring_sqe_set_data(sqe, op);
 	lp->inflight++;
@@ -158,6 +159,7 @@ int cp_loop_pass(struct cp_loop *lp, unsigned int wait_ms)
 	unsigned int n = 0;
 	int rc;
 
+	rr_bridge_flush(lp->b); /* SQEs the bridge still owes (a full SQ) */
 	rc = io_uring_submit_and_wait_timeout(&lp->ring, &cqe, 1, &ts, NULL);
 	if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EBUSY)
 		return rc;

@@ -22,21 +22,34 @@
  *    same bridge; different bridges (one per ring, one ring per thread) are
  *    independent, with one exception: a device's async events go to the
  *    bridge that reads them first, so use one bridge per device where
- *    async events matter. The library keeps no global state; it sets the
- *    device context's async fd non-blocking.
+ *    async events matter. The library keeps no global state but a counter
+ *    that tells bridges on one ring apart; it sets the device context's
+ *    async fd non-blocking.
  *  - Callbacks run from rr_bridge_handle_cqe(), rr_bridge_run_once() and the
  *    destroy functions; they may post new work and may destroy their own
  *    endpoint, but not the bridge.
+ *  - SQEs: the bridge never submits on its own and never writes an SQE into
+ *    a linked chain the application is building. Any rr_ call may owe the
+ *    ring an SQE (a poll, a cancel, a kick). It is written to the SQ at once
+ *    unless the SQ is full or the last SQE the application prepared carries
+ *    IOSQE_IO_LINK or IOSQE_IO_HARDLINK (a chain is open); then it is
+ *    written at the next chance: rr_bridge_handle_cqe(), rr_bridge_flush(),
+ *    rr_bridge_run_once(), rr_bridge_destroy(). None is ever dropped. So:
+ *    prepare an SQE (and set its flags) right after io_uring_get_sqe(), and
+ *    in an application-owned loop call rr_bridge_flush() before
+ *    io_uring_submit*(); it costs no syscall.
  */
 #ifndef RINGRDMA_H
 #define RINGRDMA_H
 
-#include <stddef.h>
-#include <stdint.h>
-
+/* liburing.h first: it sets the feature macro it needs for sigset_t, which
+ * a system header included before it (stddef.h, stdint.h) would fix
+ * too early under -std=c11. */
 #include <liburing.h>
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #include <ringrdma_version.h>
 
@@ -155,14 +168,23 @@ struct rr_bridge_opts {
  * @ring: an initialized io_uring; it must outlive the bridge.
  * @opts: options, or NULL for defaults.
  *
- * The bridge queues SQEs on the ring but submits only when the submission
- * queue is full or inside its own loop functions: an embedding application
- * calls io_uring_submit*() in its loop as usual.
+ * The bridge writes SQEs to the ring (see "SQEs" at the top of this header)
+ * but submits only inside its own loop functions: an embedding application
+ * calls rr_bridge_flush() and io_uring_submit*() in its loop as usual.
+ *
+ * Any ring the kernel accepts works, with these notes: on a
+ * IORING_SETUP_DEFER_TASKRUN ring (recommended, with
+ * IORING_SETUP_SINGLE_ISSUER, for a ring one thread drives) completions
+ * of polls appear only when the loop enters the kernel with
+ * IORING_ENTER_GETEVENTS (io_uring_submit_and_wait*(),
+ * io_uring_get_events()); rr_bridge_run_once() does so. IORING_SETUP_SQPOLL
+ * works. An IORING_SETUP_IOPOLL ring cannot poll fds and is refused.
  *
  * The rdma_cm event channel is created on the first rr_connect() or
  * rr_listen(), so a bridge that only dispatches CQs needs no rdma_cm.
  *
- * Return: 0, -EINVAL (bad argument) or -ENOMEM.
+ * Return: 0, -EINVAL (bad argument, or an IORING_SETUP_IOPOLL ring) or
+ * -ENOMEM.
  */
 int rr_bridge_create(rr_bridge **out, struct io_uring *ring, const struct rr_bridge_opts *opts);
 
@@ -173,18 +195,33 @@ int rr_bridge_create(rr_bridge **out, struct io_uring *ring, const struct rr_bri
  *
  * Call it for every CQE; the caller still marks each CQE seen. Bridge CQEs
  * are dispatched (callbacks run from here); application CQEs are left alone.
+ * SQEs the bridge owes are written here (see "SQEs").
  *
  * Return: 1 if the CQE was the bridge's, 0 if it is the application's.
  */
 int rr_bridge_handle_cqe(rr_bridge *b, const struct io_uring_cqe *cqe);
 
 /**
+ * rr_bridge_flush() - write the SQEs the bridge owes the ring.
+ * @b: the bridge.
+ *
+ * Call it in an application-owned loop before io_uring_submit*(), with no
+ * linked chain left open. Writes only to the SQ: no syscall. SQEs that do
+ * not fit stay owed and are written at the next chance.
+ *
+ * Return: the number of SQEs still owed (0: none), or -EINVAL.
+ */
+int rr_bridge_flush(rr_bridge *b);
+
+/**
  * rr_bridge_run_once() - one pass of the built-in loop.
  * @b:          the bridge.
  * @timeout_ms: longest wait for a CQE; 0 does not block, -1 waits forever.
  *
- * Submits queued SQEs, waits for CQEs (never longer than busy or hybrid CQEs
- * allow), dispatches bridge CQEs and hands application CQEs to on_app_cqe.
+ * Writes the SQEs the bridge owes, submits, waits for CQEs (never longer
+ * than busy or hybrid CQs allow; a pass that does not wait still enters the
+ * kernel for completions where the ring defers them), dispatches bridge
+ * CQEs and hands application CQEs to on_app_cqe.
  *
  * Use either this loop or the application's own (rr_bridge_handle_cqe()),
  * not both at once.
@@ -192,8 +229,9 @@ int rr_bridge_handle_cqe(rr_bridge *b, const struct io_uring_cqe *cqe);
  * Return: the number of CQEs handled plus the work completions of busy or
  * hybrid CQs polled at the start of the pass (0 on timeout), or a negative
  * errno from io_uring; -EPROTO if an application CQE arrived and no
- * on_app_cqe was set (the CQE is dropped; the other CQEs of the pass were
- * handled).
+ * on_app_cqe was set: that CQE is left in the ring, not consumed, and the
+ * pass ends before it; reap it (io_uring_peek_cqe(), io_uring_cqe_seen())
+ * before the next pass.
  */
 int rr_bridge_run_once(rr_bridge *b, int timeout_ms);
 
@@ -244,6 +282,10 @@ struct io_uring *rr_bridge_ring(rr_bridge *b);
  * @cm_events:   rdma_cm events handled.
  * @async_events: device async events handled.
  * @cancel_retries: poll cancels asked again after -EALREADY.
+ * @sq_full:     times an SQE the bridge owed found the SQ full (it waited).
+ * @poll_failures: polls that kept failing and were given up: the CQs of
+ *               such a channel are polled on every pass instead, rdma_cm
+ *               waiters fail with the error, listeners get on_error.
  */
 struct rr_bridge_stats {
 	uint64_t cqes;
@@ -258,6 +300,8 @@ struct rr_bridge_stats {
 	uint64_t cm_events;
 	uint64_t async_events;
 	uint64_t cancel_retries;
+	uint64_t sq_full;
+	uint64_t poll_failures;
 };
 
 /** rr_bridge_get_stats() - copy the bridge's counters into @out. */
@@ -415,8 +459,10 @@ typedef void (*rr_req_cb)(rr_ep *ep, const struct rr_completion *c, void *data);
  *          (unreachable), -EADDRNOTAVAIL (address or route error),
  *          -ECONNABORTED (connect error), -ETIMEDOUT (connect_timeout_ms),
  *          -ECONNRESET (peer disconnected), -ENODEV (device removed), -EIO
- *          (fatal async event), or the errno of setting up the QP or of
- *          rdma_resolve_route()/rdma_connect().
+ *          (fatal async event), the errno of a work completion error
+ *          (-ETIMEDOUT, -EACCES, ...: see struct rr_completion), or the
+ *          errno of setting up the QP or of rdma_resolve_route()/
+ *          rdma_connect().
  * @data:   rr_ep_data(ep).
  */
 typedef void (*rr_ep_cb)(rr_ep *ep, int status, void *data);
@@ -436,6 +482,20 @@ typedef void (*rr_accept_cb)(rr_listener *l, rr_ep *ep, void *data);
  * @max_inline:    inline data size requested for the QP (default 0).
  * @mode:          wait mode of the endpoint's CQ.
  * @spin_us:       hybrid spin window.
+ * @signal_every:  selective signalling: only one send-queue request in N
+ *                 asks the NIC for a work completion (also the one that
+ *                 takes the send queue's last free slot, and every RDMA
+ *                 READ), so an endpoint that mostly sends wakes up for
+ *                 what it receives, not for each of its sends. Every
+ *                 request still gets exactly one callback, in posting
+ *                 order: a signalled completion completes the unsignalled
+ *                 requests posted before it (with status 0, or -ECANCELED
+ *                 if it was flushed); their byte_len is 0. So the last
+ *                 unsignalled requests of a burst get their callbacks with
+ *                 the next signalled completion, or at the latest on
+ *                 disconnect or in rr_ep_destroy(): use it where more
+ *                 sends follow. 0 or 1: every request is signalled (the
+ *                 default).
  * @connect_timeout_ms: rr_connect() only: fail with -ETIMEDOUT if not
  *                 established in time (0: rdma_cm's own timeouts, which
  *                 for an unanswered request take a minute or more).
@@ -445,9 +505,12 @@ typedef void (*rr_accept_cb)(rr_listener *l, rr_ep *ep, void *data);
  *                 peer's first SEND never meets an empty receive queue. May
  *                 be NULL.
  * @on_disconnect: called once when an established endpoint is
- *                 disconnected by the peer or moved to error, after the
- *                 work completions already in its CQ were handed out; may
- *                 be NULL.
+ *                 disconnected by the peer or moved to error — also by a
+ *                 work completion error such as exhausted retries, whose
+ *                 errno it then gets — after the work completions already
+ *                 in its CQ (real outcomes and flushes alike) were handed
+ *                 out; requests still outstanding then complete later with
+ *                 -ECANCELED, at the latest in rr_ep_destroy(). May be NULL.
  * @data:          the endpoint's application data (rr_ep_data()).
  */
 struct rr_ep_opts {
@@ -456,6 +519,7 @@ struct rr_ep_opts {
 	uint32_t max_inline;
 	enum rr_wait_mode mode;
 	unsigned int spin_us;
+	unsigned int signal_every;
 	unsigned int connect_timeout_ms;
 	rr_ep_cb on_qp_ready;
 	rr_ep_cb on_disconnect;
@@ -517,7 +581,24 @@ int rr_listen(rr_bridge *b, const char *host, uint16_t port, const struct rr_ep_
  */
 int rr_listener_reg_mr(rr_listener *l, void *buf, size_t len, int access, struct ibv_mr **out);
 
-/** rr_listener_port() - the port a listener is bound to. */
+/**
+ * rr_listener_cb - a listener can no longer accept connections.
+ * @l:      the listener; it stays until rr_listener_destroy().
+ * @status: -ENODEV (its device was removed) or the error that ended the
+ *          bridge's rdma_cm event channel.
+ * @data:   the listener's data.
+ */
+typedef void (*rr_listener_cb)(rr_listener *l, int status, void *data);
+
+/**
+ * rr_listener_set_on_error() - set the callback for a listener that stops
+ * listening: its connections not yet established are dropped, its rdma_cm
+ * id is destroyed (so a device removal can finish), and @on_error is called
+ * once. NULL: no callback.
+ */
+void rr_listener_set_on_error(rr_listener *l, rr_listener_cb on_error);
+
+/** rr_listener_port() - the port a listener is bound to (0 once it stopped). */
 uint16_t rr_listener_port(const rr_listener *l);
 
 /**

@@ -1,66 +1,48 @@
 // SPDX-License-Identifier: MIT
 /*
- * The bridge: routes CQEs by the user_data contract, runs the built-in loop,
- * and tears everything down in an order verbs accepts.
+ * The bridge: the public facade over the layers (see bridge.h). Routes
+ * CQEs by the user_data contract, decides when the ring layer may write
+ * its SQEs, runs the built-in loop, and tears everything down in an order
+ * verbs accepts.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "internal.h"
+#include "bridge.h"
 
-#define DEFAULT_CQ_BATCH 32
-#define MAX_CQ_BATCH 256
-#define DEFAULT_BUDGET 256
-#define DEFAULT_ACK_BATCH 32
+#define DEFAULT_CQ_BATCH    32
+#define MAX_CQ_BATCH	    256
+#define DEFAULT_BUDGET	    256
+#define DEFAULT_ACK_BATCH   32
 #define DESTROY_WATCHDOG_MS 10000
 
-uint64_t rr__now_ns(void)
+/* The devices' hook: the application hears of the event first, then the
+ * endpoints it names go to error. */
+static void on_async(void *ctx, struct rr__device *dev, const struct ibv_async_event *ev)
 {
-	struct timespec ts;
+	rr_bridge *b = ctx;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/* An SQE for the bridge; when the SQ is full, submit to make room. */
-struct io_uring_sqe *rr__get_sqe(rr_bridge *b)
-{
-	struct io_uring_sqe *sqe = io_uring_get_sqe(b->ring);
-
-	if (!sqe && io_uring_submit(b->ring) >= 0)
-		sqe = io_uring_get_sqe(b->ring);
-	return sqe;
-}
-
-/* Embedded in an application loop, the bridge gets the CPU back only
- * through a CQE: a NOP brings it back for CQs that must be polled. */
-void rr__want_kick(rr_bridge *b)
-{
-	struct io_uring_sqe *sqe;
-
-	if (b->kick_pending || b->loop_owned)
-		return;
-	sqe = rr__get_sqe(b);
-	if (!sqe)
-		return; /* the next bridge CQE comes back here anyway */
-	io_uring_prep_nop(sqe);
-	io_uring_sqe_set_data64(sqe, rr__ud(RR__UD_KICK, 0, 0));
-	b->kick_pending = true;
-	b->stats.kicks++;
+	if (b->opts.on_async_event)
+		b->opts.on_async_event(b, ev, b->opts.data);
+	rr__eps_async(&b->eps, dev, ev);
 }
 
 int rr_bridge_create(rr_bridge **out, struct io_uring *ring, const struct rr_bridge_opts *opts)
 {
 	rr_bridge *b;
+	bool multishot;
 
 	if (!out || !ring)
+		return -EINVAL;
+	/* An IOPOLL ring completes only polled block I/O: POLL_ADD is
+	 * refused there, so the bridge could never hear a channel. */
+	if (ring->flags & IORING_SETUP_IOPOLL)
 		return -EINVAL;
 	b = calloc(1, sizeof(*b));
 	if (!b)
 		return -ENOMEM;
-	b->ring = ring;
+	b->io = ring;
 	if (opts)
 		b->opts = *opts;
 	if (!b->opts.cq_batch)
@@ -72,24 +54,22 @@ int rr_bridge_create(rr_bridge **out, struct io_uring *ring, const struct rr_bri
 	if (!b->opts.ack_batch)
 		b->opts.ack_batch = DEFAULT_ACK_BATCH;
 	/* Multishot poll came with 5.13, as did IORING_FEAT_RSRC_TAGS; a
-	 * kernel that still refuses it gets single-shot polls (see poll.c). */
-	b->multishot = !(b->opts.flags & RR_BRIDGE_SINGLESHOT) &&
-		       (ring->features & IORING_FEAT_RSRC_TAGS);
-	b->cm_slot = RR__NO_SLOT;
-	rr__list_init(&b->devices);
-	rr__list_init(&b->channels);
-	rr__list_init(&b->cqs);
-	rr__list_init(&b->active);
-	rr__list_init(&b->eps);
-	rr__list_init(&b->listeners);
-	rr__poll_init(b);
+	 * kernel that still refuses it gets single-shot polls (see ring.c). */
+	multishot =
+		!(b->opts.flags & RR_BRIDGE_SINGLESHOT) && (ring->features & IORING_FEAT_RSRC_TAGS);
+	rr__ring_init(&b->ring, ring, multishot, &b->stats);
+	rr__cqs_init(&b->cqs, &b->ring, &b->stats, b->opts.cq_batch, b->opts.budget,
+		     b->opts.ack_batch);
+	rr__devices_init(&b->devs, &b->ring, &b->cqs, &b->stats, on_async, b);
+	rr__eps_init(&b->eps, &b->ring, &b->cqs, &b->devs);
+	rr__cm_init(&b->cm, &b->ring, &b->devs, &b->eps, &b->stats);
 	*out = b;
 	return 0;
 }
 
 struct io_uring *rr_bridge_ring(rr_bridge *b)
 {
-	return b->ring;
+	return b->io;
 }
 
 void rr_bridge_get_stats(const rr_bridge *b, struct rr_bridge_stats *out)
@@ -97,40 +77,57 @@ void rr_bridge_get_stats(const rr_bridge *b, struct rr_bridge_stats *out)
 	*out = b->stats;
 }
 
+int rr_bridge_flush(rr_bridge *b)
+{
+	if (!b)
+		return -EINVAL;
+	if (!b->closing && rr__cq_any_active(&b->cqs))
+		rr__ring_want_kick(&b->ring);
+	return (int)rr__ring_flush(&b->ring);
+}
+
 int rr_bridge_handle_cqe(rr_bridge *b, const struct io_uring_cqe *cqe)
 {
 	if (!rr_is_bridge_user_data(cqe->user_data))
 		return 0;
 	b->stats.cqes++;
-	switch (rr__ud_kind(cqe->user_data)) {
-	case RR__UD_POLL:
-		rr__poll_cqe(b, cqe);
-		break;
-	case RR__UD_KICK:
-		b->kick_pending = false;
-		if (!b->closing)
-			rr__cq_poll_active(b);
-		break;
-	case RR__UD_CANCEL:
-		rr__poll_cancel_cqe(b, cqe); /* the poll's own CQE does the rest */
-		break;
-	default:
-		break;
-	}
-	if (!b->closing && rr__cq_any_active(b))
-		rr__want_kick(b);
+	if (rr__ring_cqe(&b->ring, cqe) == RR__UD_KICK && !b->closing)
+		rr__cq_poll_active(&b->cqs);
+	rr_bridge_flush(b);
 	return 1;
 }
 
-static int dispatch(rr_bridge *b, const struct io_uring_cqe *cqe)
+/*
+ * May deferred task work be waiting for us? With COOP_TASKRUN or
+ * DEFER_TASKRUN the kernel runs a fired poll's completion only when the
+ * task enters it (DEFER_TASKRUN: only with IORING_ENTER_GETEVENTS), which
+ * a non-blocking pass that has nothing to submit would never do.
+ */
+static bool events_need_enter(const struct io_uring *io)
 {
-	if (rr_bridge_handle_cqe(b, cqe))
-		return 0;
-	if (b->opts.on_app_cqe) {
-		b->opts.on_app_cqe(b, cqe, b->opts.data);
-		return 0;
+	unsigned int kflags = IO_URING_READ_ONCE(*io->sq.kflags);
+
+	if (kflags & IORING_SQ_CQ_OVERFLOW)
+		return true;
+	if (io->flags & IORING_SETUP_DEFER_TASKRUN)
+		return true;
+	if (io->flags & IORING_SETUP_COOP_TASKRUN)
+		return !(io->flags & IORING_SETUP_TASKRUN_FLAG) || (kflags & IORING_SQ_TASKRUN);
+	return false;
+}
+
+/* Write what the ring layer owes; make room in a full SQ first. */
+static void flush_owned(rr_bridge *b)
+{
+	if (!rr_bridge_flush(b))
+		return;
+	if (io_uring_sq_space_left(b->io) == 0) {
+		io_uring_submit(b->io);
+		/* SQPOLL: room appears as the kernel thread consumes. */
+		if (io_uring_sq_space_left(b->io) == 0 && (b->io->flags & IORING_SETUP_SQPOLL))
+			io_uring_sqring_wait(b->io);
+		rr_bridge_flush(b);
 	}
-	return -EPROTO;
 }
 
 int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
@@ -139,39 +136,47 @@ int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 	int handled = 0, rc = 0, err = 0;
 	unsigned int n = 0;
 
-	b->loop_owned = true;
-	if (rr__cq_any_active(b)) {
-		handled += (int)rr__cq_poll_active(b);
+	b->ring.loop_owned = true;
+	if (rr__cq_any_active(&b->cqs)) {
+		handled += (int)rr__cq_poll_active(&b->cqs);
 		timeout_ms = 0; /* busy or spinning CQs: never sleep */
 	}
+	flush_owned(b);
 	if (timeout_ms == 0) {
-		rc = io_uring_submit(b->ring);
+		rc = events_need_enter(b->io) ? io_uring_submit_and_get_events(b->io)
+					      : io_uring_submit(b->io);
 	} else if (timeout_ms < 0) {
-		rc = io_uring_submit_and_wait(b->ring, 1);
+		rc = io_uring_submit_and_wait(b->io, 1);
 	} else {
 		struct __kernel_timespec ts = {.tv_sec = timeout_ms / 1000,
 					       .tv_nsec = (timeout_ms % 1000) * 1000000LL};
 
-		rc = io_uring_submit_and_wait_timeout(b->ring, &cqe, 1, &ts, NULL);
+		rc = io_uring_submit_and_wait_timeout(b->io, &cqe, 1, &ts, NULL);
 		if (rc == -ETIME)
 			rc = 0;
 	}
 	if (rc < 0 && rc != -EINTR && rc != -EBUSY) {
-		b->loop_owned = false;
+		b->ring.loop_owned = false;
 		return rc;
 	}
 	/* Handle what is there now, but no more than one ring's worth, so
 	 * a flood of CQEs cannot keep the pass from ending. */
-	while (n < *b->ring->cq.kring_entries && io_uring_peek_cqe(b->ring, &cqe) == 0) {
-		rc = dispatch(b, cqe);
-		io_uring_cqe_seen(b->ring, cqe);
-		if (rc)
-			err = rc;
+	while (n < b->io->cq.ring_entries && io_uring_peek_cqe(b->io, &cqe) == 0) {
+		if (!rr_bridge_handle_cqe(b, cqe)) {
+			if (!b->opts.on_app_cqe) {
+				/* Never consumed: the application reaps it. */
+				err = -EPROTO;
+				break;
+			}
+			b->opts.on_app_cqe(b, cqe, b->opts.data);
+		}
+		io_uring_cqe_seen(b->io, cqe);
 		n++;
 	}
 	handled += (int)n;
+	flush_owned(b);
 	/* Back to embedded rules: a CQE handled outside the loop may kick. */
-	b->loop_owned = false;
+	b->ring.loop_owned = false;
 	return err ? err : handled;
 }
 
@@ -193,30 +198,16 @@ void rr_bridge_stop(rr_bridge *b)
 	b->stop = true;
 }
 
-/* Destroy every object on the bridge; their polls get cancelled. */
+/* Destroy every object on the bridge, top layer first; their polls get
+ * cancelled. */
 static void close_all(rr_bridge *b)
 {
-	while (!rr__list_empty(&b->eps))
-		rr_ep_destroy(rr__container_of(b->eps.next, rr_ep, link));
-	while (!rr__list_empty(&b->listeners))
-		rr_listener_destroy(rr__container_of(b->listeners.next, rr_listener, link));
-	while (!rr__list_empty(&b->cqs)) {
-		rr_cq *cq = rr__container_of(b->cqs.next, rr_cq, link);
-
-		if (rr_cq_destroy(cq)) {
-			/* A QP the application still holds: forget the CQ
-			 * rather than hang; verbs frees it with the context. */
-			rr__list_del(&cq->link);
-		}
-	}
-	rr__device_destroy_all(b);
-	while (!rr__list_empty(&b->channels)) {
-		rr_channel *ch = rr__container_of(b->channels.next, rr_channel, link);
-
-		ch->ncqs = 0;
-		rr_channel_destroy(ch);
-	}
-	rr__cm_fini(b);
+	b->cm.closing = true;
+	rr__eps_fini(&b->eps);
+	rr__cm_fini(&b->cm);
+	rr__cqs_destroy_cqs(&b->cqs);
+	rr__devices_fini(&b->devs);
+	rr__cqs_fini(&b->cqs);
 }
 
 int rr_bridge_destroy(rr_bridge *b)
@@ -232,22 +223,84 @@ int rr_bridge_destroy(rr_bridge *b)
 		close_all(b);
 	}
 	deadline = rr__now_ns() + DESTROY_WATCHDOG_MS * 1000000ull;
-	while (b->live_slots || b->kick_pending) {
-		rc = io_uring_peek_cqe(b->ring, &cqe);
+	while (!rr__ring_idle(&b->ring)) {
+		rc = io_uring_peek_cqe(b->io, &cqe);
 		if (rc) {
 			struct __kernel_timespec ts = {.tv_sec = 0, .tv_nsec = 100 * 1000000};
 
 			if (rr__now_ns() > deadline)
 				break; /* late CQEs stay recognizable by their tag */
-			io_uring_submit_and_wait_timeout(b->ring, &cqe, 1, &ts, NULL);
+			flush_owned(b);
+			io_uring_submit_and_wait_timeout(b->io, &cqe, 1, &ts, NULL);
 			continue;
 		}
-		if (!rr_is_bridge_user_data(cqe->user_data) && !b->opts.on_app_cqe)
-			return -EBUSY;
-		dispatch(b, cqe);
-		io_uring_cqe_seen(b->ring, cqe);
+		if (!rr_bridge_handle_cqe(b, cqe)) {
+			if (!b->opts.on_app_cqe)
+				return -EBUSY;
+			b->opts.on_app_cqe(b, cqe, b->opts.data);
+		}
+		io_uring_cqe_seen(b->io, cqe);
 	}
-	rr__poll_fini(b);
+	rr__ring_fini(&b->ring);
 	free(b);
 	return 0;
+}
+
+/* ---- the calls that need a bridge ---- */
+
+int rr_channel_create(rr_bridge *b, struct ibv_context *ctx, rr_channel **out)
+{
+	if (!b || !ctx || !out || b->closing)
+		return -EINVAL;
+	return rr__channel_create(&b->cqs, ctx, out);
+}
+
+static void put_device(void *ctx)
+{
+	rr__device_put(ctx);
+}
+
+int rr_cq_create(rr_bridge *b, rr_channel *ch, struct ibv_context *ctx,
+		 const struct rr_cq_opts *opts, rr_cq **out)
+{
+	struct rr__device *dev = NULL;
+	int rc;
+
+	if (!b || !ctx || !opts || !opts->on_wc || !out || b->closing ||
+	    opts->mode > RR_WAIT_HYBRID)
+		return -EINVAL;
+	if (ch && ch->ch->context != ctx)
+		return -EINVAL;
+	if (!ch) {
+		/* The device's shared channel: the CQ holds the device. */
+		rc = rr__device_get(&b->devs, ctx, &dev);
+		if (rc)
+			return rc;
+		ch = dev->channel;
+	}
+	rc = rr__cq_create(&b->cqs, ch, ctx, opts, out);
+	if (rc) {
+		if (dev)
+			rr__device_put(dev);
+		return rc;
+	}
+	if (dev)
+		(*out)->hooks = (struct rr__cq_hooks){.destroyed = put_device, .ctx = dev};
+	return 0;
+}
+
+int rr_connect(rr_bridge *b, const char *host, uint16_t port, const struct rr_ep_opts *opts,
+	       rr_ep_cb on_connect, rr_ep **out)
+{
+	if (!b || b->closing)
+		return -EINVAL;
+	return rr__cm_connect(&b->cm, host, port, opts, on_connect, out);
+}
+
+int rr_listen(rr_bridge *b, const char *host, uint16_t port, const struct rr_ep_opts *ep_opts,
+	      rr_accept_cb on_accept, void *data, rr_listener **out)
+{
+	if (!b || b->closing)
+		return -EINVAL;
+	return rr__cm_listen(&b->cm, host, port, ep_opts, on_accept, data, out);
 }

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "cm.h"
 
 #define RESOLVE_TIMEOUT_MS 5000
 
@@ -51,18 +51,26 @@ static void connect_failed(rr_ep *ep, int status)
 	rr__ep_to_error(ep, status);
 }
 
-static void on_connect_request(rr_bridge *b, rr_listener *l, struct rdma_cm_id *id)
+static void pending_dropped(rr_ep *ep)
+{
+	ep->listener->dropped++;
+	ep->listener = NULL;
+}
+
+static void on_connect_request(struct rr__cm *cm, rr_listener *l, struct rdma_cm_id *id)
 {
 	struct rdma_conn_param p;
 	rr_ep *ep;
 
-	if (rr__ep_alloc(b, id, &l->ep_opts, &ep)) {
+	if (!l->id || rr__ep_alloc(cm->eps, id, &l->ep_opts, &ep)) {
 		rdma_reject(id, NULL, 0);
 		rdma_destroy_id(id);
 		l->dropped++;
 		return;
 	}
 	ep->listener = l;
+	ep->on_drop = pending_dropped;
+	rr__list_add_tail(&l->pending, &ep->pending_link);
 	ep->state = RR__EP_ACCEPTING;
 	if (!ep->data)
 		ep->data = l->data;
@@ -80,7 +88,14 @@ drop:
 	rr_ep_destroy(ep);
 }
 
-static void ep_event(rr_ep *ep, enum rdma_cm_event_type type)
+static void accept_cb(void *ctx, rr_ep *ep)
+{
+	rr_listener *l = ctx;
+
+	l->on_accept(l, ep, l->data);
+}
+
+static void ep_event(struct rr__cm *cm, rr_ep *ep, enum rdma_cm_event_type type)
 {
 	struct rdma_conn_param p;
 	rr_listener *l;
@@ -112,18 +127,12 @@ static void ep_event(rr_ep *ep, enum rdma_cm_event_type type)
 	case RDMA_CM_EVENT_ESTABLISHED:
 		if (ep->state != RR__EP_CONNECTING && ep->state != RR__EP_ACCEPTING)
 			break;
-		ep->state = RR__EP_CONNECTED;
-		rr__ep_stop_timer(ep);
+		/* Handed to the application from now on. */
 		l = ep->listener;
 		ep->listener = NULL;
-		ep->in_callback++;
-		if (l)
-			l->on_accept(l, ep, l->data);
-		else if (ep->on_connect)
-			ep->on_connect(ep, 0, ep->data);
-		ep->in_callback--;
-		if (ep->destroy_pending && !ep->in_callback)
-			rr__ep_free(ep);
+		ep->on_drop = NULL;
+		rr__list_del(&ep->pending_link);
+		rr__ep_established(ep, l ? accept_cb : NULL, l);
 		break;
 	case RDMA_CM_EVENT_ADDR_ERROR:
 	case RDMA_CM_EVENT_ROUTE_ERROR:
@@ -138,7 +147,8 @@ static void ep_event(rr_ep *ep, enum rdma_cm_event_type type)
 	case RDMA_CM_EVENT_DISCONNECTED:
 		if (ep->state == RR__EP_ACCEPTING) {
 			connect_failed(ep, -ECONNRESET);
-		} else if (ep->state == RR__EP_CONNECTED || ep->state == RR__EP_DISCONNECTING) {
+		} else if (ep->state == RR__EP_CONNECTED || ep->state == RR__EP_DISCONNECTING ||
+			   (ep->state == RR__EP_ERROR && ep->down_pending)) {
 			int status = ep->state == RR__EP_DISCONNECTING ? 0 : -ECONNRESET;
 
 			/* Moves our QP to error, so its work is flushed. */
@@ -148,7 +158,7 @@ static void ep_event(rr_ep *ep, enum rdma_cm_event_type type)
 		break;
 	case RDMA_CM_EVENT_DEVICE_REMOVAL:
 		if (ep->dev)
-			ep->dev->dead = true;
+			rr__device_kill(ep->dev); /* held by ep: not freed here */
 		rr__ep_to_error(ep, -ENODEV);
 		break;
 	default:
@@ -156,13 +166,62 @@ static void ep_event(rr_ep *ep, enum rdma_cm_event_type type)
 	}
 }
 
-static void cm_ready(rr_bridge *b, void *ctx, int revents)
+/* A listener that can no longer accept: its pending connections are
+ * dropped, its id destroyed (a device removal waits for that), and the
+ * application told once. It stays until rr_listener_destroy(). */
+static void listener_lost(rr_listener *l, int status)
 {
+	if (!l->id)
+		return;
+	while (!rr__list_empty(&l->pending)) {
+		rr_ep *ep = rr__container_of(l->pending.next, rr_ep, pending_link);
+
+		l->dropped++;
+		rr_ep_destroy(ep);
+	}
+	rdma_destroy_id(l->id);
+	l->id = NULL;
+	if (l->on_error)
+		l->on_error(l, status, l->data);
+}
+
+static void listener_event(rr_listener *l, enum rdma_cm_event_type type)
+{
+	if (type == RDMA_CM_EVENT_DEVICE_REMOVAL)
+		listener_lost(l, -ENODEV);
+	/* Listener ids get no other event worth acting on. */
+}
+
+/* The event channel's poll could not be kept alive: nothing that still
+ * waits for an rdma_cm event may wait forever. */
+static void cm_lost(struct rr__cm *cm, int status)
+{
+	struct rr__list *e;
+
+	cm->slot = RR__NO_SLOT;
+	for (e = cm->listeners.next; e != &cm->listeners; e = e->next)
+		listener_lost(rr__container_of(e, rr_listener, link), status);
+again:
+	for (e = cm->eps->eps.next; e != &cm->eps->eps; e = e->next) {
+		rr_ep *ep = rr__container_of(e, rr_ep, link);
+
+		if (ep->state < RR__EP_CONNECTED) {
+			rr__ep_to_error(ep, status);
+			goto again; /* a callback may have destroyed any endpoint */
+		}
+	}
+}
+
+static void cm_ready(void *ctx, int revents)
+{
+	struct rr__cm *cm = ctx;
 	struct rdma_cm_event *ev;
 
-	if (revents < 0)
+	if (revents < 0) {
+		cm_lost(cm, revents);
 		return;
-	while (!b->closing && rdma_get_cm_event(b->cm_ch, &ev) == 0) {
+	}
+	while (!cm->closing && rdma_get_cm_event(cm->ch, &ev) == 0) {
 		enum rdma_cm_event_type type = ev->event;
 		struct rdma_cm_id *id = ev->id;
 		struct rdma_cm_id *listen_id = ev->listen_id;
@@ -170,46 +229,58 @@ static void cm_ready(rr_bridge *b, void *ctx, int revents)
 		/* Acknowledge before acting: destroying an id waits for the
 		 * acknowledgement of its events. */
 		rdma_ack_cm_event(ev);
-		b->stats.cm_events++;
+		cm->stats->cm_events++;
 		if (type == RDMA_CM_EVENT_CONNECT_REQUEST) {
-			on_connect_request(b, listen_id->context, id);
+			on_connect_request(cm, listen_id->context, id);
 			continue;
 		}
 		if (!id->context)
 			continue;
 		if (*(uint32_t *)id->context == RR__OBJ_EP)
-			ep_event(id->context, type);
-		/* Listener ids get no other event worth acting on. */
+			ep_event(cm, id->context, type);
+		else if (*(uint32_t *)id->context == RR__OBJ_LISTENER)
+			listener_event(id->context, type);
 	}
 }
 
+void rr__cm_init(struct rr__cm *cm, struct rr__ring *ring, struct rr__devices *devs,
+		 struct rr__eps *eps, struct rr_bridge_stats *stats)
+{
+	*cm = (struct rr__cm){
+		.ring = ring, .devs = devs, .eps = eps, .stats = stats, .slot = RR__NO_SLOT};
+	rr__list_init(&cm->listeners);
+}
+
 /* Created on first use: a bridge that only dispatches CQs needs no rdma_cm. */
-int rr__cm_init(rr_bridge *b)
+static int cm_open(struct rr__cm *cm)
 {
 	int rc;
 
-	if (b->cm_ch)
+	if (cm->ch)
 		return 0;
-	b->cm_ch = rdma_create_event_channel();
-	if (!b->cm_ch)
+	cm->ch = rdma_create_event_channel();
+	if (!cm->ch)
 		return errno ? -errno : -ENODEV;
-	rc = rr__set_nonblock(b->cm_ch->fd);
+	rc = rr__set_nonblock(cm->ch->fd);
 	if (!rc)
-		rc = rr__poll_add(b, b->cm_ch->fd, cm_ready, NULL, &b->cm_slot);
+		rc = rr__poll_add(cm->ring, cm->ch->fd, cm_ready, cm, &cm->slot);
 	if (rc) {
-		rdma_destroy_event_channel(b->cm_ch);
-		b->cm_ch = NULL;
+		rdma_destroy_event_channel(cm->ch);
+		cm->ch = NULL;
 	}
 	return rc;
 }
 
-void rr__cm_fini(rr_bridge *b)
+void rr__cm_fini(struct rr__cm *cm)
 {
-	rr__poll_close(b, b->cm_slot);
-	b->cm_slot = RR__NO_SLOT;
-	if (b->cm_ch)
-		rdma_destroy_event_channel(b->cm_ch);
-	b->cm_ch = NULL;
+	cm->closing = true;
+	while (!rr__list_empty(&cm->listeners))
+		rr_listener_destroy(rr__container_of(cm->listeners.next, rr_listener, link));
+	rr__poll_close(cm->ring, cm->slot);
+	cm->slot = RR__NO_SLOT;
+	if (cm->ch)
+		rdma_destroy_event_channel(cm->ch);
+	cm->ch = NULL;
 }
 
 static int lookup(const char *host, uint16_t port, int passive, struct rdma_addrinfo **res)
@@ -228,7 +299,7 @@ static int lookup(const char *host, uint16_t port, int passive, struct rdma_addr
 	return 0;
 }
 
-static void connect_timeout(rr_bridge *b, void *ctx, int res)
+static void connect_timeout(void *ctx, int res)
 {
 	rr_ep *ep = ctx;
 
@@ -237,17 +308,17 @@ static void connect_timeout(rr_bridge *b, void *ctx, int res)
 		connect_failed(ep, -ETIMEDOUT);
 }
 
-int rr_connect(rr_bridge *b, const char *host, uint16_t port, const struct rr_ep_opts *opts,
-	       rr_ep_cb on_connect, rr_ep **out)
+int rr__cm_connect(struct rr__cm *cm, const char *host, uint16_t port,
+		   const struct rr_ep_opts *opts, rr_ep_cb on_connect, rr_ep **out)
 {
 	struct rdma_addrinfo *ai = NULL;
 	struct rdma_cm_id *id;
 	rr_ep *ep;
 	int rc;
 
-	if (!b || !host || !port || !on_connect || !out || b->closing)
+	if (!host || !port || !on_connect || !out)
 		return -EINVAL;
-	rc = rr__cm_init(b);
+	rc = cm_open(cm);
 	if (rc)
 		return rc;
 	rc = lookup(host, port, 0, &ai);
@@ -257,11 +328,11 @@ int rr_connect(rr_bridge *b, const char *host, uint16_t port, const struct rr_ep
 		rc = -EINVAL;
 		goto err_ai;
 	}
-	if (rdma_create_id(b->cm_ch, &id, NULL, RDMA_PS_TCP)) {
+	if (rdma_create_id(cm->ch, &id, NULL, RDMA_PS_TCP)) {
 		rc = errno ? -errno : -ENOMEM;
 		goto err_ai;
 	}
-	rc = rr__ep_alloc(b, id, opts, &ep);
+	rc = rr__ep_alloc(cm->eps, id, opts, &ep);
 	if (rc) {
 		rdma_destroy_id(id);
 		goto err_ai;
@@ -275,7 +346,7 @@ int rr_connect(rr_bridge *b, const char *host, uint16_t port, const struct rr_ep
 		goto err_ai;
 	}
 	if (ep->opts.connect_timeout_ms) {
-		rc = rr__timer_add(b, ep->opts.connect_timeout_ms, connect_timeout, ep,
+		rc = rr__timer_add(cm->ring, ep->opts.connect_timeout_ms, connect_timeout, ep,
 				   &ep->timer_slot);
 		if (rc) {
 			ep->on_connect = NULL;
@@ -292,23 +363,25 @@ err_ai:
 	return rc;
 }
 
-int rr_listen(rr_bridge *b, const char *host, uint16_t port, const struct rr_ep_opts *ep_opts,
-	      rr_accept_cb on_accept, void *data, rr_listener **out)
+int rr__cm_listen(struct rr__cm *cm, const char *host, uint16_t port,
+		  const struct rr_ep_opts *ep_opts, rr_accept_cb on_accept, void *data,
+		  rr_listener **out)
 {
 	struct rdma_addrinfo *ai = NULL;
 	rr_listener *l;
 	int rc;
 
-	if (!b || !on_accept || !out || b->closing)
+	if (!on_accept || !out)
 		return -EINVAL;
-	rc = rr__cm_init(b);
+	rc = cm_open(cm);
 	if (rc)
 		return rc;
 	l = calloc(1, sizeof(*l));
 	if (!l)
 		return -ENOMEM;
 	l->type = RR__OBJ_LISTENER;
-	l->b = b;
+	l->cm = cm;
+	rr__list_init(&l->pending);
 	l->on_accept = on_accept;
 	l->data = data;
 	if (ep_opts)
@@ -316,7 +389,7 @@ int rr_listen(rr_bridge *b, const char *host, uint16_t port, const struct rr_ep_
 	rc = lookup(host, port, 1, &ai);
 	if (rc)
 		goto err_free;
-	if (rdma_create_id(b->cm_ch, &l->id, l, RDMA_PS_TCP)) {
+	if (rdma_create_id(cm->ch, &l->id, l, RDMA_PS_TCP)) {
 		rc = errno ? -errno : -ENOMEM;
 		goto err_ai;
 	}
@@ -325,7 +398,7 @@ int rr_listen(rr_bridge *b, const char *host, uint16_t port, const struct rr_ep_
 		goto err_id;
 	}
 	rdma_freeaddrinfo(ai);
-	rr__list_add_tail(&b->listeners, &l->link);
+	rr__list_add_tail(&cm->listeners, &l->link);
 	*out = l;
 	return 0;
 
@@ -346,41 +419,41 @@ int rr_listener_reg_mr(rr_listener *l, void *buf, size_t len, int access, struct
 
 	if (!l || !buf || !len || !out)
 		return -EINVAL;
-	if (!l->id->verbs)
+	if (!l->id || !l->id->verbs)
 		return -ENODEV;
-	rc = rr__device_get(l->b, l->id->verbs, &dev);
+	rc = rr__device_get(l->cm->devs, l->id->verbs, &dev);
 	if (rc)
 		return rc;
+	/* The PD stays while the device lives; no reference is kept. */
 	mr = ibv_reg_mr(dev->pd, buf, len, access | IBV_ACCESS_LOCAL_WRITE);
-	if (!mr)
-		return errno ? -errno : -ENOMEM;
+	rc = mr ? 0 : errno ? -errno : -ENOMEM;
+	rr__device_put(dev);
+	if (rc)
+		return rc;
 	*out = mr;
 	return 0;
 }
 
 uint16_t rr_listener_port(const rr_listener *l)
 {
-	return be16toh(rdma_get_src_port(l->id));
+	return l->id ? be16toh(rdma_get_src_port(l->id)) : 0;
+}
+
+void rr_listener_set_on_error(rr_listener *l, rr_listener_cb on_error)
+{
+	l->on_error = on_error;
 }
 
 int rr_listener_destroy(rr_listener *l)
 {
-	rr_bridge *b;
-	struct rr__list *e, *next;
-
 	if (!l)
 		return 0;
-	b = l->b;
 	/* Connections still being accepted die with their listener. */
-	for (e = b->eps.next; e != &b->eps; e = next) {
-		rr_ep *ep = rr__container_of(e, rr_ep, link);
-
-		next = e->next;
-		if (ep->listener == l)
-			rr_ep_destroy(ep);
-	}
+	while (!rr__list_empty(&l->pending))
+		rr_ep_destroy(rr__container_of(l->pending.next, rr_ep, pending_link));
 	rr__list_del(&l->link);
-	rdma_destroy_id(l->id);
+	if (l->id)
+		rdma_destroy_id(l->id);
 	free(l);
 	return 0;
 }

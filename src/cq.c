@@ -3,29 +3,43 @@
  * Completion channels and CQs.
  *
  * When a channel's poll fires: read CQ events until EAGAIN (the fd is
- * non-blocking) or until no CQ of the channel is left armed, count them per CQ and acknowledge in batches; then for each
- * CQ that had an event, poll it in batches within the budget. Once a CQ is
- * empty it is armed with ibv_req_notify_cq() and polled once more: a
- * completion that arrived between the last poll and the arm raised no event
- * and would otherwise be stranded until the next one.
+ * non-blocking) or until no CQ of the channel is left armed, count them per
+ * CQ and acknowledge in batches; then for each CQ that had an event, poll it
+ * in batches within the budget. Once a CQ is empty it is armed with
+ * ibv_req_notify_cq() and polled once more: a completion that arrived
+ * between the last poll and the arm raised no event and would otherwise be
+ * stranded until the next one.
  *
  * CQs that must be polled without an event — busy mode, hybrid mode inside
- * its spin window, and CQs cut short by the budget — sit on b->active and
- * are polled once per loop pass.
+ * its spin window, CQs cut short by the budget and CQs of a channel whose
+ * poll failed — sit on the active list and are polled once per loop pass.
  */
 #include <errno.h>
 #include <stdlib.h>
 
-#include "internal.h"
+#include "cq.h"
 
 #define SPIN_CLOCK_EVERY 16
+
+void rr__cqs_init(struct rr__cqs *set, struct rr__ring *ring, struct rr_bridge_stats *stats,
+		  unsigned int cq_batch, unsigned int budget, unsigned int ack_batch)
+{
+	set->ring = ring;
+	set->stats = stats;
+	set->cq_batch = cq_batch;
+	set->budget = budget;
+	set->ack_batch = ack_batch;
+	rr__list_init(&set->channels);
+	rr__list_init(&set->cqs);
+	rr__list_init(&set->active);
+}
 
 static void set_active(rr_cq *cq, bool on)
 {
 	if (cq->evented)
 		return; /* queued by the current channel drain: polled shortly */
 	if (on && !cq->active) {
-		rr__list_add_tail(&cq->b->active, &cq->active_link);
+		rr__list_add_tail(&cq->set->active, &cq->active_link);
 		cq->active = true;
 	} else if (!on && cq->active) {
 		rr__list_del(&cq->active_link);
@@ -38,19 +52,24 @@ static void ack(rr_cq *cq)
 	if (cq->unacked) {
 		ibv_ack_cq_events(cq->cq, cq->unacked);
 		cq->unacked = 0;
-		cq->b->stats.cq_acks++;
+		cq->set->stats->cq_acks++;
 	}
 }
 
-static void cq_free(rr_cq *cq)
+/* Its event was read (or it is going away): no longer armed. */
+static void disarm(rr_cq *cq)
 {
-	free(cq);
+	if (!cq->armed)
+		return;
+	cq->armed = false;
+	cq->ch->narmed--;
+	rr__list_del(&cq->armed_link);
 }
 
 /* Hand out up to `budget` work completions; *more when the budget ran out. */
 static unsigned int cq_poll(rr_cq *cq, unsigned int budget, bool *more)
 {
-	rr_bridge *b = cq->b;
+	struct rr__cqs *set = cq->set;
 	struct ibv_wc wc[256];
 	unsigned int total = 0;
 	int n, want;
@@ -58,15 +77,15 @@ static unsigned int cq_poll(rr_cq *cq, unsigned int budget, bool *more)
 	*more = false;
 	cq->dispatch_depth++;
 	while (total < budget) {
-		want = (int)(budget - total < b->opts.cq_batch ? budget - total : b->opts.cq_batch);
+		want = (int)(budget - total < set->cq_batch ? budget - total : set->cq_batch);
 		n = ibv_poll_cq(cq->cq, want, wc);
 		if (n <= 0) {
 			if (n == 0)
-				b->stats.empty_polls++;
+				set->stats->empty_polls++;
 			break;
 		}
 		for (int i = 0; i < n; i++) {
-			b->stats.wcs++;
+			set->stats->wcs++;
 			cq->on_wc(cq, &wc[i], cq->data);
 			/* Destroyed from its own callback: the rest of the
 			 * batch belonged to requests the destroy flushed. */
@@ -94,7 +113,8 @@ static int arm(rr_cq *cq)
 		return rc > 0 ? -rc : -EIO;
 	cq->armed = true;
 	cq->ch->narmed++;
-	cq->b->stats.notify_arms++;
+	rr__list_add_tail(&cq->ch->armed, &cq->armed_link);
+	cq->set->stats->notify_arms++;
 	return 0;
 }
 
@@ -129,25 +149,32 @@ static bool keep_spinning(rr_cq *cq, unsigned int n)
 	}
 }
 
-/* Poll a CQ and decide whether it stays on the active list or is armed. */
-static unsigned int service(rr_cq *cq)
+/* Free a CQ destroyed during its own dispatch, once that unwound. */
+static bool reap_deferred(rr_cq *cq)
 {
-	rr_bridge *b = cq->b;
+	if (!cq->destroy_deferred)
+		return false;
+	if (!cq->dispatch_depth)
+		free(cq);
+	return true;
+}
+
+/* Poll a CQ and decide whether it stays on the active list or is armed. */
+static unsigned int poll_and_place(rr_cq *cq)
+{
+	struct rr__cqs *set = cq->set;
 	unsigned int n, n2;
 	bool more;
 
-	n = cq_poll(cq, b->opts.budget, &more);
-	if (cq->destroy_deferred) {
-		if (!cq->dispatch_depth)
-			cq_free(cq);
+	n = cq_poll(cq, set->budget, &more);
+	if (cq->destroy_deferred)
 		return n;
-	}
 	if (more) {
-		b->stats.budget_yields++;
+		set->stats->budget_yields++;
 		set_active(cq, true);
 		return n;
 	}
-	if (cq->mode == RR_WAIT_BUSY) {
+	if (cq->mode == RR_WAIT_BUSY || cq->ch->deaf) {
 		set_active(cq, true);
 		return n;
 	}
@@ -161,12 +188,9 @@ static unsigned int service(rr_cq *cq)
 		return n;
 	}
 	/* Poll again: see the comment at the top of the file. */
-	n2 = cq_poll(cq, b->opts.budget, &more);
-	if (cq->destroy_deferred) {
-		if (!cq->dispatch_depth)
-			cq_free(cq);
+	n2 = cq_poll(cq, set->budget, &more);
+	if (cq->destroy_deferred)
 		return n + n2;
-	}
 	if (more || (n2 && cq->mode == RR_WAIT_HYBRID)) {
 		if (cq->mode == RR_WAIT_HYBRID)
 			cq->spin = RR__SPIN_BUSY;
@@ -175,12 +199,24 @@ static unsigned int service(rr_cq *cq)
 	return n + n2;
 }
 
-bool rr__cq_any_active(rr_bridge *b)
+static unsigned int service(rr_cq *cq)
 {
-	return !rr__list_empty(&b->active);
+	unsigned int n = poll_and_place(cq);
+
+	if (reap_deferred(cq))
+		return n;
+	/* Last: the hook may destroy the CQ. */
+	if (cq->hooks.after_dispatch)
+		cq->hooks.after_dispatch(cq->hooks.ctx);
+	return n;
 }
 
-unsigned int rr__cq_poll_active(rr_bridge *b)
+bool rr__cq_any_active(const struct rr__cqs *set)
+{
+	return !rr__list_empty(&set->active);
+}
+
+unsigned int rr__cq_poll_active(struct rr__cqs *set)
 {
 	struct rr__list pass;
 	unsigned int n = 0;
@@ -188,13 +224,13 @@ unsigned int rr__cq_poll_active(rr_bridge *b)
 	/* Take the list: service() re-adds what must stay, and a CQ
 	 * destroyed meanwhile unlinks itself from `pass`. */
 	rr__list_init(&pass);
-	if (rr__list_empty(&b->active))
+	if (rr__list_empty(&set->active))
 		return 0;
-	pass.next = b->active.next;
-	pass.prev = b->active.prev;
+	pass.next = set->active.next;
+	pass.prev = set->active.prev;
 	pass.next->prev = &pass;
 	pass.prev->next = &pass;
-	rr__list_init(&b->active);
+	rr__list_init(&set->active);
 	while (!rr__list_empty(&pass)) {
 		rr_cq *cq = rr__container_of(pass.next, rr_cq, active_link);
 
@@ -207,26 +243,59 @@ unsigned int rr__cq_poll_active(rr_bridge *b)
 
 /* ---- channels ---- */
 
-static void channel_ready(rr_bridge *b, void *ctx, int revents)
+/* The channel's poll could not be kept alive: never leave its CQs deaf,
+ * poll them on every pass instead (counted in stats.poll_failures). */
+static void channel_lost(rr_channel *ch)
+{
+	struct rr__list *l;
+
+	ch->deaf = true;
+	ch->slot = RR__NO_SLOT;
+	for (l = ch->set->cqs.next; l != &ch->set->cqs; l = l->next) {
+		rr_cq *cq = rr__container_of(l, rr_cq, link);
+
+		if (cq->ch == ch)
+			set_active(cq, true);
+	}
+	rr__ring_want_kick(ch->set->ring);
+}
+
+static void channel_ready(void *ctx, int revents)
 {
 	rr_channel *ch = ctx;
+	struct rr__cqs *set = ch->set;
 	struct rr__list pending;
 	struct ibv_cq *icq;
 	void *cctx;
 
-	if (revents < 0)
-		return; /* the poll kept failing and was dropped */
+	if (revents < 0) {
+		channel_lost(ch);
+		return;
+	}
+	/* One CQ armed: the event can only be its own. Hand out its
+	 * completions before the read that fetches the event, so a reply
+	 * posted from on_wc does not wait behind that syscall. */
+	if (ch->narmed == 1) {
+		rr_cq *only = rr__container_of(ch->armed.next, rr_cq, armed_link);
+		bool more;
+
+		if (!only->active) {
+			unsigned int n = cq_poll(only, set->budget, &more);
+
+			if (reap_deferred(only))
+				return; /* destroyed: its events went with it */
+			if (n && only->mode == RR_WAIT_HYBRID)
+				only->spin = RR__SPIN_BUSY; /* activity: spin after this */
+		}
+	}
 	rr__list_init(&pending);
 	while (ibv_get_cq_event(ch->ch, &icq, &cctx) == 0) {
 		rr_cq *cq = cctx;
 
-		b->stats.cq_events++;
+		set->stats->cq_events++;
 		cq->unacked++;
-		if (cq->armed) {
-			cq->armed = false;
-			ch->narmed--;
-		}
-		if (cq->unacked >= b->opts.ack_batch)
+		disarm(cq);
+		if (cq->unacked >= set->ack_batch)
 			ack(cq);
 		/* Queue it once; a CQ already on the active list is polled there. */
 		if (!cq->evented && !cq->active) {
@@ -250,17 +319,17 @@ static void channel_ready(rr_bridge *b, void *ctx, int revents)
 	}
 }
 
-int rr_channel_create(rr_bridge *b, struct ibv_context *ctx, rr_channel **out)
+int rr__channel_create(struct rr__cqs *set, struct ibv_context *ctx, rr_channel **out)
 {
 	rr_channel *ch;
 	int rc;
 
-	if (!b || !ctx || !out || b->closing)
-		return -EINVAL;
 	ch = calloc(1, sizeof(*ch));
 	if (!ch)
 		return -ENOMEM;
-	ch->b = b;
+	ch->set = set;
+	ch->slot = RR__NO_SLOT;
+	rr__list_init(&ch->armed);
 	ch->ch = ibv_create_comp_channel(ctx);
 	if (!ch->ch) {
 		rc = errno ? -errno : -ENOMEM;
@@ -269,10 +338,10 @@ int rr_channel_create(rr_bridge *b, struct ibv_context *ctx, rr_channel **out)
 	rc = rr__set_nonblock(ch->ch->fd);
 	if (rc)
 		goto err_channel;
-	rc = rr__poll_add(b, ch->ch->fd, channel_ready, ch, &ch->slot);
+	rc = rr__poll_add(set->ring, ch->ch->fd, channel_ready, ch, &ch->slot);
 	if (rc)
 		goto err_channel;
-	rr__list_add_tail(&b->channels, &ch->link);
+	rr__list_add_tail(&set->channels, &ch->link);
 	*out = ch;
 	return 0;
 
@@ -289,7 +358,7 @@ int rr_channel_destroy(rr_channel *ch)
 		return 0;
 	if (ch->ncqs)
 		return -EBUSY;
-	rr__poll_close(ch->b, ch->slot);
+	rr__poll_close(ch->set->ring, ch->slot);
 	rr__list_del(&ch->link);
 	ibv_destroy_comp_channel(ch->ch);
 	free(ch);
@@ -298,42 +367,34 @@ int rr_channel_destroy(rr_channel *ch)
 
 /* ---- CQs ---- */
 
-int rr_cq_create(rr_bridge *b, rr_channel *ch, struct ibv_context *ctx,
-		 const struct rr_cq_opts *opts, rr_cq **out)
+int rr__cq_create(struct rr__cqs *set, rr_channel *ch, struct ibv_context *ctx,
+		  const struct rr_cq_opts *opts, rr_cq **out)
 {
-	struct rr__device *dev;
 	rr_cq *cq;
 	int rc;
 
-	if (!b || !ctx || !opts || !opts->on_wc || !out || b->closing || opts->mode > RR_WAIT_HYBRID)
+	if (ch->ch->context != ctx)
 		return -EINVAL;
-	if (ch && ch->ch->context != ctx)
-		return -EINVAL;
-	if (!ch) {
-		rc = rr__device_get(b, ctx, &dev);
-		if (rc)
-			return rc;
-		ch = dev->channel;
-	}
 	cq = calloc(1, sizeof(*cq));
 	if (!cq)
 		return -ENOMEM;
-	cq->b = b;
+	cq->set = set;
 	cq->ch = ch;
 	cq->mode = opts->mode;
 	cq->spin_us = opts->spin_us ? opts->spin_us : 50;
 	cq->on_wc = opts->on_wc;
 	cq->data = opts->data;
 	rr__list_init(&cq->active_link);
+	rr__list_init(&cq->armed_link);
 	cq->cq = ibv_create_cq(ctx, opts->cqe > 0 ? opts->cqe : 256, cq, ch->ch, 0);
 	if (!cq->cq) {
 		rc = errno ? -errno : -ENOMEM;
 		free(cq);
 		return rc;
 	}
-	if (cq->mode == RR_WAIT_BUSY) {
+	if (cq->mode == RR_WAIT_BUSY || ch->deaf) {
 		set_active(cq, true);
-		rr__want_kick(b);
+		rr__ring_want_kick(set->ring);
 	} else {
 		rc = arm(cq);
 		if (rc) {
@@ -343,7 +404,7 @@ int rr_cq_create(rr_bridge *b, rr_channel *ch, struct ibv_context *ctx,
 		}
 	}
 	ch->ncqs++;
-	rr__list_add_tail(&b->cqs, &cq->link);
+	rr__list_add_tail(&set->cqs, &cq->link);
 	*out = cq;
 	return 0;
 }
@@ -358,7 +419,7 @@ int rr_cq_set_mode(rr_cq *cq, enum rr_wait_mode mode, unsigned int spin_us)
 	cq->spin = RR__SPIN_BUSY; /* hybrid: a full window, then arm */
 	/* Let the next pass poll it and arm it if the new mode wants that. */
 	set_active(cq, true);
-	rr__want_kick(cq->b);
+	rr__ring_want_kick(cq->set->ring);
 	return 0;
 }
 
@@ -369,30 +430,54 @@ struct ibv_cq *rr_cq_ibv(rr_cq *cq)
 
 int rr_cq_destroy(rr_cq *cq)
 {
-	if (!cq || cq->destroy_deferred)
-		return 0;
+	struct rr__cq_hooks hooks;
 	int rc;
 
+	if (!cq || cq->destroy_deferred)
+		return 0;
 	/* Unacknowledged events would make ibv_destroy_cq() wait forever. */
 	ack(cq);
 	rc = ibv_destroy_cq(cq->cq); /* returns the errno value */
 	if (rc)
 		return rc > 0 ? -rc : -EBUSY;
 	set_active(cq, false);
-	if (cq->armed) {
-		cq->armed = false;
-		cq->ch->narmed--;
-	}
+	disarm(cq);
 	if (cq->evented) {
 		rr__list_del(&cq->active_link);
 		cq->evented = false;
 	}
 	rr__list_del(&cq->link);
 	cq->ch->ncqs--;
-	if (cq->dispatch_depth) {
+	hooks = cq->hooks;
+	if (cq->dispatch_depth)
 		cq->destroy_deferred = true; /* freed when its dispatch unwinds */
-		return 0;
-	}
-	cq_free(cq);
+	else
+		free(cq);
+	if (hooks.destroyed)
+		hooks.destroyed(hooks.ctx);
 	return 0;
+}
+
+void rr__cqs_destroy_cqs(struct rr__cqs *set)
+{
+	while (!rr__list_empty(&set->cqs)) {
+		rr_cq *cq = rr__container_of(set->cqs.next, rr_cq, link);
+
+		if (rr_cq_destroy(cq)) {
+			/* A QP the application still holds: forget the CQ
+			 * rather than hang; verbs frees it with the context. */
+			rr__list_del(&cq->link);
+			cq->ch->ncqs--;
+		}
+	}
+}
+
+void rr__cqs_fini(struct rr__cqs *set)
+{
+	while (!rr__list_empty(&set->channels)) {
+		rr_channel *ch = rr__container_of(set->channels.next, rr_channel, link);
+
+		ch->ncqs = 0;
+		rr_channel_destroy(ch);
+	}
 }

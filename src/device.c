@@ -6,116 +6,110 @@
  */
 #include <errno.h>
 #include <stdlib.h>
-#include <string.h>
 
-#include "internal.h"
+#include "device.h"
 
-static rr_ep *ep_of_qp(rr_bridge *b, struct ibv_qp *qp)
+void rr__devices_init(struct rr__devices *set, struct rr__ring *ring, struct rr__cqs *cqs,
+		      struct rr_bridge_stats *stats, rr__async_hook on_async, void *hook_ctx)
 {
-	struct rr__list *l;
-
-	for (l = b->eps.next; l != &b->eps; l = l->next) {
-		rr_ep *ep = rr__container_of(l, rr_ep, link);
-
-		if (ep->id && ep->id->qp == qp)
-			return ep;
-	}
-	return NULL;
+	set->ring = ring;
+	set->cqs = cqs;
+	set->stats = stats;
+	set->on_async = on_async;
+	set->hook_ctx = hook_ctx;
+	rr__list_init(&set->devices);
 }
 
-static rr_ep *ep_of_cq(rr_bridge *b, struct ibv_cq *cq)
+static void device_free(struct rr__device *dev)
 {
-	struct rr__list *l;
-
-	for (l = b->eps.next; l != &b->eps; l = l->next) {
-		rr_ep *ep = rr__container_of(l, rr_ep, link);
-
-		if (ep->cq && ep->cq->cq == cq)
-			return ep;
-	}
-	return NULL;
+	rr__list_del(&dev->link);
+	rr__poll_close(dev->set->ring, dev->async_slot);
+	dev->channel->ncqs = 0;
+	rr_channel_destroy(dev->channel);
+	/* Fails (EBUSY) only while the application still holds MRs in this
+	 * PD; verbs then frees it with the context. */
+	ibv_dealloc_pd(dev->pd);
+	free(dev);
 }
 
-/* Fatal device: every endpoint on it goes to error. */
-static void device_fatal(struct rr__device *dev, int status)
+/* A removed device is gone for good: once nothing uses it, let go of its
+ * PD, channel and async fd, so the kernel can finish the removal. */
+static void release_if_unused(struct rr__device *dev)
 {
-	rr_bridge *b = dev->b;
-	struct rr__list *l;
+	if (dev->dead && !dev->refs && !dev->channel->ncqs)
+		device_free(dev);
+}
 
+void rr__device_put(struct rr__device *dev)
+{
+	if (dev->refs)
+		dev->refs--;
+	release_if_unused(dev);
+}
+
+void rr__device_kill(struct rr__device *dev)
+{
 	dev->dead = true;
-	/* A callback may destroy any endpoint: start over after each one.
-	 * Endpoints already in error are skipped, so this ends. */
-again:
-	for (l = b->eps.next; l != &b->eps; l = l->next) {
-		rr_ep *ep = rr__container_of(l, rr_ep, link);
-
-		if (ep->dev == dev && ep->state != RR__EP_ERROR &&
-		    ep->state != RR__EP_DISCONNECTED) {
-			rr__ep_to_error(ep, status);
-			goto again;
-		}
-	}
+	release_if_unused(dev);
 }
 
-static void async_ready(rr_bridge *b, void *ctx, int revents)
+static void async_ready(void *ctx, int revents)
 {
 	struct rr__device *dev = ctx;
 	struct ibv_async_event ev;
 
-	if (revents < 0)
+	if (revents < 0) {
+		dev->async_slot = RR__NO_SLOT; /* counted in stats.poll_failures */
 		return;
+	}
+	/* Held across the hook: a callback may put the last reference of
+	 * its users, and this loop still reads the device. */
+	dev->refs++;
 	while (ibv_get_async_event(dev->ctx, &ev) == 0) {
 		struct ibv_async_event copy = ev;
-		rr_ep *ep = NULL;
 
 		/* Acknowledge first: destroying the QP or CQ named in the
-		 * event waits for its acknowledgement, and a callback below
-		 * may well destroy it. */
+		 * event waits for its acknowledgement, and the hook may well
+		 * destroy it. */
 		ibv_ack_async_event(&ev);
-		b->stats.async_events++;
-		if (b->opts.on_async_event)
-			b->opts.on_async_event(b, &copy, b->opts.data);
-		switch (copy.event_type) {
-		case IBV_EVENT_QP_FATAL:
-		case IBV_EVENT_QP_REQ_ERR:
-		case IBV_EVENT_QP_ACCESS_ERR:
-		case IBV_EVENT_PATH_MIG_ERR:
-			ep = ep_of_qp(b, copy.element.qp);
-			if (ep)
-				rr__ep_to_error(ep, -EIO);
-			break;
-		case IBV_EVENT_CQ_ERR:
-			ep = ep_of_cq(b, copy.element.cq);
-			if (ep)
-				rr__ep_to_error(ep, -EIO);
-			break;
-		case IBV_EVENT_DEVICE_FATAL:
-			device_fatal(dev, -EIO);
-			rr__device_release_if_unused(dev);
-			return; /* dev may be gone */
-		default:
-			break;
-		}
+		dev->set->stats->async_events++;
+		if (copy.event_type == IBV_EVENT_DEVICE_FATAL)
+			dev->dead = true;
+		if (dev->set->on_async)
+			dev->set->on_async(dev->set->hook_ctx, dev, &copy);
 	}
+	rr__device_put(dev);
 }
 
-int rr__device_get(rr_bridge *b, struct ibv_context *ctx, struct rr__device **out)
+struct rr__device *rr__device_find(struct rr__devices *set, struct ibv_context *ctx)
 {
 	struct rr__list *l;
-	struct rr__device *dev;
+
+	for (l = set->devices.next; l != &set->devices; l = l->next) {
+		struct rr__device *dev = rr__container_of(l, struct rr__device, link);
+
+		if (dev->ctx == ctx)
+			return dev;
+	}
+	return NULL;
+}
+
+int rr__device_get(struct rr__devices *set, struct ibv_context *ctx, struct rr__device **out)
+{
+	struct rr__device *dev = rr__device_find(set, ctx);
 	int rc;
 
-	for (l = b->devices.next; l != &b->devices; l = l->next) {
-		dev = rr__container_of(l, struct rr__device, link);
-		if (dev->ctx == ctx) {
-			*out = dev;
-			return dev->dead ? -ENODEV : 0;
-		}
+	if (dev) {
+		if (dev->dead)
+			return -ENODEV;
+		dev->refs++;
+		*out = dev;
+		return 0;
 	}
 	dev = calloc(1, sizeof(*dev));
 	if (!dev)
 		return -ENOMEM;
-	dev->b = b;
+	dev->set = set;
 	dev->ctx = ctx;
 	dev->async_slot = RR__NO_SLOT;
 	dev->pd = ibv_alloc_pd(ctx);
@@ -123,15 +117,16 @@ int rr__device_get(rr_bridge *b, struct ibv_context *ctx, struct rr__device **ou
 		rc = errno ? -errno : -ENOMEM;
 		goto err_free;
 	}
-	rc = rr_channel_create(b, ctx, &dev->channel);
+	rc = rr__channel_create(set->cqs, ctx, &dev->channel);
 	if (rc)
 		goto err_pd;
 	rc = rr__set_nonblock(ctx->async_fd);
 	if (!rc)
-		rc = rr__poll_add(b, ctx->async_fd, async_ready, dev, &dev->async_slot);
+		rc = rr__poll_add(set->ring, ctx->async_fd, async_ready, dev, &dev->async_slot);
 	if (rc)
 		goto err_channel;
-	rr__list_add_tail(&b->devices, &dev->link);
+	rr__list_add_tail(&set->devices, &dev->link);
+	dev->refs = 1;
 	*out = dev;
 	return 0;
 
@@ -144,35 +139,8 @@ err_free:
 	return rc;
 }
 
-static void device_free(struct rr__device *dev)
+void rr__devices_fini(struct rr__devices *set)
 {
-	rr__list_del(&dev->link);
-	rr__poll_close(dev->b, dev->async_slot);
-	dev->channel->ncqs = 0;
-	rr_channel_destroy(dev->channel);
-	/* Fails (EBUSY) only while the application still holds MRs in this
-	 * PD; verbs then frees it with the context. */
-	ibv_dealloc_pd(dev->pd);
-	free(dev);
-}
-
-void rr__device_destroy_all(rr_bridge *b)
-{
-	while (!rr__list_empty(&b->devices))
-		device_free(rr__container_of(b->devices.next, struct rr__device, link));
-}
-
-/* A removed device is gone for good: once nothing of ours uses it, let go
- * of its PD, channel and async fd, so the kernel can finish the removal. */
-void rr__device_release_if_unused(struct rr__device *dev)
-{
-	rr_bridge *b = dev->b;
-	struct rr__list *l;
-
-	if (!dev->dead || dev->channel->ncqs)
-		return;
-	for (l = b->eps.next; l != &b->eps; l = l->next)
-		if (rr__container_of(l, rr_ep, link)->dev == dev)
-			return;
-	device_free(dev);
+	while (!rr__list_empty(&set->devices))
+		device_free(rr__container_of(set->devices.next, struct rr__device, link));
 }

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "ep.h"
 
 #define DEFAULT_DEPTH 64
 
@@ -40,12 +40,18 @@ int rr_wc_status_errno(enum ibv_wc_status s)
 	}
 }
 
+static void ep_free(rr_ep *ep)
+{
+	free(ep->reqs);
+	free(ep);
+}
+
 /* Free an endpoint once it is destroyed and no callback of it is running. */
 static bool release_if_done(rr_ep *ep)
 {
 	if (!ep->destroy_pending || ep->in_callback)
 		return false;
-	rr__ep_free(ep);
+	ep_free(ep);
 	return true;
 }
 
@@ -114,6 +120,33 @@ static struct rr__req *req_of_wc(rr_ep *ep, const struct ibv_wc *wc)
 	return req;
 }
 
+/*
+ * Sends complete in order on an RC QP: a send's work completion means
+ * every send posted before it is done too, including those that asked for
+ * none. They complete here, in order, each once: successfully if this one
+ * did or failed on its own, with -ECANCELED if this one was flushed (no
+ * outcome of theirs was seen).
+ */
+static void complete_unsignalled_before(rr_ep *ep, struct rr__req *req, enum ibv_wc_status status)
+{
+	struct rr__list *l = ep->outstanding.next;
+
+	while (l != &req->link && l != &ep->outstanding) {
+		struct rr__req *r = rr__container_of(l, struct rr__req, link);
+		struct ibv_wc wc = {.status = status == IBV_WC_WR_FLUSH_ERR ? IBV_WC_WR_FLUSH_ERR
+									    : IBV_WC_SUCCESS};
+
+		l = l->next;
+		if (r->is_recv || r->signalled)
+			continue;
+		wc.opcode = r->opcode;
+		complete(ep, r, &wc);
+		/* Destroyed from that callback: the destroy completed the rest. */
+		if (ep->destroy_pending)
+			return;
+	}
+}
+
 /* Hand out the work completions already in the endpoint's CQ. A callback
  * may destroy the endpoint meanwhile: the destroy then completes the rest,
  * and completions it handled are no longer outstanding here. */
@@ -126,10 +159,23 @@ static void drain_cq(rr_ep *ep)
 		for (int i = 0; i < n; i++) {
 			struct rr__req *req = req_of_wc(ep, &wc[i]);
 
-			if (req)
+			if (!req)
+				continue;
+			if (!req->is_recv)
+				complete_unsignalled_before(ep, req, wc[i].status);
+			if (req->cb) /* not completed by a destroy in there */
 				complete(ep, req, &wc[i]);
 		}
 	}
+}
+
+static void fail_qp(rr_ep *ep)
+{
+	struct ibv_qp_attr attr = {.qp_state = IBV_QPS_ERR};
+
+	/* Work still queued is flushed back through the CQ. */
+	if (ep->id && ep->id->qp)
+		ibv_modify_qp(ep->id->qp, &attr, IBV_QP_STATE);
 }
 
 static void ep_on_wc(rr_cq *cq, const struct ibv_wc *wc, void *data)
@@ -139,18 +185,65 @@ static void ep_on_wc(rr_cq *cq, const struct ibv_wc *wc, void *data)
 
 	if (!req)
 		return;
+	if (!req->is_recv)
+		complete_unsignalled_before(ep, req, wc->status);
+	if (ep->destroy_pending) {
+		/* Destroyed from one of those callbacks: req completed there. */
+		release_if_done(ep);
+		return;
+	}
+	/* A transport error (retries exhausted, remote access...) leaves the
+	 * QP in error: the endpoint is no longer connected. on_disconnect
+	 * follows once this batch is handed out (see after_dispatch). */
+	if (wc->status != IBV_WC_SUCCESS && wc->status != IBV_WC_WR_FLUSH_ERR &&
+	    (ep->state == RR__EP_CONNECTED || ep->state == RR__EP_DISCONNECTING)) {
+		ep->state = RR__EP_ERROR;
+		ep->down_pending = rr_wc_status_errno(wc->status);
+		fail_qp(ep);
+	}
 	complete(ep, req, wc);
 	release_if_done(ep);
 }
 
-int rr__ep_alloc(rr_bridge *b, struct rdma_cm_id *id, const struct rr_ep_opts *opts, rr_ep **out)
+static void notify_down(rr_ep *ep, int status);
+
+/* The CQ's hook: runs after a dispatch of the endpoint's completions. */
+static void after_dispatch(void *ctx)
+{
+	rr_ep *ep = ctx;
+	int status = ep->down_pending;
+
+	if (!status || ep->destroy_pending)
+		return;
+	ep->down_pending = 0;
+	notify_down(ep, status);
+	release_if_done(ep);
+}
+
+void rr__eps_init(struct rr__eps *set, struct rr__ring *ring, struct rr__cqs *cqs,
+		  struct rr__devices *devs)
+{
+	set->ring = ring;
+	set->cqs = cqs;
+	set->devs = devs;
+	rr__list_init(&set->eps);
+}
+
+void rr__eps_fini(struct rr__eps *set)
+{
+	while (!rr__list_empty(&set->eps))
+		rr_ep_destroy(rr__container_of(set->eps.next, rr_ep, link));
+}
+
+int rr__ep_alloc(struct rr__eps *set, struct rdma_cm_id *id, const struct rr_ep_opts *opts,
+		 rr_ep **out)
 {
 	rr_ep *ep = calloc(1, sizeof(*ep));
 
 	if (!ep)
 		return -ENOMEM;
 	ep->type = RR__OBJ_EP;
-	ep->b = b;
+	ep->set = set;
 	ep->id = id;
 	if (opts)
 		ep->opts = *opts;
@@ -163,21 +256,21 @@ int rr__ep_alloc(rr_bridge *b, struct rdma_cm_id *id, const struct rr_ep_opts *o
 	ep->timer_slot = RR__NO_SLOT;
 	rr__list_init(&ep->free_reqs);
 	rr__list_init(&ep->outstanding);
+	rr__list_init(&ep->pending_link);
 	id->context = ep;
-	rr__list_add_tail(&b->eps, &ep->link);
+	rr__list_add_tail(&set->eps, &ep->link);
 	*out = ep;
 	return 0;
 }
 
 int rr__ep_setup_qp(rr_ep *ep)
 {
-	rr_bridge *b = ep->b;
 	struct ibv_qp_init_attr attr;
 	struct rr_cq_opts co = {0};
 	uint32_t n = ep->opts.max_send_wr + ep->opts.max_recv_wr;
 	int rc;
 
-	rc = rr__device_get(b, ep->id->verbs, &ep->dev);
+	rc = rr__device_get(ep->set->devs, ep->id->verbs, &ep->dev);
 	if (rc)
 		return rc;
 	ep->reqs = calloc(n, sizeof(*ep->reqs));
@@ -192,15 +285,16 @@ int rr__ep_setup_qp(rr_ep *ep)
 	co.spin_us = ep->opts.spin_us;
 	co.on_wc = ep_on_wc;
 	co.data = ep;
-	rc = rr_cq_create(b, NULL, ep->id->verbs, &co, &ep->cq);
+	rc = rr__cq_create(ep->set->cqs, ep->dev->channel, ep->id->verbs, &co, &ep->cq);
 	if (rc)
 		return rc;
+	ep->cq->hooks = (struct rr__cq_hooks){.after_dispatch = after_dispatch, .ctx = ep};
 	memset(&attr, 0, sizeof(attr));
 	attr.qp_context = ep;
 	attr.send_cq = rr_cq_ibv(ep->cq);
 	attr.recv_cq = rr_cq_ibv(ep->cq);
 	attr.qp_type = IBV_QPT_RC;
-	attr.sq_sig_all = 1;
+	attr.sq_sig_all = ep->opts.signal_every <= 1;
 	attr.cap.max_send_wr = ep->opts.max_send_wr;
 	attr.cap.max_recv_wr = ep->opts.max_recv_wr;
 	attr.cap.max_send_sge = 1;
@@ -228,21 +322,26 @@ static void notify_down(rr_ep *ep, int status)
 void rr__ep_to_error(rr_ep *ep, int status)
 {
 	enum rr__ep_state prev = ep->state;
-	struct ibv_qp_attr attr = {.qp_state = IBV_QPS_ERR};
 
-	if (prev == RR__EP_ERROR || prev == RR__EP_DISCONNECTED || ep->destroy_pending)
+	if (ep->destroy_pending)
 		return;
-	if (ep->listener) {
+	if (prev == RR__EP_ERROR && ep->down_pending) {
+		/* A WC error got here first: report now, with its status. */
+		status = ep->down_pending;
+		ep->down_pending = 0;
+		prev = RR__EP_CONNECTED;
+	} else if (prev == RR__EP_ERROR || prev == RR__EP_DISCONNECTED) {
+		return;
+	}
+	if (ep->on_drop) {
 		/* Not yet handed to the application: nobody to tell. */
-		ep->listener->dropped++;
+		ep->on_drop(ep);
 		rr_ep_destroy(ep);
 		return;
 	}
 	ep->state = RR__EP_ERROR;
 	rr__ep_stop_timer(ep);
-	/* Work still queued is flushed back through the CQ. */
-	if (ep->id && ep->id->qp)
-		ibv_modify_qp(ep->id->qp, &attr, IBV_QP_STATE);
+	fail_qp(ep);
 	if (prev < RR__EP_CONNECTED) {
 		rr_ep_cb cb = ep->on_connect;
 
@@ -256,12 +355,16 @@ void rr__ep_to_error(rr_ep *ep, int status)
 
 void rr__ep_stop_timer(rr_ep *ep)
 {
-	rr__poll_close(ep->b, ep->timer_slot);
+	rr__poll_close(ep->set->ring, ep->timer_slot);
 	ep->timer_slot = RR__NO_SLOT;
 }
 
 void rr__ep_down(rr_ep *ep, int status)
 {
+	if (ep->down_pending) {
+		status = ep->down_pending; /* the WC error came first */
+		ep->down_pending = 0;
+	}
 	ep->state = RR__EP_DISCONNECTED;
 	notify_down(ep, status);
 	release_if_done(ep);
@@ -279,16 +382,22 @@ int rr_ep_disconnect(rr_ep *ep)
 	return 0;
 }
 
-void rr__ep_free(rr_ep *ep)
+void rr__ep_established(rr_ep *ep, void (*accept)(void *ctx, rr_ep *ep), void *ctx)
 {
-	free(ep->reqs);
-	free(ep);
+	ep->state = RR__EP_CONNECTED;
+	rr__ep_stop_timer(ep);
+	ep->in_callback++;
+	if (accept)
+		accept(ctx, ep);
+	else if (ep->on_connect)
+		ep->on_connect(ep, 0, ep->data);
+	ep->in_callback--;
+	release_if_done(ep);
 }
 
 /* Complete what is still outstanding; the QP must be gone already. */
-void rr__ep_flush_all(rr_ep *ep, int status)
+static void flush_all(rr_ep *ep)
 {
-	(void)status;
 	/* Completions already in the CQ are real outcomes: hand them out. */
 	drain_cq(ep);
 	while (!rr__list_empty(&ep->outstanding))
@@ -303,9 +412,11 @@ int rr_ep_destroy(rr_ep *ep)
 	rr__ep_stop_timer(ep);
 	ep->in_callback++; /* keep it alive through the flush callbacks */
 	rr__list_del(&ep->link);
+	rr__list_del(&ep->pending_link);
+	ep->on_drop = NULL;
 	if (ep->id && ep->id->qp)
 		rdma_destroy_qp(ep->id);
-	rr__ep_flush_all(ep, -ECANCELED);
+	flush_all(ep);
 	if (ep->cq)
 		rr_cq_destroy(ep->cq);
 	ep->cq = NULL;
@@ -316,7 +427,7 @@ int rr_ep_destroy(rr_ep *ep)
 		struct rr__device *dev = ep->dev;
 
 		ep->dev = NULL;
-		rr__device_release_if_unused(dev);
+		rr__device_put(dev);
 	}
 	ep->in_callback--;
 	release_if_done(ep);
@@ -440,8 +551,7 @@ static int post_send_wr(rr_ep *ep, enum ibv_wr_opcode opcode, const void *buf, u
 			rr_req_cb cb, void *data)
 {
 	struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = len, .lkey = mr ? mr->lkey : 0};
-	struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1, .opcode = opcode,
-				 .send_flags = IBV_SEND_SIGNALED}, *bad;
+	struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1, .opcode = opcode}, *bad;
 	struct rr__req *req;
 	int rc;
 
@@ -463,6 +573,19 @@ static int post_send_wr(rr_ep *ep, enum ibv_wr_opcode opcode, const void *buf, u
 	if (ep->opts.max_inline && len <= ep->opts.max_inline && opcode != IBV_WR_RDMA_READ)
 		wr.send_flags |= IBV_SEND_INLINE;
 	req = take_req(ep, cb, data, false);
+	req->opcode = opcode == IBV_WR_SEND	   ? IBV_WC_SEND
+		      : opcode == IBV_WR_RDMA_READ ? IBV_WC_RDMA_READ
+						   : IBV_WC_RDMA_WRITE;
+	/* A completion every signal_every sends; always for the last free
+	 * slot of the SQ (unsignalled sends hold theirs until a signalled
+	 * one completes) and for READs (their byte_len is real). */
+	req->signalled = ep->opts.signal_every <= 1 || opcode == IBV_WR_RDMA_READ ||
+			 ++ep->unsignalled >= ep->opts.signal_every ||
+			 ep->nsend + 1 >= ep->opts.max_send_wr;
+	if (req->signalled) {
+		wr.send_flags |= IBV_SEND_SIGNALED;
+		ep->unsignalled = 0;
+	}
 	wr.wr_id = (uintptr_t)req;
 	return settle(ep, req, ibv_post_send(ep->id->qp, &wr, &bad));
 }
@@ -492,8 +615,7 @@ int rr_ep_post_read(rr_ep *ep, void *buf, uint32_t len, struct ibv_mr *mr, uint6
 	return post_send_wr(ep, IBV_WR_RDMA_READ, buf, len, mr, raddr, rkey, 0, cb, data);
 }
 
-int rr_ep_post_recv(rr_ep *ep, void *buf, uint32_t len, struct ibv_mr *mr, rr_req_cb cb,
-		    void *data)
+int rr_ep_post_recv(rr_ep *ep, void *buf, uint32_t len, struct ibv_mr *mr, rr_req_cb cb, void *data)
 {
 	struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = len, .lkey = mr ? mr->lkey : 0};
 	struct ibv_recv_wr wr = {.sg_list = &sge, .num_sge = 1}, *bad;
@@ -513,4 +635,77 @@ int rr_ep_post_recv(rr_ep *ep, void *buf, uint32_t len, struct ibv_mr *mr, rr_re
 	req = take_req(ep, cb, data, true);
 	wr.wr_id = (uintptr_t)req;
 	return settle(ep, req, ibv_post_recv(ep->id->qp, &wr, &bad));
+}
+
+/* ---- device async events ---- */
+
+static rr_ep *ep_of_qp(struct rr__eps *set, struct ibv_qp *qp)
+{
+	struct rr__list *l;
+
+	for (l = set->eps.next; l != &set->eps; l = l->next) {
+		rr_ep *ep = rr__container_of(l, rr_ep, link);
+
+		if (ep->id && ep->id->qp == qp)
+			return ep;
+	}
+	return NULL;
+}
+
+static rr_ep *ep_of_cq(struct rr__eps *set, struct ibv_cq *cq)
+{
+	struct rr__list *l;
+
+	for (l = set->eps.next; l != &set->eps; l = l->next) {
+		rr_ep *ep = rr__container_of(l, rr_ep, link);
+
+		if (ep->cq && rr_cq_ibv(ep->cq) == cq)
+			return ep;
+	}
+	return NULL;
+}
+
+/* Fatal device: every endpoint on it goes to error. */
+static void device_fatal(struct rr__eps *set, struct rr__device *dev)
+{
+	struct rr__list *l;
+
+	/* A callback may destroy any endpoint: start over after each one.
+	 * Endpoints already in error are skipped, so this ends. */
+again:
+	for (l = set->eps.next; l != &set->eps; l = l->next) {
+		rr_ep *ep = rr__container_of(l, rr_ep, link);
+
+		if (ep->dev == dev && ep->state != RR__EP_ERROR &&
+		    ep->state != RR__EP_DISCONNECTED) {
+			rr__ep_to_error(ep, -EIO);
+			goto again;
+		}
+	}
+}
+
+void rr__eps_async(struct rr__eps *set, struct rr__device *dev, const struct ibv_async_event *ev)
+{
+	rr_ep *ep;
+
+	switch (ev->event_type) {
+	case IBV_EVENT_QP_FATAL:
+	case IBV_EVENT_QP_REQ_ERR:
+	case IBV_EVENT_QP_ACCESS_ERR:
+	case IBV_EVENT_PATH_MIG_ERR:
+		ep = ep_of_qp(set, ev->element.qp);
+		if (ep)
+			rr__ep_to_error(ep, -EIO);
+		break;
+	case IBV_EVENT_CQ_ERR:
+		ep = ep_of_cq(set, ev->element.cq);
+		if (ep)
+			rr__ep_to_error(ep, -EIO);
+		break;
+	case IBV_EVENT_DEVICE_FATAL:
+		device_fatal(set, dev);
+		break;
+	default:
+		break;
+	}
 }

@@ -42,7 +42,8 @@ want = [(s, w, o, q, c) for (w, o, q, c) in runs for s in strats] + \
        [("perftest", "pingpong", "send", 1, 1), ("perftest-e", "pingpong", "send", 1, 1)]
 got = [(r.get("strategy"), r.get("workload"), r.get("op"), r.get("qd"), r.get("conns")) for r in recs]
 check(got == want, f"one record per strategy and run, in order ({len(got)} of {len(want)})")
-fields = ["strategy", "workload", "op", "msg_size", "qd", "conns", "iters", "idle_ms", "reference",
+fields = ["strategy", "workload", "op", "msg_size", "qd", "conns", "iters", "idle_ms", "signal_every",
+          "reference",
           "p50_us", "p99_us", "p999_us", "max_us", "ops_per_s", "cpu_us_per_op", "syscalls_per_op",
           "ctx_switches_per_op", "cpu_pct_per_side", "file_mb_per_s"]
 for r in recs:

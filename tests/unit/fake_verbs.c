@@ -166,3 +166,77 @@ void __wrap_ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
 	fc->acked += nevents;
 	fc->ack_calls++;
 }
+
+/* ---- devices: PD and async events ---- */
+
+unsigned int fake_pds_live;
+static int async_wfd = -1;
+static struct ibv_async_event async_q[64];
+static unsigned int async_head, async_tail;
+
+struct ibv_pd *__wrap_ibv_alloc_pd(struct ibv_context *ctx);
+int __wrap_ibv_dealloc_pd(struct ibv_pd *pd);
+int __wrap_ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *ev);
+void __wrap_ibv_ack_async_event(struct ibv_async_event *ev);
+
+int fake_async_open(void)
+{
+	int p[2];
+
+	if (pipe(p))
+		return -errno;
+	fake_ctx.async_fd = p[0];
+	async_wfd = p[1];
+	async_head = async_tail = 0;
+	return 0;
+}
+
+void fake_async_close(void)
+{
+	close(fake_ctx.async_fd);
+	close(async_wfd);
+	fake_ctx.async_fd = async_wfd = -1;
+}
+
+void fake_async_event(enum ibv_event_type type)
+{
+	char c = 1;
+
+	async_q[async_tail++ % 64] = (struct ibv_async_event){.event_type = type};
+	if (write(async_wfd, &c, 1) != 1)
+		abort();
+}
+
+struct ibv_pd *__wrap_ibv_alloc_pd(struct ibv_context *ctx)
+{
+	struct ibv_pd *pd = calloc(1, sizeof(*pd));
+
+	if (!pd) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	pd->context = ctx;
+	fake_pds_live++;
+	return pd;
+}
+
+int __wrap_ibv_dealloc_pd(struct ibv_pd *pd)
+{
+	free(pd);
+	fake_pds_live--;
+	return 0;
+}
+
+int __wrap_ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *ev)
+{
+	char c;
+
+	if (read(ctx->async_fd, &c, 1) != 1)
+		return -1; /* errno EAGAIN from the non-blocking pipe */
+	*ev = async_q[async_head++ % 64];
+	return 0;
+}
+
+void __wrap_ibv_ack_async_event(struct ibv_async_event *ev)
+{
+}

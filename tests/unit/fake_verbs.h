@@ -52,4 +52,11 @@ static inline struct fake_cq *fake_cq_of(struct ibv_cq *cq)
  * the CQ is armed. */
 void fake_complete(struct fake_cq *cq, unsigned int n, uint64_t first);
 
+/* Devices: PDs, and an async-event fd (a pipe) for fake_ctx. */
+extern unsigned int fake_pds_live;
+int fake_async_open(void);
+void fake_async_close(void);
+/* Queue an async event and make the async fd readable. */
+void fake_async_event(enum ibv_event_type type);
+
 #endif

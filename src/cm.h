@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Layer 5, the connection manager: the rdma_cm event channel is a slot of
+ * the ring; its events drive endpoint and listener state machines. Uses
+ * the ring, device and endpoint layers.
+ */
+#ifndef RR_CM_H
+#define RR_CM_H
+
+#include "device.h"
+#include "ep.h"
+#include "list.h"
+#include "ring.h"
+
+struct rr__cm {
+	struct rr__ring *ring;
+	struct rr__devices *devs;
+	struct rr__eps *eps;
+	struct rr_bridge_stats *stats;
+	struct rdma_event_channel *ch; /* created on first use */
+	uint32_t slot;
+	bool closing;
+	struct rr__list listeners;
+};
+
+struct rr_listener {
+	uint32_t type; /* RR__OBJ_LISTENER */
+	struct rr__cm *cm;
+	struct rdma_cm_id *id; /* NULL once its device is gone */
+	struct rr_ep_opts ep_opts;
+	rr_accept_cb on_accept;
+	rr_listener_cb on_error;
+	void *data;
+	uint64_t dropped;	 /* requests that failed before being established */
+	struct rr__list pending; /* endpoints not yet established */
+	struct rr__list link;	 /* cm->listeners */
+};
+
+void rr__cm_init(struct rr__cm *cm, struct rr__ring *ring, struct rr__devices *devs,
+		 struct rr__eps *eps, struct rr_bridge_stats *stats);
+/* Teardown, after the endpoints: listeners and the event channel. */
+void rr__cm_fini(struct rr__cm *cm);
+
+int rr__cm_connect(struct rr__cm *cm, const char *host, uint16_t port,
+		   const struct rr_ep_opts *opts, rr_ep_cb on_connect, rr_ep **out);
+int rr__cm_listen(struct rr__cm *cm, const char *host, uint16_t port,
+		  const struct rr_ep_opts *ep_opts, rr_accept_cb on_accept, void *data,
+		  rr_listener **out);
+
+#endif

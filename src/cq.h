@@ -1,0 +1,81 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Layer 2, CQs and completion channels: a channel is a slot of the ring;
+ * when it fires, its CQs' events are read and acknowledged and the CQs are
+ * polled, armed and polled again. Uses the ring layer only.
+ */
+#ifndef RR_CQ_H
+#define RR_CQ_H
+
+#include "list.h"
+#include "ring.h"
+
+/* The CQs and channels of one bridge. */
+struct rr__cqs {
+	struct rr__ring *ring;
+	struct rr_bridge_stats *stats;
+	unsigned int cq_batch, budget, ack_batch;
+	struct rr__list channels;
+	struct rr__list cqs;
+	struct rr__list active; /* CQs polled every pass */
+};
+
+struct rr_channel {
+	struct rr__cqs *set;
+	struct ibv_comp_channel *ch;
+	uint32_t slot;
+	unsigned int ncqs;
+	unsigned int narmed;   /* its CQs armed: the most events it can hold */
+	struct rr__list armed; /* those CQs */
+	bool deaf;	       /* its poll failed for good: its CQs are polled */
+	struct rr__list link;
+};
+
+/* Upward hooks a layer above registers on a CQ. */
+struct rr__cq_hooks {
+	/* After a dispatch of this CQ's completions (not after destroy). */
+	void (*after_dispatch)(void *ctx);
+	/* Once, when the CQ is destroyed. */
+	void (*destroyed)(void *ctx);
+	void *ctx;
+};
+
+struct rr_cq {
+	struct rr__cqs *set;
+	rr_channel *ch;
+	struct ibv_cq *cq;
+	enum rr_wait_mode mode;
+	unsigned int spin_us;
+	rr_wc_cb on_wc;
+	void *data;
+	struct rr__cq_hooks hooks;
+	unsigned int unacked; /* events read, not yet acknowledged */
+	bool armed;	      /* ibv_req_notify_cq() since the last event */
+	bool active;	      /* on set->active: polled every pass */
+	bool evented;	      /* on the pending list of the current drain */
+	enum { RR__SPIN_IDLE, RR__SPIN_BUSY, RR__SPIN_WINDOW } spin; /* hybrid */
+	uint64_t spin_until_ns;
+	unsigned int spin_empty; /* empty polls in the window */
+	struct rr__list active_link;
+	struct rr__list armed_link;  /* ch->armed */
+	struct rr__list link;	     /* set->cqs */
+	unsigned int dispatch_depth; /* >0 while handing out its WCs */
+	bool destroy_deferred;
+};
+
+void rr__cqs_init(struct rr__cqs *set, struct rr__ring *ring, struct rr_bridge_stats *stats,
+		  unsigned int cq_batch, unsigned int budget, unsigned int ack_batch);
+/* Teardown, in this order: every CQ left (QPs must be gone), then, once
+ * the devices let go of theirs, every channel left. */
+void rr__cqs_destroy_cqs(struct rr__cqs *set);
+void rr__cqs_fini(struct rr__cqs *set);
+
+int rr__channel_create(struct rr__cqs *set, struct ibv_context *ctx, rr_channel **out);
+int rr__cq_create(struct rr__cqs *set, rr_channel *ch, struct ibv_context *ctx,
+		  const struct rr_cq_opts *opts, rr_cq **out);
+
+/* One pass over the CQs that must be polled without an event. */
+unsigned int rr__cq_poll_active(struct rr__cqs *set);
+bool rr__cq_any_active(const struct rr__cqs *set);
+
+#endif

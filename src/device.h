@@ -1,0 +1,55 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Layer 3, devices: for each ibv_context in use, one protection domain, one
+ * shared completion channel and the context's async-event fd polled in the
+ * ring. Reference counted: a dead device (fatal event, removal) is let go
+ * of once its last user put it. Async events travel up through a hook.
+ */
+#ifndef RR_DEVICE_H
+#define RR_DEVICE_H
+
+#include "cq.h"
+#include "list.h"
+#include "ring.h"
+
+struct rr__device;
+
+/* Called for every async event, acknowledged already; the device is held
+ * for the call, so the hook may drop the last reference of its users. */
+typedef void (*rr__async_hook)(void *ctx, struct rr__device *dev, const struct ibv_async_event *ev);
+
+struct rr__devices {
+	struct rr__ring *ring;
+	struct rr__cqs *cqs;
+	struct rr_bridge_stats *stats;
+	rr__async_hook on_async;
+	void *hook_ctx;
+	struct rr__list devices;
+};
+
+struct rr__device {
+	struct rr__list link;
+	struct rr__devices *set;
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	rr_channel *channel; /* shared completion channel */
+	uint32_t async_slot;
+	unsigned int refs;
+	bool dead; /* DEVICE_FATAL or removal seen */
+};
+
+void rr__devices_init(struct rr__devices *set, struct rr__ring *ring, struct rr__cqs *cqs,
+		      struct rr_bridge_stats *stats, rr__async_hook on_async, void *hook_ctx);
+/* Teardown: free every device, whatever its references. */
+void rr__devices_fini(struct rr__devices *set);
+
+/* The device of ctx, set up on first use, with a reference taken;
+ * -ENODEV (and no reference) once it is dead. */
+int rr__device_get(struct rr__devices *set, struct ibv_context *ctx, struct rr__device **out);
+/* The device of ctx if it is set up, without a reference; NULL if not. */
+struct rr__device *rr__device_find(struct rr__devices *set, struct ibv_context *ctx);
+void rr__device_put(struct rr__device *dev);
+/* Mark dead: new users are refused, and it goes with its last reference. */
+void rr__device_kill(struct rr__device *dev);
+
+#endif

@@ -1,0 +1,94 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Layer 4, endpoints: an RC QP on a private CQ of its device's shared
+ * channel, plus the requests posted on it. Uses the ring, CQ and device
+ * layers; the connection manager above drives its state through the
+ * rr__ep_* functions and learns of dropped passive endpoints by a hook.
+ */
+#ifndef RR_EP_H
+#define RR_EP_H
+
+#include "cq.h"
+#include "device.h"
+#include "list.h"
+#include "ring.h"
+
+struct rr__eps {
+	struct rr__ring *ring;
+	struct rr__cqs *cqs;
+	struct rr__devices *devs;
+	struct rr__list eps;
+};
+
+enum rr__obj_type { RR__OBJ_EP = 0x45504550, RR__OBJ_LISTENER = 0x4c53544e };
+
+enum rr__ep_state {
+	RR__EP_RESOLVING_ADDR,
+	RR__EP_RESOLVING_ROUTE,
+	RR__EP_CONNECTING,
+	RR__EP_ACCEPTING, /* passive side, before ESTABLISHED */
+	RR__EP_CONNECTED,
+	RR__EP_DISCONNECTING,
+	RR__EP_DISCONNECTED,
+	RR__EP_ERROR,
+};
+
+struct rr__req {
+	struct rr__list link; /* ep->outstanding or ep->free_reqs */
+	rr_ep *ep;
+	rr_req_cb cb;
+	void *data;
+	bool is_recv;
+	bool signalled;             /* asked for a work completion */
+	enum ibv_wc_opcode opcode;  /* sends: what its completion reports */
+};
+
+struct rr_ep {
+	uint32_t type; /* RR__OBJ_EP: cm_id->context points to ep or listener */
+	struct rr__eps *set;
+	struct rdma_cm_id *id;
+	struct rr__device *dev; /* holds a reference */
+	rr_cq *cq;
+	enum rr__ep_state state;
+	struct rr_ep_opts opts;
+	rr_ep_cb on_connect;
+	rr_ep_cb on_disconnect;
+	void *data;
+	struct rr__req *reqs;
+	struct rr__list free_reqs;
+	struct rr__list outstanding;
+	unsigned int nsend, nrecv; /* outstanding per queue */
+	unsigned int unsignalled;  /* sends since the last signalled one */
+	unsigned int in_callback;  /* depth of our callbacks on the stack */
+	bool destroy_pending;	   /* rr_ep_destroy() called from a callback */
+	bool notified_down;	   /* on_disconnect already delivered */
+	int down_pending;	   /* a WC error: on_disconnect after the batch */
+	uint32_t timer_slot;	   /* connect timeout, or RR__NO_SLOT */
+	struct rr__list link;	   /* set->eps */
+	/* Owned by the connection manager: a passive endpoint not yet
+	 * established sits on its listener's list; dropping it (instead of
+	 * reporting an error nobody could receive) goes through the hook. */
+	struct rr_listener *listener;
+	struct rr__list pending_link;
+	void (*on_drop)(rr_ep *ep);
+};
+
+void rr__eps_init(struct rr__eps *set, struct rr__ring *ring, struct rr__cqs *cqs,
+		  struct rr__devices *devs);
+/* Teardown: destroy every endpoint left. */
+void rr__eps_fini(struct rr__eps *set);
+/* A device async event: the endpoints it names go to error. */
+void rr__eps_async(struct rr__eps *set, struct rr__device *dev, const struct ibv_async_event *ev);
+
+int rr__ep_alloc(struct rr__eps *set, struct rdma_cm_id *id, const struct rr_ep_opts *opts,
+		 rr_ep **out);
+int rr__ep_setup_qp(rr_ep *ep);
+/* on_qp_ready; non-zero if the application destroyed the endpoint there. */
+int rr__ep_qp_ready(rr_ep *ep);
+/* Established: on_connect (or, passive, the given accept callback). */
+void rr__ep_established(rr_ep *ep, void (*accept)(void *ctx, rr_ep *ep), void *ctx);
+void rr__ep_to_error(rr_ep *ep, int status);
+void rr__ep_down(rr_ep *ep, int status);
+void rr__ep_stop_timer(rr_ep *ep);
+
+#endif

@@ -1,0 +1,453 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The ring layer: every fd the bridge watches (completion channels, the
+ * rdma_cm event channel, device async fds) and every timer is one slot with
+ * a POLL_ADD (or TIMEOUT) in the application's ring.
+ *
+ * Multishot polls stay armed across CQEs; a CQE without IORING_CQE_F_MORE
+ * means the kernel ended the poll (CQ overflow, cancellation, error) and the
+ * slot is armed again unless it is closing. Single-shot polls (old kernels,
+ * or RR_BRIDGE_SINGLESHOT) are simply that case every time.
+ *
+ * SQEs are owed, not lost: an arm, a cancel or a kick that cannot be
+ * written now (no room in the SQ, or the application is building an SQE
+ * chain the SQE would join) waits on a queue and is written at the next
+ * chance. A slot is freed only when its terminal CQE arrived, so a late CQE
+ * never reaches a reused slot; the generation catches the rest.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "ring.h"
+
+#define MAX_ARM_ERRORS 8
+
+enum { WANT_ARM = 1, WANT_CANCEL = 2 };
+
+struct rr__poll {
+	int fd;
+	uint32_t gen;
+	bool in_use;
+	bool is_timer;
+	bool armed;		      /* its POLL_ADD/TIMEOUT is in the SQ or the kernel */
+	bool closing;		      /* freed at the terminal CQE */
+	bool queued;		      /* on the owed queue (entries may be stale: see want) */
+	uint8_t want;		      /* WANT_*: SQEs owed */
+	unsigned int errors;	      /* consecutive failed polls */
+	struct __kernel_timespec *ts; /* timers: heap, the table may move */
+	rr__poll_fn fn;
+	void *ctx;
+	uint32_t next_free;
+	uint32_t next_owed;
+};
+
+uint64_t rr__now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int rr__set_nonblock(int fd)
+{
+	int fl = fcntl(fd, F_GETFL);
+
+	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+		return -errno;
+	return 0;
+}
+
+int rr__ring_init(struct rr__ring *r, struct io_uring *io, bool multishot,
+		  struct rr_bridge_stats *stats)
+{
+	/* Tells bridges on one ring apart, so a late CQE of a destroyed
+	 * bridge never matches a slot of the next one. */
+	static atomic_uint instances;
+
+	*r = (struct rr__ring){.io = io,
+			       .stats = stats,
+			       .inst = atomic_fetch_add(&instances, 1) & 0xfff,
+			       .multishot = multishot,
+			       .free_slot = RR__NO_SLOT,
+			       .pend_head = RR__NO_SLOT,
+			       .pend_tail = RR__NO_SLOT};
+	return 0;
+}
+
+void rr__ring_fini(struct rr__ring *r)
+{
+	for (uint32_t i = 0; i < r->nslots; i++)
+		free(r->slots[i].ts);
+	free(r->slots);
+	r->slots = NULL;
+	r->nslots = 0;
+}
+
+static int grow(struct rr__ring *r)
+{
+	uint32_t n = r->nslots ? r->nslots * 2 : 16;
+	struct rr__poll *s;
+
+	if (r->nslots >= RR__MAX_SLOTS)
+		return -ENOSPC;
+	if (n > RR__MAX_SLOTS)
+		n = RR__MAX_SLOTS;
+	s = realloc(r->slots, n * sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	for (uint32_t i = r->nslots; i < n; i++)
+		s[i] = (struct rr__poll){.fd = -1,
+					 .next_free = i + 1 < n ? i + 1 : r->free_slot,
+					 .next_owed = RR__NO_SLOT};
+	r->free_slot = r->nslots;
+	r->slots = s;
+	r->nslots = n;
+	return 0;
+}
+
+static void owe(struct rr__ring *r, uint32_t idx, uint8_t what)
+{
+	struct rr__poll *p = &r->slots[idx];
+
+	p->want |= what;
+	if (p->queued)
+		return;
+	p->queued = true;
+	p->next_owed = RR__NO_SLOT;
+	if (r->pend_tail == RR__NO_SLOT)
+		r->pend_head = idx;
+	else
+		r->slots[r->pend_tail].next_owed = idx;
+	r->pend_tail = idx;
+}
+
+static uint32_t take_slot(struct rr__ring *r, rr__poll_fn fn, void *ctx, int fd)
+{
+	uint32_t idx = r->free_slot;
+	struct rr__poll *p = &r->slots[idx];
+
+	r->free_slot = p->next_free;
+	p->fd = fd;
+	p->fn = fn;
+	p->ctx = ctx;
+	p->closing = false;
+	p->errors = 0;
+	p->in_use = true;
+	r->live_slots++;
+	return idx;
+}
+
+static void release(struct rr__ring *r, uint32_t idx)
+{
+	struct rr__poll *p = &r->slots[idx];
+
+	free(p->ts);
+	p->ts = NULL;
+	p->is_timer = false;
+	p->in_use = false;
+	p->armed = false;
+	p->want = 0; /* a stale queue entry is skipped */
+	p->fd = -1;
+	p->fn = NULL;
+	p->ctx = NULL;
+	p->gen++; /* late CQEs of this use no longer match */
+	p->next_free = r->free_slot;
+	r->free_slot = idx;
+	r->live_slots--;
+}
+
+int rr__poll_add(struct rr__ring *r, int fd, rr__poll_fn fn, void *ctx, uint32_t *slot_out)
+{
+	uint32_t idx;
+	int rc;
+
+	if (r->free_slot == RR__NO_SLOT && (rc = grow(r)))
+		return rc;
+	idx = take_slot(r, fn, ctx, fd);
+	owe(r, idx, WANT_ARM);
+	*slot_out = idx;
+	rr__ring_flush(r);
+	return 0;
+}
+
+int rr__timer_add(struct rr__ring *r, unsigned int ms, rr__poll_fn fn, void *ctx,
+		  uint32_t *slot_out)
+{
+	struct __kernel_timespec *ts = malloc(sizeof(*ts));
+	uint32_t idx;
+	int rc;
+
+	if (!ts)
+		return -ENOMEM;
+	if (r->free_slot == RR__NO_SLOT && (rc = grow(r))) {
+		free(ts);
+		return rc;
+	}
+	ts->tv_sec = ms / 1000;
+	ts->tv_nsec = (long long)(ms % 1000) * 1000000;
+	idx = take_slot(r, fn, ctx, -1);
+	r->slots[idx].ts = ts;
+	r->slots[idx].is_timer = true;
+	owe(r, idx, WANT_ARM);
+	*slot_out = idx;
+	rr__ring_flush(r);
+	return 0;
+}
+
+void rr__poll_close(struct rr__ring *r, uint32_t idx)
+{
+	struct rr__poll *p;
+
+	if (idx >= r->nslots || !r->slots[idx].in_use)
+		return;
+	p = &r->slots[idx];
+	if (p->closing)
+		return;
+	p->closing = true;
+	p->fn = NULL;
+	if (!p->armed) {
+		release(r, idx); /* its arm was still owed: nothing in the kernel */
+		return;
+	}
+	/* The io_uring poll holds its own reference to the file, so the fd
+	 * may be closed right after this; the slot waits for the terminal
+	 * CQE. */
+	p->want = WANT_CANCEL;
+	owe(r, idx, WANT_CANCEL);
+	rr__ring_flush(r);
+}
+
+void rr__ring_want_kick(struct rr__ring *r)
+{
+	if (r->loop_owned || r->kick_pending)
+		return;
+	r->kick_wanted = true;
+	rr__ring_flush(r);
+}
+
+/*
+ * May an SQE of ours go into the SQ now? Not into a chain the application
+ * is building: when the last SQE it prepared carries a link flag, ours
+ * would become the chain's next member. (An SQE got but not yet prepared
+ * cannot be judged; the header asks applications to prepare at once.)
+ */
+static bool may_write(struct rr__ring *r)
+{
+	struct io_uring_sq *sq = &r->io->sq;
+	unsigned int shift = r->io->flags & IORING_SETUP_SQE128 ? 1 : 0;
+	const struct io_uring_sqe *last;
+
+	if (sq->sqe_tail == sq->sqe_head)
+		return true; /* nothing prepared */
+	if (r->own_valid && sq->sqe_head == r->own_head && sq->sqe_tail == r->own_tail)
+		return true; /* only our own SQEs are prepared */
+	last = &sq->sqes[((sq->sqe_tail - 1) & sq->ring_mask) << shift];
+	return !(last->flags & (IOSQE_IO_LINK | IOSQE_IO_HARDLINK));
+}
+
+static void prep(struct rr__ring *r, struct io_uring_sqe *sqe, uint32_t idx, uint8_t what)
+{
+	struct rr__poll *p = &r->slots[idx];
+	uint64_t self = rr__ud(RR__UD_POLL, r->inst, p->gen, idx);
+
+	if (what == WANT_CANCEL) {
+		if (p->is_timer)
+			io_uring_prep_timeout_remove(sqe, self, 0);
+		else
+			io_uring_prep_poll_remove(sqe, self);
+		io_uring_sqe_set_data64(sqe, rr__ud(RR__UD_CANCEL, r->inst, p->gen, idx));
+		r->cancels++;
+		return;
+	}
+	if (p->is_timer)
+		io_uring_prep_timeout(sqe, p->ts, 0, 0);
+	else if (r->multishot)
+		io_uring_prep_poll_multishot(sqe, p->fd, POLLIN);
+	else
+		io_uring_prep_poll_add(sqe, p->fd, POLLIN);
+	io_uring_sqe_set_data64(sqe, self);
+	p->armed = true;
+}
+
+static struct io_uring_sqe *our_sqe(struct rr__ring *r)
+{
+	struct io_uring_sq *sq = &r->io->sq;
+	struct io_uring_sqe *sqe;
+	bool first = sq->sqe_tail == sq->sqe_head;
+
+	if (!may_write(r))
+		return NULL;
+	sqe = io_uring_get_sqe(r->io);
+	if (!sqe) {
+		r->stats->sq_full++;
+		return NULL;
+	}
+	if (first) {
+		r->own_valid = true;
+		r->own_head = sq->sqe_head;
+	} else if (!r->own_valid || sq->sqe_head != r->own_head ||
+		   sq->sqe_tail - 1 != r->own_tail) {
+		r->own_valid = false; /* after the application's SQEs */
+	}
+	r->own_tail = sq->sqe_tail;
+	return sqe;
+}
+
+unsigned int rr__ring_flush(struct rr__ring *r)
+{
+	struct io_uring_sqe *sqe;
+
+	while (r->pend_head != RR__NO_SLOT) {
+		uint32_t idx = r->pend_head;
+		struct rr__poll *p = &r->slots[idx];
+		uint8_t what = p->want & WANT_CANCEL ? WANT_CANCEL : p->want;
+
+		if (what) {
+			sqe = our_sqe(r);
+			if (!sqe)
+				break;
+			prep(r, sqe, idx, what);
+			p->want &= (uint8_t)~what;
+			if (p->want)
+				continue; /* the slot owes another SQE */
+		}
+		r->pend_head = p->next_owed;
+		if (r->pend_head == RR__NO_SLOT)
+			r->pend_tail = RR__NO_SLOT;
+		p->queued = false;
+	}
+	if (r->kick_wanted && !r->kick_pending && !r->loop_owned) {
+		sqe = our_sqe(r);
+		if (sqe) {
+			io_uring_prep_nop(sqe);
+			io_uring_sqe_set_data64(sqe, rr__ud(RR__UD_KICK, r->inst, 0, 0));
+			r->kick_wanted = false;
+			r->kick_pending = true;
+			r->stats->kicks++;
+		}
+	} else if (r->loop_owned) {
+		r->kick_wanted = false; /* the loop comes back by itself */
+	}
+	return rr__ring_owed(r);
+}
+
+unsigned int rr__ring_owed(const struct rr__ring *r)
+{
+	unsigned int n = r->kick_wanted ? 1 : 0;
+
+	for (uint32_t i = r->pend_head; i != RR__NO_SLOT; i = r->slots[i].next_owed)
+		n += r->slots[i].want ? 1 : 0;
+	return n;
+}
+
+bool rr__ring_idle(const struct rr__ring *r)
+{
+	return !r->live_slots && !r->kick_pending && !r->cancels;
+}
+
+/*
+ * -EALREADY: the poll was firing when the cancel came (with
+ * IORING_SETUP_DEFER_TASKRUN its task work waits for the next
+ * io_uring_enter()), and a multishot poll stays armed after that. Ask
+ * again, or the slot would never see its terminal CQE.
+ */
+static void cancel_cqe(struct rr__ring *r, uint32_t idx, const struct io_uring_cqe *cqe)
+{
+	struct rr__poll *p = &r->slots[idx];
+
+	if (cqe->res != -EALREADY || !p->in_use || !p->closing || !p->armed)
+		return;
+	r->stats->cancel_retries++;
+	owe(r, idx, WANT_CANCEL);
+}
+
+static void poll_cqe(struct rr__ring *r, uint32_t idx, const struct io_uring_cqe *cqe)
+{
+	struct rr__poll *p = &r->slots[idx];
+	bool more = cqe->flags & IORING_CQE_F_MORE;
+	rr__poll_fn fn;
+	void *ctx;
+
+	if (!more)
+		p->armed = false;
+	if (p->closing) {
+		if (!more)
+			release(r, idx);
+		return;
+	}
+	if (p->is_timer) {
+		fn = p->fn;
+		ctx = p->ctx;
+		release(r, idx);
+		fn(ctx, cqe->res == -ETIME ? -ETIME : cqe->res);
+		return;
+	}
+	if (cqe->res >= 0) {
+		p->errors = 0;
+		p->fn(p->ctx, cqe->res);
+		p = &r->slots[idx]; /* the handler may have moved the table */
+	} else if (cqe->res == -EINVAL && r->multishot) {
+		r->multishot = false; /* no multishot poll: single-shot from now on */
+	} else if (cqe->res != -ECANCELED && cqe->res != -EAGAIN && cqe->res != -EINTR) {
+		p->errors++;
+	}
+	/* The handler may have closed the slot. */
+	if (!p->in_use || p->armed || (p->want & WANT_ARM))
+		return;
+	if (p->closing) {
+		release(r, idx);
+		return;
+	}
+	if (p->errors >= MAX_ARM_ERRORS) {
+		/* The fd keeps failing: tell the owner once and stop. */
+		fn = p->fn;
+		ctx = p->ctx;
+		r->stats->poll_failures++;
+		release(r, idx);
+		fn(ctx, cqe->res < 0 ? cqe->res : -EIO);
+		return;
+	}
+	r->stats->rearms++;
+	owe(r, idx, WANT_ARM);
+}
+
+enum rr__ud_kind rr__ring_cqe(struct rr__ring *r, const struct io_uring_cqe *cqe)
+{
+	uint64_t ud = cqe->user_data;
+	enum rr__ud_kind kind = rr__ud_kind(ud);
+	uint32_t idx = rr__ud_slot(ud);
+
+	if (rr__ud_inst(ud) != r->inst)
+		return 0; /* an earlier bridge's */
+	if (kind == RR__UD_KICK) {
+		r->kick_pending = false;
+		return kind;
+	}
+	if (kind == RR__UD_CANCEL && r->cancels)
+		r->cancels--; /* whatever became of its slot */
+	if (idx >= r->nslots || !r->slots[idx].in_use ||
+	    (r->slots[idx].gen & 0xfff) != rr__ud_gen(ud))
+		return 0; /* stale: from an earlier use of the slot */
+	if (kind == RR__UD_POLL)
+		poll_cqe(r, idx, cqe);
+	else if (kind == RR__UD_CANCEL)
+		cancel_cqe(r, idx, cqe);
+	else
+		return 0;
+	return kind;
+}
+
+uint64_t rr__ring_poll_ud(const struct rr__ring *r, uint32_t idx)
+{
+	return rr__ud(RR__UD_POLL, r->inst, r->slots[idx].gen, idx);
+}
+
+bool rr__ring_slot_armed(const struct rr__ring *r, uint32_t idx)
+{
+	return idx < r->nslots && r->slots[idx].in_use && r->slots[idx].armed;
+}

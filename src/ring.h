@@ -1,0 +1,122 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Layer 1, the ring: poll and timer slots on the application's io_uring,
+ * the SQEs the bridge owes the ring, kicks, and the clock. Knows nothing
+ * of verbs; the layers above register a function per slot.
+ */
+#ifndef RR_RING_H
+#define RR_RING_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ringrdma.h"
+
+/*
+ * user_data of a bridge SQE: tag(16) | kind(4) | generation(12) |
+ * ring instance(12) | slot(20). The instance tells this bridge's CQEs from
+ * those of an earlier bridge on the same ring; the generation tells a
+ * slot's current use from its earlier ones.
+ */
+enum rr__ud_kind {
+	RR__UD_POLL = 1,   /* a slot's POLL_ADD or TIMEOUT */
+	RR__UD_CANCEL = 2, /* the POLL_REMOVE / TIMEOUT_REMOVE of a slot */
+	RR__UD_KICK = 3,   /* NOP: come back for busy/hybrid/backlogged CQs */
+};
+
+#define RR__SLOT_BITS 20
+#define RR__MAX_SLOTS (1u << RR__SLOT_BITS)
+#define RR__NO_SLOT   UINT32_MAX
+
+static inline uint64_t rr__ud(enum rr__ud_kind kind, uint32_t inst, uint32_t gen, uint32_t slot)
+{
+	return RR_USER_DATA_TAG | ((uint64_t)(kind & 0xf) << 44) | ((uint64_t)(gen & 0xfff) << 32) |
+	       ((uint64_t)(inst & 0xfff) << RR__SLOT_BITS) | (slot & (RR__MAX_SLOTS - 1));
+}
+
+static inline enum rr__ud_kind rr__ud_kind(uint64_t ud)
+{
+	return (enum rr__ud_kind)((ud >> 44) & 0xf);
+}
+
+static inline uint32_t rr__ud_gen(uint64_t ud)
+{
+	return (uint32_t)(ud >> 32) & 0xfff;
+}
+
+static inline uint32_t rr__ud_inst(uint64_t ud)
+{
+	return (uint32_t)(ud >> RR__SLOT_BITS) & 0xfff;
+}
+
+static inline uint32_t rr__ud_slot(uint64_t ud)
+{
+	return (uint32_t)ud & (RR__MAX_SLOTS - 1);
+}
+
+/* Called with the poll result (revents >= 0); -ETIME when a timer expired;
+ * or once with another negative errno when the poll could not be kept
+ * alive (the slot is then gone). Must drain the fd: polls may be
+ * edge-like. */
+typedef void (*rr__poll_fn)(void *ctx, int revents);
+
+struct rr__poll;
+
+struct rr__ring {
+	struct io_uring *io;
+	struct rr_bridge_stats *stats;
+	uint32_t inst;
+	bool multishot;
+	bool loop_owned;   /* inside the built-in loop: no kicks needed */
+	bool kick_wanted;  /* a kick NOP is owed */
+	bool kick_pending; /* a kick NOP is in the SQ or the kernel */
+	struct rr__poll *slots;
+	uint32_t nslots, free_slot, live_slots;
+	unsigned int cancels;	       /* cancel SQEs whose CQE has not arrived */
+	uint32_t pend_head, pend_tail; /* slots owing an SQE, oldest first */
+	/* SQEs this ring wrote since the application last submitted, when
+	 * nothing of the application's was prepared before them. */
+	unsigned int own_head, own_tail;
+	bool own_valid;
+};
+
+int rr__ring_init(struct rr__ring *r, struct io_uring *io, bool multishot,
+		  struct rr_bridge_stats *stats);
+void rr__ring_fini(struct rr__ring *r);
+
+/* Watch fd (POLLIN) until rr__poll_close(). The SQE may be owed for a
+ * while (see rr__ring_flush()); only -ENOMEM/-ENOSPC fail. */
+int rr__poll_add(struct rr__ring *r, int fd, rr__poll_fn fn, void *ctx, uint32_t *slot_out);
+/* A one-shot timer: fn(ctx, -ETIME) after ms, never after rr__poll_close(). */
+int rr__timer_add(struct rr__ring *r, unsigned int ms, rr__poll_fn fn, void *ctx,
+		  uint32_t *slot_out);
+/* Stop a poll or timer; its fn is never called again. RR__NO_SLOT is fine. */
+void rr__poll_close(struct rr__ring *r, uint32_t slot);
+
+/* Handle a CQE carrying this ring's tag: the kind handled, or 0 for a
+ * stale CQE (another instance, an old generation). */
+enum rr__ud_kind rr__ring_cqe(struct rr__ring *r, const struct io_uring_cqe *cqe);
+
+/* Ask for a NOP kick so an embedding loop comes back to the bridge. */
+void rr__ring_want_kick(struct rr__ring *r);
+
+/*
+ * Write the SQEs the ring owes, as far as the SQ has room and the last SQE
+ * the application prepared opens no link chain. Never submits. Returns how
+ * many SQEs are still owed.
+ */
+unsigned int rr__ring_flush(struct rr__ring *r);
+unsigned int rr__ring_owed(const struct rr__ring *r);
+
+/* No poll, timer or kick of this ring is left in the kernel. */
+bool rr__ring_idle(const struct rr__ring *r);
+
+/* For tests and diagnostics: a slot's poll user_data, and whether its
+ * poll is in the SQ or the kernel. */
+uint64_t rr__ring_poll_ud(const struct rr__ring *r, uint32_t slot);
+bool rr__ring_slot_armed(const struct rr__ring *r, uint32_t slot);
+
+uint64_t rr__now_ns(void);
+int rr__set_nonblock(int fd);
+
+#endif

@@ -1,0 +1,35 @@
+#!/bin/bash
+# tools/bench-boots --from: medians and ranges over boots, from three
+# made-up boots whose figures differ (TAP).
+set -u
+TOOL=${1:?usage: bench_boots.sh PATH/TO/bench-boots}
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+# boot K: uring p50 = 100*K, thread p50 = 100 (ratios 1, 2, 3); rate ops
+# uring 90, 100, 200 against busy 100 (0.9, 1.0, 2.0).
+for k in 1 2 3; do
+	python3 - "$k" >"$dir/b$k.json" <<'PY'
+import json, sys
+k = int(sys.argv[1])
+def rec(s, w, **f):
+    r = {"strategy": s, "workload": w, "op": "send", "conns": 1}
+    r.update(f)
+    return r
+print(json.dumps([
+    rec("uring", "pingpong", p50_us=100.0 * k, syscalls_per_op=9.0),
+    rec("thread", "pingpong", p50_us=100.0, syscalls_per_op=10.0),
+    rec("busy", "rate", ops_per_s=100.0),
+    rec("uring", "rate", ops_per_s=[90.0, 100.0, 200.0][k - 1]),
+]))
+PY
+done
+out=$("$TOOL" --from "$dir"/b1.json "$dir"/b2.json "$dir"/b3.json)
+echo "$out" | sed 's/^/# /'
+echo "1..4"
+line() { echo "$out" | grep -F "$1" | tr -s ' '; }
+n=0
+check() { n=$((n + 1)); if echo "$2" | grep -qE -e "$3"; then echo "ok $n - $1"; else echo "not ok $n - $1: $2"; fi; }
+check "uring / thread: median 2, range 1-3, missed" "$(line 'uring / thread')" '2\.00 1\.00 3\.00 <= 1 no'
+check "rate uring / busy: median 1, range 0.9-2, met" "$(line 'rate ops/s: uring / busy')" '1\.00 0\.90 2\.00 >= 1 yes'
+check "syscalls: uring - thread = -1" "$(line 'uring - thread')" '-1\.00 -1\.00 -1\.00 <= 0 yes'
+check "a target with no figures shows a dash" "$(line 'hybrid / busy')" 'busy - - -'
