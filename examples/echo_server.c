@@ -206,8 +206,8 @@ int main(int argc, char **argv)
 	if (rc)
 		return fail("rr_bridge_create", rc);
 
-	/* Take the SQE and fill it in before the next rr_ call: any of them
-	 * may submit. */
+	/* Take the SQE and fill it in before the next rr_ call: the bridge
+	 * looks at the last prepared SQE to keep out of linked chains. */
 	sqe = io_uring_get_sqe(&ring);
 	io_uring_prep_read(sqe, sfd, &sig, sizeof(sig), 0);
 	io_uring_sqe_set_data64(sqe, SIGNAL_READ);

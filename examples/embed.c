@@ -8,11 +8,12 @@
  *
  *   embed ADDR PORT < FILE
  *
- * The loop is the application's, and stays as it was, with one addition:
+ * The loop is the application's, and stays as it was, with two additions:
  * every CQE it reaps is offered to rr_bridge_handle_cqe() first, which
  * answers 1 for the bridge's own CQEs (and runs their callbacks) and 0 for
- * the application's. The loop must submit, as io_uring_submit_and_wait()
- * does, because the bridge only queues its SQEs on the ring.
+ * the application's; and rr_bridge_flush() before each submit, which writes
+ * any SQE the bridge could not write yet (the SQ was full). The loop must
+ * submit, as io_uring_submit_and_wait() does: the bridge never does.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -181,6 +182,7 @@ int main(int argc, char **argv)
 		unsigned int head, seen = 0;
 
 		/* Submits the application's SQEs and the bridge's alike. */
+		rr_bridge_flush(app.b);
 		rc = io_uring_submit_and_wait(&app.ring, 1);
 		if (rc < 0 && rc != -EINTR) {
 			fail(&app, "io_uring_submit_and_wait", rc);
