@@ -49,7 +49,7 @@ static void run_connect(const char *host, uint16_t port, struct conn_result *r, 
 	rr_ep *ep = NULL;
 	struct rr_ep_opts o = {.data = r, .connect_timeout_ms = 3000};
 
-	cr_assert_eq(io_uring_queue_init(64, &ring, 0), 0);
+	cr_assert_eq(rr_test_ring_init(&ring, 64), 0);
 	cr_assert_eq(rr_bridge_create(&b, &ring, NULL), 0);
 	*sync_rc = rr_connect(b, host, port, &o, record_connect, &ep);
 	if (*sync_rc == 0) {
@@ -197,7 +197,7 @@ static int run_victim(const char *addr, int port_fd)
 	rr_listener *l;
 	uint16_t port;
 
-	if (io_uring_queue_init(64, &ring, 0) || rr_bridge_create(&b, &ring, NULL) ||
+	if (rr_test_ring_init(&ring, 64) || rr_bridge_create(&b, &ring, NULL) ||
 	    rr_listen(b, addr, 0, NULL, victim_accept, NULL, &l))
 		return 1;
 	port = rr_listener_port(l);
@@ -297,7 +297,7 @@ Test(faults, peer_killed_mid_stream)
 	}
 	close(pfd[1]);
 	cr_assert_eq(read(pfd[0], &port, sizeof(port)), (ssize_t)sizeof(port), "victim failed");
-	cr_assert_eq(io_uring_queue_init(64, &ring, 0), 0);
+	cr_assert_eq(rr_test_ring_init(&ring, 64), 0);
 	cr_assert_eq(rr_bridge_create(&b, &ring, NULL), 0);
 	cr_assert_eq(rr_connect(b, addr, port, &o, on_stream_connect, &s.ep), 0);
 	cr_assert_eq(bp_run_pred(b, is_connected, &s, 20000), 0);
@@ -367,7 +367,7 @@ Test(faults, thousand_connect_abort_destroy_cycles, .timeout = 600)
 	int fds0 = 0, expect_flushed = 0;
 	long rss0 = 0;
 
-	cr_assert_eq(io_uring_queue_init(128, &ring, 0), 0);
+	cr_assert_eq(rr_test_ring_init(&ring, 128), 0);
 	cr_assert_eq(rr_bridge_create(&b, &ring, NULL), 0);
 	cr_assert_eq(rr_listen(b, addr, 0, &o, cyc_accept, &c, &l), 0);
 	for (int i = 0; i < 1000; i++) {
@@ -503,7 +503,7 @@ static void *pp_server(void *arg)
 	struct rr_ep_opts o = {.mode = s->mode, .spin_us = 2};
 	rr_listener *l;
 
-	if (io_uring_queue_init(64, &s->ring, 0) || rr_bridge_create(&s->b, &s->ring, NULL) ||
+	if (rr_test_ring_init(&s->ring, 64) || rr_bridge_create(&s->b, &s->ring, NULL) ||
 	    rr_listen(s->b, s->addr, 0, &o, pp_accept, s, &l)) {
 		s->failed++;
 		l = NULL;
@@ -555,7 +555,7 @@ static void pingpong_two_threads(enum rr_wait_mode mode)
 	while (!port)
 		pthread_cond_wait(&cond, &lock);
 	pthread_mutex_unlock(&lock);
-	cr_assert_eq(io_uring_queue_init(64, &cli.ring, 0), 0);
+	cr_assert_eq(rr_test_ring_init(&cli.ring, 64), 0);
 	cr_assert_eq(rr_bridge_create(&cli.b, &cli.ring, NULL), 0);
 	cr_assert_eq(rr_connect(cli.b, cli.addr, port, &o, pp_connected, &cli.ep), 0);
 	/* A lost wake-up on either side stops the ping-pong for good. */
@@ -660,7 +660,7 @@ Test(faults, first_sends_meet_receives_and_precede_disconnect)
 	rr_ep *cli;
 
 	memset(&O, 0, sizeof(O));
-	cr_assert_eq(io_uring_queue_init(64, &ring, 0), 0);
+	cr_assert_eq(rr_test_ring_init(&ring, 64), 0);
 	cr_assert_eq(rr_bridge_create(&b, &ring, NULL), 0);
 	cr_assert_eq(rr_listen(b, addr, 0, &so, o_accept, NULL, &l), 0);
 	/* Server memory exists before any client does. */
@@ -723,7 +723,7 @@ Test(faults, destroy_in_on_qp_ready_abandons_both_sides)
 	rr_ep *cli, *cli2;
 
 	memset(&Q, 0, sizeof(Q));
-	cr_assert_eq(io_uring_queue_init(64, &ring, 0), 0);
+	cr_assert_eq(rr_test_ring_init(&ring, 64), 0);
 	cr_assert_eq(rr_bridge_create(&b, &ring, NULL), 0);
 	cr_assert_eq(rr_listen(b, addr, 0, &so, q_accept, NULL, &l), 0);
 	/* Passive side abandons: the client hears a clear error. */

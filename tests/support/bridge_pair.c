@@ -121,7 +121,7 @@ int bp_open(struct bridge_pair *p, const char *addr, const struct rr_ep_opts *op
 	memset(p, 0, sizeof(*p));
 	p->srv.connect_status = p->cli.connect_status = 1;
 	p->srv.down_status = p->cli.down_status = 1;
-	rc = io_uring_queue_init(256, &p->ring, 0);
+	rc = rr_test_ring_init(&p->ring, 256);
 	if (rc)
 		return rc;
 	rc = rr_bridge_create(&p->b, &p->ring, NULL);

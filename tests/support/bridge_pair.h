@@ -11,6 +11,8 @@
 
 #include <ringrdma.h>
 
+#include "test_ring.h"
+
 struct bp_side {
 	rr_ep *ep;
 	int connect_status;  /* on_connect's status; 1 until called */

@@ -1,0 +1,324 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The finer points of the contract, on real rxe:
+ *  - on a peer disconnect, completions already in the CQ come before
+ *    on_disconnect, only flushes after it, every request exactly once;
+ *  - a work completion error moves the endpoint to error;
+ *  - an application's linked SQE chain stays intact around rr_ calls that
+ *    queue bridge SQEs, with its own loop and with the built-in one.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "bridge_pair.h"
+#include "rdma_sync.h"
+#include "require.h"
+
+TestSuite(contract, .timeout = 120);
+
+/* ---- order on a peer disconnect ---- */
+
+#define NRECV 16
+#define NMSG  4 /* messages that arrive before the server leaves */
+
+struct rec {
+	int calls, status, order;
+};
+
+static struct {
+	struct bridge_pair p;
+	struct ibv_mr *mr;
+	uint8_t cbuf[NRECV][64], sbuf[NRECV + NMSG][64];
+	struct rec cli[NRECV], srv[NRECV];
+	int seq, sent;
+	int down_calls[2], down_status[2], down_order[2];
+} P;
+
+static void rec_done(rr_ep *ep, const struct rr_completion *c, void *data)
+{
+	struct rec *r = data;
+
+	r->calls++;
+	r->status = c->status;
+	r->order = ++P.seq;
+}
+
+static void rec_down(rr_ep *ep, int status, void *data)
+{
+	int i = ep == P.p.cli.ep ? 0 : 1;
+
+	P.down_calls[i]++;
+	P.down_status[i] = status;
+	P.down_order[i] = ++P.seq;
+}
+
+static void sent_then_leave(rr_ep *ep, const struct rr_completion *c, void *data)
+{
+	/* The last SEND is acknowledged, so it sits in the client's CQ:
+	 * leave now. */
+	if (c->status == 0 && ++P.sent == NMSG)
+		cr_assert_eq(rr_ep_disconnect(ep), 0);
+}
+
+static bool client_down(void *arg)
+{
+	return P.down_calls[0] > 0;
+}
+
+/* Every request exactly once, 0 or -ECANCELED, nothing but -ECANCELED
+ * after on_disconnect; returns the number completed with status 0. */
+static int check_order(const char *side, struct rec *r, int n, int down_order)
+{
+	int ok = 0;
+
+	for (int i = 0; i < n; i++) {
+		cr_expect_eq(r[i].calls, 1, "%s receive %d: %d callbacks", side, i, r[i].calls);
+		cr_expect(r[i].status == 0 || r[i].status == -ECANCELED,
+			  "%s receive %d: status %d (%s)", side, i, r[i].status,
+			  strerror(-r[i].status));
+		cr_expect(r[i].order < down_order || r[i].status == -ECANCELED,
+			  "%s receive %d: status %d handed out after on_disconnect", side, i,
+			  r[i].status);
+		ok += r[i].status == 0;
+	}
+	return ok;
+}
+
+Test(contract, peer_disconnect_order)
+{
+	const char *addr = rr_test_require_rdma();
+	struct rr_ep_opts o = {.max_recv_wr = NRECV};
+
+	memset(&P, 0, sizeof(P));
+	cr_assert_eq(bp_open(&P.p, addr, &o), 0);
+	rr_ep_set_on_disconnect(P.p.cli.ep, rec_down);
+	rr_ep_set_on_disconnect(P.p.srv.ep, rec_down);
+	cr_assert_eq(rr_ep_reg_mr(P.p.cli.ep, &P, sizeof(P), 0, &P.mr), 0);
+	for (int i = 0; i < NRECV; i++) {
+		cr_assert_eq(rr_ep_post_recv(P.p.cli.ep, P.cbuf[i], 64, P.mr, rec_done, &P.cli[i]),
+			     0);
+		cr_assert_eq(rr_ep_post_recv(P.p.srv.ep, P.sbuf[i], 64, P.mr, rec_done, &P.srv[i]),
+			     0);
+	}
+	for (int i = 0; i < NMSG; i++)
+		cr_assert_eq(rr_ep_post_send(P.p.srv.ep, P.sbuf[NRECV + i], 64, P.mr,
+					     sent_then_leave, NULL),
+			     0);
+	cr_assert_eq(bp_run_pred(P.p.b, client_down, NULL, 20000), 0, "no on_disconnect");
+	/* Flushes still to come arrive through the CQ or in rr_ep_destroy(). */
+	for (int i = 0; i < 20; i++)
+		rr_bridge_run_once(P.p.b, 10);
+	rr_ep_destroy(P.p.cli.ep);
+	rr_ep_destroy(P.p.srv.ep);
+	cr_assert_eq(P.down_calls[0], 1, "client on_disconnect called %d times", P.down_calls[0]);
+	cr_assert_eq(P.down_status[0], -ECONNRESET, "client on_disconnect status %d",
+		     P.down_status[0]);
+	cr_assert_eq(P.down_calls[1], 1, "server on_disconnect called %d times", P.down_calls[1]);
+	cr_assert_eq(P.down_status[1], 0, "server on_disconnect status %d", P.down_status[1]);
+	cr_expect_eq(check_order("client", P.cli, NRECV, P.down_order[0]), NMSG,
+		     "the client's receives before the server left did not all complete");
+	cr_expect_eq(check_order("server", P.srv, NRECV, P.down_order[1]), 0);
+	rr_mr_dereg(P.mr);
+	bp_close(&P.p);
+}
+
+/* ---- a work completion error moves the endpoint to error ---- */
+
+static struct {
+	struct rec write, recv[4], late;
+} W;
+
+static bool write_done(void *arg)
+{
+	return W.write.calls > 0;
+}
+
+static bool down_seen(void *arg)
+{
+	return ((struct bridge_pair *)arg)->cli.down_calls > 0;
+}
+
+Test(contract, wc_error_moves_endpoint_to_error)
+{
+	const char *addr = rr_test_require_rdma();
+	struct bridge_pair p;
+	static uint8_t lbuf[8][64], rbuf[64];
+	struct ibv_mr *lmr, *rmr;
+	int rc;
+
+	memset(&W, 0, sizeof(W));
+	cr_assert_eq(bp_open(&p, addr, NULL), 0);
+	cr_assert_eq(rr_ep_reg_mr(p.cli.ep, lbuf, sizeof(lbuf), 0, &lmr), 0);
+	cr_assert_eq(rr_ep_reg_mr(p.srv.ep, rbuf, sizeof(rbuf), IBV_ACCESS_REMOTE_WRITE, &rmr), 0);
+	for (int i = 0; i < 4; i++)
+		cr_assert_eq(rr_ep_post_recv(p.cli.ep, lbuf[i], 64, lmr, rec_done, &W.recv[i]), 0);
+	/* A key no MR has: the responder answers with a remote access error. */
+	cr_assert_eq(rr_ep_post_write(p.cli.ep, lbuf[7], 64, lmr, (uintptr_t)rbuf,
+				      rmr->rkey ^ 0x00ffff00u, rec_done, &W.write),
+		     0);
+	cr_assert_eq(bp_run_pred(p.b, write_done, NULL, 20000), 0, "the WRITE never completed");
+	cr_assert_eq(W.write.status, -EACCES, "the WRITE completed with %d (%s)", W.write.status,
+		     strerror(-W.write.status));
+	/* The QP is in error now; the endpoint must say so. */
+	bp_run_pred(p.b, down_seen, &p, 10000);
+	rc = rr_ep_post_send(p.cli.ep, lbuf[6], 64, lmr, rec_done, &W.late);
+	cr_expect(p.cli.down_calls == 1 && p.cli.down_status < 0 && rc == -ENOTCONN,
+		  "after a remote access error: on_disconnect called %d times (status %d), "
+		  "rr_ep_post_send() returned %d; want once with a negative status and -ENOTCONN",
+		  p.cli.down_calls, p.cli.down_status, rc);
+	rr_ep_destroy(p.cli.ep);
+	rr_ep_destroy(p.srv.ep);
+	for (int i = 0; i < 4; i++)
+		cr_expect(W.recv[i].calls == 1 && W.recv[i].status == -ECANCELED,
+			  "receive %d: %d callbacks, status %d", i, W.recv[i].calls,
+			  W.recv[i].status);
+	cr_expect_eq(W.late.calls, rc == 0 ? 1 : 0, "the late SEND had %d callbacks", W.late.calls);
+	rr_mr_dereg(lmr);
+	rr_mr_dereg(rmr);
+	bp_close(&p);
+}
+
+/* ---- an application's SQE chain around rr_ calls ---- */
+
+enum { UD_A = 1, UD_B = 2 };
+
+static struct {
+	struct io_uring ring;
+	rr_bridge *b;
+	rr_listener *l;
+	rr_ep *first, *second, *accepted[4];
+	int naccepted, connects[2], status[2];
+	int a_seen, b_seen, a_res, b_res, order;
+} L;
+
+static void chain_app_cqe(rr_bridge *b, const struct io_uring_cqe *cqe, void *data)
+{
+	if (cqe->user_data == UD_A) {
+		L.a_seen = ++L.order;
+		L.a_res = cqe->res;
+	} else if (cqe->user_data == UD_B) {
+		L.b_seen = ++L.order;
+		L.b_res = cqe->res;
+	}
+}
+
+static void chain_accept(rr_listener *l, rr_ep *ep, void *data)
+{
+	if (L.naccepted < 4)
+		L.accepted[L.naccepted++] = ep;
+	else
+		rr_ep_destroy(ep);
+}
+
+static void chain_connect(rr_ep *ep, int status, void *data)
+{
+	int i = data != NULL;
+
+	L.connects[i]++;
+	L.status[i] = status;
+}
+
+static bool first_up(void *arg)
+{
+	return L.connects[0] && L.naccepted;
+}
+
+static bool chain_done(void *arg)
+{
+	return L.b_seen && L.a_seen && L.connects[1];
+}
+
+/* The application's own loop: submit, offer every CQE, mark it seen. */
+static int app_loop(bool (*pred)(void *), int timeout_ms)
+{
+	uint64_t deadline = bp_now_ms() + (uint64_t)timeout_ms;
+
+	while (!pred(NULL)) {
+		struct __kernel_timespec ts = {.tv_nsec = 50 * 1000000};
+		struct io_uring_cqe *cqe;
+		int rc;
+
+		if (bp_now_ms() > deadline)
+			return -ETIMEDOUT;
+		rc = io_uring_submit_and_wait_timeout(&L.ring, &cqe, 1, &ts, NULL);
+		if (rc < 0 && rc != -ETIME && rc != -EINTR)
+			return rc;
+		while (io_uring_peek_cqe(&L.ring, &cqe) == 0) {
+			if (!rr_bridge_handle_cqe(L.b, cqe))
+				chain_app_cqe(L.b, cqe, NULL);
+			io_uring_cqe_seen(&L.ring, cqe);
+		}
+	}
+	return 0;
+}
+
+static int run_loop(bool builtin, bool (*pred)(void *), int timeout_ms)
+{
+	return builtin ? bp_run_pred(L.b, pred, NULL, timeout_ms) : app_loop(pred, timeout_ms);
+}
+
+static void chain_around_rr_calls(bool builtin)
+{
+	const char *addr = rr_test_require_rdma();
+	struct rr_bridge_opts bo = {.on_app_cqe = chain_app_cqe};
+	/* The connect timeout makes rr_connect() queue a TIMEOUT SQE. */
+	struct rr_ep_opts o = {.connect_timeout_ms = 20000};
+	struct __kernel_timespec ts = {.tv_nsec = 20 * 1000000};
+	struct io_uring_sqe *sqe;
+
+	memset(&L, 0, sizeof(L));
+	cr_assert_eq(rr_test_ring_init(&L.ring, 64), 0);
+	cr_assert_eq(rr_bridge_create(&L.b, &L.ring, &bo), 0);
+	cr_assert_eq(rr_listen(L.b, addr, 0, NULL, chain_accept, NULL, &L.l), 0);
+	cr_assert_eq(rr_connect(L.b, addr, rr_listener_port(L.l), NULL, chain_connect, &L.first),
+		     0);
+	cr_assert_eq(run_loop(builtin, first_up, 20000), 0, "first connection");
+	cr_assert_eq(L.status[0], 0);
+
+	/* A, linked to B; a timeout that counts as success, so B runs after
+	 * it; in between, rr_ calls that queue bridge SQEs (a timer and a
+	 * kick). */
+	sqe = io_uring_get_sqe(&L.ring);
+	cr_assert_not_null(sqe);
+	io_uring_prep_timeout(sqe, &ts, 0, IORING_TIMEOUT_ETIME_SUCCESS);
+	io_uring_sqe_set_data64(sqe, UD_A);
+	sqe->flags |= IOSQE_IO_LINK;
+	o.data = &L; /* marks the second connection */
+	cr_assert_eq(rr_connect(L.b, addr, rr_listener_port(L.l), &o, chain_connect, &L.second), 0);
+	cr_assert_eq(rr_cq_set_mode(rr_ep_cq(L.first), RR_WAIT_BUSY, 0), 0);
+	sqe = io_uring_get_sqe(&L.ring);
+	cr_assert_not_null(sqe);
+	io_uring_prep_nop(sqe);
+	io_uring_sqe_set_data64(sqe, UD_B);
+
+	run_loop(builtin, chain_done, 20000);
+	cr_expect(L.a_seen && L.b_seen, "A completed: %d, B completed: %d", !!L.a_seen, !!L.b_seen);
+	cr_expect_eq(L.a_res, -ETIME, "A: res %d", L.a_res);
+	cr_expect_eq(L.b_res, 0, "B: res %d (%s)", L.b_res, strerror(-L.b_res));
+	cr_expect_gt(L.b_seen, L.a_seen,
+		     "B completed before A: a bridge SQE took B's place in the application's "
+		     "linked chain");
+	cr_expect(L.connects[1] == 1 && L.status[1] == 0,
+		  "the connection made inside the chain: %d callbacks, status %d", L.connects[1],
+		  L.status[1]);
+	rr_cq_set_mode(rr_ep_cq(L.first), RR_WAIT_EVENT, 0);
+	rr_ep_destroy(L.first);
+	rr_ep_destroy(L.second);
+	for (int i = 0; i < L.naccepted; i++)
+		rr_ep_destroy(L.accepted[i]);
+	rr_listener_destroy(L.l);
+	cr_assert_eq(rr_bridge_destroy(L.b), 0);
+	io_uring_queue_exit(&L.ring);
+}
+
+Test(contract, linked_chain_around_rr_calls_own_loop)
+{
+	chain_around_rr_calls(false);
+}
+
+Test(contract, linked_chain_around_rr_calls_builtin_loop)
+{
+	chain_around_rr_calls(true);
+}

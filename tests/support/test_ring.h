@@ -1,0 +1,21 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Rings for the lab tests, set up the way the environment asks:
+ *   RR_TEST_RING_FLAGS  io_uring setup flags (hex or decimal), e.g. 0x3000
+ *                       (SINGLE_ISSUER|DEFER_TASKRUN), 0x100 (COOP_TASKRUN),
+ *                       0x2 (SQPOLL); the same variable as the unit suite's.
+ *   RR_TEST_SQ_ENTRIES  SQ size instead of the test's own, e.g. 8 so that
+ *                       the bridge meets a full SQ.
+ * tests/meson.build runs the bridge tests once per flavour.
+ */
+#ifndef RR_TESTS_TEST_RING_H
+#define RR_TESTS_TEST_RING_H
+
+#include <liburing.h>
+
+/* io_uring_queue_init() with the flavour's flags and size; 0 or -errno. */
+int rr_test_ring_init(struct io_uring *ring, unsigned int default_entries);
+/* The flags the flavour asks for (0 without RR_TEST_RING_FLAGS). */
+unsigned int rr_test_ring_flags(void);
+
+#endif
