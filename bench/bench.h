@@ -156,6 +156,8 @@ int filer_kick(struct bside *s);  /* keep io_uring reads in flight */
 int filer_pread(struct filer *f); /* one synchronous chunk */
 void filer_on_cqe(rr_bridge *b, const struct io_uring_cqe *cqe, void *data);
 int filer_make_file(const char *dir, uint64_t size, char *path, size_t len);
+struct result;
+int filer_only(const char *path, unsigned int ms, struct result *r);
 
 /* client.c, server.c: one run each. */
 struct client_out {

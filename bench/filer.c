@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: MIT
 /*
- * The mixed workload's file reads, in the same thread as the RDMA traffic:
- * the bridge strategies keep FILER_DEPTH io_uring reads in flight on the
- * bridge's own ring; the others read a chunk with pread() whenever they
- * find no completion (a thread blocked in a syscall can do nothing else).
- * The file is read round and round; only the byte count matters.
+ * The mixed workload's file reads, issued by the thread of the RDMA traffic,
+ * the same work per loop pass in every strategy: one chunk. The bridge
+ * strategies keep one io_uring read in flight on the bridge's own ring,
+ * handed to io_uring's workers (IOSQE_ASYNC) so the copy never runs in the
+ * loop; the others read a chunk with pread() whenever they find no
+ * completion (a thread blocked in a syscall can do nothing else). The file
+ * is read round and round; only the byte count matters. The file-only row
+ * is the same pread() loop with no RDMA at all.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -15,7 +18,7 @@
 #include "bench.h"
 
 #define FILER_CHUNK (64 * 1024)
-#define FILER_DEPTH 4
+#define FILER_DEPTH 1
 #define FILER_TAG   0x46494c45u /* user_data of the reads: "FILE" | slot */
 
 int filer_open(struct filer *f, const char *path)
@@ -76,6 +79,7 @@ int filer_kick(struct bside *s)
 		io_uring_prep_read(sqe, f->fd, f->buf + (size_t)slot * FILER_CHUNK, FILER_CHUNK,
 				   next_off(f));
 		io_uring_sqe_set_data64(sqe, (uint64_t)FILER_TAG << 32 | slot);
+		sqe->flags |= IOSQE_ASYNC;
 		f->inflight++;
 	}
 	return 0;
@@ -94,6 +98,31 @@ void filer_on_cqe(rr_bridge *b, const struct io_uring_cqe *cqe, void *data)
 		s->err = cqe->res;
 	else if (cqe->res > 0)
 		f->bytes += (uint64_t)cqe->res;
+}
+
+/* The file-only reference: pread() of one chunk after another for ms. */
+int filer_only(const char *path, unsigned int ms, struct result *r)
+{
+	struct filer f;
+	double t0, t;
+	int rc = filer_open(&f, path);
+
+	if (rc)
+		return rc;
+	memset(r, 0, sizeof(*r));
+	t0 = now_us();
+	do {
+		rc = filer_pread(&f);
+		t = now_us();
+	} while (!rc && t - t0 < ms * 1000.0);
+	if (!rc) {
+		r->name = "file-only";
+		r->reference = true;
+		r->cfg.wl = W_MIXED;
+		r->file_mb_per_s = (double)f.bytes / (t - t0);
+	}
+	filer_close(&f);
+	return rc;
 }
 
 /* A file of `size` bytes to read, created and unlinked-on-close by the

@@ -447,6 +447,14 @@ int main(int argc, char **argv)
 		}
 		nres++;
 	}
+	if (wants(&o, W_MIXED) && !remote && nres < max) {
+		if (filer_only(o.file, o.quick ? 1000 : 3000, &res[nres]) == 0) {
+			res[nres].cfg.msg_size = o.msg_size;
+			res[nres].cfg.qd = res[nres].cfg.conns = 1;
+			nres++;
+		} else
+			failed = 1;
+	}
 	if (file_buf[0])
 		unlink(file_buf);
 	if (o.perftest && !remote) {

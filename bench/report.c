@@ -45,8 +45,11 @@ void report_table(FILE *out, const struct result *r, int n)
 		else
 			fprintf(out, "%9s %9s %9s %9s ", "-", "-", "-", "-");
 		if (x->reference) {
-			fprintf(out, "%9s %9s %8s %7s (perftest: one-way x2)\n", "-", "-", "-",
-				"-");
+			fprintf(out, "%9s %9s %8s %7s ", "-", "-", "-", "-");
+			if (x->cfg.wl == W_MIXED)
+				fprintf(out, "%.1f (pread alone, no RDMA)\n", x->file_mb_per_s);
+			else
+				fprintf(out, "(perftest: one-way x2)\n");
 			continue;
 		}
 		if (x->cfg.wl == W_IDLE)

@@ -39,7 +39,8 @@ runs = [("pingpong", "send", 1, 1), ("pingpong", "write_imm", 1, 1), ("rate", "s
         ("mixed", "send", 1, 1), ("idle", "send", 1, 1), ("conns", "send", 1, 1),
         ("conns", "send", 1, 3)]
 want = [(s, w, o, q, c) for (w, o, q, c) in runs for s in strats] + \
-       [("perftest", "pingpong", "send", 1, 1), ("perftest-e", "pingpong", "send", 1, 1)]
+       [("file-only", "mixed", "send", 1, 1),
+        ("perftest", "pingpong", "send", 1, 1), ("perftest-e", "pingpong", "send", 1, 1)]
 got = [(r.get("strategy"), r.get("workload"), r.get("op"), r.get("qd"), r.get("conns")) for r in recs]
 check(got == want, f"one record per strategy and run, in order ({len(got)} of {len(want)})")
 fields = ["strategy", "workload", "op", "msg_size", "qd", "conns", "iters", "idle_ms", "signal_every",
@@ -50,6 +51,10 @@ for r in recs:
     name = f"{r.get('strategy')} {r.get('workload')} {r.get('op')} conns={r.get('conns')}"
     check(all(f in r for f in fields), f"{name}: all fields present")
     check(r.get("msg_size") == 64, f"{name}: msg_size as asked")
+    if r.get("strategy") == "file-only":
+        check(r.get("reference") is True and (r.get("file_mb_per_s") or 0) > 0
+              and r.get("p50_us") is None, f"{name}: a reference row with file MB/s only")
+        continue
     lat = [r.get(k) for k in ("p50_us", "p99_us", "p999_us", "max_us")]
     if r.get("workload") == "idle":
         check(r.get("iters") == 0 and r.get("idle_ms") == 300, f"{name}: idle for the time asked")
