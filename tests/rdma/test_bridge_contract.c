@@ -5,7 +5,9 @@
  *    on_disconnect, only flushes after it, every request exactly once;
  *  - a work completion error moves the endpoint to error;
  *  - an application's linked SQE chain stays intact around rr_ calls that
- *    queue bridge SQEs, with its own loop and with the built-in one.
+ *    queue bridge SQEs, with its own loop and with the built-in one;
+ *  - the built-in loop reaps CQEs on a DEFER_TASKRUN ring, where they are
+ *    posted only inside io_uring_enter(IORING_ENTER_GETEVENTS).
  */
 #include <errno.h>
 #include <string.h>
@@ -321,4 +323,96 @@ Test(contract, linked_chain_around_rr_calls_own_loop)
 Test(contract, linked_chain_around_rr_calls_builtin_loop)
 {
 	chain_around_rr_calls(true);
+}
+
+/* ---- the built-in loop on a DEFER_TASKRUN ring ---- */
+
+enum { UD_TICK = 3 };
+
+static int tick_seen;
+
+static void tick_cqe(rr_bridge *b, const struct io_uring_cqe *cqe, void *data)
+{
+	if (cqe->user_data == UD_TICK)
+		tick_seen = 1;
+}
+
+static void noop_wc(rr_cq *cq, const struct ibv_wc *wc, void *data)
+{
+}
+
+/*
+ * An application timeout of 10 ms on a SINGLE_ISSUER|DEFER_TASKRUN ring:
+ * its CQE is posted by task work that runs only when the loop enters the
+ * kernel to wait. A busy CQ, a hybrid CQ inside its spin window and a
+ * zero timeout all make the loop skip the wait; it must still get there.
+ */
+static void defer_taskrun_loop(enum rr_wait_mode mode, int timeout_ms)
+{
+	struct rr_bridge_opts bo = {.on_app_cqe = tick_cqe};
+	/* The spin window outlasts the watchdog: the CQ stays active. */
+	struct rr_cq_opts co = {.mode = mode, .spin_us = 60u * 1000 * 1000, .on_wc = noop_wc};
+	struct __kernel_timespec ts = {.tv_nsec = 10 * 1000000};
+	struct ibv_device **devs;
+	struct ibv_context *ctx;
+	struct io_uring ring;
+	struct io_uring_sqe *sqe;
+	rr_bridge *b;
+	rr_cq *cq = NULL;
+	uint64_t deadline;
+	int n = 0, rc;
+
+	rr_test_require_rdma();
+	devs = ibv_get_device_list(&n);
+	cr_assert(devs && n > 0);
+	ctx = ibv_open_device(devs[0]);
+	ibv_free_device_list(devs);
+	cr_assert_not_null(ctx);
+	rc = io_uring_queue_init(64, &ring,
+				 IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN);
+	cr_assert_eq(rc, 0, "DEFER_TASKRUN ring: %s", strerror(-rc));
+	cr_assert_eq(rr_bridge_create(&b, &ring, &bo), 0);
+	if (mode != RR_WAIT_EVENT)
+		cr_assert_eq(rr_cq_create(b, NULL, ctx, &co, &cq), 0);
+	/* A switch to hybrid starts a spin window at once. */
+	if (mode == RR_WAIT_HYBRID)
+		cr_assert_eq(rr_cq_set_mode(cq, RR_WAIT_HYBRID, 0), 0);
+	/* Let the CQ settle into its mode (a hybrid one opens its window). */
+	for (int i = 0; i < 4; i++)
+		rr_bridge_run_once(b, 0);
+	tick_seen = 0;
+	sqe = io_uring_get_sqe(&ring);
+	cr_assert_not_null(sqe);
+	io_uring_prep_timeout(sqe, &ts, 0, 0);
+	io_uring_sqe_set_data64(sqe, UD_TICK);
+	deadline = bp_now_ms() + 10000;
+	while (!tick_seen && bp_now_ms() < deadline)
+		rr_bridge_run_once(b, timeout_ms);
+	cr_expect(tick_seen,
+		  "rr_bridge_run_once(b, %d) with %s never reaped a 10 ms timeout's CQE on a "
+		  "DEFER_TASKRUN ring in 10 s",
+		  timeout_ms,
+		  mode == RR_WAIT_BUSY	   ? "a busy CQ"
+		  : mode == RR_WAIT_HYBRID ? "a hybrid CQ in its spin window"
+					   : "no CQ");
+	rr_cq_destroy(cq);
+	rc = rr_bridge_destroy(b);
+	io_uring_queue_exit(&ring);
+	ibv_close_device(ctx);
+	cr_assert_eq(rc, 0);
+}
+
+Test(contract, defer_taskrun_builtin_loop_busy_cq)
+{
+	defer_taskrun_loop(RR_WAIT_BUSY, 50);
+}
+
+Test(contract, defer_taskrun_builtin_loop_hybrid_cq)
+{
+	defer_taskrun_loop(RR_WAIT_HYBRID, 50);
+}
+
+Test(contract, defer_taskrun_builtin_loop_timeout_0)
+{
+	defer_taskrun_loop(RR_WAIT_EVENT, 0);
 }
