@@ -184,7 +184,7 @@ Test(contract, wc_error_moves_endpoint_to_error)
 
 /* ---- an application's SQE chain around rr_ calls ---- */
 
-enum { UD_A = 1, UD_B = 2 };
+enum { UD_A = 1, UD_B = 2, UD_FILL = 4 };
 
 static struct {
 	struct io_uring ring;
@@ -261,7 +261,8 @@ static int run_loop(bool builtin, bool (*pred)(void *), int timeout_ms)
 	return builtin ? bp_run_pred(L.b, pred, NULL, timeout_ms) : app_loop(pred, timeout_ms);
 }
 
-static void chain_around_rr_calls(bool builtin)
+/* full_sq: A takes the last free SQE, so the bridge finds the SQ full. */
+static void chain_around_rr_calls(bool builtin, bool full_sq)
 {
 	const char *addr = rr_test_require_rdma();
 	struct rr_bridge_opts bo = {.on_app_cqe = chain_app_cqe};
@@ -271,7 +272,8 @@ static void chain_around_rr_calls(bool builtin)
 	struct io_uring_sqe *sqe;
 
 	memset(&L, 0, sizeof(L));
-	cr_assert_eq(rr_test_ring_init(&L.ring, 64), 0);
+	cr_assert_eq(full_sq ? io_uring_queue_init(8, &L.ring, 0) : rr_test_ring_init(&L.ring, 64),
+		     0);
 	cr_assert_eq(rr_bridge_create(&L.b, &L.ring, &bo), 0);
 	cr_assert_eq(rr_listen(L.b, addr, 0, NULL, chain_accept, NULL, &L.l), 0);
 	cr_assert_eq(rr_connect(L.b, addr, rr_listener_port(L.l), NULL, chain_connect, &L.first),
@@ -281,7 +283,12 @@ static void chain_around_rr_calls(bool builtin)
 
 	/* A, linked to B; a timeout that counts as success, so B runs after
 	 * it; in between, rr_ calls that queue bridge SQEs (a timer and a
-	 * kick). */
+	 * kick). With full_sq, A takes the last free entry. */
+	while (full_sq && io_uring_sq_space_left(&L.ring) > 1) {
+		sqe = io_uring_get_sqe(&L.ring);
+		io_uring_prep_nop(sqe);
+		io_uring_sqe_set_data64(sqe, UD_FILL);
+	}
 	sqe = io_uring_get_sqe(&L.ring);
 	cr_assert_not_null(sqe);
 	io_uring_prep_timeout(sqe, &ts, 0, IORING_TIMEOUT_ETIME_SUCCESS);
@@ -300,8 +307,9 @@ static void chain_around_rr_calls(bool builtin)
 	cr_expect_eq(L.a_res, -ETIME, "A: res %d", L.a_res);
 	cr_expect_eq(L.b_res, 0, "B: res %d (%s)", L.b_res, strerror(-L.b_res));
 	cr_expect_gt(L.b_seen, L.a_seen,
-		     "B completed before A: a bridge SQE took B's place in the application's "
-		     "linked chain");
+		     "B completed before A: the bridge broke the application's chain A -> B "
+		     "(%s)",
+		     full_sq ? "submitted A alone to make room" : "queued its SQE between them");
 	cr_expect(L.connects[1] == 1 && L.status[1] == 0,
 		  "the connection made inside the chain: %d callbacks, status %d", L.connects[1],
 		  L.status[1]);
@@ -317,12 +325,22 @@ static void chain_around_rr_calls(bool builtin)
 
 Test(contract, linked_chain_around_rr_calls_own_loop)
 {
-	chain_around_rr_calls(false);
+	chain_around_rr_calls(false, false);
 }
 
 Test(contract, linked_chain_around_rr_calls_builtin_loop)
 {
-	chain_around_rr_calls(true);
+	chain_around_rr_calls(true, false);
+}
+
+Test(contract, linked_chain_around_rr_calls_full_sq_own_loop)
+{
+	chain_around_rr_calls(false, true);
+}
+
+Test(contract, linked_chain_around_rr_calls_full_sq_builtin_loop)
+{
+	chain_around_rr_calls(true, true);
 }
 
 /* ---- the built-in loop on a DEFER_TASKRUN ring ---- */
