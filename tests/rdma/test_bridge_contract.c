@@ -5,7 +5,9 @@
  *    on_disconnect, only flushes after it, every request exactly once;
  *  - a work completion error moves the endpoint to error;
  *  - an application's linked SQE chain stays intact around rr_ calls that
- *    queue bridge SQEs, with its own loop and with the built-in one.
+ *    queue bridge SQEs, with its own loop and with the built-in one;
+ *  - the built-in loop reaps CQEs on a DEFER_TASKRUN ring, where they are
+ *    posted only inside io_uring_enter(IORING_ENTER_GETEVENTS).
  */
 #include <errno.h>
 #include <string.h>
@@ -182,7 +184,7 @@ Test(contract, wc_error_moves_endpoint_to_error)
 
 /* ---- an application's SQE chain around rr_ calls ---- */
 
-enum { UD_A = 1, UD_B = 2 };
+enum { UD_A = 1, UD_B = 2, UD_FILL = 4 };
 
 static struct {
 	struct io_uring ring;
@@ -259,7 +261,8 @@ static int run_loop(bool builtin, bool (*pred)(void *), int timeout_ms)
 	return builtin ? bp_run_pred(L.b, pred, NULL, timeout_ms) : app_loop(pred, timeout_ms);
 }
 
-static void chain_around_rr_calls(bool builtin)
+/* full_sq: A takes the last free SQE, so the bridge finds the SQ full. */
+static void chain_around_rr_calls(bool builtin, bool full_sq)
 {
 	const char *addr = rr_test_require_rdma();
 	struct rr_bridge_opts bo = {.on_app_cqe = chain_app_cqe};
@@ -269,7 +272,8 @@ static void chain_around_rr_calls(bool builtin)
 	struct io_uring_sqe *sqe;
 
 	memset(&L, 0, sizeof(L));
-	cr_assert_eq(rr_test_ring_init(&L.ring, 64), 0);
+	cr_assert_eq(full_sq ? io_uring_queue_init(8, &L.ring, 0) : rr_test_ring_init(&L.ring, 64),
+		     0);
 	cr_assert_eq(rr_bridge_create(&L.b, &L.ring, &bo), 0);
 	cr_assert_eq(rr_listen(L.b, addr, 0, NULL, chain_accept, NULL, &L.l), 0);
 	cr_assert_eq(rr_connect(L.b, addr, rr_listener_port(L.l), NULL, chain_connect, &L.first),
@@ -279,7 +283,12 @@ static void chain_around_rr_calls(bool builtin)
 
 	/* A, linked to B; a timeout that counts as success, so B runs after
 	 * it; in between, rr_ calls that queue bridge SQEs (a timer and a
-	 * kick). */
+	 * kick). With full_sq, A takes the last free entry. */
+	while (full_sq && io_uring_sq_space_left(&L.ring) > 1) {
+		sqe = io_uring_get_sqe(&L.ring);
+		io_uring_prep_nop(sqe);
+		io_uring_sqe_set_data64(sqe, UD_FILL);
+	}
 	sqe = io_uring_get_sqe(&L.ring);
 	cr_assert_not_null(sqe);
 	io_uring_prep_timeout(sqe, &ts, 0, IORING_TIMEOUT_ETIME_SUCCESS);
@@ -298,8 +307,9 @@ static void chain_around_rr_calls(bool builtin)
 	cr_expect_eq(L.a_res, -ETIME, "A: res %d", L.a_res);
 	cr_expect_eq(L.b_res, 0, "B: res %d (%s)", L.b_res, strerror(-L.b_res));
 	cr_expect_gt(L.b_seen, L.a_seen,
-		     "B completed before A: a bridge SQE took B's place in the application's "
-		     "linked chain");
+		     "B completed before A: the bridge broke the application's chain A -> B "
+		     "(%s)",
+		     full_sq ? "submitted A alone to make room" : "queued its SQE between them");
 	cr_expect(L.connects[1] == 1 && L.status[1] == 0,
 		  "the connection made inside the chain: %d callbacks, status %d", L.connects[1],
 		  L.status[1]);
@@ -315,10 +325,112 @@ static void chain_around_rr_calls(bool builtin)
 
 Test(contract, linked_chain_around_rr_calls_own_loop)
 {
-	chain_around_rr_calls(false);
+	chain_around_rr_calls(false, false);
 }
 
 Test(contract, linked_chain_around_rr_calls_builtin_loop)
 {
-	chain_around_rr_calls(true);
+	chain_around_rr_calls(true, false);
+}
+
+Test(contract, linked_chain_around_rr_calls_full_sq_own_loop)
+{
+	chain_around_rr_calls(false, true);
+}
+
+Test(contract, linked_chain_around_rr_calls_full_sq_builtin_loop)
+{
+	chain_around_rr_calls(true, true);
+}
+
+/* ---- the built-in loop on a DEFER_TASKRUN ring ---- */
+
+enum { UD_TICK = 3 };
+
+static int tick_seen;
+
+static void tick_cqe(rr_bridge *b, const struct io_uring_cqe *cqe, void *data)
+{
+	if (cqe->user_data == UD_TICK)
+		tick_seen = 1;
+}
+
+static void noop_wc(rr_cq *cq, const struct ibv_wc *wc, void *data)
+{
+}
+
+/*
+ * An application timeout of 10 ms on a SINGLE_ISSUER|DEFER_TASKRUN ring:
+ * its CQE is posted by task work that runs only when the loop enters the
+ * kernel to wait. A busy CQ, a hybrid CQ inside its spin window and a
+ * zero timeout all make the loop skip the wait; it must still get there.
+ */
+static void defer_taskrun_loop(enum rr_wait_mode mode, int timeout_ms)
+{
+	struct rr_bridge_opts bo = {.on_app_cqe = tick_cqe};
+	/* The spin window outlasts the watchdog: the CQ stays active. */
+	struct rr_cq_opts co = {.mode = mode, .spin_us = 60u * 1000 * 1000, .on_wc = noop_wc};
+	struct __kernel_timespec ts = {.tv_nsec = 10 * 1000000};
+	struct ibv_device **devs;
+	struct ibv_context *ctx;
+	struct io_uring ring;
+	struct io_uring_sqe *sqe;
+	rr_bridge *b;
+	rr_cq *cq = NULL;
+	uint64_t deadline;
+	int n = 0, rc;
+
+	rr_test_require_rdma();
+	devs = ibv_get_device_list(&n);
+	cr_assert(devs && n > 0);
+	ctx = ibv_open_device(devs[0]);
+	ibv_free_device_list(devs);
+	cr_assert_not_null(ctx);
+	rc = io_uring_queue_init(64, &ring,
+				 IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN);
+	cr_assert_eq(rc, 0, "DEFER_TASKRUN ring: %s", strerror(-rc));
+	cr_assert_eq(rr_bridge_create(&b, &ring, &bo), 0);
+	if (mode != RR_WAIT_EVENT)
+		cr_assert_eq(rr_cq_create(b, NULL, ctx, &co, &cq), 0);
+	/* A switch to hybrid starts a spin window at once. */
+	if (mode == RR_WAIT_HYBRID)
+		cr_assert_eq(rr_cq_set_mode(cq, RR_WAIT_HYBRID, 0), 0);
+	/* Let the CQ settle into its mode (a hybrid one opens its window). */
+	for (int i = 0; i < 4; i++)
+		rr_bridge_run_once(b, 0);
+	tick_seen = 0;
+	sqe = io_uring_get_sqe(&ring);
+	cr_assert_not_null(sqe);
+	io_uring_prep_timeout(sqe, &ts, 0, 0);
+	io_uring_sqe_set_data64(sqe, UD_TICK);
+	deadline = bp_now_ms() + 10000;
+	while (!tick_seen && bp_now_ms() < deadline)
+		rr_bridge_run_once(b, timeout_ms);
+	cr_expect(tick_seen,
+		  "rr_bridge_run_once(b, %d) with %s never reaped a 10 ms timeout's CQE on a "
+		  "DEFER_TASKRUN ring in 10 s",
+		  timeout_ms,
+		  mode == RR_WAIT_BUSY	   ? "a busy CQ"
+		  : mode == RR_WAIT_HYBRID ? "a hybrid CQ in its spin window"
+					   : "no CQ");
+	rr_cq_destroy(cq);
+	rc = rr_bridge_destroy(b);
+	io_uring_queue_exit(&ring);
+	ibv_close_device(ctx);
+	cr_assert_eq(rc, 0);
+}
+
+Test(contract, defer_taskrun_builtin_loop_busy_cq)
+{
+	defer_taskrun_loop(RR_WAIT_BUSY, 50);
+}
+
+Test(contract, defer_taskrun_builtin_loop_hybrid_cq)
+{
+	defer_taskrun_loop(RR_WAIT_HYBRID, 50);
+}
+
+Test(contract, defer_taskrun_builtin_loop_timeout_0)
+{
+	defer_taskrun_loop(RR_WAIT_EVENT, 0);
 }
