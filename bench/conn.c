@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "cmsync.h"
 
 #define CM_TIMEOUT_MS 10000
 #define HELLO_MAGIC   0x72726231u /* "rrb1" */
@@ -37,36 +38,20 @@ struct hello {
 	uint32_t timeout_s;
 } __attribute__((packed));
 
-static int wait_cm(struct bside *s, enum rdma_cm_event_type want, struct rdma_cm_event *copy)
+static int wait_cm(struct bside *s, enum rdma_cm_event_type want, struct cmsync_event *ev)
 {
-	struct rdma_cm_event *ev;
-	enum rdma_cm_event_type got;
-	int status;
+	char err[160];
+	int rc = cmsync_wait(s->ec, want, -1, ev, err, sizeof(err));
 
-	if (rdma_get_cm_event(s->ec, &ev))
-		return -errno;
-	got = ev->event;
-	status = ev->status;
-	if (copy) {
-		*copy = *ev;
-		/* private data lives in the event: keep a copy of it */
-		if (ev->param.conn.private_data_len >= sizeof(struct hello)) {
-			static __thread struct hello h;
+	if (rc && rc != -ECONNREFUSED) /* refused: the server is not up yet */
+		fprintf(stderr, "ringrdma-bench: %s\n", err);
+	return rc;
+}
 
-			memcpy(&h, ev->param.conn.private_data, sizeof(h));
-			copy->param.conn.private_data = &h;
-		} else {
-			copy->param.conn.private_data = NULL;
-		}
-	}
-	rdma_ack_cm_event(ev);
-	if (got == want)
-		return 0;
-	if (got == RDMA_CM_EVENT_REJECTED)
-		return -ECONNREFUSED;
-	fprintf(stderr, "ringrdma-bench: expected %s, got %s (%d)\n", rdma_event_str(want),
-		rdma_event_str(got), status);
-	return got == RDMA_CM_EVENT_UNREACHABLE ? -EHOSTUNREACH : -EPROTO;
+/* The hello an event carried, or NULL. */
+static const struct hello *hello_of(const struct cmsync_event *ev)
+{
+	return ev->priv_len >= sizeof(struct hello) ? (const struct hello *)ev->priv : NULL;
 }
 
 /* A fresh side: an event channel and nothing else yet. */
@@ -267,13 +252,12 @@ static int hello_cfg(const struct hello *h, struct bench_cfg *cfg)
 
 static int lookup(const char *addr, uint16_t port, int passive, struct rdma_addrinfo **ai)
 {
-	struct rdma_addrinfo hints = {.ai_port_space = RDMA_PS_TCP};
-	char ps[8];
+	char err[160];
+	int rc = cmsync_lookup(addr, port, passive, ai, err, sizeof(err));
 
-	if (passive)
-		hints.ai_flags = RAI_PASSIVE;
-	snprintf(ps, sizeof(ps), "%u", port);
-	return rdma_getaddrinfo(addr, ps, &hints, ai) ? -EINVAL : 0;
+	if (rc)
+		fprintf(stderr, "ringrdma-bench: %s\n", err);
+	return rc;
 }
 
 int side_listen(struct bside *s, const char *addr, uint16_t port, uint16_t *bound)
@@ -302,7 +286,7 @@ int side_accept(struct bside *s, struct bench_cfg *cfg, unsigned int timeout_s)
 {
 	struct rdma_conn_param p = {
 		.responder_resources = 1, .initiator_depth = 1, .rnr_retry_count = 7};
-	struct rdma_cm_event ev;
+	struct cmsync_event ev;
 	struct hello h;
 	int rc;
 
@@ -311,7 +295,7 @@ int side_accept(struct bside *s, struct bench_cfg *cfg, unsigned int timeout_s)
 		if (rc)
 			return rc;
 		if (s->nqp == 0) {
-			rc = hello_cfg(ev.param.conn.private_data, cfg);
+			rc = hello_cfg(hello_of(&ev), cfg);
 			if (rc) {
 				rdma_reject(ev.id, NULL, 0);
 				rdma_destroy_id(ev.id);
@@ -322,12 +306,12 @@ int side_accept(struct bside *s, struct bench_cfg *cfg, unsigned int timeout_s)
 			/* A server whose client vanished must not wait forever. */
 			if (timeout_s && cfg->timeout_s)
 				alarm(cfg->timeout_s + cfg->idle_ms / 1000);
-		} else if (!ev.param.conn.private_data) {
+		} else if (!hello_of(&ev)) {
 			rdma_reject(ev.id, NULL, 0);
 			rdma_destroy_id(ev.id);
 			return -EPROTO;
 		}
-		memcpy(&h, ev.param.conn.private_data, sizeof(h));
+		memcpy(&h, hello_of(&ev), sizeof(h));
 		rc = make_qp(s, ev.id);
 		if (rc) {
 			if (ev.id->qp) {
@@ -357,7 +341,7 @@ static int connect_one(struct bside *s, struct rdma_addrinfo *ai)
 				    .initiator_depth = 1,
 				    .retry_count = 7,
 				    .rnr_retry_count = 7};
-	struct rdma_cm_event ev;
+	struct cmsync_event ev;
 	struct rdma_cm_id *id;
 	struct hello h;
 	uint32_t before = s->nqp;
@@ -387,10 +371,10 @@ static int connect_one(struct bside *s, struct rdma_addrinfo *ai)
 	if (rdma_connect(id, &p))
 		return -errno;
 	rc = wait_cm(s, RDMA_CM_EVENT_ESTABLISHED, &ev);
-	if (!rc && !ev.param.conn.private_data)
+	if (!rc && !hello_of(&ev))
 		rc = -EPROTO;
 	if (!rc) {
-		memcpy(&h, ev.param.conn.private_data, sizeof(h));
+		memcpy(&h, hello_of(&ev), sizeof(h));
 		s->qps[s->nqp - 1].raddr = h.addr;
 		s->qps[s->nqp - 1].rkey = h.rkey;
 	}

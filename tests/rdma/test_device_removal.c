@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * `rdma link delete rxe0` while traffic runs: both endpoints hear about it
- * once, every posted request completes exactly once, nothing crashes, and
+ * `rdma link delete rxe0` while traffic runs: both endpoints and the
+ * listener hear about it once, every posted request completes exactly once, nothing crashes, and
  * the bridge lets go of everything it had on the device. (librdmacm keeps
  * its own context of the device open while the process lives, so the
  * kernel finishes the removal only after exit: device_removal.sh checks
@@ -29,6 +29,7 @@ static struct {
 	uint8_t sbuf[QD][256], rbuf[2 * QD][256];
 	uint32_t posted, completed, ok, failed, recv_posted, recv_completed;
 	int down[2], down_status[2];
+	int listener_errors, listener_status;
 	bool removing;
 	pid_t remover;
 } R;
@@ -70,9 +71,15 @@ static void on_down(rr_ep *ep, int status, void *data)
 	R.down_status[i] = status;
 }
 
+static void on_listener_error(rr_listener *l, int status, void *data)
+{
+	R.listener_errors++;
+	R.listener_status = status;
+}
+
 static bool settled(void *arg)
 {
-	return R.down[0] && R.down[1] && R.completed == R.posted;
+	return R.down[0] && R.down[1] && R.completed == R.posted && R.listener_errors;
 }
 
 static bool enough(void *arg)
@@ -92,6 +99,7 @@ Test(removal, link_delete_during_traffic, .timeout = 300)
 	cr_assert_eq(bp_open(&R.p, addr, &o), 0);
 	rr_ep_set_on_disconnect(R.p.cli.ep, on_down);
 	rr_ep_set_on_disconnect(R.p.srv.ep, on_down);
+	rr_listener_set_on_error(R.p.l, on_listener_error);
 	cr_assert_eq(rr_ep_reg_mr(R.p.cli.ep, R.sbuf, sizeof(R.sbuf), 0, &R.smr), 0);
 	cr_assert_eq(rr_ep_reg_mr(R.p.srv.ep, R.rbuf, sizeof(R.rbuf), 0, &R.rmr), 0);
 	for (int i = 0; i < 2 * QD; i++) {
@@ -116,6 +124,10 @@ Test(removal, link_delete_during_traffic, .timeout = 300)
 	cr_assert_eq(R.down[1], 1);
 	cr_assert_lt(R.down_status[0], 0);
 	cr_assert_lt(R.down_status[1], 0);
+	/* The listener, bound to the device's address, stopped and said so. */
+	cr_assert_eq(R.listener_errors, 1);
+	cr_assert_eq(R.listener_status, -ENODEV);
+	cr_assert_eq(rr_listener_port(R.p.l), 0);
 	/* Our resources on the dead device go; the removal can complete. */
 	rr_mr_dereg(R.smr);
 	rr_mr_dereg(R.rmr);

@@ -2,7 +2,6 @@
 /* Blocking rdma_cm + verbs helpers; see rdma_sync.h. */
 #include <errno.h>
 #include <fcntl.h>
-#include <netdb.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -11,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cmsync.h"
 #include "rdma_sync.h"
 
 static int fail(struct rs_conn *c, int err, const char *fmt, ...)
@@ -60,35 +60,12 @@ void rs_init(struct rs_conn *c, uint32_t qp_depth, int use_events)
 static int wait_cm(struct rs_conn *c, enum rdma_cm_event_type want, int timeout_ms,
 		   struct rdma_cm_id **id_out)
 {
-	struct pollfd pfd = {.fd = c->ec->fd, .events = POLLIN};
-	struct rdma_cm_event *ev;
-	int n, status;
-	enum rdma_cm_event_type got;
+	struct cmsync_event ev;
+	int rc = cmsync_wait(c->ec, want, timeout_ms, &ev, c->err, sizeof(c->err));
 
-	do {
-		n = poll(&pfd, 1, timeout_ms);
-		if (n < 0)
-			return fail(c, -errno, "poll on the CM channel: %s", strerror(errno));
-		if (n == 0)
-			return fail(c, -ETIMEDOUT, "timed out waiting for %s", rdma_event_str(want));
-		if (rdma_get_cm_event(c->ec, &ev))
-			return fail(c, -errno, "rdma_get_cm_event: %s", strerror(errno));
-		got = ev->event;
-		status = ev->status;
-		if (id_out)
-			*id_out = ev->id;
-		rdma_ack_cm_event(ev);
-		/* A finished connection's QP leaving timewait is no news here. */
-	} while (got == RDMA_CM_EVENT_TIMEWAIT_EXIT && want != got);
-	if (got != want) {
-		int err = got == RDMA_CM_EVENT_REJECTED ? -ECONNREFUSED
-			: got == RDMA_CM_EVENT_UNREACHABLE ? -EHOSTUNREACH
-			: got == RDMA_CM_EVENT_ADDR_ERROR || got == RDMA_CM_EVENT_ROUTE_ERROR ? -EADDRNOTAVAIL
-							    : -EPROTO;
-		return fail(c, err, "expected %s, got %s (status %d)", rdma_event_str(want),
-			    rdma_event_str(got), status);
-	}
-	return 0;
+	if (id_out)
+		*id_out = ev.id;
+	return rc;
 }
 
 static int build_cq(struct rs_conn *c, struct ibv_context *verbs)
@@ -138,19 +115,7 @@ static int build_qp(struct rs_conn *c, struct rdma_cm_id *id)
 static int parse_addr(struct rs_conn *c, const char *addr, uint16_t port, struct rdma_addrinfo **res,
 		      int passive)
 {
-	struct rdma_addrinfo hints = {0};
-	char ps[8];
-	int rc;
-
-	hints.ai_port_space = RDMA_PS_TCP;
-	if (passive)
-		hints.ai_flags = RAI_PASSIVE;
-	snprintf(ps, sizeof(ps), "%u", port);
-	rc = rdma_getaddrinfo(addr, ps, &hints, res);
-	if (rc)
-		return fail(c, -EINVAL, "rdma_getaddrinfo(%s:%u): %s", addr ? addr : "*", port,
-			    rc == -1 ? strerror(errno) : gai_strerror(rc));
-	return 0;
+	return cmsync_lookup(addr, port, passive, res, c->err, sizeof(c->err));
 }
 
 int rs_listen(struct rs_conn *c, const char *addr, uint16_t *port)
