@@ -6,26 +6,10 @@
 set -u
 CP=${CP:?CP must name the ringrdma-cp binary}
 PLAN=${1:?plan}
-ADDR=${RR_TEST_ADDR:-${RDMA_LAB_ADDR:-}}
 
-required=0
-if [ "${RR_REQUIRE_RDMA:-}" = 1 ] || [ -n "${RDMA_LAB:-}" ]; then
-	required=1
-fi
-devs=$(ls /sys/class/infiniband 2>/dev/null)
-if [ -z "$devs" ] || [ -z "$ADDR" ]; then
-	why="no RDMA device"
-	[ -n "$devs" ] && why="RDMA device but neither RR_TEST_ADDR nor RDMA_LAB_ADDR set"
-	if [ "$required" = 1 ]; then
-		echo "1..$PLAN"
-		for i in $(seq "$PLAN"); do
-			echo "not ok $i - RDMA required but $why"
-		done
-		exit 1
-	fi
-	echo "1..0 # SKIP $why"
-	exit 0
-fi
+. "$(dirname "${BASH_SOURCE[0]}")/../support/require.sh"
+rr_require_rdma "$PLAN"
+ADDR=$RR_ADDR
 
 T=$(mktemp -d /tmp/rrcp-test.XXXXXX) || exit 1
 PIDS=()

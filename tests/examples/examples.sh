@@ -10,27 +10,11 @@
 set -u
 server=${1:?usage: examples.sh ECHO_SERVER CLIENT EMBED WAIT_MODES}
 client=${2:?} embed=${3:?} wait_modes=${4:?}
-addr=${RR_TEST_ADDR:-${RDMA_LAB_ADDR:-}}
 port=7490 tests=7 clients=5 limit=60
 
-required=0
-if [ "${RR_REQUIRE_RDMA:-}" = 1 ] || [ -n "${RDMA_LAB:-}" ]; then
-	required=1
-fi
-devs=$(ls /sys/class/infiniband 2>/dev/null)
-if [ -z "$devs" ] || [ -z "$addr" ]; then
-	why="no RDMA device"
-	[ -n "$devs" ] && why="RDMA device but neither RR_TEST_ADDR nor RDMA_LAB_ADDR set"
-	if [ "$required" = 1 ]; then
-		echo "1..$tests"
-		for i in $(seq "$tests"); do
-			echo "not ok $i - RDMA required but $why"
-		done
-		exit 1
-	fi
-	echo "1..0 # SKIP $why"
-	exit 0
-fi
+. "$(dirname "${BASH_SOURCE[0]}")/../support/require.sh"
+rr_require_rdma "$tests"
+addr=$RR_ADDR
 
 tmp=$(mktemp -d /tmp/rr-examples.XXXXXX) || exit 1
 spid=

@@ -10,27 +10,11 @@
 # set: then a missing device is a failure.
 set -u
 exe=${1:?usage: one_ring_test.sh PATH/TO/rr-one-ring}
-addr=${RR_TEST_ADDR:-${RDMA_LAB_ADDR:-}}
 port=7480 tcp_port=7481 size=5000000 limit=120
 
-required=0
-if [ "${RR_REQUIRE_RDMA:-}" = 1 ] || [ -n "${RDMA_LAB:-}" ]; then
-	required=1
-fi
-devs=$(ls /sys/class/infiniband 2>/dev/null)
-if [ -z "$devs" ] || [ -z "$addr" ]; then
-	why="no RDMA device"
-	[ -n "$devs" ] && why="RDMA device but neither RR_TEST_ADDR nor RDMA_LAB_ADDR set"
-	if [ "$required" = 1 ]; then
-		echo "1..3"
-		for i in 1 2 3; do
-			echo "not ok $i - RDMA required but $why"
-		done
-		exit 1
-	fi
-	echo "1..0 # SKIP $why"
-	exit 0
-fi
+. "$(dirname "${BASH_SOURCE[0]}")/../support/require.sh"
+rr_require_rdma 3
+addr=$RR_ADDR
 
 tmp=$(mktemp -d /tmp/one-ring.XXXXXX) || exit 1
 spid=

@@ -5,16 +5,9 @@
 # asked, percentiles ordered, file bytes counted in the mixed workload.
 # Never asserts on speed.
 bench=${1:?usage: bench_json.sh PATH/TO/ringrdma-bench}
-addr=${RR_TEST_ADDR:-${RDMA_LAB_ADDR:-}}
-if [ -z "$addr" ]; then
-	if [ -n "${RDMA_LAB:-}" ] || [ "${RR_REQUIRE_RDMA:-}" = 1 ]; then
-		echo "1..1"
-		echo "not ok 1 - no RDMA address although RDMA is required"
-		exit 1
-	fi
-	echo "1..0 # SKIP no RDMA device (run through tools/test or tools/rdma-lab)"
-	exit 0
-fi
+. "$(dirname "${BASH_SOURCE[0]}")/../support/require.sh"
+rr_require_rdma 1
+addr=$RR_ADDR
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 iters=120
