@@ -261,7 +261,8 @@ static int run_loop(bool builtin, bool (*pred)(void *), int timeout_ms)
 	return builtin ? bp_run_pred(L.b, pred, NULL, timeout_ms) : app_loop(pred, timeout_ms);
 }
 
-/* full_sq: A takes the last free SQE, so the bridge finds the SQ full. */
+/* full_sq: A and B take the last two free SQEs, so the bridge's SQEs find
+ * the SQ full and must wait (never submitting A alone to make room). */
 static void chain_around_rr_calls(bool builtin, bool full_sq)
 {
 	const char *addr = rr_test_require_rdma();
@@ -283,8 +284,8 @@ static void chain_around_rr_calls(bool builtin, bool full_sq)
 
 	/* A, linked to B; a timeout that counts as success, so B runs after
 	 * it; in between, rr_ calls that queue bridge SQEs (a timer and a
-	 * kick). With full_sq, A takes the last free entry. */
-	while (full_sq && io_uring_sq_space_left(&L.ring) > 1) {
+	 * kick). With full_sq, A and B take the last two free entries. */
+	while (full_sq && io_uring_sq_space_left(&L.ring) > 2) {
 		sqe = io_uring_get_sqe(&L.ring);
 		io_uring_prep_nop(sqe);
 		io_uring_sqe_set_data64(sqe, UD_FILL);
@@ -310,6 +311,12 @@ static void chain_around_rr_calls(bool builtin, bool full_sq)
 		     "B completed before A: the bridge broke the application's chain A -> B "
 		     "(%s)",
 		     full_sq ? "submitted A alone to make room" : "queued its SQE between them");
+	if (full_sq) {
+		struct rr_bridge_stats st;
+
+		rr_bridge_get_stats(L.b, &st);
+		cr_expect_gt(st.sq_full, 0, "the bridge never found the SQ full: not tested");
+	}
 	cr_expect(L.connects[1] == 1 && L.status[1] == 0,
 		  "the connection made inside the chain: %d callbacks, status %d", L.connects[1],
 		  L.status[1]);
