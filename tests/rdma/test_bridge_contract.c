@@ -311,7 +311,7 @@ static void chain_around_rr_calls(bool builtin, bool full_sq)
 		     "B completed before A: the bridge broke the application's chain A -> B "
 		     "(%s)",
 		     full_sq ? "submitted A alone to make room" : "queued its SQE between them");
-	if (full_sq) {
+	if (full_sq && builtin) { /* an own loop submits first, making room */
 		struct rr_bridge_stats st;
 
 		rr_bridge_get_stats(L.b, &st);
