@@ -81,7 +81,8 @@ static void async_ready(void *ctx, int revents)
 	rr__device_put(dev);
 }
 
-struct rr__device *rr__device_find(struct rr__devices *set, struct ibv_context *ctx)
+/* The device of ctx if it is set up, without a reference; NULL if not. */
+static struct rr__device *device_find(struct rr__devices *set, struct ibv_context *ctx)
 {
 	struct rr__list *l;
 
@@ -96,7 +97,7 @@ struct rr__device *rr__device_find(struct rr__devices *set, struct ibv_context *
 
 int rr__device_get(struct rr__devices *set, struct ibv_context *ctx, struct rr__device **out)
 {
-	struct rr__device *dev = rr__device_find(set, ctx);
+	struct rr__device *dev = device_find(set, ctx);
 	int rc;
 
 	if (dev) {

@@ -46,8 +46,6 @@ void rr__devices_fini(struct rr__devices *set);
 /* The device of ctx, set up on first use, with a reference taken;
  * -ENODEV (and no reference) once it is dead. */
 int rr__device_get(struct rr__devices *set, struct ibv_context *ctx, struct rr__device **out);
-/* The device of ctx if it is set up, without a reference; NULL if not. */
-struct rr__device *rr__device_find(struct rr__devices *set, struct ibv_context *ctx);
 void rr__device_put(struct rr__device *dev);
 /* Mark dead: new users are refused, and it goes with its last reference. */
 void rr__device_kill(struct rr__device *dev);

@@ -298,6 +298,15 @@ static struct io_uring_sqe *our_sqe(struct rr__ring *r)
 	return sqe;
 }
 
+static unsigned int owed(const struct rr__ring *r)
+{
+	unsigned int n = r->kick_wanted ? 1 : 0;
+
+	for (uint32_t i = r->pend_head; i != RR__NO_SLOT; i = r->slots[i].next_owed)
+		n += r->slots[i].want ? 1 : 0;
+	return n;
+}
+
 unsigned int rr__ring_flush(struct rr__ring *r)
 {
 	struct io_uring_sqe *sqe;
@@ -333,16 +342,7 @@ unsigned int rr__ring_flush(struct rr__ring *r)
 	} else if (r->loop_owned) {
 		r->kick_wanted = false; /* the loop comes back by itself */
 	}
-	return rr__ring_owed(r);
-}
-
-unsigned int rr__ring_owed(const struct rr__ring *r)
-{
-	unsigned int n = r->kick_wanted ? 1 : 0;
-
-	for (uint32_t i = r->pend_head; i != RR__NO_SLOT; i = r->slots[i].next_owed)
-		n += r->slots[i].want ? 1 : 0;
-	return n;
+	return owed(r);
 }
 
 bool rr__ring_idle(const struct rr__ring *r)

@@ -106,7 +106,6 @@ void rr__ring_want_kick(struct rr__ring *r);
  * many SQEs are still owed.
  */
 unsigned int rr__ring_flush(struct rr__ring *r);
-unsigned int rr__ring_owed(const struct rr__ring *r);
 
 /* No poll, timer or kick of this ring is left in the kernel. */
 bool rr__ring_idle(const struct rr__ring *r);
