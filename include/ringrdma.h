@@ -339,9 +339,14 @@ enum rr_wait_mode {
 	RR_WAIT_EVENT = 0,
 	/** Poll the CQ on every loop pass (for comparison; burns a core). */
 	RR_WAIT_BUSY = 1,
-	/** After activity keep polling every pass for spin_us microseconds,
-	 *  then arm: busy-poll latency while busy, no CPU while idle. */
+	/** After activity keep polling every pass for a window, then arm:
+	 *  busy-poll latency while busy, no CPU while idle. The window adapts
+	 *  per CQ to the gaps seen between completions (about twice the
+	 *  expected gap, at most spin_us), and spinning stops for a while
+	 *  when gaps outlast spin_us. */
 	RR_WAIT_HYBRID = 2,
+	/** Hybrid with a window of spin_us after every completion. */
+	RR_WAIT_HYBRID_FIXED = 3,
 };
 
 /** struct rr_cq - a CQ dispatched by the bridge. */
@@ -359,7 +364,7 @@ typedef void (*rr_wc_cb)(rr_cq *cq, const struct ibv_wc *wc, void *data);
  * struct rr_cq_opts - options for rr_cq_create().
  * @cqe:     minimum number of entries (default 256).
  * @mode:    enum rr_wait_mode.
- * @spin_us: hybrid spin window in microseconds (default 50).
+ * @spin_us: hybrid: the longest spin window in microseconds (default 50).
  * @on_wc:   callback for every work completion; required.
  * @data:    application data for on_wc.
  */

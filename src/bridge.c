@@ -267,7 +267,7 @@ int rr_cq_create(rr_bridge *b, rr_channel *ch, struct ibv_context *ctx,
 	int rc;
 
 	if (!b || !ctx || !opts || !opts->on_wc || !out || b->closing ||
-	    opts->mode > RR_WAIT_HYBRID)
+	    opts->mode > RR_WAIT_HYBRID_FIXED)
 		return -EINVAL;
 	if (ch && ch->ch->context != ctx)
 		return -EINVAL;

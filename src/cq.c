@@ -15,6 +15,7 @@
  * poll failed — sit on the active list and are polled once per loop pass.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 
 #include "cq.h"
@@ -119,34 +120,137 @@ static int arm(rr_cq *cq)
 }
 
 /*
- * Hybrid: keep polling for spin_us after the last completion. Where the
- * clock is a syscall (VMs without a usable TSC, such as the lab), reading
- * it on every empty poll would cost more than the arm it saves, so the
- * window opens at the first empty poll and the clock is read again only
- * every SPIN_CLOCK_EVERY empty polls.
+ * Hybrid: keep polling for a window after the last completion, then arm.
+ *
+ * Where the clock is a syscall (VMs without a usable TSC, such as the lab)
+ * reading it in every window would cost about what the arm saves, so only
+ * every SPIN_TIME_EVERY-th window is timed with the clock (read when it
+ * opens, every SPIN_CLOCK_EVERY empty polls, and when it ends); it measures
+ * how long an empty poll takes, and the windows in between count polls.
+ *
+ * RR_WAIT_HYBRID adapts the window to the gaps it sees: twice the expected
+ * gap (an average of the gaps found inside windows) plus SPIN_MARGIN_NS,
+ * at most spin_us. A window that ends empty doubles the next one; once a
+ * full-length window ends empty the gaps are longer than spinning is worth,
+ * so the next 1, 3, 7 ... 63 windows are skipped (armed at once), and a
+ * completion found in a window ends that back-off.
+ * RR_WAIT_HYBRID_FIXED always spins spin_us.
  */
+#define SPIN_TIME_EVERY 16
+#define SPIN_MARGIN_NS 2000u
+#define SPIN_MAX_BACKOFF 6
+
+static uint64_t window_ns(const rr_cq *cq)
+{
+	uint64_t cap = (uint64_t)cq->spin_us * 1000u, w;
+
+	if (cq->mode == RR_WAIT_HYBRID_FIXED || !cq->gap_ns)
+		return cap;
+	w = 2 * cq->gap_ns + SPIN_MARGIN_NS;
+	return w < cap ? w : cap;
+}
+
+/* The window closed: learn from it. @hit: a completion ended it. */
+static void window_close(rr_cq *cq, bool hit)
+{
+	uint64_t elapsed;
+
+	/* The passes the window lasted: its empty polls, and the one that
+	 * found a completion. */
+	unsigned int polls = cq->spin_empty + hit;
+
+	if (cq->spin_timed) {
+		elapsed = rr__now_ns() - cq->spin_t0;
+		if (polls) {
+			uint64_t s = elapsed * 16 / polls;
+
+			if (s > UINT32_MAX)
+				s = UINT32_MAX;
+			if (!s)
+				s = 1;
+			cq->poll_ns16 = cq->poll_ns16 ? (uint32_t)((3ull * cq->poll_ns16 + s) / 4)
+						      : (uint32_t)s;
+		}
+	} else {
+		elapsed = (uint64_t)polls * cq->poll_ns16 / 16;
+	}
+	cq->spin = RR__SPIN_IDLE;
+	if (cq->mode != RR_WAIT_HYBRID)
+		return;
+	if (hit) {
+		cq->gap_ns = cq->gap_ns ? (3 * cq->gap_ns + elapsed) / 4 : elapsed;
+		if (!cq->gap_ns)
+			cq->gap_ns = 1;
+		cq->misses = 0;
+		return;
+	}
+	/* Nothing within the window: the gap is longer than it. */
+	if (cq->gap_ns < cq->spin_ns)
+		cq->gap_ns = cq->spin_ns;
+	if (cq->spin_ns >= (uint64_t)cq->spin_us * 1000u) {
+		unsigned int k = cq->misses < SPIN_MAX_BACKOFF ? ++cq->misses : SPIN_MAX_BACKOFF;
+
+		cq->skip = (1u << k) - 1;
+	}
+}
+
+/* The first empty poll after activity: open a window, or arm at once. */
+static bool window_open(rr_cq *cq)
+{
+	if (cq->mode == RR_WAIT_HYBRID && cq->skip) {
+		cq->skip--;
+		cq->spin = RR__SPIN_IDLE;
+		return false;
+	}
+	cq->spin = RR__SPIN_WINDOW;
+	cq->spin_empty = 0;
+	cq->spin_ns = window_ns(cq);
+	cq->spin_timed = !cq->poll_ns16 || ++cq->windows % SPIN_TIME_EVERY == 0;
+	if (cq->spin_timed) {
+		cq->spin_t0 = rr__now_ns();
+	} else {
+		uint64_t l = cq->spin_ns * 16 / cq->poll_ns16;
+
+		cq->spin_limit = l > UINT_MAX ? UINT_MAX : l ? (unsigned int)l : 1;
+	}
+	return true;
+}
+
+static bool window_over(rr_cq *cq)
+{
+	if (!cq->spin_timed)
+		return cq->spin_empty >= cq->spin_limit;
+	if (cq->spin_empty % SPIN_CLOCK_EVERY)
+		return false;
+	return rr__now_ns() - cq->spin_t0 >= cq->spin_ns;
+}
+
+/* Hybrid: after a poll that found @n completions, keep polling? */
 static bool keep_spinning(rr_cq *cq, unsigned int n)
 {
 	if (n) {
+		if (cq->spin == RR__SPIN_WINDOW)
+			window_close(cq, true);
 		cq->spin = RR__SPIN_BUSY;
 		return true;
 	}
 	switch (cq->spin) {
 	case RR__SPIN_BUSY:
-		cq->spin_until_ns = rr__now_ns() + (uint64_t)cq->spin_us * 1000u;
-		cq->spin_empty = 0;
-		cq->spin = RR__SPIN_WINDOW;
-		return true;
+		return window_open(cq);
 	case RR__SPIN_WINDOW:
-		if (++cq->spin_empty % SPIN_CLOCK_EVERY)
+		++cq->spin_empty;
+		if (!window_over(cq))
 			return true;
-		if (rr__now_ns() < cq->spin_until_ns)
-			return true;
-		cq->spin = RR__SPIN_IDLE;
+		window_close(cq, false);
 		return false;
 	default:
 		return false;
 	}
+}
+
+static bool is_hybrid(const rr_cq *cq)
+{
+	return cq->mode == RR_WAIT_HYBRID || cq->mode == RR_WAIT_HYBRID_FIXED;
 }
 
 /* Free a CQ destroyed during its own dispatch, once that unwound. */
@@ -178,7 +282,7 @@ static unsigned int poll_and_place(rr_cq *cq)
 		set_active(cq, true);
 		return n;
 	}
-	if (cq->mode == RR_WAIT_HYBRID && keep_spinning(cq, n)) {
+	if (is_hybrid(cq) && keep_spinning(cq, n)) {
 		set_active(cq, true);
 		return n;
 	}
@@ -191,8 +295,8 @@ static unsigned int poll_and_place(rr_cq *cq)
 	n2 = cq_poll(cq, set->budget, &more);
 	if (cq->destroy_deferred)
 		return n + n2;
-	if (more || (n2 && cq->mode == RR_WAIT_HYBRID)) {
-		if (cq->mode == RR_WAIT_HYBRID)
+	if (more || (n2 && is_hybrid(cq))) {
+		if (is_hybrid(cq))
 			cq->spin = RR__SPIN_BUSY;
 		set_active(cq, true);
 	}
@@ -284,7 +388,7 @@ static void channel_ready(void *ctx, int revents)
 
 			if (reap_deferred(only))
 				return; /* destroyed: its events went with it */
-			if (n && only->mode == RR_WAIT_HYBRID)
+			if (n && is_hybrid(only))
 				only->spin = RR__SPIN_BUSY; /* activity: spin after this */
 		}
 	}
@@ -411,12 +515,16 @@ int rr__cq_create(struct rr__cqs *set, rr_channel *ch, struct ibv_context *ctx,
 
 int rr_cq_set_mode(rr_cq *cq, enum rr_wait_mode mode, unsigned int spin_us)
 {
-	if (!cq || mode > RR_WAIT_HYBRID)
+	if (!cq || mode > RR_WAIT_HYBRID_FIXED)
 		return -EINVAL;
 	cq->mode = mode;
 	if (spin_us)
 		cq->spin_us = spin_us;
-	cq->spin = RR__SPIN_BUSY; /* hybrid: a full window, then arm */
+	/* Hybrid: a full window, then arm; what was learnt is forgotten. */
+	cq->spin = RR__SPIN_BUSY;
+	cq->gap_ns = 0;
+	cq->misses = 0;
+	cq->skip = 0;
 	/* Let the next pass poll it and arm it if the new mode wants that. */
 	set_active(cq, true);
 	rr__ring_want_kick(cq->set->ring);

@@ -53,9 +53,18 @@ struct rr_cq {
 	bool armed;	      /* ibv_req_notify_cq() since the last event */
 	bool active;	      /* on set->active: polled every pass */
 	bool evented;	      /* on the pending list of the current drain */
-	enum { RR__SPIN_IDLE, RR__SPIN_BUSY, RR__SPIN_WINDOW } spin; /* hybrid */
-	uint64_t spin_until_ns;
-	unsigned int spin_empty; /* empty polls in the window */
+	/* Hybrid: the spin window. */
+	enum { RR__SPIN_IDLE, RR__SPIN_BUSY, RR__SPIN_WINDOW } spin;
+	unsigned int spin_empty;  /* empty polls in the current window */
+	unsigned int spin_limit;  /* its length in empty polls (untimed) */
+	bool spin_timed;	  /* this window is timed with the clock */
+	uint64_t spin_t0;	  /* when a timed window opened */
+	uint64_t spin_ns;	  /* its length in ns */
+	uint32_t poll_ns16;	  /* ns per empty poll x16; 0 = not measured */
+	unsigned int windows;	  /* windows opened */
+	uint64_t gap_ns;	  /* adaptive: expected gap between completions */
+	unsigned int misses;	  /* adaptive: windows in a row that found nothing */
+	unsigned int skip;	  /* adaptive: windows still to skip (arm at once) */
 	struct rr__list active_link;
 	struct rr__list armed_link;  /* ch->armed */
 	struct rr__list link;	     /* set->cqs */

@@ -59,4 +59,7 @@ void fake_async_close(void);
 /* Queue an async event and make the async fd readable. */
 void fake_async_event(enum ibv_event_type type);
 
+/* clock_gettime() calls (wrapped) since the start of the process. */
+extern unsigned int fake_clock_reads;
+
 #endif

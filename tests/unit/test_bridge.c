@@ -401,6 +401,144 @@ Test(modes, hybrid_spins_then_arms)
 	teardown_fx(&f);
 }
 
+/* Ping-pong-like: a completion every other pass, 512 times. */
+static void hybrid_clock_case(enum rr_wait_mode mode)
+{
+	struct fixture f;
+	unsigned int reads, arms0;
+
+	setup_fx(&f, NULL, mode);
+	arms0 = fcq(&f, 0)->arms;
+	reads = fake_clock_reads;
+	for (unsigned int i = 0; i < 512; i++) {
+		fake_complete(fcq(&f, 0), 1, i);
+		pass(&f, 2);
+	}
+	reads = fake_clock_reads - reads;
+	cr_assert_eq(L.wcs[0], 512);
+	cr_assert_eq(fcq(&f, 0)->arms, arms0, "armed inside the spin window");
+	/* One read per window would be 512. */
+	cr_assert_leq(reads, 128, "%u clock reads for 512 windows", reads);
+	teardown_fx(&f);
+}
+
+Test(modes, hybrid_windows_mostly_spare_the_clock)
+{
+	hybrid_clock_case(RR_WAIT_HYBRID);
+}
+
+Test(modes, fixed_hybrid_windows_mostly_spare_the_clock)
+{
+	hybrid_clock_case(RR_WAIT_HYBRID_FIXED);
+}
+
+/* Passes after the last completion until the CQ is armed (at most cap). */
+static unsigned int passes_until_armed(struct fixture *f, unsigned int arms0, unsigned int cap)
+{
+	unsigned int n = 0;
+
+	while (fcq(f, 0)->arms == arms0 && n < cap) {
+		pass(f, 1);
+		n++;
+	}
+	return n;
+}
+
+Test(modes, adaptive_window_follows_short_gaps)
+{
+	struct fixture f;
+	unsigned int arms0, n;
+
+	setup_fx(&f, NULL, RR_WAIT_HYBRID); /* at most 300 ms */
+	arms0 = fcq(&f, 0)->arms;
+	/* A completion, then three empty polls: gaps of about four passes. */
+	for (unsigned int i = 0; i < 64; i++) {
+		fake_complete(fcq(&f, 0), 1, i);
+		pass(&f, 4);
+	}
+	cr_assert_eq(L.wcs[0], 64);
+	cr_assert_eq(fcq(&f, 0)->arms, arms0, "a gap of four passes was not spun over");
+	/* Silence: the window ends after a few gaps' worth, not 300 ms. */
+	n = passes_until_armed(&f, arms0, 64);
+	cr_assert_lt(n, 64, "still spinning after 64 empty passes");
+
+	/* The fixed window (same 300 ms) keeps spinning. */
+	cr_assert_eq(rr_cq_set_mode(f.cq[0], RR_WAIT_HYBRID_FIXED, 0), 0);
+	pass(&f, 1);
+	arms0 = fcq(&f, 0)->arms;
+	fake_complete(fcq(&f, 0), 1, 100);
+	pass_until(&f, &L.wcs[0], 65);
+	n = passes_until_armed(&f, arms0, 64);
+	cr_assert_eq(n, 64, "the fixed window ended after %u passes", n);
+	teardown_fx(&f);
+}
+
+/* Rounds of one completion each, the next only once the CQ armed again:
+ * every gap outlasts the window. Returns the rounds that spun. */
+static unsigned int rounds_spun(struct fixture *f, unsigned int rounds)
+{
+	unsigned int spun = 0;
+
+	for (unsigned int i = 0; i < rounds; i++) {
+		unsigned int arms0 = fcq(f, 0)->arms, want = L.wcs[0] + 1;
+		struct rr_bridge_stats a, b;
+
+		fake_complete(fcq(f, 0), 1, 1000 + i);
+		pass_until(f, &L.wcs[0], want);
+		cr_assert_eq(L.wcs[0], want);
+		rr_bridge_get_stats(f->b, &a);
+		passes_until_armed(f, arms0, 1u << 20);
+		cr_assert_gt(fcq(f, 0)->arms, arms0, "never armed again");
+		rr_bridge_get_stats(f->b, &b);
+		/* A skipped window is the empty poll that opens it and the
+		 * one after the arm; a window spins at least one more, however
+		 * slow the passes. */
+		if (b.empty_polls - a.empty_polls >= 3)
+			spun++;
+	}
+	return spun;
+}
+
+Test(modes, adaptive_backs_off_when_gaps_outlast_the_window)
+{
+	struct fixture f;
+	unsigned int spun, arms0;
+
+	setup_fx(&f, NULL, RR_WAIT_HYBRID_FIXED);
+	cr_assert_eq(rr_cq_set_mode(f.cq[0], RR_WAIT_HYBRID_FIXED, 20000), 0);
+	pass(&f, 1);
+	spun = rounds_spun(&f, 40);
+	cr_assert_eq(spun, 40, "fixed: %u of 40 rounds spun", spun);
+
+	/* A first full window that ends empty starts the back-off. The CQ is
+	 * still armed from before, so wait for a pass that polls nothing
+	 * rather than for an arm. */
+	cr_assert_eq(rr_cq_set_mode(f.cq[0], RR_WAIT_HYBRID, 20000), 0);
+	for (unsigned int i = 0; i < 1u << 20; i++) {
+		struct rr_bridge_stats a, b;
+
+		rr_bridge_get_stats(f.b, &a);
+		pass(&f, 1);
+		rr_bridge_get_stats(f.b, &b);
+		if (a.empty_polls == b.empty_polls)
+			break;
+	}
+	spun = rounds_spun(&f, 40);
+	/* Skip 1, spin, skip 3, spin, skip 7, spin, skip 15, spin, skip 31. */
+	cr_assert_leq(spun, 6, "adaptive: %u of 40 rounds spun", spun);
+	cr_assert_geq(spun, 1);
+
+	/* Traffic returns: a probe window catches it and spinning resumes. */
+	for (unsigned int i = 0; i < 200; i++) {
+		if (i == 100)
+			arms0 = fcq(&f, 0)->arms;
+		fake_complete(fcq(&f, 0), 1, 5000 + i);
+		pass(&f, 2);
+	}
+	cr_assert_eq(fcq(&f, 0)->arms, arms0, "armed in the last 100 of 200 close completions");
+	teardown_fx(&f);
+}
+
 Test(modes, switch_at_run_time)
 {
 	struct fixture f;
