@@ -33,6 +33,7 @@ struct bench_cfg {
 	long iters;	/* measured round trips, all connections together */
 	uint32_t idle_ms;
 	unsigned int spin_us;
+	bool spin_fixed;	   /* hybrid: RR_WAIT_HYBRID_FIXED */
 	unsigned int signal_every; /* a send in N asks for a completion */
 	unsigned int timeout_s; /* the server side's own watchdog */
 	const char *addr;
@@ -46,7 +47,16 @@ struct side_figures {
 	double elapsed_s;
 	int64_t ctx_switches;
 	int64_t syscalls; /* -1 when the kernel cannot count them */
+	int64_t wcs, wakeups;
 };
+
+/* This process's work completions handled and wake-ups from a blocking
+ * wait for them (thread, epoll: the wait returned; the bridge: CQ events
+ * read). Busy polling never sleeps, so it has none. */
+struct side_counts {
+	uint64_t wcs, wakeups;
+};
+extern struct side_counts side_counts;
 
 /* Mixed workload: file reads in the client's own thread. */
 struct filer {
@@ -87,6 +97,7 @@ struct bside {
 	unsigned int ring_flags;
 	rr_bridge *b;
 	rr_cq *rcq;
+	uint64_t cq_events_seen; /* the bridge's stats.cq_events, last look */
 	uint8_t *buf;
 	size_t buf_len, slot_sz;
 	struct ibv_mr *mr;
@@ -188,6 +199,7 @@ struct result {
 	double cpu_us_per_op, syscalls_per_op, ctx_per_op;
 	double cpu_pct_per_side; /* idle: CPU of a core, mean of both sides */
 	double file_mb_per_s;	 /* mixed */
+	double wcs_per_wakeup;	 /* both sides; 0: never woke (busy) */
 	bool syscalls_known, has_latency, reference;
 	double cdf[BENCH_CDF_POINTS + 1]; /* latency quantiles, for --plot */
 };

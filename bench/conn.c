@@ -36,6 +36,7 @@ struct hello {
 	uint64_t addr;
 	uint32_t conn;
 	uint32_t timeout_s;
+	uint8_t spin_fixed;
 } __attribute__((packed));
 
 static int wait_cm(struct bside *s, enum rdma_cm_event_type want, struct cmsync_event *ev)
@@ -69,6 +70,7 @@ static void on_bridge_wc(rr_cq *cq, const struct ibv_wc *wc, void *data)
 {
 	struct bside *s = data;
 
+	side_counts.wcs++;
 	s->on_wc(s, wc);
 }
 
@@ -127,8 +129,9 @@ static int make_cq(struct bside *s, struct ibv_context *ctx)
 		struct rr_cq_opts co = {.cqe = n,
 					.on_wc = on_bridge_wc,
 					.data = s,
-					.mode = s->cfg.strat == S_URING ? RR_WAIT_EVENT
-									: RR_WAIT_HYBRID,
+					.mode = s->cfg.strat == S_URING	 ? RR_WAIT_EVENT
+						: s->cfg.spin_fixed ? RR_WAIT_HYBRID_FIXED
+								    : RR_WAIT_HYBRID,
 					.spin_us = s->cfg.spin_us};
 		struct rr_bridge_opts bo = {.on_app_cqe = filer_on_cqe, .data = s};
 		int rc = ring_init(s);
@@ -221,6 +224,7 @@ static void hello_fill(struct hello *h, const struct bside *s, uint32_t conn)
 	h->iters = (uint32_t)s->cfg.iters;
 	h->idle_ms = s->cfg.idle_ms;
 	h->spin_us = s->cfg.spin_us;
+	h->spin_fixed = s->cfg.spin_fixed;
 	h->signal_every = (uint8_t)s->cfg.signal_every;
 	h->timeout_s = s->cfg.timeout_s;
 	h->conn = conn;
@@ -245,6 +249,7 @@ static int hello_cfg(const struct hello *h, struct bench_cfg *cfg)
 	cfg->iters = h->iters;
 	cfg->idle_ms = h->idle_ms;
 	cfg->spin_us = h->spin_us ? h->spin_us : 50;
+	cfg->spin_fixed = h->spin_fixed != 0;
 	cfg->signal_every = h->signal_every ? h->signal_every : 1;
 	cfg->timeout_s = h->timeout_s;
 	return 0;

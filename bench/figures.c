@@ -127,6 +127,8 @@ void side_begin(struct side_figures *f, int *sc_fd)
 	*sc_fd = syscalls_open();
 	usage_now(&f->cpu_s, &f->ctx_switches);
 	f->elapsed_s = now_us() / 1e6;
+	f->wcs = (int64_t)side_counts.wcs;
+	f->wakeups = (int64_t)side_counts.wakeups;
 	if (*sc_fd >= 0)
 		ioctl(*sc_fd, PERF_EVENT_IOC_ENABLE, 0);
 }
@@ -142,6 +144,8 @@ void side_end(struct side_figures *f, int sc_fd)
 	f->cpu_s = cpu - f->cpu_s;
 	f->ctx_switches = csw - f->ctx_switches;
 	f->elapsed_s = now_us() / 1e6 - f->elapsed_s;
+	f->wcs = (int64_t)side_counts.wcs - f->wcs;
+	f->wakeups = (int64_t)side_counts.wakeups - f->wakeups;
 	f->syscalls = syscalls_read(sc_fd);
 	if (sc_fd >= 0)
 		close(sc_fd);

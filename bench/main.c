@@ -32,6 +32,7 @@ struct opts {
 	uint32_t qd, msg_size, idle_ms;
 	long iters; /* 0: per-workload defaults */
 	unsigned int spin_us;
+	bool spin_fixed;
 	unsigned int signal_every;
 	bool quick, server, perftest, force_lab;
 	int hosts, timeout_s;
@@ -52,7 +53,8 @@ static void usage(FILE *out)
 		"  --conns LIST       conns: connection counts (default 1,16,64,256)\n"
 		"  --iters N          round trips per run (default: 20000; rate 200000)\n"
 		"  --idle-ms MS       idle: how long to wait (default 10000)\n"
-		"  --spin-us US       hybrid: spin window (default 50)\n"
+		"  --spin-us US       hybrid: longest spin window (default 50)\n"
+		"  --spin-fixed       hybrid: always spin --spin-us (default: adapt)\n"
 		"  --signal-every N   one message send in N asks for a completion, in\n"
 		"                     every strategy (default 16; 1: all)\n"
 		"  --quick            a short run (about a minute in the lab)\n"
@@ -134,6 +136,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 					   {"idle-ms", required_argument, NULL, 'I'},
 					   {"spin-us", required_argument, NULL, 'w'},
 					   {"signal-every", required_argument, NULL, 'g'},
+					   {"spin-fixed", no_argument, NULL, 'F'},
 					   {"quick", no_argument, NULL, 'q'},
 					   {"json", required_argument, NULL, 'j'},
 					   {"csv", required_argument, NULL, 'c'},
@@ -195,6 +198,9 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		case 'w':
 			v = num_arg(optarg, 1, 1000000);
 			o->spin_us = (unsigned int)v;
+			break;
+		case 'F':
+			o->spin_fixed = true;
 			break;
 		case 'g':
 			v = num_arg(optarg, 1, 64);
@@ -290,6 +296,7 @@ static int plan(const struct opts *o, struct bench_cfg *runs, int max)
 					r->iters = iters_for(o, wl);
 					r->idle_ms = wl == W_IDLE ? o->idle_ms : 0;
 					r->spin_us = o->spin_us;
+					r->spin_fixed = o->spin_fixed;
 					r->signal_every = o->signal_every;
 					r->timeout_s = (unsigned int)o->timeout_s;
 				}

@@ -32,10 +32,10 @@ void report_table(FILE *out, const struct result *r, int n)
 		if (x->cfg.wl != last) {
 			fprintf(out,
 				"\n%-10s %-9s %-9s %6s %4s %5s %9s %9s %9s %9s %9s %9s %8s %7s "
-				"%s\n",
+				"%7s %s\n",
 				"strategy", "workload", "op", "size", "qd", "conns", "p50 us",
 				"p99 us", "p99.9 us", "max us", "ops/s", "cpu us/op", "sysc/op",
-				"csw/op", extra_name(x));
+				"csw/op", "wc/wake", extra_name(x));
 			last = x->cfg.wl;
 		}
 		fprintf(out, "%-10s %-9s %-9s %6u %4u %5u ", x->name, workload_name(x->cfg.wl),
@@ -45,7 +45,7 @@ void report_table(FILE *out, const struct result *r, int n)
 		else
 			fprintf(out, "%9s %9s %9s %9s ", "-", "-", "-", "-");
 		if (x->reference) {
-			fprintf(out, "%9s %9s %8s %7s ", "-", "-", "-", "-");
+			fprintf(out, "%9s %9s %8s %7s %7s ", "-", "-", "-", "-", "-");
 			if (x->cfg.wl == W_MIXED)
 				fprintf(out, "%.1f (pread alone, no RDMA)\n", x->file_mb_per_s);
 			else
@@ -53,7 +53,7 @@ void report_table(FILE *out, const struct result *r, int n)
 			continue;
 		}
 		if (x->cfg.wl == W_IDLE)
-			fprintf(out, "%9s %9s %8s %7s %.2f\n", "-", "-", "-", "-",
+			fprintf(out, "%9s %9s %8s %7s %7s %.2f\n", "-", "-", "-", "-", "-",
 				x->cpu_pct_per_side);
 		else {
 			fprintf(out, "%9.0f %9.1f ", x->ops_per_s, x->cpu_us_per_op);
@@ -62,11 +62,30 @@ void report_table(FILE *out, const struct result *r, int n)
 			else
 				fprintf(out, "%8s", "n/a");
 			fprintf(out, " %7.2f", x->ctx_per_op);
+			if (x->wcs_per_wakeup > 0)
+				fprintf(out, " %7.1f", x->wcs_per_wakeup);
+			else
+				fprintf(out, " %7s", "-");
 			if (x->cfg.wl == W_MIXED)
 				fprintf(out, " %.1f", x->file_mb_per_s);
 			fputc('\n', out);
 		}
 	}
+}
+
+/* Hybrid's window; "" for the other strategies and reference rows. */
+static const char *spin_name(const struct result *x)
+{
+	if (x->reference || x->cfg.strat != S_HYBRID)
+		return "";
+	return x->cfg.spin_fixed ? "fixed" : "adaptive";
+}
+
+static const char *spin_json(const struct result *x)
+{
+	const char *n = spin_name(x);
+
+	return !*n ? "null" : x->cfg.spin_fixed ? "\"fixed\"" : "\"adaptive\"";
 }
 
 /* "null" for what a record does not have. */
@@ -92,11 +111,12 @@ int report_json(const char *path, const struct result *r, int n)
 		fprintf(f,
 			"  {\"strategy\": \"%s\", \"workload\": \"%s\", \"op\": \"%s\", "
 			"\"msg_size\": %u, \"qd\": %u, \"conns\": %u, \"iters\": %ld, "
-			"\"idle_ms\": %u, \"spin_us\": %u, \"signal_every\": %u, "
-			"\"reference\": %s, ",
+			"\"idle_ms\": %u, \"spin_us\": %u, \"spin\": %s, "
+			"\"signal_every\": %u, \"reference\": %s, ",
 			x->name, workload_name(x->cfg.wl), op_name(x->cfg.op), x->cfg.msg_size,
 			x->cfg.qd, x->cfg.conns, idle ? 0 : x->cfg.iters, idle ? x->cfg.idle_ms : 0,
-			x->cfg.spin_us, x->cfg.signal_every, x->reference ? "true" : "false");
+			x->cfg.spin_us, spin_json(x), x->cfg.signal_every,
+			x->reference ? "true" : "false");
 		num(f, "p50_us", x->has_latency, x->p50, ", ");
 		num(f, "p99_us", x->has_latency, x->p99, ", ");
 		num(f, "p999_us", x->has_latency, x->p999, ", ");
@@ -105,6 +125,7 @@ int report_json(const char *path, const struct result *r, int n)
 		num(f, "cpu_us_per_op", ops, x->cpu_us_per_op, ", ");
 		num(f, "syscalls_per_op", ops && x->syscalls_known, x->syscalls_per_op, ", ");
 		num(f, "ctx_switches_per_op", ops, x->ctx_per_op, ", ");
+		num(f, "wcs_per_wakeup", ops && x->wcs_per_wakeup > 0, x->wcs_per_wakeup, ", ");
 		num(f, "cpu_pct_per_side", !x->reference, x->cpu_pct_per_side, ", ");
 		num(f, "file_mb_per_s", x->cfg.wl == W_MIXED, x->file_mb_per_s, "");
 		fprintf(f, "}%s\n", i + 1 < n ? "," : "");
@@ -127,18 +148,18 @@ int report_csv(const char *path, const struct result *r, int n)
 
 	if (!f)
 		return -errno;
-	fprintf(f, "strategy,workload,op,msg_size,qd,conns,iters,idle_ms,spin_us,signal_every,"
+	fprintf(f, "strategy,workload,op,msg_size,qd,conns,iters,idle_ms,spin_us,spin,signal_every,"
 		   "reference,"
 		   "p50_us,p99_us,p999_us,max_us,ops_per_s,cpu_us_per_op,syscalls_per_op,"
-		   "ctx_switches_per_op,cpu_pct_per_side,file_mb_per_s\n");
+		   "ctx_switches_per_op,wcs_per_wakeup,cpu_pct_per_side,file_mb_per_s\n");
 	for (int i = 0; i < n; i++) {
 		const struct result *x = &r[i];
 		bool ops = x->has_latency && !x->reference, idle = x->cfg.wl == W_IDLE;
 
-		fprintf(f, "%s,%s,%s,%u,%u,%u,%ld,%u,%u,%u,%d,", x->name, workload_name(x->cfg.wl),
+		fprintf(f, "%s,%s,%s,%u,%u,%u,%ld,%u,%u,%s,%u,%d,", x->name, workload_name(x->cfg.wl),
 			op_name(x->cfg.op), x->cfg.msg_size, x->cfg.qd, x->cfg.conns,
 			idle ? 0 : x->cfg.iters, idle ? x->cfg.idle_ms : 0, x->cfg.spin_us,
-			x->cfg.signal_every, x->reference);
+			spin_name(x), x->cfg.signal_every, x->reference);
 		cell(f, x->has_latency, x->p50, ",");
 		cell(f, x->has_latency, x->p99, ",");
 		cell(f, x->has_latency, x->p999, ",");
@@ -147,6 +168,7 @@ int report_csv(const char *path, const struct result *r, int n)
 		cell(f, ops, x->cpu_us_per_op, ",");
 		cell(f, ops && x->syscalls_known, x->syscalls_per_op, ",");
 		cell(f, ops, x->ctx_per_op, ",");
+		cell(f, ops && x->wcs_per_wakeup > 0, x->wcs_per_wakeup, ",");
 		cell(f, !x->reference, x->cpu_pct_per_side, ",");
 		cell(f, x->cfg.wl == W_MIXED, x->file_mb_per_s, "\n");
 	}

@@ -73,6 +73,9 @@ static void reduce(const struct bench_cfg *cfg, struct client_out *co, struct re
 	if (co->cli.elapsed_s > 0 && co->srv.elapsed_s > 0)
 		r->cpu_pct_per_side = 50.0 * (co->cli.cpu_s / co->cli.elapsed_s +
 					      co->srv.cpu_s / co->srv.elapsed_s);
+	if (co->cli.wakeups + co->srv.wakeups > 0)
+		r->wcs_per_wakeup = (double)(co->cli.wcs + co->srv.wcs) /
+				    (double)(co->cli.wakeups + co->srv.wakeups);
 	if (cfg->wl == W_MIXED && co->cli.elapsed_s > 0)
 		r->file_mb_per_s = (double)co->file_bytes / 1e6 / co->cli.elapsed_s;
 }

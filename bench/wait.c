@@ -73,6 +73,8 @@ int op_parse(const char *name, enum op *out)
 	return i < 0 ? i : 0;
 }
 
+struct side_counts side_counts;
+
 static void count_event(struct bside *s)
 {
 	if (++s->unacked >= ACK_BATCH) {
@@ -88,6 +90,7 @@ static int poll_and_handle(struct bside *s)
 
 	if (n < 0)
 		return -EIO;
+	side_counts.wcs += (unsigned int)n;
 	for (int i = 0; i < n; i++)
 		s->on_wc(s, &wc[i]);
 	return n;
@@ -137,6 +140,7 @@ static int step_thread(struct bside *s)
 	while (n == 0) {
 		if (ibv_get_cq_event(s->ch, &cq, &ctx))
 			return -errno;
+		side_counts.wakeups++;
 		count_event(s);
 		n = poll_arm_poll(s);
 	}
@@ -155,6 +159,7 @@ static int step_epoll(struct bside *s)
 	while (n == 0) {
 		if (epoll_wait(s->epfd, &ev, 1, -1) < 0 && errno != EINTR)
 			return -errno;
+		side_counts.wakeups++;
 		/* One CQ on the channel, armed once: at most one event. */
 		if (ibv_get_cq_event(s->ch, &cq, &ctx) == 0)
 			count_event(s);
@@ -165,6 +170,7 @@ static int step_epoll(struct bside *s)
 
 static int step_bridge(struct bside *s)
 {
+	struct rr_bridge_stats st;
 	int rc;
 
 	if (s->filer) {
@@ -173,6 +179,9 @@ static int step_bridge(struct bside *s)
 			return rc;
 	}
 	rc = rr_bridge_run_once(s->b, -1);
+	rr_bridge_get_stats(s->b, &st);
+	side_counts.wakeups += st.cq_events - s->cq_events_seen;
+	s->cq_events_seen = st.cq_events;
 	return rc == -EINTR ? 0 : rc;
 }
 

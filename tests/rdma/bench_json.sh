@@ -14,7 +14,9 @@ iters=120
 "$bench" --addr "$addr" --iters $iters --idle-ms 300 --conns 1,3 --qd 16 --with-perftest \
 	--json "$out/b.json" --csv "$out/b.csv" --timeout 120 >"$out/table" 2>&1
 rc=$?
-python3 - "$out/b.json" "$rc" "$out/table" "$out/b.csv" "$iters" <<'PY'
+"$bench" --addr "$addr" --iters $iters --strategies hybrid --workloads pingpong --ops send \
+	--spin-fixed --json "$out/f.json" --timeout 120 >>"$out/table" 2>&1 || rc=$?
+python3 - "$out/b.json" "$rc" "$out/table" "$out/b.csv" "$iters" "$out/f.json" <<'PY'
 import csv, json, sys
 path, rc, table, csvpath, iters = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
 checks = []
@@ -36,14 +38,16 @@ want = [(s, w, o, q, c) for (w, o, q, c) in runs for s in strats] + \
         ("perftest", "pingpong", "send", 1, 1), ("perftest-e", "pingpong", "send", 1, 1)]
 got = [(r.get("strategy"), r.get("workload"), r.get("op"), r.get("qd"), r.get("conns")) for r in recs]
 check(got == want, f"one record per strategy and run, in order ({len(got)} of {len(want)})")
-fields = ["strategy", "workload", "op", "msg_size", "qd", "conns", "iters", "idle_ms", "signal_every",
-          "reference",
+fields = ["strategy", "workload", "op", "msg_size", "qd", "conns", "iters", "idle_ms", "spin_us",
+          "spin", "signal_every", "reference",
           "p50_us", "p99_us", "p999_us", "max_us", "ops_per_s", "cpu_us_per_op", "syscalls_per_op",
-          "ctx_switches_per_op", "cpu_pct_per_side", "file_mb_per_s"]
+          "ctx_switches_per_op", "wcs_per_wakeup", "cpu_pct_per_side", "file_mb_per_s"]
 for r in recs:
     name = f"{r.get('strategy')} {r.get('workload')} {r.get('op')} conns={r.get('conns')}"
     check(all(f in r for f in fields), f"{name}: all fields present")
     check(r.get("msg_size") == 64, f"{name}: msg_size as asked")
+    check(r.get("spin") == ("adaptive" if r.get("strategy") == "hybrid" and not r.get("reference") else None),
+          f"{name}: spin is hybrid's adaptive window, null elsewhere")
     if r.get("strategy") == "file-only":
         check(r.get("reference") is True and (r.get("file_mb_per_s") or 0) > 0
               and r.get("p50_us") is None, f"{name}: a reference row with file MB/s only")
@@ -62,6 +66,11 @@ for r in recs:
         continue
     check(r.get("ops_per_s", 0) > 0 and r.get("cpu_us_per_op", -1) >= 0
           and r.get("ctx_switches_per_op", -1) >= 0, f"{name}: rates positive")
+    wpw = r.get("wcs_per_wakeup")
+    if r.get("strategy") == "busy":
+        check(wpw is None, f"{name}: busy polling never wakes (wcs_per_wakeup null)")
+    elif r.get("strategy") in ("thread", "epoll", "uring"):
+        check(isinstance(wpw, (int, float)) and wpw > 0, f"{name}: completions per wake-up counted")
     sc = r.get("syscalls_per_op")
     check(sc is None or sc > 0, f"{name}: syscalls_per_op null or > 0")
     if r.get("workload") == "mixed":
@@ -73,6 +82,12 @@ except Exception as e:
 check([(x["strategy"], x["workload"], x["op"]) for x in rows] == [(r.get("strategy"), r.get("workload"), r.get("op")) for r in recs],
       "CSV has the same records as the JSON")
 check(bool(rows) and set(fields) <= set(rows[0].keys()), "CSV has every field as a column")
+try:
+    fixed = json.load(open(sys.argv[6]))
+except Exception as e:
+    fixed = []
+check(len(fixed) == 1 and fixed[0].get("strategy") == "hybrid" and fixed[0].get("spin") == "fixed"
+      and fixed[0].get("iters") == iters, "--spin-fixed: one hybrid record with the fixed window")
 print(f"1..{len(checks)}")
 for i, (ok, what) in enumerate(checks, 1):
     print(f"{'ok' if ok else 'not ok'} {i} - {what}")
