@@ -74,11 +74,13 @@ static void on_bridge_wc(rr_cq *cq, const struct ibv_wc *wc, void *data)
 	s->on_wc(s, wc);
 }
 
-/* io_uring for the bridge: the cheapest task_work mode the kernel has. */
+/* io_uring for the bridge: the cheapest task_work mode the kernel has,
+ * with TASKRUN_FLAG so a spinning pass enters the kernel only when the
+ * kernel has completions to run. */
 static int ring_init(struct bside *s)
 {
 	static const unsigned int tries[] = {
-		IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN,
+		IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_TASKRUN_FLAG,
 		IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG, 0};
 	const char *env = getenv("RR_BENCH_RING_FLAGS");
 	int rc = -EINVAL;

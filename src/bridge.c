@@ -101,19 +101,26 @@ int rr_bridge_handle_cqe(rr_bridge *b, const struct io_uring_cqe *cqe)
  * May deferred task work be waiting for us? With COOP_TASKRUN or
  * DEFER_TASKRUN the kernel runs a fired poll's completion only when the
  * task enters it (DEFER_TASKRUN: only with IORING_ENTER_GETEVENTS), which
- * a non-blocking pass that has nothing to submit would never do.
+ * a pass that does not wait and has nothing to submit would never do.
+ * With IORING_SETUP_TASKRUN_FLAG the kernel says so in the SQ flags, so a
+ * spinning pass costs no syscall; without it, enter every
+ * ENTER_EVERY-th such pass (a syscall per pass would be most of a busy or
+ * hybrid CQ's cost where syscalls are slow).
  */
-static bool events_need_enter(const struct io_uring *io)
+#define ENTER_EVERY 16
+
+static bool events_need_enter(rr_bridge *b)
 {
+	const struct io_uring *io = b->io;
 	unsigned int kflags = IO_URING_READ_ONCE(*io->sq.kflags);
 
 	if (kflags & IORING_SQ_CQ_OVERFLOW)
 		return true;
-	if (io->flags & IORING_SETUP_DEFER_TASKRUN)
-		return true;
-	if (io->flags & IORING_SETUP_COOP_TASKRUN)
-		return !(io->flags & IORING_SETUP_TASKRUN_FLAG) || (kflags & IORING_SQ_TASKRUN);
-	return false;
+	if (!(io->flags & (IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_COOP_TASKRUN)))
+		return false;
+	if (io->flags & IORING_SETUP_TASKRUN_FLAG)
+		return kflags & IORING_SQ_TASKRUN;
+	return ++b->quiet_passes % ENTER_EVERY == 0;
 }
 
 /* Write what the ring layer owes; make room in a full SQ first. */
@@ -143,8 +150,8 @@ int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 	}
 	flush_owned(b);
 	if (timeout_ms == 0) {
-		rc = events_need_enter(b->io) ? io_uring_submit_and_get_events(b->io)
-					      : io_uring_submit(b->io);
+		rc = events_need_enter(b) ? io_uring_submit_and_get_events(b->io)
+					  : io_uring_submit(b->io);
 	} else if (timeout_ms < 0) {
 		rc = io_uring_submit_and_wait(b->io, 1);
 	} else {

@@ -2,6 +2,8 @@
 /* Stub verbs for the host unit suite; see fake_verbs.h. */
 #include <errno.h>
 #include <time.h>
+
+#include <liburing.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -253,4 +255,15 @@ int __wrap_clock_gettime(clockid_t clk, struct timespec *ts)
 {
 	fake_clock_reads++;
 	return __real_clock_gettime(clk, ts);
+}
+
+unsigned int fake_get_events;
+
+int __real_io_uring_submit_and_get_events(struct io_uring *ring);
+int __wrap_io_uring_submit_and_get_events(struct io_uring *ring);
+
+int __wrap_io_uring_submit_and_get_events(struct io_uring *ring)
+{
+	fake_get_events++;
+	return __real_io_uring_submit_and_get_events(ring);
 }

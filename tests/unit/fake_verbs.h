@@ -61,5 +61,8 @@ void fake_async_event(enum ibv_event_type type);
 
 /* clock_gettime() calls (wrapped) since the start of the process. */
 extern unsigned int fake_clock_reads;
+/* io_uring_submit_and_get_events() calls: a pass that does not wait
+ * entering the kernel only to collect deferred completions. */
+extern unsigned int fake_get_events;
 
 #endif

@@ -123,6 +123,59 @@ Test(loop, defer_taskrun_ring_with_a_busy_cq_still_hears_channels)
 	io_uring_queue_exit(&ring);
 }
 
+/* A busy CQ keeps every pass from waiting; how often does such a pass
+ * enter the kernel just to collect deferred completions? */
+static void quiet_enters_case(unsigned int flags, unsigned int most)
+{
+	struct rr_cq_opts busy = {.on_wc = count_wc, .mode = RR_WAIT_BUSY};
+	struct rr_cq_opts event = {.on_wc = count_wc};
+	rr_cq *cq_busy, *cq_event;
+	struct io_uring ring;
+	unsigned int enters;
+	rr_channel *ch;
+	rr_bridge *b;
+
+	wcs = 0;
+	init_ring(&ring, 32, flags);
+	cr_assert_eq(rr_bridge_create(&b, &ring, NULL), 0);
+	cr_assert_eq(rr_channel_create(b, &fake_ctx, &ch), 0);
+	cr_assert_eq(rr_cq_create(b, ch, &fake_ctx, &busy, &cq_busy), 0);
+	cr_assert_eq(rr_cq_create(b, ch, &fake_ctx, &event, &cq_event), 0);
+	for (int i = 0; i < 5; i++)
+		cr_assert_geq(rr_bridge_run_once(b, 0), 0);
+	enters = fake_get_events;
+	for (int i = 0; i < 160; i++)
+		cr_assert_geq(rr_bridge_run_once(b, 0), 0);
+	enters = fake_get_events - enters;
+	cr_assert_leq(enters, most, "%u of 160 quiet passes entered the kernel", enters);
+	/* Without the flag nothing else would run deferred completions. */
+	if (most)
+		cr_assert_geq(enters, 1, "no quiet pass ever entered the kernel");
+	/* And the channel is still heard. */
+	fake_complete(fake_cq_of(rr_cq_ibv(cq_event)), 3, 1);
+	for (int i = 0; i < 2000 && wcs < 3; i++) {
+		cr_assert_geq(rr_bridge_run_once(b, 0), 0);
+		if (i > 100)
+			usleep(1000);
+	}
+	cr_assert_eq(wcs, 3, "the channel's poll completion never arrived");
+	cr_assert_eq(rr_bridge_destroy(b), 0);
+	io_uring_queue_exit(&ring);
+}
+
+Test(loop, quiet_passes_on_a_taskrun_flag_ring_do_not_enter)
+{
+	quiet_enters_case(IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN |
+				  IORING_SETUP_TASKRUN_FLAG,
+			  0);
+	quiet_enters_case(IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG, 0);
+}
+
+Test(loop, quiet_passes_on_a_defer_ring_enter_now_and_then)
+{
+	quiet_enters_case(IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN, 160 / 8);
+}
+
 /* ---- SQEs that find no room ---- */
 
 static struct io_uring *fill_ring;
