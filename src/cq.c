@@ -20,7 +20,7 @@
 
 #include "cq.h"
 
-#define SPIN_CLOCK_EVERY 16
+#define SPIN_CLOCK_EVERY 8
 
 void rr__cqs_init(struct rr__cqs *set, struct rr__ring *ring, struct rr_bridge_stats *stats,
 		  unsigned int cq_batch, unsigned int budget, unsigned int ack_batch)
@@ -68,6 +68,8 @@ static void disarm(rr_cq *cq)
 }
 
 /* Hand out up to `budget` work completions; *more when the budget ran out. */
+static void window_hit(rr_cq *cq);
+
 static unsigned int cq_poll(rr_cq *cq, unsigned int budget, bool *more)
 {
 	struct rr__cqs *set = cq->set;
@@ -85,6 +87,8 @@ static unsigned int cq_poll(rr_cq *cq, unsigned int budget, bool *more)
 				set->stats->empty_polls++;
 			break;
 		}
+		if (cq->spin == RR__SPIN_WINDOW)
+			window_hit(cq);
 		for (int i = 0; i < n; i++) {
 			set->stats->wcs++;
 			cq->on_wc(cq, &wc[i], cq->data);
@@ -124,21 +128,27 @@ static int arm(rr_cq *cq)
  *
  * Where the clock is a syscall (VMs without a usable TSC, such as the lab)
  * reading it in every window would cost about what the arm saves, so only
- * every SPIN_TIME_EVERY-th window is timed with the clock (read when it
- * opens, every SPIN_CLOCK_EVERY empty polls, and when it ends); it measures
- * how long an empty poll takes, and the windows in between count polls.
+ * every SPIN_TIME_EVERY-th window (and every window until the first
+ * measurement) is timed with the clock, read when it opens and every
+ * SPIN_CLOCK_EVERY empty polls. Those readings measure how long an empty
+ * poll takes, work completions' callbacks excluded; the windows in between
+ * count empty polls.
  *
  * RR_WAIT_HYBRID adapts the window to the gaps it sees: twice the expected
  * gap (an average of the gaps found inside windows) plus SPIN_MARGIN_NS,
- * at most spin_us. A window that ends empty doubles the next one; once a
- * full-length window ends empty the gaps are longer than spinning is worth,
- * so the next 1, 3, 7 ... 63 windows are skipped (armed at once), and a
- * completion found in a window ends that back-off.
+ * at most spin_us. A window that ends empty doubles the next one. It also
+ * keeps a running share of windows that found a completion (about the
+ * last 16); while a full-length window ends empty with that share under
+ * 1/8, spinning costs more than it brings, so the next 1, 3, 7 ... 63 windows are skipped
+ * (armed at once). Backing off only then matters: when both ends of a
+ * ping-pong back off at the first miss, each sees the other's wake-up
+ * latency as the gap and neither spins again.
  * RR_WAIT_HYBRID_FIXED always spins spin_us.
  */
 #define SPIN_TIME_EVERY 16
 #define SPIN_MARGIN_NS 2000u
 #define SPIN_MAX_BACKOFF 6
+#define SPIN_HITS_ONE 256 /* hit_share of a window that always hits */
 
 static uint64_t window_ns(const rr_cq *cq)
 {
@@ -150,44 +160,57 @@ static uint64_t window_ns(const rr_cq *cq)
 	return w < cap ? w : cap;
 }
 
-/* The window closed: learn from it. @hit: a completion ended it. */
-static void window_close(rr_cq *cq, bool hit)
+/* @polls polls took @ns: learn what an empty poll costs. */
+static void poll_cost(rr_cq *cq, uint64_t ns, unsigned int polls)
 {
-	uint64_t elapsed;
+	uint64_t s = ns * 16 / polls;
 
-	/* The passes the window lasted: its empty polls, and the one that
-	 * found a completion. */
-	unsigned int polls = cq->spin_empty + hit;
+	if (s > UINT32_MAX)
+		s = UINT32_MAX;
+	if (!s)
+		s = 1;
+	cq->poll_ns16 = cq->poll_ns16 ? (uint32_t)((3ull * cq->poll_ns16 + s) / 4) : (uint32_t)s;
+}
 
+/*
+ * A poll inside the window found completions: called before they are
+ * handed out, so what their callbacks do is not counted as waiting. The
+ * gap is the window's empty polls and this one.
+ */
+static void window_hit(rr_cq *cq)
+{
+	unsigned int polls = cq->spin_empty + 1;
+	uint64_t gap;
+
+	cq->spin = RR__SPIN_BUSY;
 	if (cq->spin_timed) {
-		elapsed = rr__now_ns() - cq->spin_t0;
-		if (polls) {
-			uint64_t s = elapsed * 16 / polls;
+		uint64_t now = rr__now_ns();
 
-			if (s > UINT32_MAX)
-				s = UINT32_MAX;
-			if (!s)
-				s = 1;
-			cq->poll_ns16 = cq->poll_ns16 ? (uint32_t)((3ull * cq->poll_ns16 + s) / 4)
-						      : (uint32_t)s;
-		}
+		/* Polls since the last reading, this one included. */
+		poll_cost(cq, now - cq->spin_t, cq->spin_empty % SPIN_CLOCK_EVERY + 1);
+		gap = now - cq->spin_t0;
 	} else {
-		elapsed = (uint64_t)polls * cq->poll_ns16 / 16;
+		gap = (uint64_t)polls * cq->poll_ns16 / 16;
 	}
+	if (cq->mode != RR_WAIT_HYBRID)
+		return;
+	cq->gap_ns = cq->gap_ns ? (3 * cq->gap_ns + gap) / 4 : gap;
+	if (!cq->gap_ns)
+		cq->gap_ns = 1;
+	cq->hit_share += (SPIN_HITS_ONE - cq->hit_share) / 16;
+	cq->misses = 0;
+}
+
+/* The window ended without a completion: the gap is longer than it. */
+static void window_miss(rr_cq *cq)
+{
 	cq->spin = RR__SPIN_IDLE;
 	if (cq->mode != RR_WAIT_HYBRID)
 		return;
-	if (hit) {
-		cq->gap_ns = cq->gap_ns ? (3 * cq->gap_ns + elapsed) / 4 : elapsed;
-		if (!cq->gap_ns)
-			cq->gap_ns = 1;
-		cq->misses = 0;
-		return;
-	}
-	/* Nothing within the window: the gap is longer than it. */
 	if (cq->gap_ns < cq->spin_ns)
 		cq->gap_ns = cq->spin_ns;
-	if (cq->spin_ns >= (uint64_t)cq->spin_us * 1000u) {
+	cq->hit_share -= cq->hit_share / 16;
+	if (cq->spin_ns >= (uint64_t)cq->spin_us * 1000u && cq->hit_share < SPIN_HITS_ONE / 8) {
 		unsigned int k = cq->misses < SPIN_MAX_BACKOFF ? ++cq->misses : SPIN_MAX_BACKOFF;
 
 		cq->skip = (1u << k) - 1;
@@ -208,6 +231,7 @@ static bool window_open(rr_cq *cq)
 	cq->spin_timed = !cq->poll_ns16 || ++cq->windows % SPIN_TIME_EVERY == 0;
 	if (cq->spin_timed) {
 		cq->spin_t0 = rr__now_ns();
+		cq->spin_t = cq->spin_t0;
 	} else {
 		uint64_t l = cq->spin_ns * 16 / cq->poll_ns16;
 
@@ -218,20 +242,23 @@ static bool window_open(rr_cq *cq)
 
 static bool window_over(rr_cq *cq)
 {
+	uint64_t now;
+
 	if (!cq->spin_timed)
 		return cq->spin_empty >= cq->spin_limit;
 	if (cq->spin_empty % SPIN_CLOCK_EVERY)
 		return false;
-	return rr__now_ns() - cq->spin_t0 >= cq->spin_ns;
+	now = rr__now_ns();
+	poll_cost(cq, now - cq->spin_t, SPIN_CLOCK_EVERY);
+	cq->spin_t = now;
+	return now - cq->spin_t0 >= cq->spin_ns;
 }
 
 /* Hybrid: after a poll that found @n completions, keep polling? */
 static bool keep_spinning(rr_cq *cq, unsigned int n)
 {
 	if (n) {
-		if (cq->spin == RR__SPIN_WINDOW)
-			window_close(cq, true);
-		cq->spin = RR__SPIN_BUSY;
+		cq->spin = RR__SPIN_BUSY; /* a window that found them closed in cq_poll() */
 		return true;
 	}
 	switch (cq->spin) {
@@ -241,7 +268,7 @@ static bool keep_spinning(rr_cq *cq, unsigned int n)
 		++cq->spin_empty;
 		if (!window_over(cq))
 			return true;
-		window_close(cq, false);
+		window_miss(cq);
 		return false;
 	default:
 		return false;
@@ -486,6 +513,7 @@ int rr__cq_create(struct rr__cqs *set, rr_channel *ch, struct ibv_context *ctx,
 	cq->ch = ch;
 	cq->mode = opts->mode;
 	cq->spin_us = opts->spin_us ? opts->spin_us : 50;
+	cq->hit_share = SPIN_HITS_ONE;
 	cq->on_wc = opts->on_wc;
 	cq->data = opts->data;
 	rr__list_init(&cq->active_link);
@@ -523,6 +551,7 @@ int rr_cq_set_mode(rr_cq *cq, enum rr_wait_mode mode, unsigned int spin_us)
 	/* Hybrid: a full window, then arm; what was learnt is forgotten. */
 	cq->spin = RR__SPIN_BUSY;
 	cq->gap_ns = 0;
+	cq->hit_share = SPIN_HITS_ONE;
 	cq->misses = 0;
 	cq->skip = 0;
 	/* Let the next pass poll it and arm it if the new mode wants that. */

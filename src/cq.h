@@ -59,11 +59,13 @@ struct rr_cq {
 	unsigned int spin_limit;  /* its length in empty polls (untimed) */
 	bool spin_timed;	  /* this window is timed with the clock */
 	uint64_t spin_t0;	  /* when a timed window opened */
+	uint64_t spin_t;	  /* its last clock reading */
 	uint64_t spin_ns;	  /* its length in ns */
 	uint32_t poll_ns16;	  /* ns per empty poll x16; 0 = not measured */
 	unsigned int windows;	  /* windows opened */
 	uint64_t gap_ns;	  /* adaptive: expected gap between completions */
-	unsigned int misses;	  /* adaptive: windows in a row that found nothing */
+	unsigned int hit_share;	  /* adaptive: running share of windows that hit, /256 */
+	unsigned int misses;	  /* adaptive: back-offs in a row */
 	unsigned int skip;	  /* adaptive: windows still to skip (arm at once) */
 	struct rr__list active_link;
 	struct rr__list armed_link;  /* ch->armed */
