@@ -177,7 +177,10 @@ struct rr_bridge_opts {
  * IORING_SETUP_SINGLE_ISSUER, for a ring one thread drives) completions
  * of polls appear only when the loop enters the kernel with
  * IORING_ENTER_GETEVENTS (io_uring_submit_and_wait*(),
- * io_uring_get_events()); rr_bridge_run_once() does so. IORING_SETUP_SQPOLL
+ * io_uring_get_events()); rr_bridge_run_once() does so, and a pass that
+ * does not wait (busy or hybrid CQs) enters only when
+ * IORING_SETUP_TASKRUN_FLAG says work waits (every 16th pass without that
+ * flag, so set it on DEFER_TASKRUN and COOP_TASKRUN rings). IORING_SETUP_SQPOLL
  * works. An IORING_SETUP_IOPOLL ring cannot poll fds and is refused.
  *
  * The rdma_cm event channel is created on the first rr_connect() or
