@@ -129,7 +129,8 @@ static int arm(rr_cq *cq)
  * Where the clock is a syscall (VMs without a usable TSC, such as the lab)
  * reading it in every window would cost about what the arm saves, so only
  * every SPIN_TIME_EVERY-th window (and every window until the first
- * measurement) is timed with the clock, read when it opens and every
+ * measurement, and the one after a window that found nothing) is timed
+ * with the clock, read when it opens and every
  * SPIN_CLOCK_EVERY empty polls. Those readings measure how long an empty
  * poll takes, work completions' callbacks excluded; the windows in between
  * count empty polls.
@@ -205,6 +206,9 @@ static void window_hit(rr_cq *cq)
 static void window_miss(rr_cq *cq)
 {
 	cq->spin = RR__SPIN_IDLE;
+	/* Maybe counted too few polls: time the next window. A miss costs
+	 * an arm and a wake-up anyway, the clock reads are little beside. */
+	cq->spin_retime = true;
 	if (cq->mode != RR_WAIT_HYBRID)
 		return;
 	if (cq->gap_ns < cq->spin_ns)
@@ -228,7 +232,8 @@ static bool window_open(rr_cq *cq)
 	cq->spin = RR__SPIN_WINDOW;
 	cq->spin_empty = 0;
 	cq->spin_ns = window_ns(cq);
-	cq->spin_timed = !cq->poll_ns16 || ++cq->windows % SPIN_TIME_EVERY == 0;
+	cq->spin_timed = !cq->poll_ns16 || cq->spin_retime || ++cq->windows % SPIN_TIME_EVERY == 0;
+	cq->spin_retime = false;
 	if (cq->spin_timed) {
 		cq->spin_t0 = rr__now_ns();
 		cq->spin_t = cq->spin_t0;

@@ -58,6 +58,7 @@ struct rr_cq {
 	unsigned int spin_empty;  /* empty polls in the current window */
 	unsigned int spin_limit;  /* its length in empty polls (untimed) */
 	bool spin_timed;	  /* this window is timed with the clock */
+	bool spin_retime;	  /* time the next one (the last found nothing) */
 	uint64_t spin_t0;	  /* when a timed window opened */
 	uint64_t spin_t;	  /* its last clock reading */
 	uint64_t spin_ns;	  /* its length in ns */
