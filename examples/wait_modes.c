@@ -7,8 +7,9 @@
  *                   ring: the thread sleeps until a completion arrives.
  *   RR_WAIT_BUSY    the CQ is polled on every loop pass: lowest latency,
  *                   one core burnt even when nothing happens.
- *   RR_WAIT_HYBRID  after each completion the CQ is polled for spin_us,
- *                   then armed: busy latency in a burst, no CPU when idle.
+ *   RR_WAIT_HYBRID  after each completion the CQ is polled for a while
+ *                   (about twice the gaps it sees, at most spin_us), then
+ *                   armed: busy latency in a burst, no CPU when idle.
  *
  *   wait_modes ADDR PORT [ROUND_TRIPS]
  *
