@@ -208,6 +208,17 @@ Test(traffic, send_recv_qd64_hybrid)
 	run(50000, 64, 0, RR_WAIT_HYBRID);
 }
 
+/* qd 1: the adaptive window opens and closes around every message. */
+Test(traffic, send_recv_qd1_hybrid)
+{
+	run(20000, 1, 0, RR_WAIT_HYBRID);
+}
+
+Test(traffic, send_recv_qd1_hybrid_fixed)
+{
+	run(20000, 1, 0, RR_WAIT_HYBRID_FIXED);
+}
+
 Test(traffic, send_recv_qd1_busy)
 {
 	run(20000, 1, 0, RR_WAIT_BUSY);
