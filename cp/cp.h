@@ -52,7 +52,19 @@ struct cp_opts {
 	uint16_t token_len;
 };
 
+/* A line on stderr, prefixed and escaped with cp_esc() as a whole. */
 void cp_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Room for cp_esc() of a string of @n bytes. */
+#define CP_ESC_LEN(n) (4 * (n) + 1)
+
+/*
+ * cp_esc() - @s as printable ASCII for a log line or JSON: a backslash
+ * becomes "\\", a control byte, DEL or 8-bit byte "\xNN"; everything else
+ * stays. Truncated to fit @cap (with "..." at the end). Returns @buf. The
+ * only escaping: every peer- or user-supplied string goes through it.
+ */
+const char *cp_esc(const char *s, char *buf, size_t cap);
 
 /* cp_err_exit() - the exit code an ERROR code received from the peer means. */
 int cp_err_exit(unsigned int code);

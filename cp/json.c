@@ -7,18 +7,16 @@
 #include "cp.h"
 #include "json.h"
 
+/* cp_esc() makes it printable ASCII; JSON then only needs '"' and '\\' quoted. */
 static void put_string(FILE *f, const char *s)
 {
-	fputc('"', f);
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
+	char esc[CP_ESC_LEN(512)];
 
-		if (c == '"' || c == '\\')
-			fprintf(f, "\\%c", c);
-		else if (c < 0x20)
-			fprintf(f, "\\u%04x", c);
-		else
-			fputc(c, f);
+	fputc('"', f);
+	for (const char *p = cp_esc(s, esc, sizeof(esc)); *p; p++) {
+		if (*p == '"' || *p == '\\')
+			fputc('\\', f);
+		fputc(*p, f);
 	}
 	fputc('"', f);
 }

@@ -157,9 +157,8 @@ static void rx_fail(struct rx *r, unsigned int code, int result, const char *fmt
 		return;
 	if (code) {
 		m.error.code = code;
-		for (size_t i = 0; msg[i] && m.error.len < CP_TEXT_MAX; i++)
-			m.error.text[m.error.len++] =
-				(msg[i] >= 0x20 && msg[i] <= 0x7e) ? msg[i] : '?';
+		cp_esc(msg, m.error.text, sizeof(m.error.text));
+		m.error.len = (uint16_t)strlen(m.error.text);
 		if (rx_send(r, &m) == 0)
 			return; /* disconnect once it went out: send_done() */
 	}

@@ -56,6 +56,7 @@ static bool next_file(struct tx *t, struct tx_src *src, void *data)
 static void file_done(struct tx *t, const struct tx_src *src, uint64_t bytes, uint64_t sum,
 		      void *data)
 {
+	char l[CP_ESC_LEN(256)], n[CP_ESC_LEN(CP_NAME_MAX)];
 	struct sender *s = data;
 
 	s->files++;
@@ -65,7 +66,8 @@ static void file_done(struct tx *t, const struct tx_src *src, uint64_t bytes, ui
 		cp_progress_update(&s->prog, tx_bytes(t), false);
 		if (s->prog.drawn)
 			fputs("\r\033[K", stderr);
-		printf(CP_PROG ": sent %s as %s: %llu bytes, xxh3 %016llx\n", src->label, src->name,
+		printf(CP_PROG ": sent %s as %s: %llu bytes, xxh3 %016llx\n",
+		       cp_esc(src->label, l, sizeof(l)), cp_esc(src->name, n, sizeof(n)),
 		       (unsigned long long)bytes, (unsigned long long)sum);
 		fflush(stdout);
 	}

@@ -136,9 +136,8 @@ static void tx_fail(struct tx *t, int result, unsigned int code, const char *fmt
 		return;
 	if (code) {
 		m.error.code = code;
-		for (size_t i = 0; t->msg[i] && m.error.len < CP_TEXT_MAX; i++)
-			m.error.text[m.error.len++] =
-				(t->msg[i] >= 0x20 && t->msg[i] <= 0x7e) ? t->msg[i] : '?';
+		cp_esc(t->msg, m.error.text, sizeof(m.error.text));
+		m.error.len = (uint16_t)strlen(m.error.text);
 		if (tx_send(t, &m) == 0)
 			return; /* send_done() disconnects */
 	}
