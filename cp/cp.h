@@ -29,7 +29,9 @@ struct cp_opts {
 	const char *listen;
 	const char *dir;
 	bool force;
-	unsigned int max_conns;
+	unsigned int max_conns;	      /* admitted connections at once */
+	unsigned int max_pending;     /* connections not admitted yet, at once */
+	unsigned int hello_timeout_s; /* an established connection's HELLO is due */
 	/* send */
 	char **files;
 	int nfiles;
@@ -38,10 +40,11 @@ struct cp_opts {
 	/* proxy */
 	const char *tcp_listen;
 	const char *prefix;
+	unsigned int max_clients; /* TCP clients at once */
 	/* send and proxy */
 	const char *to;
 	/* all */
-	unsigned int count; /* serve, proxy: exit after this many connections */
+	unsigned int count; /* serve: admitted connections; proxy: clients */
 	uint32_t chunk, window;
 	unsigned int timeout_s; /* no progress for this long: give up */
 	const char *json;
