@@ -315,6 +315,7 @@ static void on_chunk(struct rx *r, uint32_t imm, uint32_t len)
 		rx_fail(r, CP_E_PROTO, CP_EXIT_INTEGRITY, "%s", why);
 		return;
 	}
+	r->s->chunks++;
 	sl = &r->slots[slot];
 	if (sl->state != SLOT_FREE) {
 		/* cp_rx_admit() only admits granted seqs, and slots are granted free. */

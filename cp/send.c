@@ -20,7 +20,7 @@ struct sender {
 	struct tx *t;
 	int next_file;
 	int fd; /* the file being sent */
-	uint64_t total, files, bytes, last_sum;
+	uint64_t total, files, bytes, last_sum, chunks;
 	struct cp_progress prog;
 	int result;
 	char msg[256];
@@ -60,6 +60,7 @@ static void file_done(struct tx *t, const struct tx_src *src, uint64_t bytes, ui
 	struct sender *s = data;
 
 	s->files++;
+	s->chunks = tx_chunks(t);
 	s->bytes += bytes;
 	s->last_sum = sum;
 	if (!s->o->quiet) {
@@ -174,6 +175,7 @@ out:
 	sum.exit_code = ret;
 	sum.error = ret && s->msg[0] ? s->msg : NULL;
 	sum.files = s->files;
+	sum.chunks = s->chunks;
 	sum.bytes = s->bytes;
 	sum.checksum = s->last_sum;
 	sum.connections = 1;

@@ -173,6 +173,8 @@ out_dir:
 	sum.bytes = s->bytes;
 	sum.checksum = s->last_checksum;
 	sum.connections = s->ended;
+	sum.refused = s->refused;
+	sum.chunks = s->chunks;
 	sum.failures = s->failures;
 	sum.start_ns = s->first_ns ? s->first_ns : s->start_ns;
 	if (o->json) {

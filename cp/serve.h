@@ -23,7 +23,7 @@ struct serve {
 	unsigned int ended, failures, refused; /* of admitted; refused: all others */
 	bool closing;
 	int result; /* first failure's exit code */
-	uint64_t files, bytes, last_checksum;
+	uint64_t files, bytes, chunks, last_checksum;
 	uint64_t start_ns, first_ns;
 };
 
