@@ -62,9 +62,10 @@ void cp_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 #define CP_ESC_LEN(n) (4 * (n) + 1)
 
 /*
- * cp_esc() - @s as printable ASCII for a log line or JSON: a backslash
- * becomes "\\", a control byte, DEL or 8-bit byte "\xNN"; everything else
- * stays. Truncated to fit @cap (with "..." at the end). Returns @buf. The
+ * cp_esc() - @s as printable ASCII for a log line or JSON: a control byte,
+ * DEL or 8-bit byte becomes "\xNN", everything else stays, a backslash too,
+ * so that text escaped once (an ERROR text from the peer) is not escaped
+ * twice. Truncated to fit @cap (with "..." at the end). Returns @buf. The
  * only escaping: every peer- or user-supplied string goes through it.
  */
 const char *cp_esc(const char *s, char *buf, size_t cap);

@@ -104,12 +104,12 @@ static int check_files(struct sender *s)
 		const char *path = s->o->files[i];
 		struct stat sb;
 
-		if (stat(path, &sb) || access(path, R_OK)) {
-			cp_log("send: %s: %s", path, strerror(errno));
-			return CP_EXIT_LOCAL_IO;
-		}
-		if (!S_ISREG(sb.st_mode)) {
-			cp_log("send: %s: not a regular file", path);
+		if (stat(path, &sb) || access(path, R_OK))
+			snprintf(s->msg, sizeof(s->msg), "%s: %s", path, strerror(errno));
+		else if (!S_ISREG(sb.st_mode))
+			snprintf(s->msg, sizeof(s->msg), "%s: not a regular file", path);
+		if (s->msg[0]) {
+			cp_log("send: %s", s->msg); /* and in --json */
 			return CP_EXIT_LOCAL_IO;
 		}
 		s->total += (uint64_t)sb.st_size;

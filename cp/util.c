@@ -34,10 +34,7 @@ const char *cp_esc(const char *s, char *buf, size_t cap)
 		char e[4];
 		size_t n = 0;
 
-		if (c == '\\') {
-			e[n++] = '\\';
-			e[n++] = '\\';
-		} else if (c < 0x20 || c >= 0x7f) {
+		if (c < 0x20 || c >= 0x7f) {
 			e[n++] = '\\';
 			e[n++] = 'x';
 			e[n++] = hex[c >> 4];
