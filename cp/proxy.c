@@ -111,17 +111,22 @@ static void reply_done(struct cp_op *op, int res)
 static void arm_accept(struct proxy *p);
 
 /*
- * Over --max-clients: say so and close, never silently. What the client
- * sent already is read away first, so that the close is a FIN, not a reset
- * that could discard the answer.
+ * Over --max-clients or --count: say so and close, never silently. What
+ * the client sent already is read away first, so that the close is a FIN,
+ * not a reset that could discard the answer.
  */
 static void refuse_client(struct proxy *p, int fd)
 {
 	char msg[128], junk[4096];
 	int len;
 
-	len = snprintf(msg, sizeof(msg), "ERROR too many clients (--max-clients %u), try later\n",
-		       p->o->max_clients);
+	if (p->o->count && p->accepted >= p->o->count)
+		len = snprintf(msg, sizeof(msg), "ERROR proxy done (--count %u reached)\n",
+			       p->o->count);
+	else
+		len = snprintf(msg, sizeof(msg),
+			       "ERROR too many clients (--max-clients %u), try later\n",
+			       p->o->max_clients);
 	p->refused++;
 	if (send(fd, msg, (size_t)len, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && !p->o->quiet)
 		cp_log("proxy: refusing a TCP client: %s", strerror(errno));
@@ -129,7 +134,7 @@ static void refuse_client(struct proxy *p, int fd)
 	for (int i = 0; i < 16 && recv(fd, junk, sizeof(junk), MSG_DONTWAIT) > 0; i++)
 		;
 	close(fd);
-	cp_log("proxy: TCP client refused: %u clients already (--max-clients)", p->live);
+	cp_log("proxy: TCP client refused: %.*s", len - 7, msg + 6);
 }
 
 static void accept_done(struct cp_op *op, int res)
@@ -147,7 +152,7 @@ static void accept_done(struct cp_op *op, int res)
 		arm_accept(p);
 		return;
 	}
-	if (p->live >= p->o->max_clients) {
+	if (p->live >= p->o->max_clients || (p->o->count && p->accepted >= p->o->count)) {
 		refuse_client(p, res);
 		arm_accept(p);
 		return;
@@ -188,7 +193,8 @@ static void arm_accept(struct proxy *p)
 {
 	struct io_uring_sqe *sqe;
 
-	if (p->accept_on || p->closing || (p->o->count && p->accepted >= p->o->count))
+	/* Past --count it still accepts, to refuse, until the last client ended. */
+	if (p->accept_on || p->closing)
 		return;
 	sqe = cp_loop_sqe(&p->lp, &p->accept_op);
 	if (!sqe)

@@ -59,6 +59,7 @@ result $ok "serve --count 1 ends after the real transfer, exit 0; strangers drop
 [ $ok = 1 ] || show "$T/lock.err" "$T/lock.json"
 kill "$IDLE_PID" 2>/dev/null
 
+echo "# $SECONDS s"
 # --- serve --count 1 and strangers before and during a live transfer
 mkdir -p "$T/cnt"
 start_serve cnt $((PORT + 1)) --dir "$T/cnt" --count 1 --hello-timeout 2 \
@@ -96,6 +97,7 @@ result $ok "serve --count 1 counted only the real sender and exits 0 (exit $src)
 [ $ok = 1 ] || show "$T/cnt.err" "$T/cnt.json"
 kill "$IDLE_PID" 2>/dev/null
 
+echo "# $SECONDS s"
 # --- hostile names: 8-bit and C1 bytes from the peer, control bytes locally
 mkdir -p "$T/names"
 evil=$'n\x9b[31m\xff\xfe'
@@ -135,10 +137,11 @@ PY
 result $ok "--json errors carry the names escaped and parse as JSON"
 [ $ok = 1 ] || show "$T/n2.json" "$T/n3.json" | cat -v
 
+echo "# $SECONDS s"
 # --- proxy: a TCP client beyond --max-clients; chunks go out full
 mkdir -p "$T/px"
-start_serve px $((PORT + 3)) --dir "$T/px" --count 2 --chunk 64K
-"$CP" proxy --tcp-listen 127.0.0.1:$((PORT + 4)) --to "$ADDR:$((PORT + 3))" --count 2 \
+start_serve px $((PORT + 3)) --dir "$T/px" --count 3 --chunk 64K
+"$CP" proxy --tcp-listen 127.0.0.1:$((PORT + 4)) --to "$ADDR:$((PORT + 3))" --count 3 \
 	--max-clients 2 --chunk 64K --window 8 --prefix px --json "$T/px.json" \
 	>"$T/px.out" 2>"$T/px.err" &
 ppid=$!
@@ -179,6 +182,10 @@ for i, (c, d) in enumerate(zip(cs, data)):
     w = reply.split()
     ok = len(w) == 4 and w[0] == b"OK" and open(f"{tmp}/px/{w[3].decode()}", "rb").read() == d
     print(f"stored{i}:", "same" if ok else "DIFFERENT")
+# A slot is free again: an empty stream is taken (and ends --count 3).
+c = socket.create_connection(("127.0.0.1", port), timeout=30)
+c.shutdown(socket.SHUT_WR)
+print("last:", c.recv(512).decode(errors="replace").strip())
 PY
 wait_pid "$ppid" 60
 prc=$?
@@ -187,10 +194,12 @@ ok=0
 grep -q "^third: ERROR too many clients (--max-clients 2)" "$T/px.clients" &&
 	grep -q "TCP client refused" "$T/px.err" && [ "$(json_field "$T/px.json" refused)" = 1 ] && ok=1
 result $ok "a third TCP client over --max-clients 2 is refused with a clear message"
-[ $ok = 1 ] || show "$T/px.clients" "$T/px.err" "$T/px.json"
+[ $ok = 1 ] || { show "$T/px.clients" "$T/px.json"; cat -A "$T/px.err" | sed 's/^/# px.err: /'; }
 ok=0
 [ "$prc" = 0 ] && [ "$(grep -c "^stored.: same" "$T/px.clients")" = 2 ] &&
+	grep -q "^last: OK 0 " "$T/px.clients" &&
 	[ "$(json_field "$T/px.json" chunks)" = 32 ] && ok=1
-result $ok "two streams of 1 MiB in 16 KiB pieces: stored, in 32 full 64K chunks (exit $prc, chunks $(json_field "$T/px.json" chunks))"
+result $ok "two streams of 1 MiB in 16 KiB pieces: stored, in 32 full 64K chunks; then an empty one (exit $prc, chunks $(json_field "$T/px.json" chunks))"
 [ $ok = 1 ] || show "$T/px.clients" "$T/px.err" "$T/px.json"
+echo "# $SECONDS s"
 finish
