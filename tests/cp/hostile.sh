@@ -39,12 +39,13 @@ hold_idle() {
 # --- 64 connections that never say HELLO, then the real sender
 mkdir -p "$T/lock"
 start_serve lock $PORT --dir "$T/lock" --count 1 --hello-timeout $HELLO --json "$T/lock.json"
-hold_idle idle64 $PORT 64 30
+hold_idle idle64 $PORT 64 15
 irc=$?
 start=$(date +%s)
 timeout 60 "$CP" send "$T/src/eight" "$ADDR:$PORT" >"$T/lock.c.out" 2>"$T/lock.c.err"
 crc=$?
 took=$(($(date +%s) - start))
+kill "$IDLE_PID" 2>/dev/null # its QPs go: serve need not wait out their disconnects
 wait_pid "$SERVE_PID" 30
 src=$?
 ok=0
@@ -57,7 +58,6 @@ ok=0
 	grep -q "no HELLO" "$T/lock.err" && ok=1
 result $ok "serve --count 1 ends after the real transfer, exit 0; strangers dropped (exit $src)"
 [ $ok = 1 ] || show "$T/lock.err" "$T/lock.json"
-kill "$IDLE_PID" 2>/dev/null
 
 echo "# $SECONDS s"
 # --- serve --count 1 and strangers before and during a live transfer
@@ -67,19 +67,21 @@ start_serve cnt $((PORT + 1)) --dir "$T/cnt" --count 1 --hello-timeout 2 \
 timeout 30 "$CP" send --token-file "$T/bad.tok" "$T/src/eight" "$ADDR:$((PORT + 1))" \
 	>"$T/cnt.s1.out" 2>"$T/cnt.s1.err"
 s1=$?
-timeout 60 "$CP" send --token-file "$T/good.tok" --limit-rate 8M "$T/src/sixteen" \
+# The real transfer takes about 8 s: the strangers below all come during it.
+timeout 60 "$CP" send --token-file "$T/good.tok" --limit-rate 2M "$T/src/sixteen" \
 	"$ADDR:$((PORT + 1))" >"$T/cnt.c.out" 2>"$T/cnt.c.err" &
 cpid=$!
 PIDS+=("$cpid")
 sleep 0.5
 timeout 30 "$CP" send "$T/src/eight" "$ADDR:$((PORT + 1))" >"$T/cnt.s2.out" 2>"$T/cnt.s2.err"
 s2=$?
-hold_idle cnt.idle $((PORT + 1)) 4 4
 timeout 30 "$CP" send --token-file "$T/bad.tok" "$T/src/eight" "$ADDR:$((PORT + 1))" \
 	>"$T/cnt.s3.out" 2>"$T/cnt.s3.err"
 s3=$?
+hold_idle cnt.idle $((PORT + 1)) 4 4
 wait_pid "$cpid" 60
 crc=$?
+kill "$IDLE_PID" 2>/dev/null
 wait_pid "$SERVE_PID" 30
 src=$?
 ok=0
@@ -87,15 +89,15 @@ ok=0
 result $ok "strangers with a wrong or no token are refused (exit $s1, $s2, $s3)"
 [ $ok = 1 ] || show "$T/cnt.s1.err" "$T/cnt.s2.err" "$T/cnt.s3.err"
 ok=0
-[ "$crc" = 0 ] && cmp -s "$T/src/sixteen" "$T/cnt/sixteen" && ok=1
-result $ok "the live transfer survives them and completes byte for byte (exit $crc)"
+[ "$crc" = 0 ] && cmp -s "$T/src/sixteen" "$T/cnt/sixteen" &&
+	grep -q "established 4 refused 0" "$T/cnt.idle.out" && ok=1
+result $ok "the live transfer survives them and completes byte for byte (exit $crc; $(cat "$T/cnt.idle.out"))"
 [ $ok = 1 ] || show "$T/cnt.c.err" "$T/cnt.err"
 ok=0
 [ "$src" = 0 ] && [ "$(json_field "$T/cnt.json" connections)" = 1 ] &&
 	[ "$(json_field "$T/cnt.json" refused)" -ge 3 ] && ok=1
 result $ok "serve --count 1 counted only the real sender and exits 0 (exit $src)"
 [ $ok = 1 ] || show "$T/cnt.err" "$T/cnt.json"
-kill "$IDLE_PID" 2>/dev/null
 
 echo "# $SECONDS s"
 # --- hostile names: 8-bit and C1 bytes from the peer, control bytes locally
@@ -140,7 +142,7 @@ result $ok "--json errors carry the names escaped and parse as JSON"
 echo "# $SECONDS s"
 # --- proxy: a TCP client beyond --max-clients; chunks go out full
 mkdir -p "$T/px"
-start_serve px $((PORT + 3)) --dir "$T/px" --count 3 --chunk 64K
+start_serve pxs $((PORT + 3)) --dir "$T/px" --count 3 --chunk 64K
 "$CP" proxy --tcp-listen 127.0.0.1:$((PORT + 4)) --to "$ADDR:$((PORT + 3))" --count 3 \
 	--max-clients 2 --chunk 64K --window 8 --prefix px --json "$T/px.json" \
 	>"$T/px.out" 2>"$T/px.err" &
@@ -190,16 +192,18 @@ PY
 wait_pid "$ppid" 60
 prc=$?
 wait_pid "$SERVE_PID" 30
+src=$?
+echo "# $SECONDS s: proxy exit $prc, serve exit $src"
 ok=0
 grep -q "^third: ERROR too many clients (--max-clients 2)" "$T/px.clients" &&
 	grep -q "TCP client refused" "$T/px.err" && [ "$(json_field "$T/px.json" refused)" = 1 ] && ok=1
 result $ok "a third TCP client over --max-clients 2 is refused with a clear message"
 [ $ok = 1 ] || { show "$T/px.clients" "$T/px.json"; cat -A "$T/px.err" | sed 's/^/# px.err: /'; }
+[ $ok = 1 ] || show "$T/pxs.err"
 ok=0
 [ "$prc" = 0 ] && [ "$(grep -c "^stored.: same" "$T/px.clients")" = 2 ] &&
 	grep -q "^last: OK 0 " "$T/px.clients" &&
 	[ "$(json_field "$T/px.json" chunks)" = 32 ] && ok=1
 result $ok "two streams of 1 MiB in 16 KiB pieces: stored, in 32 full 64K chunks; then an empty one (exit $prc, chunks $(json_field "$T/px.json" chunks))"
 [ $ok = 1 ] || show "$T/px.clients" "$T/px.err" "$T/px.json"
-echo "# $SECONDS s"
 finish
