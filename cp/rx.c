@@ -428,8 +428,8 @@ static void on_hello(struct rx *r, const struct cp_msg *m)
 		return;
 	}
 	if (o->count && s->admitted >= o->count) {
-		rx_fail(r, CP_E_BUSY, CP_EXIT_REFUSED, "refused: receiver done (--count %u reached)",
-			o->count);
+		rx_fail(r, CP_E_BUSY, CP_EXIT_REFUSED,
+			"refused: receiver done (--count %u reached)", o->count);
 		return;
 	}
 	if (s->active >= o->max_conns) {

@@ -23,7 +23,8 @@ static void on_qp_ready(rr_ep *ep, int status, void *data)
 	if (!s->closing && s->unauth >= s->o->max_pending && !rx_evict_oldest(s)) {
 		if (!s->o->quiet)
 			cp_log("serve: connection request refused: %u not yet authenticated "
-			       "(--max-pending)", s->unauth);
+			       "(--max-pending)",
+			       s->unauth);
 		s->refused++;
 		rr_ep_destroy(ep);
 		return;

@@ -44,7 +44,8 @@ static struct rdma_cm_id *dial(struct rdma_addrinfo *ai, struct conn *c)
 	/* Receives posted: whatever the receiver answers is taken, and ignored. */
 	c->mr = rdma_reg_msgs(id, c->buf, sizeof(c->buf));
 	if (!c->mr || rdma_post_recv(id, NULL, c->buf[0], sizeof(c->buf[0]), c->mr) ||
-	    rdma_post_recv(id, NULL, c->buf[1], sizeof(c->buf[1]), c->mr) || rdma_connect(id, &cp)) {
+	    rdma_post_recv(id, NULL, c->buf[1], sizeof(c->buf[1]), c->mr) ||
+	    rdma_connect(id, &cp)) {
 		if (c->mr)
 			rdma_dereg_mr(c->mr);
 		c->mr = NULL;
