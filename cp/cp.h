@@ -29,7 +29,9 @@ struct cp_opts {
 	const char *listen;
 	const char *dir;
 	bool force;
-	unsigned int max_conns;
+	unsigned int max_conns;	      /* admitted connections at once */
+	unsigned int max_pending;     /* connections not admitted yet, at once */
+	unsigned int hello_timeout_s; /* an established connection's HELLO is due */
 	/* send */
 	char **files;
 	int nfiles;
@@ -38,10 +40,11 @@ struct cp_opts {
 	/* proxy */
 	const char *tcp_listen;
 	const char *prefix;
+	unsigned int max_clients; /* TCP clients at once */
 	/* send and proxy */
 	const char *to;
 	/* all */
-	unsigned int count; /* serve, proxy: exit after this many connections */
+	unsigned int count; /* serve: admitted connections; proxy: clients */
 	uint32_t chunk, window;
 	unsigned int timeout_s; /* no progress for this long: give up */
 	const char *json;
@@ -52,7 +55,20 @@ struct cp_opts {
 	uint16_t token_len;
 };
 
+/* A line on stderr, prefixed and escaped with cp_esc() as a whole. */
 void cp_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Room for cp_esc() of a string of @n bytes. */
+#define CP_ESC_LEN(n) (4 * (n) + 1)
+
+/*
+ * cp_esc() - @s as printable ASCII for a log line or JSON: a control byte,
+ * DEL or 8-bit byte becomes "\xNN", everything else stays, a backslash too,
+ * so that text escaped once (an ERROR text from the peer) is not escaped
+ * twice. Truncated to fit @cap (with "..." at the end). Returns @buf. The
+ * only escaping: every peer- or user-supplied string goes through it.
+ */
+const char *cp_esc(const char *s, char *buf, size_t cap);
 
 /* cp_err_exit() - the exit code an ERROR code received from the peer means. */
 int cp_err_exit(unsigned int code);

@@ -7,18 +7,16 @@
 #include "cp.h"
 #include "json.h"
 
+/* cp_esc() makes it printable ASCII; JSON then only needs '"' and '\\' quoted. */
 static void put_string(FILE *f, const char *s)
 {
-	fputc('"', f);
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
+	char esc[CP_ESC_LEN(512)];
 
-		if (c == '"' || c == '\\')
-			fprintf(f, "\\%c", c);
-		else if (c < 0x20)
-			fprintf(f, "\\u%04x", c);
-		else
-			fputc(c, f);
+	fputc('"', f);
+	for (const char *p = cp_esc(s, esc, sizeof(esc)); *p; p++) {
+		if (*p == '"' || *p == '\\')
+			fputc('\\', f);
+		fputc(*p, f);
 	}
 	fputc('"', f);
 }
@@ -39,7 +37,9 @@ int cp_json_write(const char *path, const struct cp_summary *s)
 		fputs("null", f);
 	fprintf(f, ",\n  \"files\": %llu,\n  \"bytes\": %llu,\n", (unsigned long long)s->files,
 		(unsigned long long)s->bytes);
+	fprintf(f, "  \"chunks\": %llu,\n", (unsigned long long)s->chunks);
 	fprintf(f, "  \"connections\": %u,\n  \"failures\": %u,\n", s->connections, s->failures);
+	fprintf(f, "  \"refused\": %u,\n", s->refused);
 	fprintf(f, "  \"seconds\": %.6f,\n  \"mb_per_s\": %.3f,\n", secs,
 		secs > 0 ? (double)s->bytes / 1e6 / secs : 0.0);
 	fprintf(f, "  \"cpu_seconds\": %.6f,\n", cp_cpu_seconds());

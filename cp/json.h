@@ -11,7 +11,9 @@ struct cp_summary {
 	int exit_code;
 	const char *error; /* last error message, or NULL */
 	uint64_t files, bytes;
+	uint64_t chunks; /* data chunks sent or received */
 	unsigned int connections, failures;
+	unsigned int refused; /* serve: never admitted; proxy: TCP clients over the cap */
 	uint64_t start_ns; /* the clock starts here */
 	uint64_t checksum; /* of the last file, when files > 0 */
 	uint32_t chunk, window;

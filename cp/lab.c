@@ -84,10 +84,10 @@ bool cp_have_device(void)
 
 int cp_no_device(const char *mode)
 {
-	cp_log("%s: no RDMA device here. To copy through the RDMA lab (Soft-RoCE under QEMU)\n"
-	       "  instead, run: " CP_PROG " lab [--hosts 2] FILE... DIR   (see " CP_PROG
-	       "(1), LAB)",
+	cp_log("%s: no RDMA device here. To copy through the RDMA lab (Soft-RoCE under QEMU)",
 	       mode);
+	fputs("  instead, run: " CP_PROG " lab [--hosts 2] FILE... DIR   (see " CP_PROG "(1), LAB)\n",
+	      stderr);
 	return CP_EXIT_FAIL;
 }
 

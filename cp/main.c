@@ -22,6 +22,9 @@
 #define DEFAULT_WINDOW	64u
 #define DEFAULT_TIMEOUT 60u
 #define DEFAULT_CONNS	16u
+#define DEFAULT_PENDING 16u
+#define DEFAULT_HELLO	5u
+#define DEFAULT_CLIENTS 16u
 
 static void usage(FILE *f)
 {
@@ -34,8 +37,12 @@ static void usage(FILE *f)
 	      "  --listen ADDR:PORT   RDMA address to listen on\n"
 	      "  --dir DIR            where files go; peers cannot write outside it\n"
 	      "  --force              replace existing files\n"
-	      "  --count N            exit after N connections ended\n"
-	      "  --max-conns N        refuse connections beyond N at once (default 16)\n"
+	      "  --count N            exit after N authenticated connections ended\n"
+	      "  --max-conns N        refuse authenticated connections beyond N at once\n"
+	      "                       (default 16)\n"
+	      "  --max-pending N      connections not yet authenticated at once (default 16;\n"
+	      "                       beyond, the oldest without HELLO is dropped)\n"
+	      "  --hello-timeout SECS  drop a connection without HELLO after SECS (default 5)\n"
 	      "send: copy FILEs to a serve peer\n"
 	      "  --as NAME            name of the single FILE on the receiver\n"
 	      "  --limit-rate BYTES   at most BYTES per second (suffix K, M, G)\n"
@@ -45,6 +52,7 @@ static void usage(FILE *f)
 	      "  --to ADDR:PORT       the serve peer\n"
 	      "  --prefix NAME        file names NAME-TIME-PID-N (default \"stream\")\n"
 	      "  --count N            exit after N clients were handled\n"
+	      "  --max-clients N      refuse TCP clients beyond N at once (default 16)\n"
 	      "lab: serve --dir DIR and send FILEs to it in the RDMA lab (no device needed;\n"
 	      "     DIR inside the checkout), or on the local RDMA device if there is one\n"
 	      "  --hosts 2            serve on a second lab VM\n"
@@ -126,7 +134,8 @@ static int load_token(struct cp_opts *o, const char *path)
 enum {
 	OPT_LISTEN = 256, OPT_DIR, OPT_FORCE, OPT_COUNT, OPT_MAX_CONNS, OPT_AS, OPT_RATE,
 	OPT_PROGRESS, OPT_NO_PROGRESS, OPT_TCP_LISTEN, OPT_TO, OPT_PREFIX, OPT_CHUNK, OPT_WINDOW,
-	OPT_TOKEN, OPT_TIMEOUT, OPT_JSON, OPT_QUIET,
+	OPT_TOKEN, OPT_TIMEOUT, OPT_JSON, OPT_QUIET, OPT_MAX_PENDING, OPT_HELLO_TIMEOUT,
+	OPT_MAX_CLIENTS,
 };
 
 static const struct option long_opts[] = {
@@ -148,6 +157,9 @@ static const struct option long_opts[] = {
 	{"timeout", required_argument, NULL, OPT_TIMEOUT},
 	{"json", required_argument, NULL, OPT_JSON},
 	{"quiet", no_argument, NULL, OPT_QUIET},
+	{"max-pending", required_argument, NULL, OPT_MAX_PENDING},
+	{"hello-timeout", required_argument, NULL, OPT_HELLO_TIMEOUT},
+	{"max-clients", required_argument, NULL, OPT_MAX_CLIENTS},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
 };
@@ -187,6 +199,21 @@ static int parse_opts(int argc, char **argv, struct cp_opts *o, unsigned int *se
 			if (parse_u64(optarg, 1, 4096, &v))
 				return bad_value("max-conns", optarg, "want 1 to 4096");
 			o->max_conns = (unsigned int)v;
+			break;
+		case OPT_MAX_PENDING:
+			if (parse_u64(optarg, 1, 4096, &v))
+				return bad_value("max-pending", optarg, "want 1 to 4096");
+			o->max_pending = (unsigned int)v;
+			break;
+		case OPT_HELLO_TIMEOUT:
+			if (parse_u64(optarg, 1, 3600, &v))
+				return bad_value("hello-timeout", optarg, "want 1 to 3600 seconds");
+			o->hello_timeout_s = (unsigned int)v;
+			break;
+		case OPT_MAX_CLIENTS:
+			if (parse_u64(optarg, 1, 4096, &v))
+				return bad_value("max-clients", optarg, "want 1 to 4096");
+			o->max_clients = (unsigned int)v;
 			break;
 		case OPT_RATE:
 			if (parse_u64(optarg, 1, UINT64_MAX, &v))
@@ -248,6 +275,9 @@ int main(int argc, char **argv)
 		.window = DEFAULT_WINDOW,
 		.timeout_s = DEFAULT_TIMEOUT,
 		.max_conns = DEFAULT_CONNS,
+		.max_pending = DEFAULT_PENDING,
+		.hello_timeout_s = DEFAULT_HELLO,
+		.max_clients = DEFAULT_CLIENTS,
 		.progress = -1,
 		.prefix = "stream",
 	};
@@ -271,7 +301,8 @@ int main(int argc, char **argv)
 		goto bad;
 	if (!strcmp(mode, "serve")) {
 		if (only(seen, COMMON | B(OPT_LISTEN) | B(OPT_DIR) | B(OPT_FORCE) | B(OPT_COUNT) |
-				       B(OPT_MAX_CONNS), mode))
+				       B(OPT_MAX_CONNS) | B(OPT_MAX_PENDING) | B(OPT_HELLO_TIMEOUT),
+			 mode))
 			goto bad;
 		if (!o.listen || !o.dir || optind != argc) {
 			fprintf(stderr, CP_PROG ": serve needs --listen and --dir and no operands\n");
@@ -305,7 +336,8 @@ int main(int argc, char **argv)
 		return cp_send(&o);
 	}
 	if (!strcmp(mode, "proxy")) {
-		if (only(seen, COMMON | B(OPT_TCP_LISTEN) | B(OPT_TO) | B(OPT_PREFIX) | B(OPT_COUNT),
+		if (only(seen, COMMON | B(OPT_TCP_LISTEN) | B(OPT_TO) | B(OPT_PREFIX) | B(OPT_COUNT) |
+				       B(OPT_MAX_CLIENTS),
 			 mode))
 			goto bad;
 		if (!o.tcp_listen || !o.to || optind != argc) {

@@ -33,7 +33,7 @@ struct client {
 	unsigned int id;
 	struct tx *t;
 	bool given, stored, replying;
-	uint64_t bytes, sum;
+	uint64_t bytes, sum, chunks;
 	char name[CP_NAME_MAX + 1];
 	char reply[320];
 	size_t rlen, roff;
@@ -48,9 +48,10 @@ struct proxy {
 	struct cp_op accept_op;
 	bool accept_on, closing, cancelled;
 	struct client *clients;
-	unsigned int accepted, ended, failures;
+	unsigned int live; /* clients in the list: --max-clients */
+	unsigned int accepted, ended, failures, refused;
 	int result;
-	uint64_t files, bytes, last_sum;
+	uint64_t files, bytes, chunks, last_sum;
 	char msg[256];
 };
 
@@ -74,6 +75,7 @@ static void client_stored(struct tx *t, const struct tx_src *src, uint64_t bytes
 	struct client *c = data;
 
 	c->stored = true;
+	c->chunks = tx_chunks(t);
 	c->bytes = bytes;
 	c->sum = sum;
 }
@@ -108,6 +110,33 @@ static void reply_done(struct cp_op *op, int res)
 
 static void arm_accept(struct proxy *p);
 
+/*
+ * Over --max-clients or --count: say so and close, never silently. What
+ * the client sent already is read away first, so that the close is a FIN,
+ * not a reset that could discard the answer.
+ */
+static void refuse_client(struct proxy *p, int fd)
+{
+	char msg[128], junk[4096];
+	int len;
+
+	if (p->o->count && p->accepted >= p->o->count)
+		len = snprintf(msg, sizeof(msg), "ERROR proxy done (--count %u reached)\n",
+			       p->o->count);
+	else
+		len = snprintf(msg, sizeof(msg),
+			       "ERROR too many clients (--max-clients %u), try later\n",
+			       p->o->max_clients);
+	p->refused++;
+	if (send(fd, msg, (size_t)len, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && !p->o->quiet)
+		cp_log("proxy: refusing a TCP client: %s", strerror(errno));
+	shutdown(fd, SHUT_WR);
+	for (int i = 0; i < 16 && recv(fd, junk, sizeof(junk), MSG_DONTWAIT) > 0; i++)
+		;
+	close(fd);
+	cp_log("proxy: TCP client refused: %.*s", len - 7, msg + 6);
+}
+
 static void accept_done(struct cp_op *op, int res)
 {
 	struct proxy *p = (struct proxy *)((char *)op - offsetof(struct proxy, accept_op));
@@ -120,6 +149,11 @@ static void accept_done(struct cp_op *op, int res)
 	if (res < 0) {
 		if (!p->closing && res != -ECANCELED && res != -ECONNABORTED && res != -EINTR)
 			cp_log("proxy: accept: %s", strerror(-res));
+		arm_accept(p);
+		return;
+	}
+	if (p->live >= p->o->max_clients || (p->o->count && p->accepted >= p->o->count)) {
+		refuse_client(p, res);
 		arm_accept(p);
 		return;
 	}
@@ -150,6 +184,7 @@ static void accept_done(struct cp_op *op, int res)
 	} else {
 		c->next = p->clients;
 		p->clients = c;
+		p->live++;
 	}
 	arm_accept(p);
 }
@@ -158,7 +193,8 @@ static void arm_accept(struct proxy *p)
 {
 	struct io_uring_sqe *sqe;
 
-	if (p->accept_on || p->closing || (p->o->count && p->accepted >= p->o->count))
+	/* Past --count it still accepts, to refuse, until the last client ended. */
+	if (p->accept_on || p->closing)
 		return;
 	sqe = cp_loop_sqe(&p->lp, &p->accept_op);
 	if (!sqe)
@@ -175,6 +211,7 @@ static void client_ended(struct client *c, int result, const char *msg)
 	if (c->stored && !result) {
 		p->files++;
 		p->bytes += c->bytes;
+		p->chunks += c->chunks;
 		p->last_sum = c->sum;
 		c->rlen = (size_t)snprintf(c->reply, sizeof(c->reply), "OK %llu xxh3:%016llx %s\n",
 					   (unsigned long long)c->bytes,
@@ -216,6 +253,7 @@ static void proxy_poll(struct cp_loop *lp)
 		*pp = c->next;
 		close(c->fd);
 		free(c);
+		p->live--;
 		p->ended++;
 	}
 	if (p->o->count && p->ended >= p->o->count)
@@ -331,6 +369,8 @@ out:
 	sum.bytes = p->bytes;
 	sum.checksum = p->last_sum;
 	sum.connections = p->ended;
+	sum.refused = p->refused;
+	sum.chunks = p->chunks;
 	sum.failures = p->failures;
 	sum.chunk = o->chunk;
 	sum.window = o->window;

@@ -46,7 +46,10 @@ struct rx {
 	rr_ep *ep;
 	char peer[INET6_ADDRSTRLEN];
 	enum rx_state state;
-	bool accepted, orphan, down, busy;
+	bool accepted, orphan, down;
+	bool authed;	  /* the token was good and it was admitted */
+	bool unauth;	  /* counted in serve.unauth */
+	uint64_t born_at; /* the HELLO deadline runs from here */
 	uint64_t down_at, closing_at, last_activity;
 	int result;
 
@@ -118,6 +121,15 @@ static int rx_send(struct rx *r, const struct cp_msg *m)
 	return 0;
 }
 
+/* No longer a connection waiting for its HELLO: it stops holding a place. */
+static void leave_unauth(struct rx *r)
+{
+	if (r->unauth) {
+		r->unauth = false;
+		r->s->unauth--;
+	}
+}
+
 static void disconnect(struct rx *r)
 {
 	if (r->down)
@@ -147,6 +159,7 @@ static void rx_fail(struct rx *r, unsigned int code, int result, const char *fmt
 	cp_log("serve: %s: %s", r->peer, msg);
 	if (!r->result)
 		r->result = result;
+	leave_unauth(r);
 	if (r->file_active) {
 		cp_store_abort(&r->st);
 		r->file_active = false;
@@ -157,9 +170,8 @@ static void rx_fail(struct rx *r, unsigned int code, int result, const char *fmt
 		return;
 	if (code) {
 		m.error.code = code;
-		for (size_t i = 0; msg[i] && m.error.len < CP_TEXT_MAX; i++)
-			m.error.text[m.error.len++] =
-				(msg[i] >= 0x20 && msg[i] <= 0x7e) ? msg[i] : '?';
+		cp_esc(msg, m.error.text, sizeof(m.error.text));
+		m.error.len = (uint16_t)strlen(m.error.text);
 		if (rx_send(r, &m) == 0)
 			return; /* disconnect once it went out: send_done() */
 	}
@@ -303,6 +315,7 @@ static void on_chunk(struct rx *r, uint32_t imm, uint32_t len)
 		rx_fail(r, CP_E_PROTO, CP_EXIT_INTEGRITY, "%s", why);
 		return;
 	}
+	r->s->chunks++;
 	sl = &r->slots[slot];
 	if (sl->state != SLOT_FREE) {
 		/* cp_rx_admit() only admits granted seqs, and slots are granted free. */
@@ -398,22 +411,38 @@ static bool token_ok(const struct rx *r, const struct cp_msg *m)
 	return !diff && m->hello.token_len == o->token_len;
 }
 
+/*
+ * The token first: a stranger learns nothing, not even "busy", and never
+ * counts toward --max-conns or --count. Only then is it admitted.
+ */
 static void on_hello(struct rx *r, const struct cp_msg *m)
 {
-	const struct cp_opts *o = r->s->o;
+	struct serve *s = r->s;
+	const struct cp_opts *o = s->o;
 	struct cp_msg w = {.type = CP_WELCOME};
 	int rc;
 
-	if (r->busy) {
-		rx_fail(r, CP_E_BUSY, CP_EXIT_REFUSED, "refused: %u connections already",
-			o->max_conns);
-		return;
-	}
 	if (!token_ok(r, m)) {
 		rx_fail(r, CP_E_AUTH, CP_EXIT_REFUSED, "refused: %s token",
 			m->hello.token_len ? "wrong" : "no");
 		return;
 	}
+	if (o->count && s->admitted >= o->count) {
+		rx_fail(r, CP_E_BUSY, CP_EXIT_REFUSED,
+			"refused: receiver done (--count %u reached)", o->count);
+		return;
+	}
+	if (s->active >= o->max_conns) {
+		rx_fail(r, CP_E_BUSY, CP_EXIT_REFUSED, "refused: %u connections already",
+			o->max_conns);
+		return;
+	}
+	leave_unauth(r);
+	r->authed = true;
+	s->active++;
+	s->admitted++;
+	if (!s->first_ns)
+		s->first_ns = cp_now_ns();
 	r->w.chunk = m->hello.chunk < o->chunk ? m->hello.chunk : o->chunk;
 	r->w.window = m->hello.window < o->window ? m->hello.window : o->window;
 	r->win_len = (size_t)r->w.chunk * r->w.window;
@@ -578,7 +607,9 @@ struct rx *rx_create(struct serve *s, rr_ep *ep)
 	r->ep = ep;
 	r->sync_op.done = sync_done;
 	r->st.fd = r->st.parentfd = -1;
-	r->last_activity = cp_now_ns();
+	r->last_activity = r->born_at = cp_now_ns();
+	r->unauth = true;
+	s->unauth++;
 	r->nrecv = s->o->window + RX_SPARE_RECVS;
 	snprintf(r->peer, sizeof(r->peer), "peer");
 	if (sa && sa->sa_family == AF_INET)
@@ -611,6 +642,7 @@ struct rx *rx_create(struct serve *s, rr_ep *ep)
 	}
 	return r;
 err:
+	leave_unauth(r);
 	rr_mr_dereg(r->ctl_mr);
 	free(r->ctl);
 	free(r);
@@ -620,7 +652,6 @@ err:
 void rx_accepted(struct rx *r)
 {
 	r->accepted = true;
-	r->busy = r->s->active > r->s->o->max_conns;
 	if (r->state == RX_CLOSING) {
 		disconnect(r);
 		return;
@@ -637,6 +668,7 @@ void rx_accepted(struct rx *r)
 
 static void rx_free(struct rx *r)
 {
+	leave_unauth(r);
 	if (r->file_active)
 		cp_store_abort(&r->st);
 	rr_mr_dereg(r->win_mr);
@@ -652,6 +684,7 @@ enum rx_poll_res rx_poll(struct rx *r, int *result)
 {
 	uint64_t now = cp_now_ns();
 	unsigned int t = r->s->o->timeout_s;
+	bool authed;
 
 	if (r->orphan) {
 		if (r->io_inflight)
@@ -662,6 +695,12 @@ enum rx_poll_res rx_poll(struct rx *r, int *result)
 	if (!r->accepted)
 		return RX_ALIVE;
 	if (!r->down) {
+		if (r->state == RX_HELLO &&
+		    now - r->born_at > (uint64_t)r->s->o->hello_timeout_s * 1000000000ull) {
+			rx_fail(r, CP_E_PROTO, CP_EXIT_NET, "no HELLO within %u s, dropped",
+				r->s->o->hello_timeout_s);
+			return RX_ALIVE;
+		}
 		if (r->state == RX_CLOSING && now - r->closing_at > CLOSE_MS * 1000000ull) {
 			r->down = true; /* the peer never answered the disconnect */
 			r->down_at = now;
@@ -690,6 +729,28 @@ enum rx_poll_res rx_poll(struct rx *r, int *result)
 		return RX_ALIVE;
 	rr_ep_destroy(r->ep);
 	*result = r->result;
+	authed = r->authed;
 	rx_free(r);
-	return RX_ENDED;
+	return authed ? RX_ENDED : RX_REFUSED;
+}
+
+/*
+ * A new connection request and --max-pending are reached: the oldest
+ * connection still waiting for its HELLO goes (pending requests that are
+ * not established yet cannot be dropped). Returns whether one went.
+ */
+bool rx_evict_oldest(struct serve *s)
+{
+	struct rx *old = NULL;
+
+	for (struct rx *r = s->conns; r; r = r->next)
+		if (r->accepted && r->unauth && r->state == RX_HELLO &&
+		    (!old || r->born_at < old->born_at))
+			old = r;
+	if (!old)
+		return false;
+	rx_fail(old, CP_E_BUSY, CP_EXIT_NET,
+		"no HELLO yet, dropped for a newer connection (--max-pending %u)",
+		s->o->max_pending);
+	return true;
 }

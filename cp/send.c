@@ -20,7 +20,7 @@ struct sender {
 	struct tx *t;
 	int next_file;
 	int fd; /* the file being sent */
-	uint64_t total, files, bytes, last_sum;
+	uint64_t total, files, bytes, last_sum, chunks;
 	struct cp_progress prog;
 	int result;
 	char msg[256];
@@ -56,16 +56,19 @@ static bool next_file(struct tx *t, struct tx_src *src, void *data)
 static void file_done(struct tx *t, const struct tx_src *src, uint64_t bytes, uint64_t sum,
 		      void *data)
 {
+	char l[CP_ESC_LEN(256)], n[CP_ESC_LEN(CP_NAME_MAX)];
 	struct sender *s = data;
 
 	s->files++;
+	s->chunks = tx_chunks(t);
 	s->bytes += bytes;
 	s->last_sum = sum;
 	if (!s->o->quiet) {
 		cp_progress_update(&s->prog, tx_bytes(t), false);
 		if (s->prog.drawn)
 			fputs("\r\033[K", stderr);
-		printf(CP_PROG ": sent %s as %s: %llu bytes, xxh3 %016llx\n", src->label, src->name,
+		printf(CP_PROG ": sent %s as %s: %llu bytes, xxh3 %016llx\n",
+		       cp_esc(src->label, l, sizeof(l)), cp_esc(src->name, n, sizeof(n)),
 		       (unsigned long long)bytes, (unsigned long long)sum);
 		fflush(stdout);
 	}
@@ -101,12 +104,12 @@ static int check_files(struct sender *s)
 		const char *path = s->o->files[i];
 		struct stat sb;
 
-		if (stat(path, &sb) || access(path, R_OK)) {
-			cp_log("send: %s: %s", path, strerror(errno));
-			return CP_EXIT_LOCAL_IO;
-		}
-		if (!S_ISREG(sb.st_mode)) {
-			cp_log("send: %s: not a regular file", path);
+		if (stat(path, &sb) || access(path, R_OK))
+			snprintf(s->msg, sizeof(s->msg), "%s: %s", path, strerror(errno));
+		else if (!S_ISREG(sb.st_mode))
+			snprintf(s->msg, sizeof(s->msg), "%s: not a regular file", path);
+		if (s->msg[0]) {
+			cp_log("send: %s", s->msg); /* and in --json */
 			return CP_EXIT_LOCAL_IO;
 		}
 		s->total += (uint64_t)sb.st_size;
@@ -172,6 +175,7 @@ out:
 	sum.exit_code = ret;
 	sum.error = ret && s->msg[0] ? s->msg : NULL;
 	sum.files = s->files;
+	sum.chunks = s->chunks;
 	sum.bytes = s->bytes;
 	sum.checksum = s->last_sum;
 	sum.connections = 1;

@@ -20,6 +20,15 @@ static void on_qp_ready(rr_ep *ep, int status, void *data)
 	struct serve *s = data;
 	struct rx *r;
 
+	if (!s->closing && s->unauth >= s->o->max_pending && !rx_evict_oldest(s)) {
+		if (!s->o->quiet)
+			cp_log("serve: connection request refused: %u not yet authenticated "
+			       "(--max-pending)",
+			       s->unauth);
+		s->refused++;
+		rr_ep_destroy(ep);
+		return;
+	}
 	if (s->closing || !(r = rx_create(s, ep))) {
 		/* Refused before it exists: the library drops the request. */
 		rr_ep_destroy(ep);
@@ -34,9 +43,7 @@ static void on_accept(rr_listener *l, rr_ep *ep, void *data)
 	struct serve *s = data;
 	struct rx *r = rr_ep_data(ep);
 
-	s->active++;
-	if (!s->first_ns)
-		s->first_ns = cp_now_ns();
+	/* Not admitted yet: rx.c counts it once its token was checked. */
 	rx_accepted(r);
 	if (s->closing)
 		rx_abort(r, "receiver shutting down");
@@ -61,6 +68,8 @@ static void serve_poll(struct cp_loop *lp)
 			rx_set_next(prev, next);
 		else
 			s->conns = next;
+		if (pr == RX_REFUSED)
+			s->refused++;
 		if (pr == RX_ENDED) {
 			s->active--;
 			s->ended++;
@@ -71,7 +80,8 @@ static void serve_poll(struct cp_loop *lp)
 			}
 		}
 	}
-	if (s->o->count && s->ended >= s->o->count && !s->closing) {
+	/* --count admitted connections all ended: only strangers are left. */
+	if (s->o->count && s->admitted >= s->o->count && !s->active && !s->closing) {
 		s->closing = true;
 		for (r = s->conns; r; r = rx_next(r))
 			rx_abort(r, "receiver done (--count reached)");
@@ -164,6 +174,8 @@ out_dir:
 	sum.bytes = s->bytes;
 	sum.checksum = s->last_checksum;
 	sum.connections = s->ended;
+	sum.refused = s->refused;
+	sum.chunks = s->chunks;
 	sum.failures = s->failures;
 	sum.start_ns = s->first_ns ? s->first_ns : s->start_ns;
 	if (o->json) {

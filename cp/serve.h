@@ -17,10 +17,13 @@ struct serve {
 	int dirfd;
 	rr_listener *l;
 	struct rx *conns; /* every connection not yet freed */
-	unsigned int active, ended, failures;
+	unsigned int active;   /* admitted (token checked) and not ended */
+	unsigned int admitted; /* ever admitted: what --count counts */
+	unsigned int unauth;   /* not yet admitted, not closing: --max-pending */
+	unsigned int ended, failures, refused; /* of admitted; refused: all others */
 	bool closing;
 	int result; /* first failure's exit code */
-	uint64_t files, bytes, last_checksum;
+	uint64_t files, bytes, chunks, last_checksum;
 	uint64_t start_ns, first_ns;
 };
 
@@ -34,10 +37,13 @@ enum rx_poll_res {
 	RX_ALIVE,   /* still running */
 	RX_ENDED,   /* an established connection ended; freed; *result set */
 	RX_DROPPED, /* never established; freed */
+	RX_REFUSED, /* established but never admitted (token, HELLO); freed */
 };
 /* Called every loop pass. */
 enum rx_poll_res rx_poll(struct rx *r, int *result);
 struct rx *rx_next(struct rx *r);
+/* --max-pending reached: drop the oldest connection still without HELLO. */
+bool rx_evict_oldest(struct serve *s);
 void rx_set_next(struct rx *r, struct rx *next);
 
 #endif

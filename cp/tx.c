@@ -68,10 +68,16 @@ struct tx {
 	uint64_t file_sum;
 	unsigned int io_inflight;
 	uint64_t bytes_done, bytes_posted;
+	uint64_t chunks; /* data chunks posted, over all sources */
 };
 
 static void tx_fail(struct tx *t, int result, unsigned int code, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
+
+uint64_t tx_chunks(const struct tx *t)
+{
+	return t->chunks;
+}
 
 uint64_t tx_bytes(const struct tx *t)
 {
@@ -136,9 +142,8 @@ static void tx_fail(struct tx *t, int result, unsigned int code, const char *fmt
 		return;
 	if (code) {
 		m.error.code = code;
-		for (size_t i = 0; t->msg[i] && m.error.len < CP_TEXT_MAX; i++)
-			m.error.text[m.error.len++] =
-				(t->msg[i] >= 0x20 && t->msg[i] <= 0x7e) ? t->msg[i] : '?';
+		cp_esc(t->msg, m.error.text, sizeof(m.error.text));
+		m.error.len = (uint16_t)strlen(m.error.text);
 		if (tx_send(t, &m) == 0)
 			return; /* send_done() disconnects */
 	}
@@ -175,7 +180,7 @@ static int submit_read(struct tx_slot *sl)
 	if (!sqe)
 		return -EBUSY;
 	if (t->src.stream)
-		io_uring_prep_recv(sqe, t->src.fd, buf, t->chunk, 0);
+		io_uring_prep_recv(sqe, t->src.fd, buf + sl->len, t->chunk - sl->len, 0);
 	else
 		io_uring_prep_read(sqe, t->src.fd, buf + sl->len, sl->want - sl->len,
 				   sl->off + sl->len);
@@ -201,13 +206,23 @@ static void read_done(struct cp_op *op, int res)
 		return;
 	}
 	if (t->src.stream) {
-		t->stream_reading = false;
-		if (!res) {
-			sl->state = SL_FREE;
+		if (res) {
+			/* Fill the chunk: it goes out full unless the stream ends. */
+			sl->len += (uint32_t)res;
+			t->last_activity = cp_now_ns();
+			if (sl->len < t->chunk) {
+				if (submit_read(sl))
+					tx_fail(t, CP_EXIT_FAIL, CP_E_ABORT, "cannot queue a read");
+				return;
+			}
+		} else {
 			t->src_eof = true;
+		}
+		t->stream_reading = false;
+		if (!sl->len) {
+			sl->state = SL_FREE;
 		} else {
 			sl->seq = t->next_read++;
-			sl->len = (uint32_t)res;
 			sl->state = SL_FILLED;
 		}
 		pump(t);
@@ -307,6 +322,7 @@ static void pump(struct tx *t)
 			return;
 		}
 		sl->state = SL_WRITING;
+		t->chunks++;
 		t->next_write++;
 		t->file_bytes += sl->len;
 		t->bytes_posted += sl->len;

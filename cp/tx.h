@@ -39,6 +39,8 @@ void tx_abort(struct tx *t, int result, const char *why);
 /* Every loop pass; TX_ENDED once the connection is gone and @t freed, with
  * the exit code in *result and the error, if any, in @msg. */
 enum tx_poll_res tx_poll(struct tx *t, int *result, char *msg, size_t msg_len);
+/* Data chunks posted so far, over all sources. */
+uint64_t tx_chunks(const struct tx *t);
 /* Bytes the receiver has acknowledged so far, over all sources. */
 uint64_t tx_bytes(const struct tx *t);
 /* Geometry the receiver granted (0 before WELCOME). */

@@ -10,15 +10,53 @@
 
 #include "cp.h"
 
+/* One line on stderr, escaped by cp_esc(): names and peer text are in it. */
 void cp_log(const char *fmt, ...)
 {
+	char line[1024], esc[CP_ESC_LEN(sizeof(line))];
 	va_list ap;
 
-	fprintf(stderr, CP_PROG ": ");
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
+	fprintf(stderr, CP_PROG ": %s\n", cp_esc(line, esc, sizeof(esc)));
+}
+
+const char *cp_esc(const char *s, char *buf, size_t cap)
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t o = 0;
+
+	if (!cap)
+		return buf;
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		char e[4];
+		size_t n = 0;
+
+		if (c < 0x20 || c >= 0x7f) {
+			e[n++] = '\\';
+			e[n++] = 'x';
+			e[n++] = hex[c >> 4];
+			e[n++] = hex[c & 15];
+		} else {
+			e[n++] = (char)c;
+		}
+		if (o + n + 1 > cap) {
+			/* Does not fit: end with "..." where room allows. */
+			while (o && o + 4 > cap)
+				o--;
+			if (o + 4 <= cap) {
+				memcpy(buf + o, "...", 3);
+				o += 3;
+			}
+			break;
+		}
+		memcpy(buf + o, e, n);
+		o += n;
+	}
+	buf[o] = '\0';
+	return buf;
 }
 
 int cp_err_exit(unsigned int code)

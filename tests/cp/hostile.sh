@@ -1,0 +1,209 @@
+#!/bin/bash
+# ringrdma-cp against hostile peers, in the lab: connections that never say
+# HELLO, strangers with a wrong or no token, names with control and 8-bit
+# bytes, and more TCP clients than the proxy takes. None of them may lock
+# out, end or slow down the legitimate transfer beyond the HELLO deadline.
+#   hostile.sh PATH/TO/ringrdma-cp PATH/TO/cp-hostile
+CP=${1:?usage: hostile.sh PATH/TO/ringrdma-cp PATH/TO/cp-hostile}
+HOSTILE=${2:?usage: hostile.sh PATH/TO/ringrdma-cp PATH/TO/cp-hostile}
+. "$(dirname "$0")/lib.sh" 10
+PORT=7530 HELLO=3
+
+mkdir -p "$T/src"
+head -c $((8 << 20)) /dev/urandom >"$T/src/eight"
+head -c $((16 << 20)) /dev/urandom >"$T/src/sixteen"
+printf 'right-secret\n' >"$T/good.tok"
+printf 'wrong-secret\n' >"$T/bad.tok"
+
+# Is every byte of FILE... printable ASCII or a newline?
+printable() { python3 -c 'import sys
+for f in sys.argv[1:]:
+    b = open(f, "rb").read()
+    if any(not (0x20 <= c < 0x7f or c == 10) for c in b):
+        sys.exit(1)' "$@"; }
+
+# hold_idle NAME PORT N SECS: N connections without HELLO held SECS seconds
+# in the background (pid in IDLE_PID); waits until every connect was tried.
+hold_idle() {
+	"$HOSTILE" idle "$ADDR" "$2" "$3" "$4" >"$T/$1.out" 2>"$T/$1.err" &
+	IDLE_PID=$!
+	PIDS+=("$IDLE_PID")
+	for _ in $(seq 600); do
+		grep -q established "$T/$1.out" 2>/dev/null && return 0
+		kill -0 "$IDLE_PID" 2>/dev/null || return 1
+		sleep 0.1
+	done
+	return 1
+}
+
+# --- 64 connections that never say HELLO, then the real sender
+mkdir -p "$T/lock"
+start_serve lock $PORT --dir "$T/lock" --count 1 --hello-timeout $HELLO --json "$T/lock.json"
+hold_idle idle64 $PORT 64 15
+irc=$?
+start=$(date +%s)
+timeout 60 "$CP" send "$T/src/eight" "$ADDR:$PORT" >"$T/lock.c.out" 2>"$T/lock.c.err"
+crc=$?
+took=$(($(date +%s) - start))
+kill "$IDLE_PID" 2>/dev/null # its QPs go: serve need not wait out their disconnects
+wait_pid "$SERVE_PID" 30
+src=$?
+ok=0
+[ "$irc" = 0 ] && [ "$crc" = 0 ] && cmp -s "$T/src/eight" "$T/lock/eight" &&
+	[ "$took" -le $((HELLO + 20)) ] && ok=1
+result $ok "64 idle connections held: the sender still gets through (exit $crc, ${took}s; $(cat "$T/idle64.out"))"
+[ $ok = 1 ] || show "$T/idle64.out" "$T/idle64.err" "$T/lock.c.err" "$T/lock.err"
+ok=0
+[ "$src" = 0 ] && [ "$(json_field "$T/lock.json" connections)" = 1 ] &&
+	grep -q "no HELLO" "$T/lock.err" && ok=1
+result $ok "serve --count 1 ends after the real transfer, exit 0; strangers dropped (exit $src)"
+[ $ok = 1 ] || show "$T/lock.err" "$T/lock.json"
+
+echo "# $SECONDS s"
+# --- serve --count 1 and strangers before and during a live transfer
+mkdir -p "$T/cnt"
+start_serve cnt $((PORT + 1)) --dir "$T/cnt" --count 1 --hello-timeout 2 \
+	--token-file "$T/good.tok" --json "$T/cnt.json"
+timeout 30 "$CP" send --token-file "$T/bad.tok" "$T/src/eight" "$ADDR:$((PORT + 1))" \
+	>"$T/cnt.s1.out" 2>"$T/cnt.s1.err"
+s1=$?
+# The real transfer takes about 8 s: the strangers below all come during it.
+timeout 60 "$CP" send --token-file "$T/good.tok" --limit-rate 2M "$T/src/sixteen" \
+	"$ADDR:$((PORT + 1))" >"$T/cnt.c.out" 2>"$T/cnt.c.err" &
+cpid=$!
+PIDS+=("$cpid")
+sleep 0.5
+timeout 30 "$CP" send "$T/src/eight" "$ADDR:$((PORT + 1))" >"$T/cnt.s2.out" 2>"$T/cnt.s2.err"
+s2=$?
+timeout 30 "$CP" send --token-file "$T/bad.tok" "$T/src/eight" "$ADDR:$((PORT + 1))" \
+	>"$T/cnt.s3.out" 2>"$T/cnt.s3.err"
+s3=$?
+hold_idle cnt.idle $((PORT + 1)) 4 4
+wait_pid "$cpid" 60
+crc=$?
+kill "$IDLE_PID" 2>/dev/null
+wait_pid "$SERVE_PID" 30
+src=$?
+ok=0
+[ "$s1" = 5 ] && [ "$s2" = 5 ] && [ "$s3" = 5 ] && ok=1
+result $ok "strangers with a wrong or no token are refused (exit $s1, $s2, $s3)"
+[ $ok = 1 ] || show "$T/cnt.s1.err" "$T/cnt.s2.err" "$T/cnt.s3.err"
+ok=0
+[ "$crc" = 0 ] && cmp -s "$T/src/sixteen" "$T/cnt/sixteen" &&
+	grep -q "established 4 refused 0" "$T/cnt.idle.out" && ok=1
+result $ok "the live transfer survives them and completes byte for byte (exit $crc; $(cat "$T/cnt.idle.out"))"
+[ $ok = 1 ] || show "$T/cnt.c.err" "$T/cnt.err"
+ok=0
+[ "$src" = 0 ] && [ "$(json_field "$T/cnt.json" connections)" = 1 ] &&
+	[ "$(json_field "$T/cnt.json" refused)" -ge 3 ] && ok=1
+result $ok "serve --count 1 counted only the real sender and exits 0 (exit $src)"
+[ $ok = 1 ] || show "$T/cnt.err" "$T/cnt.json"
+
+echo "# $SECONDS s"
+# --- hostile names: 8-bit and C1 bytes from the peer, control bytes locally
+mkdir -p "$T/names"
+evil=$'n\x9b[31m\xff\xfe'
+raw=$'\e[2J\xc3'
+start_serve names $((PORT + 2)) --dir "$T/names" --count 2 --json "$T/names.json"
+printf 'hello\n' >"$T/src/small"
+timeout 30 "$CP" send --as "$evil" "$T/src/small" "$ADDR:$((PORT + 2))" \
+	>"$T/n1.out" 2>"$T/n1.err"
+n1=$?
+timeout 30 "$CP" send --as "$evil" --json "$T/n2.json" "$T/src/small" "$ADDR:$((PORT + 2))" \
+	>"$T/n2.out" 2>"$T/n2.err"
+n2=$?
+timeout 30 "$CP" send --json "$T/n3.json" "$T/src/$raw
+fake line" "$ADDR:$((PORT + 2))" >"$T/n3.out" 2>"$T/n3.err"
+n3=$?
+wait_pid "$SERVE_PID" 30
+src=$?
+ok=0
+[ "$n1" = 0 ] && [ "$n2" = 5 ] && [ "$n3" = 3 ] && cmp -s "$T/src/small" "$T/names/$evil" && ok=1
+result $ok "a name with 8-bit bytes is stored as given; then exists; a bad local path (exit $n1, $n2, $n3)"
+[ $ok = 1 ] || show "$T/n1.err" "$T/n2.err" "$T/n3.err" "$T/names.err"
+ok=0
+grep -qF 'received n\x9b[31m\xff\xfe (6 bytes' "$T/names.err" &&
+	grep -qF 'refusing to replace n\x9b[31m\xff\xfe' "$T/names.err" &&
+	grep -qF 'as n\x9b[31m\xff\xfe' "$T/n1.out" && grep -qF '\x1b[2J\xc3\x0afake line' "$T/n3.err" &&
+	printable "$T/names.err" "$T/n1.out" "$T/n1.err" "$T/n2.err" "$T/n3.err" && ok=1
+result $ok "every log line shows the names escaped, no raw control or 8-bit byte"
+[ $ok = 1 ] || { show "$T/names.err" "$T/n1.out" "$T/n2.err" "$T/n3.err" | cat -v; }
+ok=0
+python3 - "$T/n2.json" "$T/n3.json" <<'PY' && printable "$T/n2.json" "$T/n3.json" && ok=1
+import json, sys
+e2 = json.load(open(sys.argv[1]))["error"]
+e3 = json.load(open(sys.argv[2]))["error"]
+assert "n\\x9b[31m\\xff\\xfe" in e2, e2
+assert "\\x1b[2J\\xc3\\x0afake line" in e3, e3
+PY
+result $ok "--json errors carry the names escaped and parse as JSON"
+[ $ok = 1 ] || show "$T/n2.json" "$T/n3.json" | cat -v
+
+echo "# $SECONDS s"
+# --- proxy: a TCP client beyond --max-clients; chunks go out full
+mkdir -p "$T/px"
+start_serve pxs $((PORT + 3)) --dir "$T/px" --count 3 --chunk 64K
+"$CP" proxy --tcp-listen 127.0.0.1:$((PORT + 4)) --to "$ADDR:$((PORT + 3))" --count 3 \
+	--max-clients 2 --chunk 64K --window 8 --prefix px --json "$T/px.json" \
+	>"$T/px.out" 2>"$T/px.err" &
+ppid=$!
+PIDS+=("$ppid")
+for _ in $(seq 300); do
+	grep -q listening "$T/px.out" 2>/dev/null && break
+	sleep 0.1
+done
+python3 - "$T" $((PORT + 4)) <<'PY' >"$T/px.clients" 2>&1
+import os, socket, sys, time
+tmp, port = sys.argv[1], int(sys.argv[2])
+data = [os.urandom(1 << 20) for _ in range(2)]
+cs = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(2)]
+for c, d in zip(cs, data):
+    c.sendall(d[:16384])
+time.sleep(1)  # both are the proxy's clients now
+x = socket.create_connection(("127.0.0.1", port), timeout=20)
+try:
+    third = x.recv(512).decode(errors="replace")
+except OSError as e:
+    third = f"no answer: {e}"
+x.close()
+print("third:", third.strip())
+# The rest in small pieces: each recv of the proxy gets far less than a chunk.
+for off in range(16384, 1 << 20, 16384):
+    for c, d in zip(cs, data):
+        c.sendall(d[off:off + 16384])
+    time.sleep(0.002)
+for i, (c, d) in enumerate(zip(cs, data)):
+    c.shutdown(socket.SHUT_WR)
+    reply = b""
+    while not reply.endswith(b"\n"):
+        b = c.recv(512)
+        if not b:
+            break
+        reply += b
+    print(f"reply{i}:", reply.decode(errors="replace").strip())
+    w = reply.split()
+    ok = len(w) == 4 and w[0] == b"OK" and open(f"{tmp}/px/{w[3].decode()}", "rb").read() == d
+    print(f"stored{i}:", "same" if ok else "DIFFERENT")
+# A slot is free again: an empty stream is taken (and ends --count 3).
+c = socket.create_connection(("127.0.0.1", port), timeout=30)
+c.shutdown(socket.SHUT_WR)
+print("last:", c.recv(512).decode(errors="replace").strip())
+PY
+wait_pid "$ppid" 60
+prc=$?
+wait_pid "$SERVE_PID" 30
+src=$?
+echo "# $SECONDS s: proxy exit $prc, serve exit $src"
+ok=0
+grep -q "^third: ERROR too many clients (--max-clients 2)" "$T/px.clients" &&
+	grep -q "TCP client refused" "$T/px.err" && [ "$(json_field "$T/px.json" refused)" = 1 ] && ok=1
+result $ok "a third TCP client over --max-clients 2 is refused with a clear message"
+[ $ok = 1 ] || { show "$T/px.clients" "$T/px.json"; cat -A "$T/px.err" | sed 's/^/# px.err: /'; }
+[ $ok = 1 ] || show "$T/pxs.err"
+ok=0
+[ "$prc" = 0 ] && [ "$(grep -c "^stored.: same" "$T/px.clients")" = 2 ] &&
+	grep -q "^last: OK 0 " "$T/px.clients" &&
+	[ "$(json_field "$T/px.json" chunks)" = 32 ] && ok=1
+result $ok "two streams of 1 MiB in 16 KiB pieces: stored, in 32 full 64K chunks; then an empty one (exit $prc, chunks $(json_field "$T/px.json" chunks))"
+[ $ok = 1 ] || show "$T/px.clients" "$T/px.err" "$T/px.json"
+finish
