@@ -28,12 +28,7 @@ hold_idle() {
 	"$HOSTILE" idle "$ADDR" "$2" "$3" "$4" >"$T/$1.out" 2>"$T/$1.err" &
 	IDLE_PID=$!
 	PIDS+=("$IDLE_PID")
-	for _ in $(seq 600); do
-		grep -q established "$T/$1.out" 2>/dev/null && return 0
-		kill -0 "$IDLE_PID" 2>/dev/null || return 1
-		sleep 0.1
-	done
-	return 1
+	await_line "$T/$1.out" established "$IDLE_PID" 600
 }
 
 # --- 64 connections that never say HELLO, then the real sender
@@ -148,10 +143,7 @@ start_serve pxs $((PORT + 3)) --dir "$T/px" --count 3 --chunk 64K
 	>"$T/px.out" 2>"$T/px.err" &
 ppid=$!
 PIDS+=("$ppid")
-for _ in $(seq 300); do
-	grep -q listening "$T/px.out" 2>/dev/null && break
-	sleep 0.1
-done
+await_line "$T/px.out" listening "$ppid" 300
 python3 - "$T" $((PORT + 4)) <<'PY' >"$T/px.clients" 2>&1
 import os, socket, sys, time
 tmp, port = sys.argv[1], int(sys.argv[2])

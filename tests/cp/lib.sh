@@ -44,6 +44,17 @@ finish() {
 	exit $failed
 }
 
+# await_line FILE WORD PID TENTHS: until WORD appears in FILE; fails once
+# PID is gone or after TENTHS tenths of a second.
+await_line() {
+	for _ in $(seq "$4"); do
+		grep -q "$2" "$1" 2>/dev/null && return 0
+		kill -0 "$3" 2>/dev/null || return 1
+		sleep 0.1
+	done
+	return 1
+}
+
 # start_serve NAME PORT ARGS...: serve in the background, logs in $T/NAME.*,
 # its pid in SERVE_PID; waits until it listens.
 start_serve() {
@@ -52,12 +63,7 @@ start_serve() {
 	"$CP" serve --listen "$ADDR:$port" "$@" >"$T/$name.out" 2>"$T/$name.err" &
 	SERVE_PID=$!
 	PIDS+=("$SERVE_PID")
-	for _ in $(seq 300); do
-		grep -q listening "$T/$name.out" 2>/dev/null && return 0
-		kill -0 "$SERVE_PID" 2>/dev/null || return 1
-		sleep 0.1
-	done
-	return 1
+	await_line "$T/$name.out" listening "$SERVE_PID" 300
 }
 
 # wait_pid PID SECS: its exit status, or 124 after SECS (then it is killed).
