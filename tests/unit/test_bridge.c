@@ -282,6 +282,27 @@ Test(dispatch, completion_racing_the_arm_is_not_stranded)
 	teardown_fx(&f);
 }
 
+/* A CQ polled while armed (here: on the active list after
+ * rr_cq_set_mode()) may have taken the completions whose event is still
+ * to be read: that event must be read, or the CQ is never armed again. */
+Test(dispatch, event_of_an_armed_cq_polled_elsewhere_is_read)
+{
+	struct fixture f;
+
+	setup_fx(&f, NULL, RR_WAIT_EVENT);
+	pass(&f, 1);
+	cr_assert(fcq(&f, 0)->armed);
+	cr_assert_eq(rr_cq_set_mode(f.cq[0], RR_WAIT_EVENT, 0), 0);
+	fake_complete(fcq(&f, 0), 1, 1); /* armed: raises an event */
+	pass_until(&f, &L.wcs[0], 1);
+	pass(&f, 2);
+	cr_assert_eq(fcq(&f, 0)->delivered, 1, "the event was never read");
+	fake_complete(fcq(&f, 0), 1, 2);
+	pass_until(&f, &L.wcs[0], 2);
+	cr_assert_eq(L.wcs[0], 2, "deaf after its event was left unread");
+	teardown_fx(&f);
+}
+
 Test(dispatch, acks_batched_and_settled_before_destroy)
 {
 	struct rr_bridge_opts o = {.ack_batch = 16};

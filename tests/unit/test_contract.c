@@ -448,6 +448,48 @@ static void destroy_on_app(rr_bridge *b, const struct io_uring_cqe *cqe, void *d
 	mine = NULL;
 }
 
+static rr_cq *all_cqs[2];
+static rr_channel *all_ch;
+
+static void destroy_all(rr_cq *cq, const struct ibv_wc *wc, void *data)
+{
+	wcs++;
+	for (int i = 0; i < 2; i++) {
+		cr_assert_eq(rr_cq_destroy(all_cqs[i]), 0);
+		all_cqs[i] = NULL;
+	}
+	cr_assert_eq(rr_channel_destroy(all_ch), 0);
+	all_ch = NULL;
+}
+
+/* A callback of one CQ destroys every CQ of the channel and the channel
+ * itself while the channel's events are being handled. */
+Test(destroy, channel_and_its_cqs_from_a_wc_of_the_channel)
+{
+	struct rr_cq_opts killer = {.on_wc = destroy_all};
+	struct rr_cq_opts other = {.on_wc = count_wc};
+	struct io_uring ring;
+	rr_bridge *b;
+
+	wcs = 0;
+	init_ring(&ring, 16, 0);
+	cr_assert_eq(rr_bridge_create(&b, &ring, NULL), 0);
+	cr_assert_eq(rr_channel_create(b, &fake_ctx, &all_ch), 0);
+	cr_assert_eq(rr_cq_create(b, all_ch, &fake_ctx, &killer, &all_cqs[0]), 0);
+	cr_assert_eq(rr_cq_create(b, all_ch, &fake_ctx, &other, &all_cqs[1]), 0);
+	fake_complete(fake_cq_of(rr_cq_ibv(all_cqs[1])), 1, 1);
+	fake_complete(fake_cq_of(rr_cq_ibv(all_cqs[0])), 1, 2);
+	for (int i = 0; i < 200 && all_ch; i++)
+		cr_assert_geq(rr_bridge_run_once(b, 20), 0);
+	cr_assert_null(all_ch, "the callback never ran");
+	cr_assert_eq(fake_cqs_live, 0);
+	cr_assert_eq(fake_channels_live, 0);
+	for (int i = 0; i < 3; i++)
+		cr_assert_geq(rr_bridge_run_once(b, 0), 0);
+	cr_assert_eq(rr_bridge_destroy(b), 0);
+	io_uring_queue_exit(&ring);
+}
+
 Test(destroy, cqs_and_channels_from_wc_and_app_callbacks)
 {
 	struct rr_bridge_opts o = {.on_app_cqe = destroy_on_app};
