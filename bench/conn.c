@@ -250,7 +250,7 @@ static int hello_cfg(const struct hello *h, struct bench_cfg *cfg)
 	cfg->msg_size = h->msg_size;
 	cfg->iters = h->iters;
 	cfg->idle_ms = h->idle_ms;
-	cfg->spin_us = h->spin_us ? h->spin_us : 50;
+	cfg->spin_us = h->spin_us ? h->spin_us : 200;
 	cfg->spin_fixed = h->spin_fixed != 0;
 	cfg->signal_every = h->signal_every ? h->signal_every : 1;
 	cfg->timeout_s = h->timeout_s;

@@ -53,7 +53,7 @@ static void usage(FILE *out)
 		"  --conns LIST       conns: connection counts (default 1,16,64,256)\n"
 		"  --iters N          round trips per run (default: 20000; rate 200000)\n"
 		"  --idle-ms MS       idle: how long to wait (default 10000)\n"
-		"  --spin-us US       hybrid: longest spin window (default 50)\n"
+		"  --spin-us US       hybrid: longest spin window (default 200)\n"
 		"  --spin-fixed       hybrid: always spin --spin-us (default: adapt)\n"
 		"  --signal-every N   one message send in N asks for a completion, in\n"
 		"                     every strategy (default 16; 1: all)\n"
@@ -360,7 +360,7 @@ int main(int argc, char **argv)
 {
 	struct opts o = {.qd = 64,
 			 .msg_size = 64,
-			 .spin_us = 50,
+			 .spin_us = 200,
 			 .signal_every = 16,
 			 .hosts = 1,
 			 .timeout_s = 300,

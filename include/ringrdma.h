@@ -367,7 +367,7 @@ typedef void (*rr_wc_cb)(rr_cq *cq, const struct ibv_wc *wc, void *data);
  * struct rr_cq_opts - options for rr_cq_create().
  * @cqe:     minimum number of entries (default 256).
  * @mode:    enum rr_wait_mode.
- * @spin_us: hybrid: the longest spin window in microseconds (default 50).
+ * @spin_us: hybrid: the longest spin window in microseconds (default 200).
  * @on_wc:   callback for every work completion; required.
  * @data:    application data for on_wc.
  */

@@ -517,7 +517,7 @@ int rr__cq_create(struct rr__cqs *set, rr_channel *ch, struct ibv_context *ctx,
 	cq->set = set;
 	cq->ch = ch;
 	cq->mode = opts->mode;
-	cq->spin_us = opts->spin_us ? opts->spin_us : 50;
+	cq->spin_us = opts->spin_us ? opts->spin_us : 200;
 	cq->hit_share = SPIN_HITS_ONE;
 	cq->on_wc = opts->on_wc;
 	cq->data = opts->data;
