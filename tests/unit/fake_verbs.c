@@ -34,7 +34,19 @@ static void push(struct fake_cq *fc, unsigned int n, uint64_t first)
 void fake_complete(struct fake_cq *fc, unsigned int n, uint64_t first)
 {
 	push(fc, n, first);
-	if (fc->armed && fc->cq.channel)
+	if (!fc->armed || !fc->cq.channel)
+		return;
+	if (fc->late_event) {
+		fc->armed = false; /* the arm is used up; the event comes later */
+		fc->late_pending++;
+		return;
+	}
+	raise_event(fc);
+}
+
+void fake_raise_late(struct fake_cq *fc)
+{
+	for (; fc->late_pending; fc->late_pending--)
 		raise_event(fc);
 }
 
@@ -144,6 +156,8 @@ int __wrap_ibv_destroy_cq(struct ibv_cq *cq)
 	return 0;
 }
 
+unsigned int fake_event_reads;
+
 int __wrap_ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq,
 			    void **cq_context)
 {
@@ -151,6 +165,7 @@ int __wrap_ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq
 	struct fake_cq *fc;
 	char c;
 
+	fake_event_reads++;
 	do {
 		if (read(ch->ch.fd, &c, 1) != 1)
 			return -1; /* errno EAGAIN from the non-blocking pipe */

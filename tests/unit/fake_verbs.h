@@ -27,6 +27,10 @@ struct fake_cq {
 	unsigned int ack_calls;
 	unsigned int polls;
 	int inject_on_arm;       /* WCs to add, without event, just before an arm */
+	bool late_event;         /* raise events only in fake_raise_late(), as
+				  * rxe does from a tasklet after the WC is
+				  * visible */
+	unsigned int late_pending;
 };
 
 struct fake_channel {
@@ -51,6 +55,8 @@ static inline struct fake_cq *fake_cq_of(struct ibv_cq *cq)
 /* n new work completions with wr_id first, first+1, ...; raises an event if
  * the CQ is armed. */
 void fake_complete(struct fake_cq *cq, unsigned int n, uint64_t first);
+/* Raise the events a late_event CQ owes. */
+void fake_raise_late(struct fake_cq *cq);
 
 /* Devices: PDs, and an async-event fd (a pipe) for fake_ctx. */
 extern unsigned int fake_pds_live;
@@ -58,6 +64,9 @@ int fake_async_open(void);
 void fake_async_close(void);
 /* Queue an async event and make the async fd readable. */
 void fake_async_event(enum ibv_event_type type);
+
+/* ibv_get_cq_event() calls, those that found nothing (EAGAIN) included. */
+extern unsigned int fake_event_reads;
 
 /* clock_gettime() calls (wrapped) since the start of the process. */
 extern unsigned int fake_clock_reads;

@@ -282,6 +282,73 @@ Test(dispatch, completion_racing_the_arm_is_not_stranded)
 	teardown_fx(&f);
 }
 
+/* Two CQs armed on one channel, one fires: its event is read, and no
+ * second read is spent to hear EAGAIN. */
+Test(dispatch, one_of_two_armed_cqs_fires_one_read)
+{
+	struct fixture f;
+	unsigned int reads;
+
+	setup_fx(&f, NULL, RR_WAIT_EVENT);
+	pass(&f, 1);
+	reads = fake_event_reads;
+	fake_complete(fcq(&f, 0), 1, 1);
+	pass_until(&f, &L.wcs[0], 1);
+	cr_assert_eq(L.wcs[0], 1);
+	cr_assert_eq(fake_event_reads - reads, 1, "%u reads for one event",
+		     fake_event_reads - reads);
+	/* Both fire: two reads. */
+	reads = fake_event_reads;
+	fake_complete(fcq(&f, 0), 1, 2);
+	fake_complete(fcq(&f, 1), 1, 3);
+	pass_until(&f, &L.wcs[1], 1);
+	pass_until(&f, &L.wcs[0], 2);
+	cr_assert_eq(L.wcs[0] + L.wcs[1], 3);
+	cr_assert_eq(fake_event_reads - reads, 2, "%u reads for two events",
+		     fake_event_reads - reads);
+	/* And both stay armed and heard. */
+	fake_complete(fcq(&f, 0), 1, 4);
+	fake_complete(fcq(&f, 1), 1, 5);
+	pass_until(&f, &L.wcs[0], 3);
+	pass_until(&f, &L.wcs[1], 2);
+	cr_assert_eq(L.wcs[0], 3);
+	cr_assert_eq(L.wcs[1], 2);
+	teardown_fx(&f);
+}
+
+/*
+ * The provider may raise a CQ's event after its completion became
+ * visible (rxe: from a tasklet). A poll can take that completion first,
+ * a read in between can find no event yet; the event arriving after that
+ * must still be read, or the CQ is never armed again.
+ */
+Test(dispatch, event_raised_after_its_completion_was_taken_is_read)
+{
+	struct fixture f;
+
+	setup_fx(&f, NULL, RR_WAIT_EVENT);
+	pass(&f, 1);
+	fcq(&f, 0)->late_event = true;
+	/* CQ 0 armed and on the active list, so a pass polls it. */
+	cr_assert_eq(rr_cq_set_mode(f.cq[0], RR_WAIT_EVENT, 0), 0);
+	fake_complete(fcq(&f, 0), 1, 1); /* visible, event not raised yet */
+	/* CQ 1's event makes the channel readable: its drain polls CQ 0
+	 * away and finds no event of CQ 0 yet. */
+	fake_complete(fcq(&f, 1), 1, 2);
+	pass_until(&f, &L.wcs[1], 1);
+	pass_until(&f, &L.wcs[0], 1);
+	pass(&f, 2);
+	cr_assert_eq(L.wcs[0], 1);
+	fake_raise_late(fcq(&f, 0));
+	pass(&f, 3);
+	cr_assert_eq(fcq(&f, 0)->delivered, 1, "the late event was never read");
+	fcq(&f, 0)->late_event = false;
+	fake_complete(fcq(&f, 0), 1, 3);
+	pass_until(&f, &L.wcs[0], 2);
+	cr_assert_eq(L.wcs[0], 2, "deaf after a late event was left unread");
+	teardown_fx(&f);
+}
+
 /* A CQ polled while armed (here: on the active list after
  * rr_cq_set_mode()) may have taken the completions whose event is still
  * to be read: that event must be read, or the CQ is never armed again. */
