@@ -2,13 +2,11 @@
 /*
  * Completion channels and CQs.
  *
- * When a channel's poll fires: with few CQs armed, poll them first and
- * read just the events owed (see prepoll()); otherwise read CQ events until
- * EAGAIN (the fd is non-blocking) or until no CQ of the channel is left
- * armed. Count them per CQ and acknowledge in batches; then for each CQ
- * that had an event, poll it in batches within the budget. Once a CQ is
- * empty it is armed with ibv_req_notify_cq() and polled once more: a
- * completion that arrived
+ * When a channel's poll fires: read CQ events until EAGAIN (the fd is
+ * non-blocking) or until no CQ of the channel is left armed, count them per
+ * CQ and acknowledge in batches; then for each CQ that had an event, poll it
+ * in batches within the budget. Once a CQ is empty it is armed with
+ * ibv_req_notify_cq() and polled once more: a completion that arrived
  * between the last poll and the arm raised no event and would otherwise be
  * stranded until the next one.
  *
@@ -65,7 +63,6 @@ static void disarm(rr_cq *cq)
 	if (!cq->armed)
 		return;
 	cq->armed = false;
-	cq->fired = false;
 	cq->ch->narmed--;
 	rr__list_del(&cq->armed_link);
 }
@@ -106,9 +103,6 @@ static unsigned int cq_poll(rr_cq *cq, unsigned int budget, bool *more)
 	}
 	*more = total >= budget;
 out:
-	/* Armed and not empty: its event was raised, or will be. */
-	if (total && cq->armed)
-		cq->fired = true;
 	cq->dispatch_depth--;
 	return total;
 }
@@ -402,95 +396,38 @@ static void channel_lost(rr_channel *ch)
 	rr__ring_want_kick(ch->set->ring);
 }
 
-/*
- * With few CQs armed, poll each before reading events: their completions
- * go out before the read (a reply posted from on_wc does not wait behind
- * that syscall), and an armed CQ that was ever found with completions
- * (cq->fired, kept until its event is read) is one whose event is owed,
- * so the reads stop once every owed event is in, without the read that
- * would only say EAGAIN. (An event raised after the poll's CQE was posted
- * brings a CQE of its own.) With many, reading until EAGAIN costs less
- * than polling them all.
- */
-#define PREPOLL_MAX 4
-
-/* Does an armed CQ of @ch owe an event? An armed CQ on the active list
- * is polled elsewhere: count it as owing one, the read may say EAGAIN. */
-static bool events_owed(const rr_channel *ch)
-{
-	for (const struct rr__list *l = ch->armed.next; l != &ch->armed; l = l->next) {
-		const rr_cq *cq = rr__container_of(l, rr_cq, armed_link);
-
-		if (cq->fired || cq->active)
-			return true;
-	}
-	return false;
-}
-
-/* Returns true if @ch was destroyed from a callback (and is now freed). */
-static bool prepoll(rr_channel *ch)
-{
-	rr_cq *cqs[PREPOLL_MAX];
-	unsigned int n = 0;
-	bool more;
-
-	for (struct rr__list *l = ch->armed.next; l != &ch->armed && n < PREPOLL_MAX; l = l->next)
-		cqs[n++] = rr__container_of(l, rr_cq, armed_link);
-	/* Callbacks may destroy any of these, or the channel: pin them. */
-	ch->depth++;
-	for (unsigned int i = 0; i < n; i++)
-		cqs[i]->dispatch_depth++;
-	for (unsigned int i = 0; i < n; i++) {
-		rr_cq *cq = cqs[i];
-
-		if (cq->destroy_deferred || !cq->armed || cq->active)
-			continue;
-		if (cq_poll(cq, ch->set->budget, &more) && is_hybrid(cq))
-			cq->spin = RR__SPIN_BUSY; /* activity: spin after this */
-	}
-	for (unsigned int i = 0; i < n; i++) {
-		cqs[i]->dispatch_depth--;
-		reap_deferred(cqs[i]);
-	}
-	ch->depth--;
-	if (ch->destroy_deferred) {
-		free(ch);
-		return true;
-	}
-	return false;
-}
-
 static void channel_ready(void *ctx, int revents)
 {
 	rr_channel *ch = ctx;
 	struct rr__cqs *set = ch->set;
 	struct rr__list pending;
 	struct ibv_cq *icq;
-	bool counted;
 	void *cctx;
 
 	if (revents < 0) {
 		channel_lost(ch);
 		return;
 	}
-	counted = ch->narmed <= PREPOLL_MAX;
-	if (counted && prepoll(ch))
-		return;
-	rr__list_init(&pending);
-	while (!counted || events_owed(ch)) {
-		rr_cq *cq;
+	/* One CQ armed: the event can only be its own. Hand out its
+	 * completions before the read that fetches the event, so a reply
+	 * posted from on_wc does not wait behind that syscall. */
+	if (ch->narmed == 1) {
+		rr_cq *only = rr__container_of(ch->armed.next, rr_cq, armed_link);
+		bool more;
 
-		/* EAGAIN ends it (anything else, device gone, the same way:
-		 * the poll fires again only if more arrives). A CQ still
-		 * marked fired keeps the mark: the provider may raise the
-		 * event after the completion became visible (rxe does so from
-		 * a tasklet), and that event's own CQE must find it owed even
-		 * though the CQ is empty by then. A mark left by a completion
-		 * that came before the arm costs one EAGAIN read per CQE until
-		 * the CQ's next event. */
-		if (ibv_get_cq_event(ch->ch, &icq, &cctx))
-			break;
-		cq = cctx;
+		if (!only->active) {
+			unsigned int n = cq_poll(only, set->budget, &more);
+
+			if (reap_deferred(only))
+				return; /* destroyed: its events went with it */
+			if (n && is_hybrid(only))
+				only->spin = RR__SPIN_BUSY; /* activity: spin after this */
+		}
+	}
+	rr__list_init(&pending);
+	while (ibv_get_cq_event(ch->ch, &icq, &cctx) == 0) {
+		rr_cq *cq = cctx;
+
 		set->stats->cq_events++;
 		cq->unacked++;
 		disarm(cq);
@@ -502,10 +439,13 @@ static void channel_ready(void *ctx, int revents)
 			rr__list_add_tail(&pending, &cq->active_link);
 		}
 		/* Each armed CQ raises one event at most: when none is left
-		 * armed the channel is empty. */
+		 * armed the channel is empty, and the read that would say
+		 * EAGAIN is a syscall saved on every wake-up. */
 		if (!ch->narmed)
 			break;
 	}
+	/* EAGAIN: drained. Anything else (device gone) ends in the same way:
+	 * the poll fires again only if more arrives. */
 	while (!rr__list_empty(&pending)) {
 		rr_cq *cq = rr__container_of(pending.next, rr_cq, active_link);
 
@@ -557,11 +497,7 @@ int rr_channel_destroy(rr_channel *ch)
 	rr__poll_close(ch->set->ring, ch->slot);
 	rr__list_del(&ch->link);
 	ibv_destroy_comp_channel(ch->ch);
-	ch->ch = NULL;
-	if (ch->depth)
-		ch->destroy_deferred = true; /* freed when its dispatch unwinds */
-	else
-		free(ch);
+	free(ch);
 	return 0;
 }
 

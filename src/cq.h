@@ -28,8 +28,6 @@ struct rr_channel {
 	unsigned int narmed;   /* its CQs armed: the most events it can hold */
 	struct rr__list armed; /* those CQs */
 	bool deaf;	       /* its poll failed for good: its CQs are polled */
-	unsigned int depth;    /* >0 while its event is being handled */
-	bool destroy_deferred; /* destroyed meanwhile: freed when that ends */
 	struct rr__list link;
 };
 
@@ -53,7 +51,6 @@ struct rr_cq {
 	struct rr__cq_hooks hooks;
 	unsigned int unacked; /* events read, not yet acknowledged */
 	bool armed;	      /* ibv_req_notify_cq() since the last event */
-	bool fired;	      /* armed, and found with completions: an event is owed */
 	bool active;	      /* on set->active: polled every pass */
 	bool evented;	      /* on the pending list of the current drain */
 	/* Hybrid: the spin window. */

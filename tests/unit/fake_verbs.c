@@ -156,8 +156,6 @@ int __wrap_ibv_destroy_cq(struct ibv_cq *cq)
 	return 0;
 }
 
-unsigned int fake_event_reads;
-
 int __wrap_ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq,
 			    void **cq_context)
 {
@@ -165,7 +163,6 @@ int __wrap_ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq
 	struct fake_cq *fc;
 	char c;
 
-	fake_event_reads++;
 	do {
 		if (read(ch->ch.fd, &c, 1) != 1)
 			return -1; /* errno EAGAIN from the non-blocking pipe */

@@ -65,9 +65,6 @@ void fake_async_close(void);
 /* Queue an async event and make the async fd readable. */
 void fake_async_event(enum ibv_event_type type);
 
-/* ibv_get_cq_event() calls, those that found nothing (EAGAIN) included. */
-extern unsigned int fake_event_reads;
-
 /* clock_gettime() calls (wrapped) since the start of the process. */
 extern unsigned int fake_clock_reads;
 /* io_uring_submit_and_get_events() calls: a pass that does not wait

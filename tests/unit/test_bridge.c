@@ -282,40 +282,6 @@ Test(dispatch, completion_racing_the_arm_is_not_stranded)
 	teardown_fx(&f);
 }
 
-/* Two CQs armed on one channel, one fires: its event is read, and no
- * second read is spent to hear EAGAIN. */
-Test(dispatch, one_of_two_armed_cqs_fires_one_read)
-{
-	struct fixture f;
-	unsigned int reads;
-
-	setup_fx(&f, NULL, RR_WAIT_EVENT);
-	pass(&f, 1);
-	reads = fake_event_reads;
-	fake_complete(fcq(&f, 0), 1, 1);
-	pass_until(&f, &L.wcs[0], 1);
-	cr_assert_eq(L.wcs[0], 1);
-	cr_assert_eq(fake_event_reads - reads, 1, "%u reads for one event",
-		     fake_event_reads - reads);
-	/* Both fire: two reads. */
-	reads = fake_event_reads;
-	fake_complete(fcq(&f, 0), 1, 2);
-	fake_complete(fcq(&f, 1), 1, 3);
-	pass_until(&f, &L.wcs[1], 1);
-	pass_until(&f, &L.wcs[0], 2);
-	cr_assert_eq(L.wcs[0] + L.wcs[1], 3);
-	cr_assert_eq(fake_event_reads - reads, 2, "%u reads for two events",
-		     fake_event_reads - reads);
-	/* And both stay armed and heard. */
-	fake_complete(fcq(&f, 0), 1, 4);
-	fake_complete(fcq(&f, 1), 1, 5);
-	pass_until(&f, &L.wcs[0], 3);
-	pass_until(&f, &L.wcs[1], 2);
-	cr_assert_eq(L.wcs[0], 3);
-	cr_assert_eq(L.wcs[1], 2);
-	teardown_fx(&f);
-}
-
 /*
  * The provider may raise a CQ's event after its completion became
  * visible (rxe: from a tasklet). A poll can take that completion first,
