@@ -67,9 +67,9 @@ static void disarm(rr_cq *cq)
 	rr__list_del(&cq->armed_link);
 }
 
-/* Hand out up to `budget` work completions; *more when the budget ran out. */
 static void window_hit(rr_cq *cq);
 
+/* Hand out up to `budget` work completions; *more when the budget ran out. */
 static unsigned int cq_poll(rr_cq *cq, unsigned int budget, bool *more)
 {
 	struct rr__cqs *set = cq->set;
@@ -151,9 +151,15 @@ static int arm(rr_cq *cq)
 #define SPIN_MAX_BACKOFF 6
 #define SPIN_HITS_ONE 256 /* hit_share of a window that always hits */
 
+/* The longest window: spin_us. */
+static uint64_t window_cap_ns(const rr_cq *cq)
+{
+	return (uint64_t)cq->spin_us * 1000u;
+}
+
 static uint64_t window_ns(const rr_cq *cq)
 {
-	uint64_t cap = (uint64_t)cq->spin_us * 1000u, w;
+	uint64_t cap = window_cap_ns(cq), w;
 
 	if (cq->mode == RR_WAIT_HYBRID_FIXED || !cq->gap_ns)
 		return cap;
@@ -214,7 +220,7 @@ static void window_miss(rr_cq *cq)
 	if (cq->gap_ns < cq->spin_ns)
 		cq->gap_ns = cq->spin_ns;
 	cq->hit_share -= cq->hit_share / 16;
-	if (cq->spin_ns >= (uint64_t)cq->spin_us * 1000u && cq->hit_share < SPIN_HITS_ONE / 8) {
+	if (cq->spin_ns >= window_cap_ns(cq) && cq->hit_share < SPIN_HITS_ONE / 8) {
 		unsigned int k = cq->misses < SPIN_MAX_BACKOFF ? ++cq->misses : SPIN_MAX_BACKOFF;
 
 		cq->skip = (1u << k) - 1;
