@@ -58,6 +58,20 @@ struct side_counts {
 };
 extern struct side_counts side_counts;
 
+/* Where a side of a local run is, in memory the parent shares: a run the
+ * watchdog stops says where each side was stuck. */
+enum side_phase { PH_START, PH_CONNECT, PH_RUN, PH_FINISH, PH_CLOSE, PH_COUNT };
+struct side_trace {
+	volatile int phase;
+	volatile uint64_t wcs, sends, recvs;
+};
+extern struct side_trace *side_trace; /* NULL: nobody watches */
+static inline void side_phase(enum side_phase p)
+{
+	if (side_trace)
+		side_trace->phase = p;
+}
+
 /* Mixed workload: file reads in the client's own thread. */
 struct filer {
 	int fd;
@@ -173,6 +187,7 @@ int filer_only(const char *path, unsigned int ms, struct result *r);
 /* client.c, server.c: one run each. */
 struct client_out {
 	struct side_figures cli, srv;
+	struct side_trace cli_at, srv_at;
 	uint64_t file_bytes;
 	int rc;
 	char err[160];

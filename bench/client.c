@@ -74,6 +74,7 @@ static void send_stop(struct client *c)
 	int rc;
 
 	memcpy(buf, &h, sizeof(h));
+	side_phase(PH_FINISH);
 	rc = side_post(s, 0, wr_id_of(0, WR_CTRL, 0), buf, sizeof(h), -1);
 	if (rc)
 		fail(s, rc, "post STOP");
@@ -187,6 +188,8 @@ int client_run(const struct bench_cfg *cfg, struct client_out *out)
 	int rc;
 
 	c.s = &s;
+	side_trace = &out->cli_at;
+	side_phase(PH_CONNECT);
 	c.warm = cfg->wl == W_IDLE ? 0 : warmup_of(cfg);
 	c.total = cfg->wl == W_IDLE ? 0 : c.warm + cfg->iters;
 	rc = side_connect(&s, cfg, 10);
@@ -212,6 +215,7 @@ int client_run(const struct bench_cfg *cfg, struct client_out *out)
 		s.filer = &file;
 	}
 	if (cfg->wl == W_IDLE) {
+		side_phase(PH_RUN);
 		side_begin(&c.f, &c.sc);
 		rc = -pthread_create(&timer, NULL, idle_timer, &c);
 		if (rc)
@@ -225,6 +229,8 @@ int client_run(const struct bench_cfg *cfg, struct client_out *out)
 			goto out;
 		}
 	}
+	if (cfg->wl != W_IDLE)
+		side_phase(PH_RUN);
 	rc = side_loop(&s);
 	if (cfg->wl == W_IDLE) {
 		pthread_join(timer, NULL);
@@ -239,6 +245,7 @@ out:
 	if (c.measuring)
 		side_end(&c.f, c.sc);
 	out->cli = c.f;
+	side_phase(PH_CLOSE);
 	side_close(&s); /* first: the ring's reads are done once it is gone */
 	filer_close(&file);
 	free(c.slots);

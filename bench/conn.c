@@ -445,6 +445,8 @@ int side_post_recv(struct bside *s, uint32_t conn, uint32_t idx)
 				 .num_sge = 1},
 			   *bad;
 
+	if (side_trace)
+		side_trace->recvs++;
 	return -ibv_post_recv(s->qps[conn].id->qp, &wr, &bad);
 }
 
@@ -472,6 +474,8 @@ int side_post(struct bside *s, uint32_t conn, uint64_t wr_id, const uint8_t *buf
 		wr.wr.rdma.remote_addr = q->raddr + (uint64_t)write_slot * s->slot_sz;
 		wr.wr.rdma.rkey = q->rkey;
 	}
+	if (side_trace)
+		side_trace->sends++;
 	return -ibv_post_send(q->id->qp, &wr, &bad);
 }
 

@@ -23,13 +23,65 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* Wait for a child, killing it at the deadline; its exit status or -1. */
-static int reap(pid_t pid, double deadline_us)
+static const char *const phase_names[PH_COUNT] = {"starting", "connecting", "running", "finishing",
+						  "closing"};
+
+/* /proc/PID/NAME into buf, its lines joined by ";", or "". */
+static void proc_text(pid_t pid, const char *name, char *buf, size_t len)
+{
+	char path[64];
+	size_t n = 0;
+	FILE *f;
+
+	buf[0] = 0;
+	snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, name);
+	f = fopen(path, "r");
+	if (!f)
+		return;
+	n = fread(buf, 1, len - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	while (n && buf[n - 1] == '\n')
+		buf[--n] = 0;
+	for (char *p = strchr(buf, '\n'); p; p = strchr(p, '\n'))
+		*p = ';';
+}
+
+/* Say where a stuck side is before the watchdog kills it: its phase and
+ * progress, its scheduler state and, where the kernel shows it, the kernel
+ * stack it waits in. */
+static void describe(const char *who, pid_t pid, const struct side_trace *t)
+{
+	char stat[512], wchan[64], stack[512];
+	const char *rp;
+	int ph = t->phase;
+
+	proc_text(pid, "stat", stat, sizeof(stat));
+	proc_text(pid, "wchan", wchan, sizeof(wchan));
+	proc_text(pid, "stack", stack, sizeof(stack));
+	rp = strrchr(stat, ')');
+	fprintf(stderr,
+		"ringrdma-bench: at the deadline the %s was %s; %llu completions handled, "
+		"%llu sends and %llu receives "
+		"posted; state %c%s%s%s%s\n",
+		who, ph >= 0 && ph < PH_COUNT ? phase_names[ph] : "?", (unsigned long long)t->wcs,
+		(unsigned long long)t->sends, (unsigned long long)t->recvs,
+		rp && rp[1] && rp[2] ? rp[2] : '?',
+		wchan[0] && strcmp(wchan, "0") ? ", waiting in " : "",
+		wchan[0] && strcmp(wchan, "0") ? wchan : "", stack[0] ? "; kernel stack: " : "",
+		stack);
+}
+
+/* Wait for a child, killing it at the deadline (after saying where it is
+ * stuck); its exit status or -1. */
+static int reap(pid_t pid, double deadline_us, const char *who, const struct side_trace *t)
 {
 	int status;
 
 	while (waitpid(pid, &status, WNOHANG) == 0) {
 		if (now_us() > deadline_us) {
+			if (t)
+				describe(who, pid, t);
 			kill(pid, SIGKILL);
 			waitpid(pid, &status, 0);
 			return -1;
@@ -139,10 +191,12 @@ int run_local(const struct bench_cfg *cfg_in, struct result *r, int timeout_s)
 		struct bside s;
 
 		close(p[0]);
+		side_trace = &co->srv_at;
 		rc = server_run_one(&s, cfg.addr, 0, p[1]);
 		if (rc)
 			fprintf(stderr, "ringrdma-bench server (%s): %s\n",
 				strategy_name(cfg.strat), strerror(-rc));
+		side_phase(PH_CLOSE);
 		side_close(&s);
 		_exit(rc ? 1 : 0);
 	}
@@ -150,7 +204,7 @@ int run_local(const struct bench_cfg *cfg_in, struct result *r, int timeout_s)
 	if (srv < 0 || read(p[0], &port, sizeof(port)) != sizeof(port) || !port) {
 		close(p[0]);
 		if (srv > 0)
-			reap(srv, deadline);
+			reap(srv, deadline, "server", &co->srv_at);
 		munmap(co, len);
 		return -EIO;
 	}
@@ -158,10 +212,13 @@ int run_local(const struct bench_cfg *cfg_in, struct result *r, int timeout_s)
 	cfg.port = port;
 	cli = start_client(&cfg, co);
 	if (cli > 0)
-		cli_status = reap(cli, deadline);
-	if (cli_status != 0)
+		cli_status = reap(cli, deadline, "client", &co->cli_at);
+	if (cli_status != 0) {
+		if (now_us() > deadline)
+			describe("server", srv, &co->srv_at);
 		kill(srv, SIGKILL);
-	srv_status = reap(srv, deadline);
+	}
+	srv_status = reap(srv, deadline, "server", cli_status ? NULL : &co->srv_at);
 	rc = finish(&cfg, co, cli_status, srv_status, deadline, r);
 	munmap(co, len);
 	return rc;
@@ -181,7 +238,7 @@ int run_remote(const struct bench_cfg *cfg, struct result *r, int timeout_s)
 	fflush(NULL);
 	cli = start_client(cfg, co);
 	if (cli > 0)
-		status = reap(cli, deadline);
+		status = reap(cli, deadline, "client", &co->cli_at);
 	rc = finish(cfg, co, status, 0, deadline, r);
 	munmap(co, len);
 	return rc;

@@ -32,6 +32,7 @@ static void send_fin(struct bside *s, uint32_t conn)
 		side_end(&sv->f, sv->sc);
 		sv->measuring = false;
 	}
+	side_phase(PH_FINISH);
 	memcpy(buf, &h, sizeof(h));
 	memcpy(buf + sizeof(h), &sv->f, sizeof(sv->f));
 	rc = side_post(s, conn, wr_id_of(conn, WR_CTRL, 0), buf, sizeof(h) + sizeof(sv->f), -1);
@@ -121,6 +122,7 @@ int server_run_one(struct bside *s, const char *addr, uint16_t port, int port_fd
 	uint16_t bound = 0;
 	int rc;
 
+	side_phase(PH_CONNECT);
 	rc = side_listen(s, addr, port, &bound);
 	if (port_fd >= 0 && write(port_fd, &bound, sizeof(bound)) != sizeof(bound) && !rc)
 		rc = -EIO;
@@ -137,6 +139,7 @@ int server_run_one(struct bside *s, const char *addr, uint16_t port, int port_fd
 		side_begin(&sv.f, &sv.sc);
 		sv.measuring = true;
 	}
+	side_phase(PH_RUN);
 	rc = side_loop(s);
 	if (sv.measuring)
 		side_end(&sv.f, sv.sc);

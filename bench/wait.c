@@ -74,6 +74,7 @@ int op_parse(const char *name, enum op *out)
 }
 
 struct side_counts side_counts;
+struct side_trace *side_trace;
 
 static void count_event(struct bside *s)
 {
@@ -207,6 +208,8 @@ int side_loop(struct bside *s)
 
 		if (rc < 0 && !s->err)
 			s->err = rc;
+		if (side_trace)
+			side_trace->wcs = side_counts.wcs;
 	}
 	return s->err;
 }

@@ -16,13 +16,20 @@ iters=120
 rc=$?
 "$bench" --addr "$addr" --iters $iters --strategies hybrid --workloads pingpong --ops send \
 	--spin-fixed --json "$out/f.json" --timeout 120 >>"$out/table" 2>&1 || rc=$?
-python3 - "$out/b.json" "$rc" "$out/table" "$out/b.csv" "$iters" "$out/f.json" <<'PY'
+# A run far longer than its watchdog: stopped, and both sides said where.
+"$bench" --addr "$addr" --iters 2000000 --strategies busy --workloads pingpong --ops send \
+	--timeout 3 >"$out/stuck" 2>&1
+stuck_rc=$?
+python3 - "$out/b.json" "$rc" "$out/table" "$out/b.csv" "$iters" "$out/f.json" "$out/stuck" "$stuck_rc" <<'PY'
 import csv, json, sys
 path, rc, table, csvpath, iters = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
 checks = []
 def check(ok, what):
     checks.append((bool(ok), what))
-check(rc == 0, f"ringrdma-bench exited 0 (got {rc}): " + open(table).read().replace("\n", " | ")[-400:])
+# On failure, the bench's own complaints (each names its run) and the table's end.
+said = [l for l in open(table).read().splitlines() if l.startswith("ringrdma-bench")]
+check(rc == 0, f"ringrdma-bench exited 0 (got {rc}): " + " | ".join(said)[-3000:] + " || "
+      + open(table).read().replace("\n", " | ")[-400:])
 try:
     recs = json.load(open(path))
 except Exception as e:
@@ -88,6 +95,12 @@ except Exception as e:
     fixed = []
 check(len(fixed) == 1 and fixed[0].get("strategy") == "hybrid" and fixed[0].get("spin") == "fixed"
       and fixed[0].get("iters") == iters, "--spin-fixed: one hybrid record with the fixed window")
+stuck = open(sys.argv[7]).read()
+check(int(sys.argv[8]) != 0 and "busy pingpong timed out" in stuck,
+      "a run past its watchdog is stopped and reported: " + stuck.replace("\n", " | ")[-600:])
+for side in ("client", "server"):
+    check(f"at the deadline the {side} was running; " in stuck and "completions handled" in stuck,
+          f"the stopped run says where its {side} was")
 print(f"1..{len(checks)}")
 for i, (ok, what) in enumerate(checks, 1):
     print(f"{'ok' if ok else 'not ok'} {i} - {what}")
