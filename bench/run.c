@@ -88,6 +88,9 @@ static int reap(pid_t pid, double deadline_us, const char *who, const struct sid
 		}
 		usleep(5000);
 	}
+	if (WIFSIGNALED(status) && t)
+		fprintf(stderr, "ringrdma-bench: the %s was killed by signal %d (%s)\n", who,
+			WTERMSIG(status), strsignal(WTERMSIG(status)));
 	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
@@ -163,9 +166,16 @@ static int finish(const struct bench_cfg *cfg, struct client_out *co, int cli, i
 			workload_name(cfg->wl));
 		return -ETIMEDOUT;
 	}
-	fprintf(stderr, "ringrdma-bench: %s %s: %s%s\n", strategy_name(cfg->strat),
-		workload_name(cfg->wl), co->err[0] ? co->err : "client failed",
-		srv ? " (the server side failed too)" : "");
+	/* A failed client's server was killed: its status says nothing. */
+	if (cli == 0)
+		fprintf(stderr, "ringrdma-bench: %s %s: the server side failed\n",
+			strategy_name(cfg->strat), workload_name(cfg->wl));
+	else if (co->err[0])
+		fprintf(stderr, "ringrdma-bench: %s %s: %s\n", strategy_name(cfg->strat),
+			workload_name(cfg->wl), co->err);
+	else
+		fprintf(stderr, "ringrdma-bench: %s %s: the client failed (status %d)\n",
+			strategy_name(cfg->strat), workload_name(cfg->wl), cli);
 	return co->rc ? co->rc : -EIO;
 }
 
