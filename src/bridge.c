@@ -182,6 +182,10 @@ int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 	}
 	handled += (int)n;
 	flush_owned(b);
+	/* SQPOLL: hand what was just written (single-shot re-arms) to the
+	 * kernel thread now; while it is awake that costs no syscall. */
+	if (b->io->flags & IORING_SETUP_SQPOLL)
+		io_uring_submit(b->io);
 	/* Back to embedded rules: a CQE handled outside the loop may kick. */
 	b->ring.loop_owned = false;
 	return err ? err : handled;

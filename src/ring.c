@@ -7,7 +7,10 @@
  * Multishot polls stay armed across CQEs; a CQE without IORING_CQE_F_MORE
  * means the kernel ended the poll (CQ overflow, cancellation, error) and the
  * slot is armed again unless it is closing. Single-shot polls (old kernels,
- * or RR_BRIDGE_SINGLESHOT) are simply that case every time.
+ * RR_BRIDGE_SINGLESHOT, and RR__POLL_LEVEL slots) are simply that case
+ * every time. A multishot poll fires on new data only; a single-shot arm
+ * also fires on data already there, which lets a handler stop reading
+ * before the fd is empty.
  *
  * SQEs are owed, not lost: an arm, a cancel or a kick that cannot be
  * written now (no room in the SQ, or the application is building an SQE
@@ -33,6 +36,7 @@ struct rr__poll {
 	uint32_t gen;
 	bool in_use;
 	bool is_timer;
+	bool level;		      /* RR__POLL_LEVEL */
 	bool armed;		      /* its POLL_ADD/TIMEOUT is in the SQ or the kernel */
 	bool closing;		      /* freed at the terminal CQE */
 	bool queued;		      /* on the owed queue (entries may be stale: see want) */
@@ -149,6 +153,7 @@ static void release(struct rr__ring *r, uint32_t idx)
 	free(p->ts);
 	p->ts = NULL;
 	p->is_timer = false;
+	p->level = false;
 	p->in_use = false;
 	p->armed = false;
 	p->want = 0; /* a stale queue entry is skipped */
@@ -161,7 +166,8 @@ static void release(struct rr__ring *r, uint32_t idx)
 	r->live_slots--;
 }
 
-int rr__poll_add(struct rr__ring *r, int fd, rr__poll_fn fn, void *ctx, uint32_t *slot_out)
+int rr__poll_add(struct rr__ring *r, int fd, unsigned int flags, rr__poll_fn fn, void *ctx,
+		 uint32_t *slot_out)
 {
 	uint32_t idx;
 	int rc;
@@ -169,6 +175,7 @@ int rr__poll_add(struct rr__ring *r, int fd, rr__poll_fn fn, void *ctx, uint32_t
 	if (r->free_slot == RR__NO_SLOT && (rc = grow(r)))
 		return rc;
 	idx = take_slot(r, fn, ctx, fd);
+	r->slots[idx].level = flags & RR__POLL_LEVEL;
 	owe(r, idx, WANT_ARM);
 	*slot_out = idx;
 	rr__ring_flush(r);
@@ -266,7 +273,7 @@ static void prep(struct rr__ring *r, struct io_uring_sqe *sqe, uint32_t idx, uin
 	}
 	if (p->is_timer)
 		io_uring_prep_timeout(sqe, p->ts, 0, 0);
-	else if (r->multishot)
+	else if (r->multishot && !p->level)
 		io_uring_prep_poll_multishot(sqe, p->fd, POLLIN);
 	else
 		io_uring_prep_poll_add(sqe, p->fd, POLLIN);

@@ -12,6 +12,7 @@
 
 unsigned int fake_unacked_at_destroy;
 unsigned int fake_cqs_live, fake_channels_live;
+unsigned int fake_event_reads;
 
 static void raise_event(struct fake_cq *fc)
 {
@@ -163,6 +164,11 @@ int __wrap_ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq
 	struct fake_cq *fc;
 	char c;
 
+	fake_event_reads++;
+	if (ch->fail_errno) {
+		errno = ch->fail_errno;
+		return -1;
+	}
 	do {
 		if (read(ch->ch.fd, &c, 1) != 1)
 			return -1; /* errno EAGAIN from the non-blocking pipe */

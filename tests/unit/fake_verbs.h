@@ -36,6 +36,7 @@ struct fake_cq {
 struct fake_channel {
 	struct ibv_comp_channel ch; /* first */
 	int wfd;
+	int fail_errno; /* reads fail with this while events wait (0: no) */
 	struct fake_cq *fired[FAKE_MAX_WC];
 	unsigned int head, tail;
 };
@@ -57,6 +58,9 @@ static inline struct fake_cq *fake_cq_of(struct ibv_cq *cq)
 void fake_complete(struct fake_cq *cq, unsigned int n, uint64_t first);
 /* Raise the events a late_event CQ owes. */
 void fake_raise_late(struct fake_cq *cq);
+/* ibv_get_cq_event() calls, those that found nothing included: each is a
+ * read() syscall on a real channel. */
+extern unsigned int fake_event_reads;
 
 /* Devices: PDs, and an async-event fd (a pipe) for fake_ctx. */
 extern unsigned int fake_pds_live;

@@ -112,7 +112,9 @@ static void pass(struct fixture *f, int n)
 		/* SQPOLL: a poll is armed when the kernel thread takes its
 		 * SQE, not at submit; let it, so a pass means the same on
 		 * every ring. */
-		for (int k = 0; k < 2000 && io_uring_sq_ready(&f->ring); k++)
+		bool sqpoll = f->ring.flags & IORING_SETUP_SQPOLL;
+
+		for (int k = 0; k < 2000 && sqpoll && io_uring_sq_ready(&f->ring); k++)
 			usleep(100);
 	}
 }
@@ -279,6 +281,82 @@ Test(dispatch, completion_racing_the_arm_is_not_stranded)
 	 * arm can have found it. */
 	cr_assert_eq(L.wcs[0], 2, "%u work completions", L.wcs[0]);
 	cr_assert_eq(fcq(&f, 0)->events, 1);
+	teardown_fx(&f);
+}
+
+/* Two CQs on a channel, one fires at a time: one read per event. Reading
+ * until EAGAIN cost a second read, finding nothing, on every wake-up. */
+Test(dispatch, one_read_per_event_when_one_of_two_cqs_fires)
+{
+	struct fixture f;
+	unsigned int reads0, ev0;
+
+	setup_fx(&f, NULL, RR_WAIT_EVENT);
+	pass(&f, 1);
+	reads0 = fake_event_reads;
+	ev0 = fcq(&f, 0)->delivered + fcq(&f, 1)->delivered;
+	for (unsigned int i = 0; i < 64; i++) {
+		unsigned int k = i % 2, want = L.wcs[k] + 1;
+
+		fake_complete(fcq(&f, (int)k), 1, i);
+		pass_until(&f, &L.wcs[k], want);
+		cr_assert_eq(L.wcs[k], want, "round %u: CQ %u deaf", i, k);
+	}
+	cr_assert_eq(fcq(&f, 0)->delivered + fcq(&f, 1)->delivered - ev0, 64);
+	/* A probe for a second event, every fifth wake-up at most. */
+	cr_assert_leq(fake_event_reads - reads0, 80, "%u reads for 64 events",
+		      fake_event_reads - reads0);
+	teardown_fx(&f);
+}
+
+/* Both fire together and a wake-up reads one event: the single-shot poll
+ * comes back for the other, which is neither lost nor late. */
+Test(dispatch, events_left_by_a_short_read_come_on_the_next_passes)
+{
+	struct fixture f;
+
+	setup_fx(&f, NULL, RR_WAIT_EVENT);
+	pass(&f, 1);
+	for (unsigned int i = 0; i < 64; i++) {
+		fake_complete(fcq(&f, 0), 1, i);
+		fake_complete(fcq(&f, 1), 1, i);
+		pass_until(&f, &L.wcs[0], i + 1);
+		pass_until(&f, &L.wcs[1], i + 1);
+		cr_assert(L.wcs[0] == i + 1 && L.wcs[1] == i + 1, "round %u: %u and %u", i,
+			  L.wcs[0], L.wcs[1]);
+	}
+	cr_assert_eq(fcq(&f, 0)->delivered, fcq(&f, 0)->events);
+	cr_assert_eq(fcq(&f, 1)->delivered, fcq(&f, 1)->events);
+	teardown_fx(&f);
+}
+
+/* A channel whose reads fail (its device is gone) stays readable: its
+ * single-shot poll must not fire on every pass for ever, and its CQs are
+ * polled instead of going deaf. */
+Test(dispatch, broken_channel_is_polled_around_not_spun_on)
+{
+	struct fixture f;
+	struct fake_channel *ch;
+	struct rr_bridge_stats st;
+	unsigned int reads0;
+
+	setup_fx(&f, NULL, RR_WAIT_EVENT);
+	pass(&f, 1);
+	ch = (struct fake_channel *)fcq(&f, 0)->cq.channel;
+	ch->fail_errno = EIO;
+	reads0 = fake_event_reads;
+	fake_complete(fcq(&f, 0), 1, 1);
+	pass_until(&f, &L.wcs[0], 1);
+	cr_assert_eq(L.wcs[0], 1, "a CQ of a broken channel went deaf");
+	pass(&f, 20);
+	cr_assert_leq(fake_event_reads - reads0, 2, "%u reads of a broken channel",
+		      fake_event_reads - reads0);
+	rr_bridge_get_stats(f.b, &st);
+	cr_assert_eq(st.poll_failures, 1);
+	fake_complete(fcq(&f, 1), 1, 2);
+	pass_until(&f, &L.wcs[1], 1);
+	cr_assert_eq(L.wcs[1], 1);
+	ch->fail_errno = 0;
 	teardown_fx(&f);
 }
 
