@@ -145,8 +145,14 @@ int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 
 	b->ring.loop_owned = true;
 	if (rr__cq_any_active(&b->cqs)) {
-		handled += (int)rr__cq_poll_active(&b->cqs);
-		timeout_ms = 0; /* busy or spinning CQs: never sleep */
+		unsigned int got = rr__cq_poll_active(&b->cqs);
+
+		handled += (int)got;
+		/* Busy or spinning CQs: never sleep. A pass that found none of
+		 * them had work (so called no callback) and armed the last may
+		 * sleep now: one io_uring_enter() instead of two. */
+		if (got || rr__cq_any_active(&b->cqs))
+			timeout_ms = 0;
 	}
 	flush_owned(b);
 	if (timeout_ms == 0) {

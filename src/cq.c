@@ -123,6 +123,8 @@ static int arm(rr_cq *cq)
 	cq->ch->narmed++;
 	rr__list_add_tail(&cq->ch->armed, &cq->armed_link);
 	cq->set->stats->notify_arms++;
+	/* Its channel is polled while it has a CQ armed (see channel_ready()). */
+	rr__poll_rearm(cq->set->ring, cq->ch->slot);
 	return 0;
 }
 
@@ -480,6 +482,12 @@ static void channel_ready(void *ctx, int revents)
 		ch->cut = 0;
 		ch->burst = ch->burst * 2 > BURST_MAX ? BURST_MAX : ch->burst * 2;
 	}
+	/* The single-shot poll is done. With no CQ armed nothing can arrive
+	 * and the next arm() polls again: a spinning hybrid CQ costs no SQE,
+	 * and no syscall, per wake-up. Done here, before any callback may
+	 * destroy the channel. */
+	if (ch->narmed)
+		rr__poll_rearm(set->ring, ch->slot);
 	while (!rr__list_empty(&pending)) {
 		rr_cq *cq = rr__container_of(pending.next, rr_cq, active_link);
 

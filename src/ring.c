@@ -7,10 +7,11 @@
  * Multishot polls stay armed across CQEs; a CQE without IORING_CQE_F_MORE
  * means the kernel ended the poll (CQ overflow, cancellation, error) and the
  * slot is armed again unless it is closing. Single-shot polls (old kernels,
- * RR_BRIDGE_SINGLESHOT, and RR__POLL_LEVEL slots) are simply that case
- * every time. A multishot poll fires on new data only; a single-shot arm
- * also fires on data already there, which lets a handler stop reading
- * before the fd is empty.
+ * RR_BRIDGE_SINGLESHOT) are simply that case every time. RR__POLL_LEVEL
+ * slots are single-shot too, armed again by their owner when it has
+ * something to wait for. A multishot poll fires on new data only; a
+ * single-shot arm also fires on data already there, which lets a handler
+ * stop reading before the fd is empty.
  *
  * SQEs are owed, not lost: an arm, a cancel or a kick that cannot be
  * written now (no room in the SQ, or the application is building an SQE
@@ -206,6 +207,20 @@ int rr__timer_add(struct rr__ring *r, unsigned int ms, rr__poll_fn fn, void *ctx
 	return 0;
 }
 
+void rr__poll_rearm(struct rr__ring *r, uint32_t idx)
+{
+	struct rr__poll *p;
+
+	if (idx >= r->nslots)
+		return;
+	p = &r->slots[idx];
+	if (!p->in_use || p->closing || p->armed || (p->want & WANT_ARM))
+		return;
+	r->stats->rearms++;
+	owe(r, idx, WANT_ARM);
+	rr__ring_flush(r);
+}
+
 void rr__poll_close(struct rr__ring *r, uint32_t idx)
 {
 	struct rr__poll *p;
@@ -398,6 +413,8 @@ static void poll_cqe(struct rr__ring *r, uint32_t idx, const struct io_uring_cqe
 		p->errors = 0;
 		p->fn(p->ctx, cqe->res);
 		p = &r->slots[idx]; /* the handler may have moved the table */
+		if (p->level)
+			return; /* its owner arms it again, or has closed it */
 	} else if (cqe->res == -EINVAL && r->multishot) {
 		r->multishot = false; /* no multishot poll: single-shot from now on */
 	} else if (cqe->res != -ECANCELED && cqe->res != -EAGAIN && cqe->res != -EINTR) {

@@ -84,8 +84,10 @@ int rr__ring_init(struct rr__ring *r, struct io_uring *io, bool multishot,
 		  struct rr_bridge_stats *stats);
 void rr__ring_fini(struct rr__ring *r);
 
-/* Single-shot polls, armed again after each CQE: an arm finds the fd
- * still readable, so a handler may leave data for its next call. */
+/* Single-shot polls that the owner arms again with rr__poll_rearm() after
+ * a CQE with a result (after an error the ring does): an arm finds the fd
+ * still readable, so a handler may leave data for its next call, and an
+ * owner with nothing to wait for costs no SQE. */
 #define RR__POLL_LEVEL 1u
 
 /* Watch fd (POLLIN) until rr__poll_close(). The SQE may be owed for a
@@ -95,6 +97,9 @@ int rr__poll_add(struct rr__ring *r, int fd, unsigned int flags, rr__poll_fn fn,
 /* A one-shot timer: fn(ctx, -ETIME) after ms, never after rr__poll_close(). */
 int rr__timer_add(struct rr__ring *r, unsigned int ms, rr__poll_fn fn, void *ctx,
 		  uint32_t *slot_out);
+/* Arm an RR__POLL_LEVEL slot again, unless it is armed, owed or closing.
+ * RR__NO_SLOT is fine. */
+void rr__poll_rearm(struct rr__ring *r, uint32_t slot);
 /* Stop a poll or timer; its fn is never called again. RR__NO_SLOT is fine. */
 void rr__poll_close(struct rr__ring *r, uint32_t slot);
 

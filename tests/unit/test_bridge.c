@@ -673,9 +673,44 @@ Test(modes, adaptive_backs_off_when_gaps_outlast_the_window)
 	teardown_fx(&f);
 }
 
+/* A hybrid CQ spinning after a wake-up has no armed CQ on its channel, so
+ * the channel's single-shot poll waits for the next arm: the spinning
+ * passes submit nothing (no syscall), and the pass that arms the CQ sleeps
+ * in the same io_uring_enter() that submits the poll. */
+Test(modes, hybrid_wake_up_costs_no_enter_while_spinning)
+{
+	struct rr_cq_opts co = {.mode = RR_WAIT_HYBRID_FIXED, .on_wc = on_wc, .spin_us = 2000};
+	struct rr_bridge_opts opts = {.on_app_cqe = on_app};
+	unsigned int enters0;
+	struct fixture f;
+
+	memset(&L, 0, sizeof(L));
+	init_ring(&f.ring, 64);
+	if (f.ring.flags & IORING_SETUP_SQPOLL)
+		cr_skip_test("SQPOLL: submitting does not enter");
+	cr_assert_eq(rr_bridge_create(&f.b, &f.ring, &opts), 0);
+	cr_assert_eq(rr_channel_create(f.b, &fake_ctx, &f.ch), 0);
+	cr_assert_eq(rr_cq_create(f.b, f.ch, &fake_ctx, &co, &f.cq[0]), 0);
+	passes_until_armed(&f, 0, 1u << 20);
+	enters0 = fake_submit_enters;
+	for (unsigned int i = 0; i < 20; i++) {
+		unsigned int arms0 = fcq(&f, 0)->arms;
+
+		fake_complete(fcq(&f, 0), 1, i);
+		pass_until(&f, &L.wcs[0], i + 1);
+		cr_assert_eq(L.wcs[0], i + 1, "wake-up %u lost", i);
+		passes_until_armed(&f, arms0, 1u << 20);
+		cr_assert_gt(fcq(&f, 0)->arms, arms0);
+	}
+	cr_assert_leq(fake_submit_enters - enters0, 2, "%u submits entered in 20 wake-ups",
+		      fake_submit_enters - enters0);
+	teardown_fx(&f);
+}
+
 Test(modes, switch_at_run_time)
 {
 	struct fixture f;
+	unsigned int arms0;
 
 	setup_fx(&f, NULL, RR_WAIT_EVENT);
 	cr_assert_eq(rr_cq_set_mode(f.cq[0], RR_WAIT_BUSY, 0), 0);
@@ -684,8 +719,12 @@ Test(modes, switch_at_run_time)
 	fake_complete(fcq(&f, 0), 1, 1);
 	pass(&f, 1);
 	cr_assert_eq(L.wcs[0], 1);
+	/* Armed again once the event of the old arm was read: with a
+	 * single-shot poll that may take a few passes. */
+	arms0 = fcq(&f, 0)->arms;
 	cr_assert_eq(rr_cq_set_mode(f.cq[0], RR_WAIT_EVENT, 0), 0);
-	pass(&f, 2);
+	passes_until_armed(&f, arms0, 250);
+	pass(&f, 1);
 	cr_assert(fcq(&f, 0)->armed, "back in event mode but not armed");
 	fake_complete(fcq(&f, 0), 1, 2);
 	pass(&f, 2);
