@@ -145,14 +145,8 @@ int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 
 	b->ring.loop_owned = true;
 	if (rr__cq_any_active(&b->cqs)) {
-		unsigned int got = rr__cq_poll_active(&b->cqs);
-
-		handled += (int)got;
-		/* Busy or spinning CQs: never sleep. A pass that found none of
-		 * them had work (so called no callback) and armed the last may
-		 * sleep now: one io_uring_enter() instead of two. */
-		if (got || rr__cq_any_active(&b->cqs))
-			timeout_ms = 0;
+		handled += (int)rr__cq_poll_active(&b->cqs);
+		timeout_ms = 0; /* busy or spinning CQs: never sleep */
 	}
 	flush_owned(b);
 	if (timeout_ms == 0) {
@@ -188,10 +182,6 @@ int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 	}
 	handled += (int)n;
 	flush_owned(b);
-	/* SQPOLL: hand what was just written (single-shot re-arms) to the
-	 * kernel thread now; while it is awake that costs no syscall. */
-	if (b->io->flags & IORING_SETUP_SQPOLL)
-		io_uring_submit(b->io);
 	/* Back to embedded rules: a CQE handled outside the loop may kick. */
 	b->ring.loop_owned = false;
 	return err ? err : handled;

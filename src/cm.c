@@ -263,7 +263,7 @@ static int cm_open(struct rr__cm *cm)
 		return errno ? -errno : -ENODEV;
 	rc = rr__set_nonblock(cm->ch->fd);
 	if (!rc)
-		rc = rr__poll_add(cm->ring, cm->ch->fd, 0, cm_ready, cm, &cm->slot);
+		rc = rr__poll_add(cm->ring, cm->ch->fd, cm_ready, cm, &cm->slot);
 	if (rc) {
 		rdma_destroy_event_channel(cm->ch);
 		cm->ch = NULL;

@@ -2,11 +2,10 @@
 /*
  * Completion channels and CQs.
  *
- * When a channel's poll fires: read CQ events until no CQ of the channel is
- * left armed, or as many as recent wake-ups found (the poll is single-shot,
- * so it fires again at once for any left: see channel_ready()), count them
- * per CQ and acknowledge in batches; then for each CQ that had an event,
- * poll it in batches within the budget. Once a CQ is empty it is armed with
+ * When a channel's poll fires: read CQ events until EAGAIN (the fd is
+ * non-blocking) or until no CQ of the channel is left armed, count them per
+ * CQ and acknowledge in batches; then for each CQ that had an event, poll it
+ * in batches within the budget. Once a CQ is empty it is armed with
  * ibv_req_notify_cq() and polled once more: a completion that arrived
  * between the last poll and the arm raised no event and would otherwise be
  * stranded until the next one.
@@ -22,8 +21,6 @@
 #include "cq.h"
 
 #define SPIN_CLOCK_EVERY 8
-#define BURST_GROW	 4
-#define BURST_MAX	 64
 
 void rr__cqs_init(struct rr__cqs *set, struct rr__ring *ring, struct rr_bridge_stats *stats,
 		  unsigned int cq_batch, unsigned int budget, unsigned int ack_batch)
@@ -123,8 +120,6 @@ static int arm(rr_cq *cq)
 	cq->ch->narmed++;
 	rr__list_add_tail(&cq->ch->armed, &cq->armed_link);
 	cq->set->stats->notify_arms++;
-	/* Its channel is polled while it has a CQ armed (see channel_ready()). */
-	rr__poll_rearm(cq->set->ring, cq->ch->slot);
 	return 0;
 }
 
@@ -413,8 +408,6 @@ static void channel_ready(void *ctx, int revents)
 	struct rr__cqs *set = ch->set;
 	struct rr__list pending;
 	struct ibv_cq *icq;
-	unsigned int got = 0;
-	bool cut = false;
 	void *cctx;
 	int err = 0;
 
@@ -440,18 +433,12 @@ static void channel_ready(void *ctx, int revents)
 	}
 	rr__list_init(&pending);
 	for (;;) {
-		/* The poll said readable: read at least once. */
-		if (got && (!ch->narmed || got == ch->burst)) {
-			cut = ch->narmed;
-			break;
-		}
 		if (ibv_get_cq_event(ch->ch, &icq, &cctx)) {
 			err = errno;
 			break;
 		}
 		rr_cq *cq = cctx;
 
-		got++;
 		set->stats->cq_events++;
 		cq->unacked++;
 		disarm(cq);
@@ -462,32 +449,19 @@ static void channel_ready(void *ctx, int revents)
 			cq->evented = true;
 			rr__list_add_tail(&pending, &cq->active_link);
 		}
+		/* Each armed CQ raises one event at most: when none is left
+		 * armed the channel is empty, and the read that would say
+		 * EAGAIN is a syscall saved on every wake-up. */
+		if (!ch->narmed)
+			break;
 	}
-	/* Each armed CQ raises one event at most, so with none left armed the
-	 * channel is empty. Otherwise a read that finds nothing is a syscall
-	 * wasted on every wake-up: read no more events than the last drained
-	 * wake-up found (the poll is single-shot and comes back at once for
-	 * any left), and try one more only after BURST_GROW cut-short
-	 * wake-ups in a row. */
-	if (err == EAGAIN || err == EINTR) {
-		ch->burst = got ? got : 1;
-		ch->cut = 0;
-	} else if (err) {
-		/* The channel is broken (its device is gone): a level poll
-		 * would fire on the error for ever. */
+	/* EAGAIN: drained. A read that fails otherwise (the device is gone)
+	 * would leave the channel's CQs deaf: poll them instead. */
+	if (err && err != EAGAIN && err != EINTR) {
 		rr__poll_close(set->ring, ch->slot);
 		set->stats->poll_failures++;
 		channel_lost(ch);
-	} else if (cut && ++ch->cut >= BURST_GROW) {
-		ch->cut = 0;
-		ch->burst = ch->burst * 2 > BURST_MAX ? BURST_MAX : ch->burst * 2;
 	}
-	/* The single-shot poll is done. With no CQ armed nothing can arrive
-	 * and the next arm() polls again: a spinning hybrid CQ costs no SQE,
-	 * and no syscall, per wake-up. Done here, before any callback may
-	 * destroy the channel. */
-	if (ch->narmed)
-		rr__poll_rearm(set->ring, ch->slot);
 	while (!rr__list_empty(&pending)) {
 		rr_cq *cq = rr__container_of(pending.next, rr_cq, active_link);
 
@@ -507,7 +481,6 @@ int rr__channel_create(struct rr__cqs *set, struct ibv_context *ctx, rr_channel 
 		return -ENOMEM;
 	ch->set = set;
 	ch->slot = RR__NO_SLOT;
-	ch->burst = 1;
 	rr__list_init(&ch->armed);
 	ch->ch = ibv_create_comp_channel(ctx);
 	if (!ch->ch) {
@@ -517,7 +490,7 @@ int rr__channel_create(struct rr__cqs *set, struct ibv_context *ctx, rr_channel 
 	rc = rr__set_nonblock(ch->ch->fd);
 	if (rc)
 		goto err_channel;
-	rc = rr__poll_add(set->ring, ch->ch->fd, RR__POLL_LEVEL, channel_ready, ch, &ch->slot);
+	rc = rr__poll_add(set->ring, ch->ch->fd, channel_ready, ch, &ch->slot);
 	if (rc)
 		goto err_channel;
 	rr__list_add_tail(&set->channels, &ch->link);

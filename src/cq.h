@@ -27,8 +27,6 @@ struct rr_channel {
 	unsigned int ncqs;
 	unsigned int narmed;   /* its CQs armed: the most events it can hold */
 	struct rr__list armed; /* those CQs */
-	unsigned int burst;    /* events read per wake-up before stopping */
-	unsigned int cut;      /* wake-ups in a row that stopped at burst */
 	bool deaf;	       /* its poll failed for good: its CQs are polled */
 	struct rr__list link;
 };
@@ -57,19 +55,19 @@ struct rr_cq {
 	bool evented;	      /* on the pending list of the current drain */
 	/* Hybrid: the spin window. */
 	enum { RR__SPIN_IDLE, RR__SPIN_BUSY, RR__SPIN_WINDOW } spin;
-	unsigned int spin_empty; /* empty polls in the current window */
-	unsigned int spin_limit; /* its length in empty polls (untimed) */
-	bool spin_timed;	 /* this window is timed with the clock */
-	bool spin_retime;	 /* time the next one (the last found nothing) */
-	uint64_t spin_t0;	 /* when a timed window opened */
-	uint64_t spin_t;	 /* its last clock reading */
-	uint64_t spin_ns;	 /* its length in ns */
-	uint32_t poll_ns16;	 /* ns per empty poll x16; 0 = not measured */
-	unsigned int windows;	 /* windows opened */
-	uint64_t gap_ns;	 /* adaptive: expected gap between completions */
-	unsigned int hit_share;	 /* adaptive: running share of windows that hit, /256 */
-	unsigned int misses;	 /* adaptive: back-offs in a row */
-	unsigned int skip;	 /* adaptive: windows still to skip (arm at once) */
+	unsigned int spin_empty;  /* empty polls in the current window */
+	unsigned int spin_limit;  /* its length in empty polls (untimed) */
+	bool spin_timed;	  /* this window is timed with the clock */
+	bool spin_retime;	  /* time the next one (the last found nothing) */
+	uint64_t spin_t0;	  /* when a timed window opened */
+	uint64_t spin_t;	  /* its last clock reading */
+	uint64_t spin_ns;	  /* its length in ns */
+	uint32_t poll_ns16;	  /* ns per empty poll x16; 0 = not measured */
+	unsigned int windows;	  /* windows opened */
+	uint64_t gap_ns;	  /* adaptive: expected gap between completions */
+	unsigned int hit_share;	  /* adaptive: running share of windows that hit, /256 */
+	unsigned int misses;	  /* adaptive: back-offs in a row */
+	unsigned int skip;	  /* adaptive: windows still to skip (arm at once) */
 	struct rr__list active_link;
 	struct rr__list armed_link;  /* ch->armed */
 	struct rr__list link;	     /* set->cqs */

@@ -123,7 +123,7 @@ int rr__device_get(struct rr__devices *set, struct ibv_context *ctx, struct rr__
 		goto err_pd;
 	rc = rr__set_nonblock(ctx->async_fd);
 	if (!rc)
-		rc = rr__poll_add(set->ring, ctx->async_fd, 0, async_ready, dev, &dev->async_slot);
+		rc = rr__poll_add(set->ring, ctx->async_fd, async_ready, dev, &dev->async_slot);
 	if (rc)
 		goto err_channel;
 	rr__list_add_tail(&set->devices, &dev->link);

@@ -7,11 +7,7 @@
  * Multishot polls stay armed across CQEs; a CQE without IORING_CQE_F_MORE
  * means the kernel ended the poll (CQ overflow, cancellation, error) and the
  * slot is armed again unless it is closing. Single-shot polls (old kernels,
- * RR_BRIDGE_SINGLESHOT) are simply that case every time. RR__POLL_LEVEL
- * slots are single-shot too, armed again by their owner when it has
- * something to wait for. A multishot poll fires on new data only; a
- * single-shot arm also fires on data already there, which lets a handler
- * stop reading before the fd is empty.
+ * or RR_BRIDGE_SINGLESHOT) are simply that case every time.
  *
  * SQEs are owed, not lost: an arm, a cancel or a kick that cannot be
  * written now (no room in the SQ, or the application is building an SQE
@@ -37,7 +33,6 @@ struct rr__poll {
 	uint32_t gen;
 	bool in_use;
 	bool is_timer;
-	bool level;		      /* RR__POLL_LEVEL */
 	bool armed;		      /* its POLL_ADD/TIMEOUT is in the SQ or the kernel */
 	bool closing;		      /* freed at the terminal CQE */
 	bool queued;		      /* on the owed queue (entries may be stale: see want) */
@@ -154,7 +149,6 @@ static void release(struct rr__ring *r, uint32_t idx)
 	free(p->ts);
 	p->ts = NULL;
 	p->is_timer = false;
-	p->level = false;
 	p->in_use = false;
 	p->armed = false;
 	p->want = 0; /* a stale queue entry is skipped */
@@ -167,8 +161,7 @@ static void release(struct rr__ring *r, uint32_t idx)
 	r->live_slots--;
 }
 
-int rr__poll_add(struct rr__ring *r, int fd, unsigned int flags, rr__poll_fn fn, void *ctx,
-		 uint32_t *slot_out)
+int rr__poll_add(struct rr__ring *r, int fd, rr__poll_fn fn, void *ctx, uint32_t *slot_out)
 {
 	uint32_t idx;
 	int rc;
@@ -176,7 +169,6 @@ int rr__poll_add(struct rr__ring *r, int fd, unsigned int flags, rr__poll_fn fn,
 	if (r->free_slot == RR__NO_SLOT && (rc = grow(r)))
 		return rc;
 	idx = take_slot(r, fn, ctx, fd);
-	r->slots[idx].level = flags & RR__POLL_LEVEL;
 	owe(r, idx, WANT_ARM);
 	*slot_out = idx;
 	rr__ring_flush(r);
@@ -205,20 +197,6 @@ int rr__timer_add(struct rr__ring *r, unsigned int ms, rr__poll_fn fn, void *ctx
 	*slot_out = idx;
 	rr__ring_flush(r);
 	return 0;
-}
-
-void rr__poll_rearm(struct rr__ring *r, uint32_t idx)
-{
-	struct rr__poll *p;
-
-	if (idx >= r->nslots)
-		return;
-	p = &r->slots[idx];
-	if (!p->in_use || p->closing || p->armed || (p->want & WANT_ARM))
-		return;
-	r->stats->rearms++;
-	owe(r, idx, WANT_ARM);
-	rr__ring_flush(r);
 }
 
 void rr__poll_close(struct rr__ring *r, uint32_t idx)
@@ -288,7 +266,7 @@ static void prep(struct rr__ring *r, struct io_uring_sqe *sqe, uint32_t idx, uin
 	}
 	if (p->is_timer)
 		io_uring_prep_timeout(sqe, p->ts, 0, 0);
-	else if (r->multishot && !p->level)
+	else if (r->multishot)
 		io_uring_prep_poll_multishot(sqe, p->fd, POLLIN);
 	else
 		io_uring_prep_poll_add(sqe, p->fd, POLLIN);
@@ -413,8 +391,6 @@ static void poll_cqe(struct rr__ring *r, uint32_t idx, const struct io_uring_cqe
 		p->errors = 0;
 		p->fn(p->ctx, cqe->res);
 		p = &r->slots[idx]; /* the handler may have moved the table */
-		if (p->level)
-			return; /* its owner arms it again, or has closed it */
 	} else if (cqe->res == -EINVAL && r->multishot) {
 		r->multishot = false; /* no multishot poll: single-shot from now on */
 	} else if (cqe->res != -ECANCELED && cqe->res != -EAGAIN && cqe->res != -EINTR) {

@@ -56,8 +56,8 @@ static inline uint32_t rr__ud_slot(uint64_t ud)
 
 /* Called with the poll result (revents >= 0); -ETIME when a timer expired;
  * or once with another negative errno when the poll could not be kept
- * alive (the slot is then gone). Must drain the fd, unless the slot polls
- * RR__POLL_LEVEL: other polls may be edge-like. */
+ * alive (the slot is then gone). Must drain the fd: polls may be
+ * edge-like. */
 typedef void (*rr__poll_fn)(void *ctx, int revents);
 
 struct rr__poll;
@@ -84,22 +84,12 @@ int rr__ring_init(struct rr__ring *r, struct io_uring *io, bool multishot,
 		  struct rr_bridge_stats *stats);
 void rr__ring_fini(struct rr__ring *r);
 
-/* Single-shot polls that the owner arms again with rr__poll_rearm() after
- * a CQE with a result (after an error the ring does): an arm finds the fd
- * still readable, so a handler may leave data for its next call, and an
- * owner with nothing to wait for costs no SQE. */
-#define RR__POLL_LEVEL 1u
-
 /* Watch fd (POLLIN) until rr__poll_close(). The SQE may be owed for a
  * while (see rr__ring_flush()); only -ENOMEM/-ENOSPC fail. */
-int rr__poll_add(struct rr__ring *r, int fd, unsigned int flags, rr__poll_fn fn, void *ctx,
-		 uint32_t *slot_out);
+int rr__poll_add(struct rr__ring *r, int fd, rr__poll_fn fn, void *ctx, uint32_t *slot_out);
 /* A one-shot timer: fn(ctx, -ETIME) after ms, never after rr__poll_close(). */
 int rr__timer_add(struct rr__ring *r, unsigned int ms, rr__poll_fn fn, void *ctx,
 		  uint32_t *slot_out);
-/* Arm an RR__POLL_LEVEL slot again, unless it is armed, owed or closing.
- * RR__NO_SLOT is fine. */
-void rr__poll_rearm(struct rr__ring *r, uint32_t slot);
 /* Stop a poll or timer; its fn is never called again. RR__NO_SLOT is fine. */
 void rr__poll_close(struct rr__ring *r, uint32_t slot);
 

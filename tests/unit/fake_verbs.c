@@ -285,15 +285,3 @@ int __wrap_io_uring_submit_and_get_events(struct io_uring *ring)
 	fake_get_events++;
 	return __real_io_uring_submit_and_get_events(ring);
 }
-
-unsigned int fake_submit_enters;
-
-int __real_io_uring_submit(struct io_uring *ring);
-int __wrap_io_uring_submit(struct io_uring *ring);
-
-int __wrap_io_uring_submit(struct io_uring *ring)
-{
-	if (io_uring_sq_ready(ring))
-		fake_submit_enters++;
-	return __real_io_uring_submit(ring);
-}

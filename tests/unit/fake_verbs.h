@@ -74,8 +74,5 @@ extern unsigned int fake_clock_reads;
 /* io_uring_submit_and_get_events() calls: a pass that does not wait
  * entering the kernel only to collect deferred completions. */
 extern unsigned int fake_get_events;
-/* io_uring_submit() calls with SQEs to submit: each enters the kernel
- * (but on SQPOLL rings). */
-extern unsigned int fake_submit_enters;
 
 #endif
