@@ -1,22 +1,36 @@
 // SPDX-License-Identifier: MIT
 /*
- * A hostile ringrdma-cp peer for the lab tests: N RDMA connections that
- * are established and then never say HELLO, held for SECS seconds.
+ * Hostile ringrdma-cp peers for the lab tests. Plain librdmacm and the wire
+ * format's encoder, not the library under test.
  *
  *   cp-hostile idle ADDR PORT N SECS
+ *	N connections that are established and never say HELLO, held SECS
+ *	seconds. Prints "established E refused R" once every connect was
+ *	tried.
  *
- * Prints "established E refused R" once every connect was tried, then
- * holds them; exits 0, or 2 on a usage error. Uses plain librdmacm, not
- * the library under test.
+ *   cp-hostile rewrite ADDR PORT NAME FILE
+ *	A sender of one chunk-sized file NAME that, right behind the chunk,
+ *	keeps rewriting the chunk's first 64 bytes in the receiver's window for
+ *	300 ms, alternately with other bytes and with the bytes it first
+ *	wrote, while the receiver hashes and stores it; then FILE_END with the
+ *	checksum of what it first wrote. Those bytes go to FILE. Prints
+ *	"rewritten N", then "stored" (FILE_DONE) or "refused CODE TEXT".
+ *
+ * Exit 0 when the peer did its part, 1 on a network failure, 2 on usage.
  */
+#include <endian.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
+#include <xxhash.h>
+
+#include "proto.h"
 
 struct conn {
 	struct rdma_cm_id *id;
@@ -55,13 +69,13 @@ static struct rdma_cm_id *dial(struct rdma_addrinfo *ai, struct conn *c)
 	return id;
 }
 
-int main(int argc, char **argv)
+static int idle(int argc, char **argv)
 {
 	struct rdma_addrinfo hints = {.ai_port_space = RDMA_PS_TCP}, *ai;
 	struct conn *conns;
 	int n, secs, est = 0, refused = 0;
 
-	if (argc != 6 || strcmp(argv[1], "idle")) {
+	if (argc != 6) {
 		fprintf(stderr, "usage: cp-hostile idle ADDR PORT N SECS\n");
 		return 2;
 	}
@@ -98,4 +112,246 @@ int main(int argc, char **argv)
 	free(conns);
 	rdma_freeaddrinfo(ai);
 	return 0;
+}
+
+#define RW_RECVS     4
+#define RW_SENDS     16
+#define RW_INFLIGHT  2 /* one rewrite at a time: each pattern rests as long */
+#define RW_REWRITE   64 /* one packet: lands whole */
+#define RW_ATTACK_MS 300
+
+struct rw {
+	struct rdma_cm_id *id;
+	struct ibv_mr *ctl_mr, *data_mr;
+	uint8_t ctl[RW_RECVS + 1][CP_MSG_MAX]; /* receives, then the one send */
+	uint8_t *data;			       /* the chunk, then the rewrite */
+};
+
+static int rw_send(struct rw *c, const struct cp_msg *m)
+{
+	uint8_t *buf = c->ctl[RW_RECVS];
+	size_t len = cp_encode(m, buf, CP_MSG_MAX);
+	struct ibv_wc wc;
+
+	if (!len || rdma_post_send(c->id, NULL, buf, len, c->ctl_mr, 0) ||
+	    rdma_get_send_comp(c->id, &wc) != 1 || wc.status) {
+		fprintf(stderr, "cp-hostile: sending %s failed\n", cp_type_name(m->type));
+		return -1;
+	}
+	return 0;
+}
+
+/* The next message, which must be of @type; an ERROR is printed. */
+static int rw_expect(struct rw *c, struct cp_msg *m, unsigned int type)
+{
+	struct ibv_wc wc;
+	char why[160];
+	uint8_t *buf;
+	int rc;
+
+	do { /* GRANTs are of no interest: one chunk is all it sends */
+		if (rdma_get_recv_comp(c->id, &wc) != 1 || wc.status) {
+			fprintf(stderr, "cp-hostile: receive failed\n");
+			return -1;
+		}
+		buf = (uint8_t *)(uintptr_t)wc.wr_id;
+		rc = cp_decode(buf, wc.byte_len, m, why, sizeof(why));
+		if (rdma_post_recv(c->id, buf, buf, CP_MSG_MAX, c->ctl_mr) || rc) {
+			fprintf(stderr, "cp-hostile: %s\n", rc ? why : "cannot repost a receive");
+			return -1;
+		}
+	} while (m->type == CP_GRANT);
+	if (m->type == CP_ERROR) {
+		printf("refused %s %s\n", cp_err_name(m->error.code), m->error.text);
+		return 1;
+	}
+	if (m->type != type) {
+		fprintf(stderr, "cp-hostile: got %s, wanted %s\n", cp_type_name(m->type),
+			cp_type_name(type));
+		return -1;
+	}
+	return 0;
+}
+
+/* Post an RDMA WRITE of @len bytes at @buf to the window's start. */
+static int rw_write(struct rw *c, uint8_t *buf, uint32_t len, const struct cp_msg *w, bool imm)
+{
+	struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = len, .lkey = c->data_mr->lkey};
+	struct ibv_send_wr wr = {
+		.sg_list = &sge,
+		.num_sge = 1,
+		.opcode = imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE,
+		.imm_data = htobe32(0), /* seq 0: the first chunk */
+		.wr.rdma = {.remote_addr = w->welcome.addr, .rkey = w->welcome.rkey},
+	};
+	struct ibv_send_wr *bad;
+	int rc = ibv_post_send(c->id->qp, &wr, &bad);
+
+	if (rc) {
+		fprintf(stderr, "cp-hostile: cannot post an RDMA WRITE: %s\n", strerror(rc));
+		return -1;
+	}
+	return 0;
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/*
+ * The chunk, then rewrites of its first bytes posted right behind it, so
+ * that they land while the receiver wakes up, hashes and stores it. Each
+ * rewrite alternates: a hash that saw the first bytes and a file write that
+ * saw the others would store what was never checked.
+ */
+static int rw_attack(struct rw *c, uint32_t len, const struct cp_msg *w)
+{
+	unsigned int inflight = 1, n = 0;
+	uint64_t end = UINT64_MAX;
+	struct ibv_wc wc;
+
+	if (rw_write(c, c->data, len, w, true))
+		return -1;
+	while (inflight) {
+		while (inflight < RW_INFLIGHT && now_ms() < end) {
+			if (rw_write(c, n & 1 ? c->data : c->data + len, RW_REWRITE, w, false))
+				return -1;
+			inflight++;
+			n++;
+		}
+		if (rdma_get_send_comp(c->id, &wc) != 1 || wc.status) {
+			fprintf(stderr, "cp-hostile: RDMA WRITE failed\n");
+			return -1;
+		}
+		inflight--;
+		if (end == UINT64_MAX) /* the chunk landed (first to complete) */
+			end = now_ms() + RW_ATTACK_MS;
+	}
+	printf("rewritten %u\n", n);
+	fflush(stdout);
+	return 0;
+}
+
+static int rw_run(struct rw *c, const char *name, const char *file)
+{
+	struct cp_msg m = {.type = CP_HELLO}, w;
+	uint32_t len;
+	FILE *f;
+	int rc;
+
+	m.hello.chunk = CP_CHUNK_MAX;
+	m.hello.window = 1;
+	if (rw_send(c, &m))
+		return -1;
+	rc = rw_expect(c, &w, CP_WELCOME);
+	if (rc) /* refused: printed, the peer did its part */
+		return rc > 0 ? 0 : -1;
+	len = w.welcome.chunk;
+	c->data = malloc((size_t)len + RW_REWRITE);
+	if (!c->data)
+		return -1;
+	for (uint32_t i = 0; i < len; i++)
+		c->data[i] = (uint8_t)(i * 131u + (i >> 12));
+	memset(c->data + len, 0x5a, RW_REWRITE);
+	c->data_mr = ibv_reg_mr(c->id->pd, c->data, (size_t)len + RW_REWRITE, 0);
+	f = fopen(file, "wb");
+	if (!c->data_mr || !f || fwrite(c->data, 1, len, f) != len || fclose(f)) {
+		fprintf(stderr, "cp-hostile: setting up the chunk failed\n");
+		return -1;
+	}
+
+	m = (struct cp_msg){.type = CP_FILE_START};
+	m.start.size = len;
+	m.start.name_len = (uint16_t)strlen(name);
+	if (m.start.name_len > CP_NAME_MAX)
+		return -1;
+	memcpy(m.start.name, name, m.start.name_len);
+	if (rw_send(c, &m))
+		return -1;
+	rc = rw_expect(c, &m, CP_FILE_READY);
+	if (rc)
+		return rc > 0 ? 0 : -1;
+	if (rw_attack(c, len, &w))
+		return -1;
+	m = (struct cp_msg){.type = CP_FILE_END};
+	m.end.bytes = len;
+	m.end.checksum = XXH3_64bits(c->data, len);
+	if (rw_send(c, &m))
+		return -1;
+	rc = rw_expect(c, &m, CP_FILE_DONE);
+	if (!rc)
+		printf("stored\n");
+	return rc < 0 ? -1 : 0;
+}
+
+static int rewrite(int argc, char **argv)
+{
+	struct rdma_addrinfo hints = {.ai_port_space = RDMA_PS_TCP}, *ai;
+	struct ibv_qp_init_attr qa = {
+		.cap = {.max_send_wr = 4,
+			.max_recv_wr = RW_RECVS,
+			.max_send_sge = 1,
+			.max_recv_sge = 1},
+		.qp_type = IBV_QPT_RC,
+		.sq_sig_all = 1,
+	};
+	struct rdma_conn_param cp = {
+		.responder_resources = 1,
+		.initiator_depth = 1,
+		.retry_count = 7,
+		.rnr_retry_count = 7,
+	};
+	struct rw *c;
+	int rc = 1;
+
+	if (argc != 6) {
+		fprintf(stderr, "usage: cp-hostile rewrite ADDR PORT NAME FILE\n");
+		return 2;
+	}
+	if (rdma_getaddrinfo(argv[2], argv[3], &hints, &ai)) {
+		fprintf(stderr, "cp-hostile: %s:%s: %s\n", argv[2], argv[3], strerror(errno));
+		return 1;
+	}
+	c = calloc(1, sizeof(*c));
+	if (!c || rdma_create_ep(&c->id, ai, NULL, &qa))
+		goto out;
+	c->ctl_mr = rdma_reg_msgs(c->id, c->ctl, sizeof(c->ctl));
+	if (!c->ctl_mr)
+		goto out_ep;
+	for (int i = 0; i < RW_RECVS; i++)
+		if (rdma_post_recv(c->id, c->ctl[i], c->ctl[i], CP_MSG_MAX, c->ctl_mr))
+			goto out_mr;
+	if (rdma_connect(c->id, &cp)) {
+		fprintf(stderr, "cp-hostile: connect: %s\n", strerror(errno));
+		goto out_mr;
+	}
+	rc = rw_run(c, argv[4], argv[5]) ? 1 : 0;
+	rdma_disconnect(c->id);
+	if (c->data_mr)
+		ibv_dereg_mr(c->data_mr);
+out_mr:
+	rdma_dereg_mr(c->ctl_mr);
+out_ep:
+	rdma_destroy_ep(c->id);
+out:
+	if (c)
+		free(c->data);
+	free(c);
+	rdma_freeaddrinfo(ai);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc > 1 && !strcmp(argv[1], "idle"))
+		return idle(argc, argv);
+	if (argc > 1 && !strcmp(argv[1], "rewrite"))
+		return rewrite(argc, argv);
+	fprintf(stderr, "usage: cp-hostile idle ADDR PORT N SECS\n"
+			"       cp-hostile rewrite ADDR PORT NAME FILE\n");
+	return 2;
 }
