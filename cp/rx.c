@@ -6,9 +6,12 @@
  * `chunk` bytes (registered for remote write, and only after the token was
  * checked) and grants the sender a limit: chunks with seq < limit may be
  * written, chunk seq into slot seq % window, with seq as the immediate.
- * Each chunk is admitted by cp_rx_admit(), hashed, and written to the temp
- * file with io_uring straight from the slot; the slot is granted again only
- * once that write completed. Control messages are SEND/RECV with credit:
+ * Each chunk is admitted by cp_rx_admit(), then copied out of the window
+ * into a private stage buffer, hashed there and written to the temp file
+ * from there with io_uring: the window stays remotely writable, so only a
+ * copy no peer can reach makes the bytes stored the bytes checked. A slot
+ * is granted again once copied; a chunk waits in its slot while every
+ * stage is still being written. Control messages are SEND/RECV with credit:
  * the sender never has more than `window` chunks plus one control message
  * outstanding, and receives are reposted as each completes, so the receive
  * queue (window + RX_SPARE_RECVS) never runs dry (rxe can stall for good
@@ -25,17 +28,25 @@
 #include "serve.h"
 #include "store.h"
 
-#define RX_GRANTS_OUT  2
-#define FLUSH_MS       3000
-#define CLOSE_MS       5000
+#define RX_GRANTS_OUT 2
+#define RX_STAGES     4		  /* file writes in flight per connection */
+#define STAGE_PIECE   (64u << 10) /* copied, then hashed while in cache */
+#define FLUSH_MS      3000
+#define CLOSE_MS      5000
 
 enum rx_state { RX_HELLO, RX_IDLE, RX_FILE, RX_SYNC, RX_CLOSING };
-enum slot_state { SLOT_FREE, SLOT_WRITING, SLOT_WRITTEN };
 
 struct rx_slot {
+	bool arrived; /* admitted, not yet copied out */
+	uint32_t len;
+};
+
+/* A private copy of one chunk on its way to the file. */
+struct rx_stage {
 	struct cp_op op;
 	struct rx *r;
-	enum slot_state state;
+	uint8_t *buf;
+	bool busy;
 	uint32_t len, done;
 	uint64_t off;
 };
@@ -66,8 +77,12 @@ struct rx {
 	struct ibv_mr *win_mr;
 	struct rx_slot *slots;
 	struct cp_rx_window w;
-	uint32_t released; /* every seq below was written to the file */
+	uint32_t released; /* every seq below was copied out of the window */
 	uint32_t limit_sent;
+
+	uint8_t *stage_mem;
+	struct rx_stage stages[RX_STAGES];
+	unsigned int nstages;
 
 	unsigned int io_inflight, writes;
 	struct cp_store st;
@@ -241,40 +256,74 @@ static void send_done(rr_ep *ep, const struct rr_completion *c, void *data)
 
 static void finish_file(struct rx *r);
 
-/* Slots go back in seq order: the grant is a single limit. */
-static void release_slots(struct rx *r)
+static int submit_write(struct rx_stage *st)
 {
-	struct rx_slot *sl;
-
-	while ((sl = &r->slots[r->released % r->w.window])->state == SLOT_WRITTEN) {
-		sl->state = SLOT_FREE;
-		r->released++;
-	}
-	send_grant(r);
-}
-
-static int submit_write(struct rx_slot *sl)
-{
-	struct rx *r = sl->r;
-	struct io_uring_sqe *sqe = cp_loop_sqe(&r->s->lp, &sl->op);
-	uint8_t *buf = r->win + (size_t)(sl - r->slots) * r->w.chunk;
+	struct rx *r = st->r;
+	struct io_uring_sqe *sqe = cp_loop_sqe(&r->s->lp, &st->op);
 
 	if (!sqe)
 		return -EBUSY;
-	io_uring_prep_write(sqe, r->st.fd, buf + sl->done, sl->len - sl->done, sl->off + sl->done);
+	io_uring_prep_write(sqe, r->st.fd, st->buf + st->done, st->len - st->done,
+			    st->off + st->done);
 	r->io_inflight++;
 	return 0;
 }
 
+/* Copy and hash in pieces: the hash reads what was just copied, from cache. */
+static void copy_hash(struct rx *r, uint8_t *dst, const uint8_t *src, uint32_t len)
+{
+	for (uint32_t off = 0; off < len; off += STAGE_PIECE) {
+		uint32_t n = len - off < STAGE_PIECE ? len - off : STAGE_PIECE;
+
+		memcpy(dst + off, src + off, n);
+		XXH3_64bits_update(r->hash, dst + off, n);
+	}
+}
+
+/*
+ * Arrived chunks leave the window in seq order, each into a free stage,
+ * and their slots are granted again (the grant is a single limit).
+ */
+static void stage_chunks(struct rx *r)
+{
+	while (r->state != RX_CLOSING && r->released != r->w.next_seq) {
+		uint32_t slot = r->released % r->w.window;
+		struct rx_slot *sl = &r->slots[slot];
+		struct rx_stage *st = NULL;
+
+		for (unsigned int i = 0; i < r->nstages && !st; i++)
+			if (!r->stages[i].busy)
+				st = &r->stages[i];
+		if (!st)
+			break; /* it waits in its slot for a write to complete */
+		copy_hash(r, st->buf, r->win + (size_t)slot * r->w.chunk, sl->len);
+		sl->arrived = false;
+		r->released++;
+		st->busy = true;
+		st->len = sl->len;
+		st->done = 0;
+		st->off = r->file_off;
+		r->file_off += sl->len;
+		r->writes++;
+		if (submit_write(st)) {
+			r->writes--;
+			st->busy = false;
+			rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "cannot queue a write");
+			return;
+		}
+	}
+	send_grant(r);
+}
+
 static void write_done(struct cp_op *op, int res)
 {
-	struct rx_slot *sl = (struct rx_slot *)op;
-	struct rx *r = sl->r;
+	struct rx_stage *st = (struct rx_stage *)op;
+	struct rx *r = st->r;
 
 	r->io_inflight--;
 	r->writes--;
 	if (r->state == RX_CLOSING) {
-		sl->state = SLOT_FREE;
+		st->busy = false;
 		return;
 	}
 	if (res <= 0) {
@@ -284,20 +333,20 @@ static void write_done(struct cp_op *op, int res)
 			"writing %s: %s", r->name, strerror(err));
 		return;
 	}
-	sl->done += (uint32_t)res;
+	st->done += (uint32_t)res;
 	r->last_activity = cp_now_ns();
-	if (sl->done < sl->len) {
+	if (st->done < st->len) {
 		/* A short write: the rest goes on from where it stopped. */
 		r->writes++;
-		if (submit_write(sl)) {
+		if (submit_write(st)) {
 			r->writes--;
 			rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "cannot queue a write");
 		}
 		return;
 	}
-	sl->state = SLOT_WRITTEN;
-	release_slots(r);
-	if (r->end_seen && !r->writes)
+	st->busy = false;
+	stage_chunks(r);
+	if (r->state != RX_CLOSING && r->end_seen && !r->writes)
 		finish_file(r);
 }
 
@@ -317,22 +366,14 @@ static void on_chunk(struct rx *r, uint32_t imm, uint32_t len)
 	}
 	r->s->chunks++;
 	sl = &r->slots[slot];
-	if (sl->state != SLOT_FREE) {
+	if (sl->arrived) {
 		/* cp_rx_admit() only admits granted seqs, and slots are granted free. */
 		rx_fail(r, CP_E_PROTO, CP_EXIT_INTEGRITY, "slot %u still busy", slot);
 		return;
 	}
-	XXH3_64bits_update(r->hash, r->win + (size_t)slot * r->w.chunk, len);
-	sl->state = SLOT_WRITING;
+	sl->arrived = true;
 	sl->len = len;
-	sl->done = 0;
-	sl->off = r->file_off;
-	r->file_off += len;
-	r->writes++;
-	if (submit_write(sl)) {
-		r->writes--;
-		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "cannot queue a write");
-	}
+	stage_chunks(r);
 }
 
 static void sync_done(struct cp_op *op, int res)
@@ -448,14 +489,18 @@ static void on_hello(struct rx *r, const struct cp_msg *m)
 	r->win_len = (size_t)r->w.chunk * r->w.window;
 	r->win = aligned_alloc(4096, r->win_len);
 	r->slots = calloc(r->w.window, sizeof(*r->slots));
+	r->nstages = r->w.window < RX_STAGES ? r->w.window : RX_STAGES;
+	r->stage_mem = aligned_alloc(4096, (size_t)r->w.chunk * r->nstages);
 	r->hash = XXH3_createState();
-	if (!r->win || !r->slots || !r->hash) {
-		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "out of memory for a %zu-byte window", r->win_len);
+	if (!r->win || !r->slots || !r->stage_mem || !r->hash) {
+		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "out of memory for a %zu-byte window",
+			r->win_len);
 		return;
 	}
-	for (unsigned int i = 0; i < r->w.window; i++) {
-		r->slots[i].r = r;
-		r->slots[i].op.done = write_done;
+	for (unsigned int i = 0; i < r->nstages; i++) {
+		r->stages[i].r = r;
+		r->stages[i].op.done = write_done;
+		r->stages[i].buf = r->stage_mem + (size_t)i * r->w.chunk;
 	}
 	/* The only memory the peer may ever write. */
 	rc = rr_ep_reg_mr(r->ep, r->win, r->win_len, IBV_ACCESS_REMOTE_WRITE, &r->win_mr);
@@ -675,6 +720,7 @@ static void rx_free(struct rx *r)
 	rr_mr_dereg(r->ctl_mr);
 	XXH3_freeState(r->hash);
 	free(r->slots);
+	free(r->stage_mem);
 	free(r->win);
 	free(r->ctl);
 	free(r);
@@ -706,7 +752,8 @@ enum rx_poll_res rx_poll(struct rx *r, int *result)
 			r->down_at = now;
 		} else if (r->state != RX_CLOSING && t &&
 			   now - r->last_activity > (uint64_t)t * 1000000000ull) {
-			rx_fail(r, CP_E_ABORT, CP_EXIT_NET, "nothing received for %u s, giving up", t);
+			rx_fail(r, CP_E_ABORT, CP_EXIT_NET, "nothing received for %u s, giving up",
+				t);
 			return RX_ALIVE;
 		} else {
 			return RX_ALIVE;

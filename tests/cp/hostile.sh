@@ -3,10 +3,12 @@
 # HELLO, strangers with a wrong or no token, names with control and 8-bit
 # bytes, and more TCP clients than the proxy takes. None of them may lock
 # out, end or slow down the legitimate transfer beyond the HELLO deadline.
+# And a sender that rewrites its chunk in the window after sending it: what
+# is stored must be what was checked, or nothing.
 #   hostile.sh PATH/TO/ringrdma-cp PATH/TO/cp-hostile
 CP=${1:?usage: hostile.sh PATH/TO/ringrdma-cp PATH/TO/cp-hostile}
 HOSTILE=${2:?usage: hostile.sh PATH/TO/ringrdma-cp PATH/TO/cp-hostile}
-. "$(dirname "$0")/lib.sh" 10
+. "$(dirname "$0")/lib.sh" 11
 PORT=7530 HELLO=3
 
 mkdir -p "$T/src"
@@ -133,6 +135,35 @@ assert "\\x1b[2J\\xc3\\x0afake line" in e3, e3
 PY
 result $ok "--json errors carry the names escaped and parse as JSON"
 [ $ok = 1 ] || show "$T/n2.json" "$T/n3.json" | cat -v
+
+echo "# $SECONDS s"
+# --- a sender rewriting its chunk while serve hashes and stores it. Each try
+# ends stored (then the file must be exactly what the sender first wrote and
+# declared the checksum of) or refused with a checksum mismatch (then
+# nothing is stored). Before serve copied chunks out of the window, 4 of 36
+# tries in the lab stored bytes other than those it had checked.
+mkdir -p "$T/rw"
+start_serve rw $((PORT + 5)) --dir "$T/rw" --chunk 16M --window 1
+outcomes=""
+ok=1
+for i in $(seq 30); do
+	timeout 60 "$HOSTILE" rewrite "$ADDR" $((PORT + 5)) "rw$i" "$T/rw.exp$i" \
+		>"$T/rw$i.out" 2>"$T/rw$i.err" || { ok=0; show "$T/rw$i.err"; }
+	grep -q '^rewritten [1-9]' "$T/rw$i.out" || ok=0
+	if grep -q '^stored' "$T/rw$i.out" && cmp -s "$T/rw.exp$i" "$T/rw/rw$i"; then
+		outcomes+=s
+	elif grep -q '^refused checksum' "$T/rw$i.out" && [ ! -e "$T/rw/rw$i" ]; then
+		outcomes+=r
+	else
+		outcomes+=X
+		ok=0
+		show "$T/rw$i.out"
+		[ -e "$T/rw/rw$i" ] && cmp "$T/rw.exp$i" "$T/rw/rw$i" | sed 's/^/# /'
+	fi
+done
+kill "$SERVE_PID" 2>/dev/null
+result $ok "a sender rewriting its chunk in the window: stored as checked or refused, 30 tries ($outcomes: s stored, r refused, X different)"
+[ $ok = 1 ] || show "$T/rw.err"
 
 echo "# $SECONDS s"
 # --- proxy: a TCP client beyond --max-clients; chunks go out full
