@@ -5,8 +5,8 @@
  * Chunk seq goes into the receiver's slot seq % window and carries seq as
  * its immediate; it may be written once seq < the receiver's grant limit.
  * Up to `window` reads run at once, each into the local buffer of its seq,
- * and chunks are posted strictly in seq order, so the checksum is computed
- * in file order while reads and writes overlap. Our receives: `window`
+ * and chunks are posted strictly in seq order and hashed right after, so
+ * the checksum is computed in file order while reads and writes overlap. Our receives: `window`
  * GRANTs at most (one per chunk the receiver stored) plus one reply and
  * one ERROR, and each is reposted as it completes.
  */
@@ -313,7 +313,6 @@ static void pump(struct tx *t)
 	       !rate_blocked(t)) {
 		uint8_t *buf = t->data + (size_t)(sl - t->slots) * t->chunk;
 
-		XXH3_64bits_update(t->hash, buf, sl->len);
 		rc = rr_ep_post_write_imm(t->ep, buf, sl->len, t->data_mr,
 					  t->raddr + (uint64_t)(sl - t->slots) * t->chunk, t->rkey,
 					  t->next_write, write_done, sl);
@@ -321,6 +320,9 @@ static void pump(struct tx *t)
 			tx_fail(t, CP_EXIT_NET, 0, "RDMA WRITE: %s", strerror(-rc));
 			return;
 		}
+		/* Hashed while it flies: the buffer is ours and stays as it is
+		 * until the WRITE completes. */
+		XXH3_64bits_update(t->hash, buf, sl->len);
 		sl->state = SL_WRITING;
 		t->chunks++;
 		t->next_write++;
