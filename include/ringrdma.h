@@ -504,6 +504,18 @@ typedef void (*rr_accept_cb)(rr_listener *l, rr_ep *ep, void *data);
  *                 disconnect or in rr_ep_destroy(): use it where more
  *                 sends follow. 0 or 1: every request is signalled (the
  *                 default).
+ * @initiator_depth: RDMA READs (and atomics) the endpoint may have
+ *                 outstanding at once as initiator (0: 1, the default).
+ * @responder_resources: RDMA READs (and atomics) from the peer it serves
+ *                 at once as responder (0: 1). Both are capped to the
+ *                 device's limits (so a large value such as 255 means "as
+ *                 many as the device allows") and, on the passive side, to
+ *                 what the connecting peer offers: its responder_resources
+ *                 bound our initiator_depth and its initiator_depth our
+ *                 responder_resources. READs posted beyond the depth are
+ *                 not refused; the QP issues them as earlier ones complete.
+ *                 The values in force are the QP's max_rd_atomic and
+ *                 max_dest_rd_atomic (ibv_query_qp() on rr_ep_qp()).
  * @connect_timeout_ms: rr_connect() only: fail with -ETIMEDOUT if not
  *                 established in time (0: rdma_cm's own timeouts, which
  *                 for an unanswered request take a minute or more).
@@ -532,6 +544,8 @@ struct rr_ep_opts {
 	rr_ep_cb on_qp_ready;
 	rr_ep_cb on_disconnect;
 	void *data;
+	unsigned int initiator_depth;
+	unsigned int responder_resources;
 };
 
 /**

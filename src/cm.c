@@ -35,11 +35,31 @@ static int event_errno(enum rdma_cm_event_type t)
 	}
 }
 
-static void conn_param(struct rdma_conn_param *p)
+static uint8_t depth(unsigned int want, unsigned int cap)
 {
+	if (!want)
+		want = 1;
+	return (uint8_t)(want < cap ? want : cap);
+}
+
+/*
+ * The connection's parameters; @req is the peer's request on the passive
+ * side (NULL on the active side), whose offer bounds ours.
+ */
+static void conn_param(rr_ep *ep, const struct rdma_conn_param *req, struct rdma_conn_param *p)
+{
+	unsigned int init, resp;
+
+	rr__device_rd_limits(ep->dev, &init, &resp);
+	if (req) {
+		/* rdma_cm turns the request's figures to our side: its
+		 * initiator_depth is how many reads the peer serves. */
+		init = req->initiator_depth < init ? req->initiator_depth : init;
+		resp = req->responder_resources < resp ? req->responder_resources : resp;
+	}
 	memset(p, 0, sizeof(*p));
-	p->responder_resources = 1;
-	p->initiator_depth = 1;
+	p->initiator_depth = depth(ep->opts.initiator_depth, init ? init : 1);
+	p->responder_resources = depth(ep->opts.responder_resources, resp ? resp : 1);
 	p->retry_count = 7;
 	p->rnr_retry_count = 7; /* infinite: a SEND waits for its RECV */
 }
@@ -57,7 +77,8 @@ static void pending_dropped(rr_ep *ep)
 	ep->listener = NULL;
 }
 
-static void on_connect_request(struct rr__cm *cm, rr_listener *l, struct rdma_cm_id *id)
+static void on_connect_request(struct rr__cm *cm, rr_listener *l, struct rdma_cm_id *id,
+			       const struct rdma_conn_param *req)
 {
 	struct rdma_conn_param p;
 	rr_ep *ep;
@@ -74,9 +95,9 @@ static void on_connect_request(struct rr__cm *cm, rr_listener *l, struct rdma_cm
 	ep->state = RR__EP_ACCEPTING;
 	if (!ep->data)
 		ep->data = l->data;
-	conn_param(&p);
 	if (rr__ep_setup_qp(ep))
 		goto drop;
+	conn_param(ep, req, &p);
 	if (rr__ep_qp_ready(ep))
 		return; /* destroyed (and freed) in on_qp_ready: nothing to touch */
 	if (rdma_accept(id, &p))
@@ -117,7 +138,8 @@ static void ep_event(struct rr__cm *cm, rr_ep *ep, enum rdma_cm_event_type type)
 		rc = rr__ep_setup_qp(ep);
 		if (!rc && rr__ep_qp_ready(ep))
 			break; /* destroyed in on_qp_ready */
-		conn_param(&p);
+		if (!rc)
+			conn_param(ep, NULL, &p);
 		if (!rc && rdma_connect(ep->id, &p))
 			rc = errno ? -errno : -ECONNABORTED;
 		if (rc)
@@ -225,13 +247,14 @@ static void cm_ready(void *ctx, int revents)
 		enum rdma_cm_event_type type = ev->event;
 		struct rdma_cm_id *id = ev->id;
 		struct rdma_cm_id *listen_id = ev->listen_id;
+		struct rdma_conn_param req = ev->param.conn; /* its private data goes with ev */
 
 		/* Acknowledge before acting: destroying an id waits for the
 		 * acknowledgement of its events. */
 		rdma_ack_cm_event(ev);
 		cm->stats->cm_events++;
 		if (type == RDMA_CM_EVENT_CONNECT_REQUEST) {
-			on_connect_request(cm, listen_id->context, id);
+			on_connect_request(cm, listen_id->context, id, &req);
 			continue;
 		}
 		if (!id->context)

@@ -140,6 +140,27 @@ err_free:
 	return rc;
 }
 
+static uint8_t rd_limit(int v)
+{
+	return v < 1 ? 1 : v > UINT8_MAX ? UINT8_MAX : (uint8_t)v;
+}
+
+void rr__device_rd_limits(struct rr__device *dev, unsigned int *init, unsigned int *resp)
+{
+	struct ibv_device_attr attr;
+
+	if (!dev->max_init_rd) {
+		/* Only rdma_cm asks, once per device; the unit suite's fake
+		 * contexts never get here. */
+		if (ibv_query_device(dev->ctx, &attr))
+			attr.max_qp_init_rd_atom = attr.max_qp_rd_atom = 1;
+		dev->max_init_rd = rd_limit(attr.max_qp_init_rd_atom);
+		dev->max_resp_rd = rd_limit(attr.max_qp_rd_atom);
+	}
+	*init = dev->max_init_rd;
+	*resp = dev->max_resp_rd;
+}
+
 void rr__devices_fini(struct rr__devices *set)
 {
 	while (!rr__list_empty(&set->devices))

@@ -35,7 +35,8 @@ struct rr__device {
 	rr_channel *channel; /* shared completion channel */
 	uint32_t async_slot;
 	unsigned int refs;
-	bool dead; /* DEVICE_FATAL or removal seen */
+	bool dead;			  /* DEVICE_FATAL or removal seen */
+	uint8_t max_init_rd, max_resp_rd; /* RDMA READ depths; 0 until queried */
 };
 
 void rr__devices_init(struct rr__devices *set, struct rr__ring *ring, struct rr__cqs *cqs,
@@ -49,5 +50,8 @@ int rr__device_get(struct rr__devices *set, struct ibv_context *ctx, struct rr__
 void rr__device_put(struct rr__device *dev);
 /* Mark dead: new users are refused, and it goes with its last reference. */
 void rr__device_kill(struct rr__device *dev);
+/* The most RDMA READs/atomics a QP may have outstanding as initiator and
+ * accept as responder (ibv_query_device(), asked once; 1 if it fails). */
+void rr__device_rd_limits(struct rr__device *dev, unsigned int *init, unsigned int *resp);
 
 #endif

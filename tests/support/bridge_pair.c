@@ -115,7 +115,13 @@ int bp_run_until(struct bridge_pair *p, const volatile int *flag, int timeout_ms
 
 int bp_open(struct bridge_pair *p, const char *addr, const struct rr_ep_opts *opts)
 {
-	struct rr_ep_opts o = opts ? *opts : (struct rr_ep_opts){0};
+	return bp_open2(p, addr, opts, opts);
+}
+
+int bp_open2(struct bridge_pair *p, const char *addr, const struct rr_ep_opts *srv_opts,
+	     const struct rr_ep_opts *cli_opts)
+{
+	struct rr_ep_opts o = srv_opts ? *srv_opts : (struct rr_ep_opts){0};
 	int rc;
 
 	memset(p, 0, sizeof(*p));
@@ -130,6 +136,7 @@ int bp_open(struct bridge_pair *p, const char *addr, const struct rr_ep_opts *op
 	rc = rr_listen(p->b, addr, 0, &o, on_accept, p, &p->l);
 	if (rc)
 		return rc;
+	o = cli_opts ? *cli_opts : (struct rr_ep_opts){0};
 	o.data = &p->cli;
 	o.on_disconnect = on_down;
 	rc = rr_connect(p->b, addr, rr_listener_port(p->l), &o, on_connect, &p->cli.ep);

@@ -15,9 +15,9 @@
 
 struct bp_side {
 	rr_ep *ep;
-	int connect_status;  /* on_connect's status; 1 until called */
+	int connect_status; /* on_connect's status; 1 until called */
 	int connect_calls;
-	int down_status;     /* on_disconnect's status; 1 until called */
+	int down_status; /* on_disconnect's status; 1 until called */
 	int down_calls;
 };
 
@@ -31,6 +31,9 @@ struct bridge_pair {
 
 /* Ring, bridge, listener on addr, client connected to it; 0 or -errno. */
 int bp_open(struct bridge_pair *p, const char *addr, const struct rr_ep_opts *opts);
+/* The same with the listener's and the client's options apart. */
+int bp_open2(struct bridge_pair *p, const char *addr, const struct rr_ep_opts *srv_opts,
+	     const struct rr_ep_opts *cli_opts);
 /* Run the loop until *flag becomes non-zero or timeout_ms passes. */
 int bp_run_until(struct bridge_pair *p, const volatile int *flag, int timeout_ms);
 /* Run the loop until pred(arg) is true or timeout_ms passes; 0 or -ETIMEDOUT. */

@@ -1,0 +1,150 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Connection parameters from rr_ep_opts: how many RDMA READs an endpoint
+ * may have outstanding (initiator_depth) and serves (responder_resources),
+ * capped to the device and, on the passive side, to the peer's offer.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "bridge_pair.h"
+#include "require.h"
+
+struct depths {
+	unsigned int init, resp; /* the QP's max_rd_atomic, max_dest_rd_atomic */
+};
+
+static struct depths qp_depths(rr_ep *ep)
+{
+	struct ibv_qp_attr a;
+	struct ibv_qp_init_attr ia;
+
+	cr_assert_not_null(ep);
+	cr_assert_eq(ibv_query_qp(rr_ep_qp(ep), &a,
+				  IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC, &ia),
+		     0, "ibv_query_qp: %s", strerror(errno));
+	return (struct depths){a.max_rd_atomic, a.max_dest_rd_atomic};
+}
+
+static void open_pair(struct bridge_pair *p, unsigned int srv_init, unsigned int srv_resp,
+		      unsigned int cli_init, unsigned int cli_resp)
+{
+	struct rr_ep_opts so = {.initiator_depth = srv_init, .responder_resources = srv_resp};
+	struct rr_ep_opts co = {.initiator_depth = cli_init, .responder_resources = cli_resp};
+	int rc = bp_open2(p, rr_test_require_rdma(), &so, &co);
+
+	cr_assert_eq(rc, 0, "bp_open2: %s", strerror(-rc));
+	cr_assert_eq(bp_run_until(p, &p->accepts, 10000), 0, "no accept");
+}
+
+#define expect_depths(ep, i, r)                                                                    \
+	do {                                                                                       \
+		struct depths d_ = qp_depths(ep);                                                  \
+		cr_expect_eq(d_.init, (i), #ep ": initiator depth %u, want %u", d_.init,           \
+			     (unsigned int)(i));                                                   \
+		cr_expect_eq(d_.resp, (r), #ep ": responder resources %u, want %u", d_.resp,       \
+			     (unsigned int)(r));                                                   \
+	} while (0)
+
+Test(conn_params, default_is_one_read_each_way)
+{
+	struct bridge_pair p;
+
+	open_pair(&p, 0, 0, 0, 0);
+	expect_depths(p.cli.ep, 1, 1);
+	expect_depths(p.srv.ep, 1, 1);
+	bp_close(&p);
+}
+
+Test(conn_params, both_sides_ask_for_eight)
+{
+	struct bridge_pair p;
+
+	open_pair(&p, 8, 8, 8, 8);
+	expect_depths(p.cli.ep, 8, 8);
+	expect_depths(p.srv.ep, 8, 8);
+	bp_close(&p);
+}
+
+/* The passive side gives no more than the request offers, and each side's
+ * reads are bounded by what the other serves. */
+Test(conn_params, the_smaller_offer_wins)
+{
+	struct bridge_pair p;
+
+	open_pair(&p, 16, 2, 4, 8);
+	expect_depths(p.cli.ep, 2, 8); /* 4 asked, the server serves 2 */
+	expect_depths(p.srv.ep, 8, 2); /* 16 asked, the client serves 8 */
+	bp_close(&p);
+}
+
+Test(conn_params, capped_to_the_device)
+{
+	struct ibv_device_attr da;
+	struct bridge_pair p;
+	unsigned int init, resp;
+
+	open_pair(&p, 255, 255, 255, 255);
+	cr_assert_eq(ibv_query_device(rr_ep_cm_id(p.cli.ep)->verbs, &da), 0);
+	init = da.max_qp_init_rd_atom < 255 ? (unsigned int)da.max_qp_init_rd_atom : 255;
+	resp = da.max_qp_rd_atom < 255 ? (unsigned int)da.max_qp_rd_atom : 255;
+	cr_log_info("device: max_qp_init_rd_atom %d, max_qp_rd_atom %d", da.max_qp_init_rd_atom,
+		    da.max_qp_rd_atom);
+	expect_depths(p.cli.ep, init < resp ? init : resp, init < resp ? init : resp);
+	expect_depths(p.srv.ep, init < resp ? init : resp, init < resp ? init : resp);
+	bp_close(&p);
+}
+
+#define READS 16
+#define RSIZE 4096
+
+static char src[READS * RSIZE], dst[READS * RSIZE];
+static int read_calls[READS], read_status[READS], reads_done;
+
+static void on_read(rr_ep *ep, const struct rr_completion *c, void *data)
+{
+	int i = (int)(uintptr_t)data;
+
+	read_calls[i]++;
+	read_status[i] = c->status;
+	reads_done++;
+}
+
+static bool all_read(void *arg)
+{
+	return reads_done >= READS;
+}
+
+/* Sixteen READs posted at once on a depth of 8: each completes once, with
+ * its own bytes. */
+Test(conn_params, reads_beyond_the_depth_complete_in_order)
+{
+	struct ibv_mr *smr, *dmr;
+	struct bridge_pair p;
+
+	open_pair(&p, 8, 8, 8, 8);
+	for (size_t i = 0; i < sizeof(src); i++)
+		src[i] = (char)(i * 7 + i / RSIZE);
+	memset(dst, 0, sizeof(dst));
+	memset(read_calls, 0, sizeof(read_calls));
+	reads_done = 0;
+	cr_assert_eq(rr_ep_reg_mr(p.srv.ep, src, sizeof(src), IBV_ACCESS_REMOTE_READ, &smr), 0);
+	cr_assert_eq(rr_ep_reg_mr(p.cli.ep, dst, sizeof(dst), IBV_ACCESS_LOCAL_WRITE, &dmr), 0);
+	for (int i = 0; i < READS; i++)
+		cr_assert_eq(rr_ep_post_read(p.cli.ep, dst + i * RSIZE, RSIZE, dmr,
+					     (uintptr_t)src + (uint64_t)i * RSIZE, smr->rkey,
+					     on_read, (void *)(uintptr_t)i),
+			     0);
+	cr_assert_eq(bp_run_pred(p.b, all_read, NULL, 20000), 0, "%d of %d reads", reads_done,
+		     READS);
+	for (int i = 0; i < READS; i++) {
+		cr_expect_eq(read_calls[i], 1, "read %d: %d callbacks", i, read_calls[i]);
+		cr_expect_eq(read_status[i], 0, "read %d: %s", i, strerror(-read_status[i]));
+	}
+	cr_expect_eq(memcmp(src, dst, sizeof(src)), 0);
+	rr_mr_dereg(dmr);
+	rr_mr_dereg(smr);
+	bp_close(&p);
+}
