@@ -516,6 +516,13 @@ typedef void (*rr_accept_cb)(rr_listener *l, rr_ep *ep, void *data);
  *                 not refused; the QP issues them as earlier ones complete.
  *                 The values in force are the QP's max_rd_atomic and
  *                 max_dest_rd_atomic (ibv_query_qp() on rr_ep_qp()).
+ * @private_data: bytes sent with the connection request (rr_connect(): at
+ *                 most RR_PRIVATE_DATA_CONNECT_MAX) or with the acceptance
+ *                 of every connection a listener accepts (rr_listen(): at
+ *                 most RR_PRIVATE_DATA_ACCEPT_MAX); copied by the call, so
+ *                 it need not outlive it. Longer: -EINVAL. The peer reads
+ *                 them with rr_ep_peer_private_data().
+ * @private_data_len: their length (0: none).
  * @connect_timeout_ms: rr_connect() only: fail with -ETIMEDOUT if not
  *                 established in time (0: rdma_cm's own timeouts, which
  *                 for an unanswered request take a minute or more).
@@ -546,7 +553,17 @@ struct rr_ep_opts {
 	void *data;
 	unsigned int initiator_depth;
 	unsigned int responder_resources;
+	const void *private_data;
+	unsigned int private_data_len;
 };
+
+/*
+ * What rdma_cm carries beside its own header on RoCE and InfiniBand: a
+ * request, an acceptance, a rejection.
+ */
+#define RR_PRIVATE_DATA_CONNECT_MAX 56
+#define RR_PRIVATE_DATA_ACCEPT_MAX  196
+#define RR_PRIVATE_DATA_REJECT_MAX  148
 
 /**
  * rr_connect() - connect to a listening peer, asynchronously.
@@ -620,6 +637,28 @@ typedef void (*rr_listener_cb)(rr_listener *l, int status, void *data);
  */
 void rr_listener_set_on_error(rr_listener *l, rr_listener_cb on_error);
 
+/**
+ * rr_request_cb - a connection request arrived, before any QP exists.
+ * @l:     the listener.
+ * @ep:    its endpoint; rr_ep_set_data() and rr_ep_set_private_data() may
+ *         be called on it, rr_ep_destroy() must not be.
+ * @pdata: the peer's private data (rr_ep_peer_private_data()), or NULL.
+ * @len:   its length.
+ * @data:  the listener's data.
+ *
+ * Return: 0 to go on and accept it (on_qp_ready, then on_accept once
+ * established); anything else refuses it, with the private data set on
+ * @ep, and @ep is then destroyed by the library: no callback of it runs.
+ */
+typedef int (*rr_request_cb)(rr_listener *l, rr_ep *ep, const void *pdata, size_t len,
+			     void *data);
+
+/**
+ * rr_listener_set_on_request() - set the hook that sees each connection
+ * request first and may refuse it. NULL (the default): accept every one.
+ */
+void rr_listener_set_on_request(rr_listener *l, rr_request_cb on_request);
+
 /** rr_listener_port() - the port a listener is bound to (0 once it stopped). */
 uint16_t rr_listener_port(const rr_listener *l);
 
@@ -668,6 +707,32 @@ struct rdma_cm_id *rr_ep_cm_id(rr_ep *ep);
 struct ibv_qp *rr_ep_qp(rr_ep *ep);
 /** rr_ep_cq() - the endpoint's CQ, or NULL before route resolution. */
 rr_cq *rr_ep_cq(rr_ep *ep);
+/**
+ * rr_ep_peer_private_data() - the private data the peer sent: with its
+ * connection request (passive side, from the request hook on), with its
+ * acceptance (active side, from on_connect with status 0) or with its
+ * rejection (active side, in on_connect with -ECONNREFUSED).
+ * @ep:   the endpoint.
+ * @data: set to the bytes, valid as long as the endpoint; NULL if none.
+ *
+ * The transport pads private data to a fixed size, so the length is
+ * usually that size (56, 196 or 148 bytes on RoCE): encode your own length.
+ *
+ * Return: the length (0: none came).
+ */
+int rr_ep_peer_private_data(rr_ep *ep, const void **data);
+
+/**
+ * rr_ep_set_private_data() - the bytes to answer a connection request with,
+ * whether accepted or refused; call it from the listener's request hook
+ * (rr_listener_set_on_request()) or on_qp_ready. Copied.
+ *
+ * Return: 0; -EINVAL if @len exceeds RR_PRIVATE_DATA_REJECT_MAX (what both
+ * an acceptance and a rejection carry), @data is NULL with @len non-zero,
+ * or @ep is not a passive endpoint whose request is still unanswered.
+ */
+int rr_ep_set_private_data(rr_ep *ep, const void *data, size_t len);
+
 /** rr_ep_pd() - the protection domain of the endpoint's device. */
 struct ibv_pd *rr_ep_pd(rr_ep *ep);
 /** rr_ep_outstanding() - requests posted and not yet completed. */

@@ -58,6 +58,9 @@ static void conn_param(rr_ep *ep, const struct rdma_conn_param *req, struct rdma
 		resp = req->responder_resources < resp ? req->responder_resources : resp;
 	}
 	memset(p, 0, sizeof(*p));
+	p->private_data = ep->pdata_len ? ep->pdata : NULL;
+	p->private_data_len = ep->pdata_len;
+	ep->pdata_sent = true;
 	p->initiator_depth = depth(ep->opts.initiator_depth, init ? init : 1);
 	p->responder_resources = depth(ep->opts.responder_resources, resp ? resp : 1);
 	p->retry_count = 7;
@@ -78,7 +81,7 @@ static void pending_dropped(rr_ep *ep)
 }
 
 static void on_connect_request(struct rr__cm *cm, rr_listener *l, struct rdma_cm_id *id,
-			       const struct rdma_conn_param *req)
+			       const struct rdma_conn_param *req, const uint8_t *pdata, size_t plen)
 {
 	struct rdma_conn_param p;
 	rr_ep *ep;
@@ -89,17 +92,26 @@ static void on_connect_request(struct rr__cm *cm, rr_listener *l, struct rdma_cm
 		l->dropped++;
 		return;
 	}
-	ep->listener = l;
-	ep->on_drop = pending_dropped;
-	rr__list_add_tail(&l->pending, &ep->pending_link);
+	rr__ep_set_peer_pdata(ep, pdata, plen);
 	ep->state = RR__EP_ACCEPTING;
 	if (!ep->data)
 		ep->data = l->data;
+	if (l->on_request &&
+	    l->on_request(l, ep, plen ? ep->peer_pdata : NULL, ep->peer_pdata_len, l->data)) {
+		/* Refused by the application: not a drop, and no callback. */
+		ep->pdata_sent = true;
+		rdma_reject(id, ep->pdata_len ? ep->pdata : NULL, ep->pdata_len);
+		rr_ep_destroy(ep);
+		return;
+	}
+	ep->listener = l;
+	ep->on_drop = pending_dropped;
+	rr__list_add_tail(&l->pending, &ep->pending_link);
 	if (rr__ep_setup_qp(ep))
 		goto drop;
-	conn_param(ep, req, &p);
 	if (rr__ep_qp_ready(ep))
 		return; /* destroyed (and freed) in on_qp_ready: nothing to touch */
+	conn_param(ep, req, &p); /* after on_qp_ready, which may set our private data */
 	if (rdma_accept(id, &p))
 		goto drop;
 	return;
@@ -116,10 +128,15 @@ static void accept_cb(void *ctx, rr_ep *ep)
 	l->on_accept(l, ep, l->data);
 }
 
-static void ep_event(struct rr__cm *cm, rr_ep *ep, enum rdma_cm_event_type type)
+static void ep_event(struct rr__cm *cm, rr_ep *ep, enum rdma_cm_event_type type,
+		     const uint8_t *pdata, size_t plen)
 {
 	struct rdma_conn_param p;
 	rr_listener *l;
+
+	/* An acceptance (active side: no listener) or a rejection says why. */
+	if ((type == RDMA_CM_EVENT_ESTABLISHED && !ep->listener) || type == RDMA_CM_EVENT_REJECTED)
+		rr__ep_set_peer_pdata(ep, pdata, plen);
 
 	switch (type) {
 	case RDMA_CM_EVENT_ADDR_RESOLVED:
@@ -247,20 +264,32 @@ static void cm_ready(void *ctx, int revents)
 		enum rdma_cm_event_type type = ev->event;
 		struct rdma_cm_id *id = ev->id;
 		struct rdma_cm_id *listen_id = ev->listen_id;
-		struct rdma_conn_param req = ev->param.conn; /* its private data goes with ev */
+		struct rdma_conn_param req = ev->param.conn;
+		uint8_t pdata[RR_PRIVATE_DATA_ACCEPT_MAX];
+		size_t plen = 0;
+
+		/* The private data goes with ev: copied first. */
+		if ((type == RDMA_CM_EVENT_CONNECT_REQUEST || type == RDMA_CM_EVENT_ESTABLISHED ||
+		     type == RDMA_CM_EVENT_REJECTED) &&
+		    req.private_data) {
+			plen = req.private_data_len < sizeof(pdata) ? req.private_data_len
+								    : sizeof(pdata);
+			memcpy(pdata, req.private_data, plen);
+		}
+		req.private_data = NULL;
 
 		/* Acknowledge before acting: destroying an id waits for the
 		 * acknowledgement of its events. */
 		rdma_ack_cm_event(ev);
 		cm->stats->cm_events++;
 		if (type == RDMA_CM_EVENT_CONNECT_REQUEST) {
-			on_connect_request(cm, listen_id->context, id, &req);
+			on_connect_request(cm, listen_id->context, id, &req, pdata, plen);
 			continue;
 		}
 		if (!id->context)
 			continue;
 		if (*(uint32_t *)id->context == RR__OBJ_EP)
-			ep_event(cm, id->context, type);
+			ep_event(cm, id->context, type, pdata, plen);
 		else if (*(uint32_t *)id->context == RR__OBJ_LISTENER)
 			listener_event(id->context, type);
 	}
@@ -339,7 +368,8 @@ int rr__cm_connect(struct rr__cm *cm, const char *host, uint16_t port,
 	rr_ep *ep;
 	int rc;
 
-	if (!host || !port || !on_connect || !out)
+	if (!host || !port || !on_connect || !out ||
+	    (opts && opts->private_data_len > RR_PRIVATE_DATA_CONNECT_MAX))
 		return -EINVAL;
 	rc = cm_open(cm);
 	if (rc)
@@ -394,7 +424,9 @@ int rr__cm_listen(struct rr__cm *cm, const char *host, uint16_t port,
 	rr_listener *l;
 	int rc;
 
-	if (!on_accept || !out)
+	if (!on_accept || !out ||
+	    (ep_opts && (ep_opts->private_data_len > RR_PRIVATE_DATA_ACCEPT_MAX ||
+			 (ep_opts->private_data_len && !ep_opts->private_data))))
 		return -EINVAL;
 	rc = cm_open(cm);
 	if (rc)
@@ -409,6 +441,9 @@ int rr__cm_listen(struct rr__cm *cm, const char *host, uint16_t port,
 	l->data = data;
 	if (ep_opts)
 		l->ep_opts = *ep_opts;
+	if (l->ep_opts.private_data_len)
+		memcpy(l->pdata, l->ep_opts.private_data, l->ep_opts.private_data_len);
+	l->ep_opts.private_data = l->pdata;
 	rc = lookup(host, port, 1, &ai);
 	if (rc)
 		goto err_free;
@@ -465,6 +500,11 @@ uint16_t rr_listener_port(const rr_listener *l)
 void rr_listener_set_on_error(rr_listener *l, rr_listener_cb on_error)
 {
 	l->on_error = on_error;
+}
+
+void rr_listener_set_on_request(rr_listener *l, rr_request_cb on_request)
+{
+	l->on_request = on_request;
 }
 
 int rr_listener_destroy(rr_listener *l)

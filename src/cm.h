@@ -30,7 +30,9 @@ struct rr_listener {
 	struct rr_ep_opts ep_opts;
 	rr_accept_cb on_accept;
 	rr_listener_cb on_error;
+	rr_request_cb on_request;
 	void *data;
+	uint8_t pdata[RR_PRIVATE_DATA_ACCEPT_MAX]; /* ep_opts.private_data points here */
 	uint64_t dropped;	 /* requests that failed before being established */
 	struct rr__list pending; /* endpoints not yet established */
 	struct rr__list link;	 /* cm->listeners */

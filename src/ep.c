@@ -247,6 +247,16 @@ int rr__ep_alloc(struct rr__eps *set, struct rdma_cm_id *id, const struct rr_ep_
 	ep->id = id;
 	if (opts)
 		ep->opts = *opts;
+	if (ep->opts.private_data_len > sizeof(ep->pdata) ||
+	    (ep->opts.private_data_len && !ep->opts.private_data)) {
+		free(ep);
+		return -EINVAL;
+	}
+	/* Ours to keep: the caller's bytes need not outlive the call. */
+	if (ep->opts.private_data_len)
+		memcpy(ep->pdata, ep->opts.private_data, ep->opts.private_data_len);
+	ep->pdata_len = (uint8_t)ep->opts.private_data_len;
+	ep->opts.private_data = NULL;
 	if (!ep->opts.max_send_wr)
 		ep->opts.max_send_wr = DEFAULT_DEPTH;
 	if (!ep->opts.max_recv_wr)
@@ -447,6 +457,34 @@ void rr_ep_set_data(rr_ep *ep, void *data)
 void rr_ep_set_on_disconnect(rr_ep *ep, rr_ep_cb on_disconnect)
 {
 	ep->on_disconnect = on_disconnect;
+}
+
+void rr__ep_set_peer_pdata(rr_ep *ep, const void *data, size_t len)
+{
+	if (len > sizeof(ep->peer_pdata))
+		len = sizeof(ep->peer_pdata);
+	if (len)
+		memcpy(ep->peer_pdata, data, len);
+	ep->peer_pdata_len = (uint8_t)len;
+}
+
+int rr_ep_peer_private_data(rr_ep *ep, const void **data)
+{
+	if (!ep || !data)
+		return -EINVAL;
+	*data = ep->peer_pdata_len ? ep->peer_pdata : NULL;
+	return ep->peer_pdata_len;
+}
+
+int rr_ep_set_private_data(rr_ep *ep, const void *data, size_t len)
+{
+	if (!ep || (len && !data) || len > RR_PRIVATE_DATA_REJECT_MAX ||
+	    ep->state != RR__EP_ACCEPTING || ep->pdata_sent)
+		return -EINVAL;
+	if (len)
+		memcpy(ep->pdata, data, len);
+	ep->pdata_len = (uint8_t)len;
+	return 0;
 }
 
 struct rdma_cm_id *rr_ep_cm_id(rr_ep *ep)

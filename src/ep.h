@@ -39,8 +39,8 @@ struct rr__req {
 	rr_req_cb cb;
 	void *data;
 	bool is_recv;
-	bool signalled;             /* asked for a work completion */
-	enum ibv_wc_opcode opcode;  /* sends: what its completion reports */
+	bool signalled;		   /* asked for a work completion */
+	enum ibv_wc_opcode opcode; /* sends: what its completion reports */
 };
 
 struct rr_ep {
@@ -64,7 +64,11 @@ struct rr_ep {
 	bool notified_down;	   /* on_disconnect already delivered */
 	int down_pending;	   /* a WC error: on_disconnect after the batch */
 	uint32_t timer_slot;	   /* connect timeout, or RR__NO_SLOT */
-	struct rr__list link;	   /* set->eps */
+	bool pdata_sent;	   /* our request or answer went out */
+	uint8_t pdata_len, peer_pdata_len;
+	uint8_t pdata[RR_PRIVATE_DATA_ACCEPT_MAX];	/* ours, to send */
+	uint8_t peer_pdata[RR_PRIVATE_DATA_ACCEPT_MAX]; /* the peer's */
+	struct rr__list link;				/* set->eps */
 	/* Owned by the connection manager: a passive endpoint not yet
 	 * established sits on its listener's list; dropping it (instead of
 	 * reporting an error nobody could receive) goes through the hook. */
@@ -83,6 +87,8 @@ void rr__eps_async(struct rr__eps *set, struct rr__device *dev, const struct ibv
 int rr__ep_alloc(struct rr__eps *set, struct rdma_cm_id *id, const struct rr_ep_opts *opts,
 		 rr_ep **out);
 int rr__ep_setup_qp(rr_ep *ep);
+/* The private data the peer sent (a rejection's is at most 148 bytes). */
+void rr__ep_set_peer_pdata(rr_ep *ep, const void *data, size_t len);
 /* on_qp_ready; non-zero if the application destroyed the endpoint there. */
 int rr__ep_qp_ready(rr_ep *ep);
 /* Established: on_connect (or, passive, the given accept callback). */

@@ -148,3 +148,136 @@ Test(conn_params, reads_beyond_the_depth_complete_in_order)
 	rr_mr_dereg(smr);
 	bp_close(&p);
 }
+
+static bool starts_with(rr_ep *ep, const char *s)
+{
+	const void *d;
+	int n = rr_ep_peer_private_data(ep, &d);
+
+	return n >= (int)strlen(s) && d && !memcmp(d, s, strlen(s));
+}
+
+/* Private data with the request and with the acceptance, each side reads
+ * the other's. */
+Test(conn_params, private_data_both_ways)
+{
+	struct rr_ep_opts so = {.private_data = "from the server", .private_data_len = 16};
+	struct rr_ep_opts co = {.private_data = "from the client", .private_data_len = 16};
+	struct bridge_pair p;
+	int rc = bp_open2(&p, rr_test_require_rdma(), &so, &co);
+
+	cr_assert_eq(rc, 0, "bp_open2: %s", strerror(-rc));
+	cr_assert_eq(bp_run_until(&p, &p.accepts, 10000), 0, "no accept");
+	cr_expect(starts_with(p.srv.ep, "from the client"));
+	cr_expect(starts_with(p.cli.ep, "from the server"));
+	/* Answered already: too late to set. */
+	cr_expect_eq(rr_ep_set_private_data(p.srv.ep, "x", 1), -EINVAL);
+	cr_expect_eq(rr_ep_set_private_data(p.cli.ep, "x", 1), -EINVAL);
+	bp_close(&p);
+}
+
+struct second {
+	rr_ep *ep;
+	int status, calls;
+};
+
+static int requests, refused;
+
+/* Refuses peers whose data starts with "bad", saying why; answers the
+ * others with data of its own. */
+static int on_request(rr_listener *l, rr_ep *ep, const void *pdata, size_t len, void *data)
+{
+	requests++;
+	cr_expect(pdata && len >= 3);
+	if (pdata && !memcmp(pdata, "bad", 3)) {
+		refused++;
+		cr_expect_eq(rr_ep_set_private_data(ep, "go away", 8), 0);
+		return -EPERM;
+	}
+	cr_expect_eq(rr_ep_set_private_data(ep, NULL, RR_PRIVATE_DATA_REJECT_MAX + 1), -EINVAL);
+	cr_expect_eq(rr_ep_set_private_data(ep, "welcome", 8), 0);
+	return 0;
+}
+
+static void second_connected(rr_ep *ep, int status, void *data)
+{
+	struct second *s = data;
+
+	s->status = status;
+	s->calls++;
+}
+
+static void connect_second(struct bridge_pair *p, const char *pdata, struct second *s)
+{
+	struct rr_ep_opts o = {.private_data = pdata,
+			       .private_data_len = (unsigned int)strlen(pdata) + 1,
+			       .data = s};
+	int rc;
+
+	memset(s, 0, sizeof(*s));
+	rc = rr_connect(p->b, rr_test_require_rdma(), rr_listener_port(p->l), &o, second_connected,
+			&s->ep);
+	cr_assert_eq(rc, 0, "rr_connect: %s", strerror(-rc));
+	cr_assert_eq(bp_run_until(p, &s->calls, 10000), 0, "no on_connect");
+}
+
+static bool two_accepts(void *arg)
+{
+	return ((struct bridge_pair *)arg)->accepts >= 2;
+}
+
+Test(conn_params, request_hook_refuses_with_a_reason)
+{
+	struct bridge_pair p;
+	struct second bad, good;
+	int rc = bp_open(&p, rr_test_require_rdma(), NULL);
+
+	cr_assert_eq(rc, 0, "bp_open: %s", strerror(-rc));
+	cr_assert_eq(bp_run_until(&p, &p.accepts, 10000), 0, "no accept");
+	requests = refused = 0;
+	rr_listener_set_on_request(p.l, on_request);
+
+	connect_second(&p, "bad peer", &bad);
+	cr_expect_eq(bad.status, -ECONNREFUSED, "refused peer: %s", strerror(-bad.status));
+	cr_expect(starts_with(bad.ep, "go away"));
+	cr_expect_eq(p.accepts, 1, "a refused request was accepted");
+
+	connect_second(&p, "good peer", &good);
+	cr_expect_eq(good.status, 0, "good peer: %s", strerror(-good.status));
+	cr_expect(starts_with(good.ep, "welcome"));
+	cr_expect_eq(bp_run_pred(p.b, two_accepts, &p, 10000), 0, "the good peer not accepted");
+	cr_expect_eq(requests, 2);
+	cr_expect_eq(refused, 1);
+	rr_ep_destroy(bad.ep);
+	rr_ep_destroy(good.ep);
+	bp_close(&p);
+}
+
+static void no_accept(rr_listener *l, rr_ep *ep, void *data)
+{
+	cr_assert_fail("nothing connects to this listener");
+}
+
+Test(conn_params, private_data_too_long_is_refused)
+{
+	static char big[RR_PRIVATE_DATA_ACCEPT_MAX + 1];
+	struct rr_ep_opts o = {.private_data = big};
+	struct bridge_pair p;
+	rr_listener *l;
+	rr_ep *ep;
+	int rc = bp_open(&p, rr_test_require_rdma(), NULL);
+
+	cr_assert_eq(rc, 0, "bp_open: %s", strerror(-rc));
+	o.private_data_len = RR_PRIVATE_DATA_CONNECT_MAX + 1;
+	cr_expect_eq(rr_connect(p.b, rr_test_require_rdma(), rr_listener_port(p.l), &o,
+				second_connected, &ep),
+		     -EINVAL);
+	o.private_data_len = RR_PRIVATE_DATA_ACCEPT_MAX + 1;
+	cr_expect_eq(rr_listen(p.b, rr_test_require_rdma(), 0, &o, no_accept, NULL, &l), -EINVAL);
+	o.private_data = NULL;
+	o.private_data_len = 1;
+	cr_expect_eq(rr_connect(p.b, rr_test_require_rdma(), rr_listener_port(p.l), &o,
+				second_connected, &ep),
+		     -EINVAL);
+	bp_close(&p);
+}
