@@ -760,6 +760,59 @@ int rr_ep_reg_mr(rr_ep *ep, void *buf, size_t len, int access, struct ibv_mr **o
 int rr_mr_dereg(struct ibv_mr *mr);
 
 /**
+ * rr_ep_alloc_mw() - allocate a type 2 memory window in the PD of the
+ * endpoint's device. Bound with rr_ep_post_bind_mw() on one endpoint, it
+ * gives that endpoint's peer, and only that QP, remote access to part of a
+ * memory region until it is invalidated; the region itself then needs no
+ * remote access flag, only IBV_ACCESS_MW_BIND (see rr_ep_reg_mr()).
+ * @ep:  an endpoint whose route is resolved.
+ * @out: the window; release it with rr_mw_dealloc().
+ *
+ * Return: 0, -EINVAL, -ENOTCONN (no device yet), or the errno of
+ * ibv_alloc_mw() (-EOPNOTSUPP on a device without memory windows).
+ */
+int rr_ep_alloc_mw(rr_ep *ep, struct ibv_mw **out);
+
+/**
+ * rr_mw_dealloc() - free a memory window (bound or not).
+ * @mw: the window, or NULL.
+ *
+ * Return: 0, or the errno of ibv_dealloc_mw().
+ */
+int rr_mw_dealloc(struct ibv_mw *mw);
+
+/**
+ * rr_ep_post_bind_mw() - bind @mw to @len bytes at @addr inside @mr, for
+ * the peer of @ep only, under the new key @rkey.
+ * @ep:     an established endpoint: the only QP the window will serve.
+ * @mw:     a window from rr_ep_alloc_mw() on the same device.
+ * @rkey:   the key the peer must use: ibv_inc_rkey() of the window's
+ *          previous key (mw->rkey the first time; the library does not
+ *          track it), so a key given out before is dead once rebound.
+ * @mr:     a region registered with IBV_ACCESS_MW_BIND.
+ * @addr:   start of the window, inside @mr.
+ * @len:    its length.
+ * @access: IBV_ACCESS_REMOTE_WRITE, _READ and/or _ATOMIC.
+ * @cb:     completion callback (opcode IBV_WC_BIND_MW); the peer may use
+ *          @rkey once it has succeeded.
+ * @data:   passed to @cb.
+ *
+ * Return: as rr_ep_post_send(); -EINVAL also for a range outside @mr or
+ * other access flags.
+ */
+int rr_ep_post_bind_mw(rr_ep *ep, struct ibv_mw *mw, uint32_t rkey, struct ibv_mr *mr, void *addr,
+		       size_t len, int access, rr_req_cb cb, void *data);
+
+/**
+ * rr_ep_post_local_inv() - invalidate the memory window bound under @rkey
+ * through @ep: once @cb runs with status 0 (opcode IBV_WC_LOCAL_INV), the
+ * peer's accesses with @rkey fail with a remote access error.
+ *
+ * Return: as rr_ep_post_send().
+ */
+int rr_ep_post_local_inv(rr_ep *ep, uint32_t rkey, rr_req_cb cb, void *data);
+
+/**
  * rr_ep_post_send() - post a SEND.
  * @ep:   an established endpoint.
  * @buf:  data inside @mr.

@@ -583,25 +583,53 @@ static struct rr__req *take_req(rr_ep *ep, rr_req_cb cb, void *data, bool is_rec
 	return req;
 }
 
-/* Every send-queue request: SEND, RDMA WRITE (with immediate), RDMA READ. */
+static int can_post_send(rr_ep *ep)
+{
+	if (ep->destroy_pending || ep->state != RR__EP_CONNECTED)
+		return -ENOTCONN;
+	if (ep->nsend >= ep->opts.max_send_wr)
+		return -ENOBUFS;
+	return 0;
+}
+
+/* Post @wr on the send queue as one request whose completion is @wc_op. */
+static int post_send_req(rr_ep *ep, struct ibv_send_wr *wr, enum ibv_wc_opcode wc_op, rr_req_cb cb,
+			 void *data)
+{
+	struct rr__req *req = take_req(ep, cb, data, false);
+	struct ibv_send_wr *bad;
+
+	req->opcode = wc_op;
+	/* A completion every signal_every sends; always for the last free
+	 * slot of the SQ (unsignalled sends hold theirs until a signalled
+	 * one completes) and for READs (their byte_len is real). */
+	req->signalled = ep->opts.signal_every <= 1 || wr->opcode == IBV_WR_RDMA_READ ||
+			 ++ep->unsignalled >= ep->opts.signal_every ||
+			 ep->nsend + 1 >= ep->opts.max_send_wr;
+	if (req->signalled) {
+		wr->send_flags |= IBV_SEND_SIGNALED;
+		ep->unsignalled = 0;
+	}
+	wr->wr_id = (uintptr_t)req;
+	return settle(ep, req, ibv_post_send(ep->id->qp, wr, &bad));
+}
+
+/* SEND, RDMA WRITE (with immediate), RDMA READ. */
 static int post_send_wr(rr_ep *ep, enum ibv_wr_opcode opcode, const void *buf, uint32_t len,
 			struct ibv_mr *mr, uint64_t raddr, uint32_t rkey, uint32_t imm,
 			rr_req_cb cb, void *data)
 {
 	struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = len, .lkey = mr ? mr->lkey : 0};
-	struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1, .opcode = opcode}, *bad;
-	struct rr__req *req;
+	struct ibv_send_wr wr = {.sg_list = &sge, .num_sge = 1, .opcode = opcode};
 	int rc;
 
 	if (!ep || !cb)
 		return -EINVAL;
 	rc = check_buf(mr, buf, len);
+	if (!rc)
+		rc = can_post_send(ep);
 	if (rc)
 		return rc;
-	if (ep->destroy_pending || ep->state != RR__EP_CONNECTED)
-		return -ENOTCONN;
-	if (ep->nsend >= ep->opts.max_send_wr)
-		return -ENOBUFS;
 	if (opcode != IBV_WR_SEND) {
 		wr.wr.rdma.remote_addr = raddr;
 		wr.wr.rdma.rkey = rkey;
@@ -610,22 +638,72 @@ static int post_send_wr(rr_ep *ep, enum ibv_wr_opcode opcode, const void *buf, u
 		wr.imm_data = htobe32(imm);
 	if (ep->opts.max_inline && len <= ep->opts.max_inline && opcode != IBV_WR_RDMA_READ)
 		wr.send_flags |= IBV_SEND_INLINE;
-	req = take_req(ep, cb, data, false);
-	req->opcode = opcode == IBV_WR_SEND	   ? IBV_WC_SEND
-		      : opcode == IBV_WR_RDMA_READ ? IBV_WC_RDMA_READ
-						   : IBV_WC_RDMA_WRITE;
-	/* A completion every signal_every sends; always for the last free
-	 * slot of the SQ (unsignalled sends hold theirs until a signalled
-	 * one completes) and for READs (their byte_len is real). */
-	req->signalled = ep->opts.signal_every <= 1 || opcode == IBV_WR_RDMA_READ ||
-			 ++ep->unsignalled >= ep->opts.signal_every ||
-			 ep->nsend + 1 >= ep->opts.max_send_wr;
-	if (req->signalled) {
-		wr.send_flags |= IBV_SEND_SIGNALED;
-		ep->unsignalled = 0;
-	}
-	wr.wr_id = (uintptr_t)req;
-	return settle(ep, req, ibv_post_send(ep->id->qp, &wr, &bad));
+	return post_send_req(ep, &wr,
+			     opcode == IBV_WR_SEND	  ? IBV_WC_SEND
+			     : opcode == IBV_WR_RDMA_READ ? IBV_WC_RDMA_READ
+							  : IBV_WC_RDMA_WRITE,
+			     cb, data);
+}
+
+int rr_ep_alloc_mw(rr_ep *ep, struct ibv_mw **out)
+{
+	struct ibv_mw *mw;
+
+	if (!ep || !out)
+		return -EINVAL;
+	if (!ep->dev)
+		return -ENOTCONN;
+	mw = ibv_alloc_mw(ep->dev->pd, IBV_MW_TYPE_2);
+	if (!mw)
+		return errno ? -errno : -ENOMEM;
+	*out = mw;
+	return 0;
+}
+
+int rr_mw_dealloc(struct ibv_mw *mw)
+{
+	int rc;
+
+	if (!mw)
+		return 0;
+	rc = ibv_dealloc_mw(mw);
+	return rc ? -rc : 0;
+}
+
+int rr_ep_post_bind_mw(rr_ep *ep, struct ibv_mw *mw, uint32_t rkey, struct ibv_mr *mr, void *addr,
+		       size_t len, int access, rr_req_cb cb, void *data)
+{
+	struct ibv_send_wr wr = {.opcode = IBV_WR_BIND_MW};
+	int rc;
+
+	if (!ep || !mw || !mr || !cb || !len || (uintptr_t)addr < (uintptr_t)mr->addr ||
+	    len > mr->length || (uintptr_t)addr - (uintptr_t)mr->addr > mr->length - len ||
+	    (access &
+	     ~(IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)))
+		return -EINVAL;
+	rc = can_post_send(ep);
+	if (rc)
+		return rc;
+	wr.bind_mw.mw = mw;
+	wr.bind_mw.rkey = rkey;
+	wr.bind_mw.bind_info.mr = mr;
+	wr.bind_mw.bind_info.addr = (uintptr_t)addr;
+	wr.bind_mw.bind_info.length = len;
+	wr.bind_mw.bind_info.mw_access_flags = (unsigned int)access;
+	return post_send_req(ep, &wr, IBV_WC_BIND_MW, cb, data);
+}
+
+int rr_ep_post_local_inv(rr_ep *ep, uint32_t rkey, rr_req_cb cb, void *data)
+{
+	struct ibv_send_wr wr = {.opcode = IBV_WR_LOCAL_INV, .invalidate_rkey = rkey};
+	int rc;
+
+	if (!ep || !cb)
+		return -EINVAL;
+	rc = can_post_send(ep);
+	if (rc)
+		return rc;
+	return post_send_req(ep, &wr, IBV_WC_LOCAL_INV, cb, data);
 }
 
 int rr_ep_post_send(rr_ep *ep, const void *buf, uint32_t len, struct ibv_mr *mr, rr_req_cb cb,
