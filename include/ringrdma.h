@@ -641,14 +641,17 @@ void rr_listener_set_on_error(rr_listener *l, rr_listener_cb on_error);
  * rr_request_cb - a connection request arrived, before any QP exists.
  * @l:     the listener.
  * @ep:    its endpoint; rr_ep_set_data() and rr_ep_set_private_data() may
- *         be called on it, rr_ep_destroy() must not be.
+ *         be called on it. rr_ep_destroy() on it refuses the request with
+ *         no private data; rr_listener_destroy() on @l fails with -EBUSY.
  * @pdata: the peer's private data (rr_ep_peer_private_data()), or NULL.
  * @len:   its length.
  * @data:  the listener's data.
  *
  * Return: 0 to go on and accept it (on_qp_ready, then on_accept once
  * established); anything else refuses it, with the private data set on
- * @ep, and @ep is then destroyed by the library: no callback of it runs.
+ * @ep with rr_ep_set_private_data() (none otherwise: never the listener's
+ * acceptance data), and @ep is then destroyed by the library: no callback
+ * of it runs.
  */
 typedef int (*rr_request_cb)(rr_listener *l, rr_ep *ep, const void *pdata, size_t len,
 			     void *data);
@@ -667,7 +670,7 @@ uint16_t rr_listener_port(const rr_listener *l);
  * are dropped; established endpoints are not affected.
  * @l: the listener, or NULL.
  *
- * Return: 0.
+ * Return: 0, or -EBUSY from the listener's own request hook.
  */
 int rr_listener_destroy(rr_listener *l);
 

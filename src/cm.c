@@ -61,8 +61,9 @@ static void conn_param(rr_ep *ep, const struct rdma_conn_param *req, struct rdma
 	p->private_data = ep->pdata_len ? ep->pdata : NULL;
 	p->private_data_len = ep->pdata_len;
 	ep->pdata_sent = true;
-	p->initiator_depth = depth(ep->opts.initiator_depth, init ? init : 1);
-	p->responder_resources = depth(ep->opts.responder_resources, resp ? resp : 1);
+	/* A peer that offers 0 gets 0: it serves no READs, or makes none. */
+	p->initiator_depth = depth(ep->opts.initiator_depth, init);
+	p->responder_resources = depth(ep->opts.responder_resources, resp);
 	p->retry_count = 7;
 	p->rnr_retry_count = 7; /* infinite: a SEND waits for its RECV */
 }
@@ -96,13 +97,25 @@ static void on_connect_request(struct rr__cm *cm, rr_listener *l, struct rdma_cm
 	ep->state = RR__EP_ACCEPTING;
 	if (!ep->data)
 		ep->data = l->data;
-	if (l->on_request &&
-	    l->on_request(l, ep, plen ? ep->peer_pdata : NULL, ep->peer_pdata_len, l->data)) {
-		/* Refused by the application: not a drop, and no callback. */
-		ep->pdata_sent = true;
-		rdma_reject(id, ep->pdata_len ? ep->pdata : NULL, ep->pdata_len);
-		rr_ep_destroy(ep);
-		return;
+	if (l->on_request) {
+		int rc;
+
+		l->in_request = true;
+		rc = rr__ep_request(ep, l->on_request, l, l->data);
+		l->in_request = false;
+		if (rc < 0)
+			return; /* destroyed in the hook: its id went with it */
+		if (rc) {
+			/* Refused: not a drop, and no callback. Only what the
+			 * hook set goes back, never the listener's acceptance. */
+			ep->pdata_sent = true;
+			if (ep->pdata_set)
+				rdma_reject(id, ep->pdata, ep->pdata_len);
+			else
+				rdma_reject(id, NULL, 0);
+			rr_ep_destroy(ep);
+			return;
+		}
 	}
 	ep->listener = l;
 	ep->on_drop = pending_dropped;
@@ -110,7 +123,7 @@ static void on_connect_request(struct rr__cm *cm, rr_listener *l, struct rdma_cm
 	if (rr__ep_setup_qp(ep))
 		goto drop;
 	if (rr__ep_qp_ready(ep))
-		return; /* destroyed (and freed) in on_qp_ready: nothing to touch */
+		return;		 /* destroyed (and freed) in on_qp_ready: nothing to touch */
 	conn_param(ep, req, &p); /* after on_qp_ready, which may set our private data */
 	if (rdma_accept(id, &p))
 		goto drop;
@@ -511,6 +524,8 @@ int rr_listener_destroy(rr_listener *l)
 {
 	if (!l)
 		return 0;
+	if (l->in_request)
+		return -EBUSY; /* from its own request hook */
 	/* Connections still being accepted die with their listener. */
 	while (!rr__list_empty(&l->pending))
 		rr_ep_destroy(rr__container_of(l->pending.next, rr_ep, pending_link));

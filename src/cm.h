@@ -31,6 +31,7 @@ struct rr_listener {
 	rr_accept_cb on_accept;
 	rr_listener_cb on_error;
 	rr_request_cb on_request;
+	bool in_request; /* its hook is running: it cannot be destroyed */
 	void *data;
 	uint8_t pdata[RR_PRIVATE_DATA_ACCEPT_MAX]; /* ep_opts.private_data points here */
 	uint64_t dropped;	 /* requests that failed before being established */

@@ -468,6 +468,20 @@ void rr__ep_set_peer_pdata(rr_ep *ep, const void *data, size_t len)
 	ep->peer_pdata_len = (uint8_t)len;
 }
 
+int rr__ep_request(rr_ep *ep, rr_request_cb hook, rr_listener *l, void *data)
+{
+	int rc;
+
+	ep->in_callback++;
+	rc = hook(l, ep, ep->peer_pdata_len ? ep->peer_pdata : NULL, ep->peer_pdata_len, data);
+	ep->in_callback--;
+	if (ep->destroy_pending) {
+		release_if_done(ep);
+		return -1;
+	}
+	return rc ? 1 : 0;
+}
+
 int rr_ep_peer_private_data(rr_ep *ep, const void **data)
 {
 	if (!ep || !data)
@@ -484,6 +498,7 @@ int rr_ep_set_private_data(rr_ep *ep, const void *data, size_t len)
 	if (len)
 		memcpy(ep->pdata, data, len);
 	ep->pdata_len = (uint8_t)len;
+	ep->pdata_set = true;
 	return 0;
 }
 

@@ -65,6 +65,7 @@ struct rr_ep {
 	int down_pending;	   /* a WC error: on_disconnect after the batch */
 	uint32_t timer_slot;	   /* connect timeout, or RR__NO_SLOT */
 	bool pdata_sent;	   /* our request or answer went out */
+	bool pdata_set;		   /* by rr_ep_set_private_data() */
 	uint8_t pdata_len, peer_pdata_len;
 	uint8_t pdata[RR_PRIVATE_DATA_ACCEPT_MAX];	/* ours, to send */
 	uint8_t peer_pdata[RR_PRIVATE_DATA_ACCEPT_MAX]; /* the peer's */
@@ -87,6 +88,9 @@ void rr__eps_async(struct rr__eps *set, struct rr__device *dev, const struct ibv
 int rr__ep_alloc(struct rr__eps *set, struct rdma_cm_id *id, const struct rr_ep_opts *opts,
 		 rr_ep **out);
 int rr__ep_setup_qp(rr_ep *ep);
+/* Run a listener's request hook on @ep like one of its callbacks: 0 to
+ * accept, 1 refused, -1 the application destroyed @ep in it (now gone). */
+int rr__ep_request(rr_ep *ep, rr_request_cb hook, rr_listener *l, void *data);
 /* The private data the peer sent (a rejection's is at most 148 bytes). */
 void rr__ep_set_peer_pdata(rr_ep *ep, const void *data, size_t len);
 /* on_qp_ready; non-zero if the application destroyed the endpoint there. */

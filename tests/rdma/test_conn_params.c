@@ -281,3 +281,51 @@ Test(conn_params, private_data_too_long_is_refused)
 		     -EINVAL);
 	bp_close(&p);
 }
+
+enum hook_mode { REFUSE_SILENTLY, DESTROY_EP, DESTROY_LISTENER };
+static enum hook_mode mode;
+static int hook_rc;
+
+static int odd_hook(rr_listener *l, rr_ep *ep, const void *pdata, size_t len, void *data)
+{
+	requests++;
+	switch (mode) {
+	case REFUSE_SILENTLY:
+		return 1;
+	case DESTROY_EP:
+		rr_ep_destroy(ep);
+		return 0;
+	case DESTROY_LISTENER:
+		hook_rc = rr_listener_destroy(l);
+		return 1;
+	}
+	return 1;
+}
+
+/* A refusal carries what the hook set, never the listener's acceptance
+ * data; a hook may destroy the endpoint (a refusal) but not its listener. */
+Test(conn_params, refusals_keep_acceptance_data_and_survive_the_hook)
+{
+	struct rr_ep_opts so = {.private_data = "for members only", .private_data_len = 17};
+	struct bridge_pair p;
+	struct second s;
+	int rc = bp_open2(&p, rr_test_require_rdma(), &so, NULL);
+
+	cr_assert_eq(rc, 0, "bp_open2: %s", strerror(-rc));
+	cr_assert_eq(bp_run_until(&p, &p.accepts, 10000), 0, "no accept");
+	cr_expect(starts_with(p.cli.ep, "for members only"));
+	requests = 0;
+	rr_listener_set_on_request(p.l, odd_hook);
+	for (mode = REFUSE_SILENTLY; mode <= DESTROY_LISTENER; mode++) {
+		hook_rc = 0;
+		connect_second(&p, "anyone", &s);
+		cr_expect_eq(s.status, -ECONNREFUSED, "mode %d: %s", mode, strerror(-s.status));
+		cr_expect(!starts_with(s.ep, "for members only"), "mode %d: acceptance data leaked",
+			  mode);
+		rr_ep_destroy(s.ep);
+	}
+	cr_expect_eq(hook_rc, -EBUSY);
+	cr_expect_eq(requests, 3);
+	cr_expect_eq(p.accepts, 1);
+	bp_close(&p);
+}
