@@ -175,7 +175,11 @@ static void rx_fail(struct rx *r, unsigned int code, int result, const char *fmt
 	if (!r->result)
 		r->result = result;
 	leave_unauth(r);
-	if (r->file_active) {
+	/* A write or fsync of ours may still name the fd, even queued and not
+	 * yet submitted: closed now, the number could go to a file opened
+	 * meanwhile and the write with it. rx_free() drops the file once
+	 * nothing of ours is in flight; nothing commits it from here on. */
+	if (r->file_active && !r->io_inflight) {
 		cp_store_abort(&r->st);
 		r->file_active = false;
 	}

@@ -6,9 +6,10 @@
  * its immediate; it may be written once seq < the receiver's grant limit.
  * Up to `window` reads run at once, each into the local buffer of its seq,
  * and chunks are posted strictly in seq order and hashed right after, so
- * the checksum is computed in file order while reads and writes overlap. Our receives: `window`
- * GRANTs at most (one per chunk the receiver stored) plus one reply and
- * one ERROR, and each is reposted as it completes.
+ * the checksum is computed in file order while reads and writes overlap.
+ * Our receives: `window` GRANTs at most (one per chunk the receiver copied
+ * out of its window) plus one reply and one ERROR, and each is reposted as
+ * it completes.
  */
 #include <errno.h>
 #include <stdarg.h>
