@@ -38,28 +38,41 @@ struct conn {
 	char buf[2][512];
 };
 
-static struct rdma_cm_id *dial(struct rdma_addrinfo *ai, struct conn *c)
+/* What ringrdma-cp asks for too: RNR retries forever, one READ each way. */
+static struct rdma_conn_param conn_param = {
+	.responder_resources = 1,
+	.initiator_depth = 1,
+	.retry_count = 7,
+	.rnr_retry_count = 7,
+};
+
+/* An RC endpoint towards @ai, every send signalled; NULL on failure. */
+static struct rdma_cm_id *create_ep(struct rdma_addrinfo *ai, uint32_t send_wr, uint32_t recv_wr)
 {
 	struct ibv_qp_init_attr qa = {
-		.cap = {.max_send_wr = 1, .max_recv_wr = 2, .max_send_sge = 1, .max_recv_sge = 1},
+		.cap = {.max_send_wr = send_wr,
+			.max_recv_wr = recv_wr,
+			.max_send_sge = 1,
+			.max_recv_sge = 1},
 		.qp_type = IBV_QPT_RC,
 		.sq_sig_all = 1,
 	};
-	struct rdma_conn_param cp = {
-		.responder_resources = 1,
-		.initiator_depth = 1,
-		.retry_count = 7,
-		.rnr_retry_count = 7,
-	};
 	struct rdma_cm_id *id;
 
-	if (rdma_create_ep(&id, ai, NULL, &qa))
+	return rdma_create_ep(&id, ai, NULL, &qa) ? NULL : id;
+}
+
+static struct rdma_cm_id *dial(struct rdma_addrinfo *ai, struct conn *c)
+{
+	struct rdma_cm_id *id = create_ep(ai, 1, 2);
+
+	if (!id)
 		return NULL;
 	/* Receives posted: whatever the receiver answers is taken, and ignored. */
 	c->mr = rdma_reg_msgs(id, c->buf, sizeof(c->buf));
 	if (!c->mr || rdma_post_recv(id, NULL, c->buf[0], sizeof(c->buf[0]), c->mr) ||
 	    rdma_post_recv(id, NULL, c->buf[1], sizeof(c->buf[1]), c->mr) ||
-	    rdma_connect(id, &cp)) {
+	    rdma_connect(id, &conn_param)) {
 		if (c->mr)
 			rdma_dereg_mr(c->mr);
 		c->mr = NULL;
@@ -116,7 +129,7 @@ static int idle(int argc, char **argv)
 
 #define RW_RECVS     4
 #define RW_SENDS     16
-#define RW_INFLIGHT  2 /* one rewrite at a time: each pattern rests as long */
+#define RW_INFLIGHT  2	/* one rewrite at a time: each pattern rests as long */
 #define RW_REWRITE   64 /* one packet: lands whole */
 #define RW_ATTACK_MS 300
 
@@ -291,20 +304,6 @@ static int rw_run(struct rw *c, const char *name, const char *file)
 static int rewrite(int argc, char **argv)
 {
 	struct rdma_addrinfo hints = {.ai_port_space = RDMA_PS_TCP}, *ai;
-	struct ibv_qp_init_attr qa = {
-		.cap = {.max_send_wr = 4,
-			.max_recv_wr = RW_RECVS,
-			.max_send_sge = 1,
-			.max_recv_sge = 1},
-		.qp_type = IBV_QPT_RC,
-		.sq_sig_all = 1,
-	};
-	struct rdma_conn_param cp = {
-		.responder_resources = 1,
-		.initiator_depth = 1,
-		.retry_count = 7,
-		.rnr_retry_count = 7,
-	};
 	struct rw *c;
 	int rc = 1;
 
@@ -317,7 +316,7 @@ static int rewrite(int argc, char **argv)
 		return 1;
 	}
 	c = calloc(1, sizeof(*c));
-	if (!c || rdma_create_ep(&c->id, ai, NULL, &qa))
+	if (!c || !(c->id = create_ep(ai, RW_SENDS, RW_RECVS)))
 		goto out;
 	c->ctl_mr = rdma_reg_msgs(c->id, c->ctl, sizeof(c->ctl));
 	if (!c->ctl_mr)
@@ -325,7 +324,7 @@ static int rewrite(int argc, char **argv)
 	for (int i = 0; i < RW_RECVS; i++)
 		if (rdma_post_recv(c->id, c->ctl[i], c->ctl[i], CP_MSG_MAX, c->ctl_mr))
 			goto out_mr;
-	if (rdma_connect(c->id, &cp)) {
+	if (rdma_connect(c->id, &conn_param)) {
 		fprintf(stderr, "cp-hostile: connect: %s\n", strerror(errno));
 		goto out_mr;
 	}
