@@ -777,7 +777,9 @@ int rr_mr_dereg(struct ibv_mr *mr);
 int rr_ep_alloc_mw(rr_ep *ep, struct ibv_mw **out);
 
 /**
- * rr_mw_dealloc() - free a memory window (bound or not).
+ * rr_mw_dealloc() - free a memory window (bound or not). Free a window
+ * bound through an endpoint before destroying that endpoint: Soft-RoCE in
+ * Linux 6.1 hangs freeing a type 2 window whose QP is already gone.
  * @mw: the window, or NULL.
  *
  * Return: 0, or the errno of ibv_dealloc_mw().
