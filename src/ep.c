@@ -552,7 +552,7 @@ int rr_mr_dereg(struct ibv_mr *mr)
 	return rc ? -rc : 0;
 }
 
-static int check_buf(struct ibv_mr *mr, const void *buf, uint32_t len)
+static int check_buf(struct ibv_mr *mr, const void *buf, size_t len)
 {
 	uintptr_t p = (uintptr_t)buf, start, end;
 
@@ -691,12 +691,13 @@ int rr_ep_post_bind_mw(rr_ep *ep, struct ibv_mw *mw, uint32_t rkey, struct ibv_m
 	struct ibv_send_wr wr = {.opcode = IBV_WR_BIND_MW};
 	int rc;
 
-	if (!ep || !mw || !mr || !cb || !len || (uintptr_t)addr < (uintptr_t)mr->addr ||
-	    len > mr->length || (uintptr_t)addr - (uintptr_t)mr->addr > mr->length - len ||
+	if (!ep || !mw || !cb || !len ||
 	    (access &
 	     ~(IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)))
 		return -EINVAL;
-	rc = can_post_send(ep);
+	rc = check_buf(mr, addr, len);
+	if (!rc)
+		rc = can_post_send(ep);
 	if (rc)
 		return rc;
 	wr.bind_mw.mw = mw;
