@@ -34,7 +34,8 @@
 #define FLUSH_MS      3000
 #define CLOSE_MS      5000
 
-enum rx_state { RX_HELLO, RX_IDLE, RX_FILE, RX_SYNC, RX_CLOSING };
+/* RX_BIND: admitted, the window's memory window is being bound. */
+enum rx_state { RX_HELLO, RX_BIND, RX_IDLE, RX_FILE, RX_SYNC, RX_CLOSING };
 
 struct rx_slot {
 	bool arrived; /* admitted, not yet copied out */
@@ -75,6 +76,8 @@ struct rx {
 	uint8_t *win;
 	size_t win_len;
 	struct ibv_mr *win_mr;
+	struct ibv_mw *win_mw; /* the window's only remote access; NULL: the MR's */
+	uint32_t win_rkey;
 	struct rx_slot *slots;
 	struct cp_rx_window w;
 	uint32_t released; /* every seq below was copied out of the window */
@@ -245,9 +248,17 @@ static void send_done(rr_ep *ep, const struct rr_completion *c, void *data)
 	if (type == CP_GRANT)
 		r->grants_out--;
 	if (c->status) {
-		if (c->status != -ECANCELED)
-			rx_fail(r, 0, CP_EXIT_NET, "%s SEND failed: %s", cp_type_name(type),
-				strerror(-c->status));
+		/* Mid-file this is a lost sender as much as a disconnect is
+		 * (whichever the killed peer's QP shows first): say both. */
+		if (c->status != -ECANCELED && (r->state == RX_FILE || r->state == RX_SYNC))
+			rx_fail(r, 0, CP_EXIT_NET,
+				"connection lost during %s after %llu bytes (%s SEND: %s); "
+				"nothing stored",
+				r->name, (unsigned long long)r->w.got, cp_type_name(type),
+				ibv_wc_status_str(c->wc_status));
+		else if (c->status != -ECANCELED)
+			rx_fail(r, 0, CP_EXIT_NET, "%s SEND failed: %s (%s)", cp_type_name(type),
+				strerror(-c->status), ibv_wc_status_str(c->wc_status));
 		if (r->state == RX_CLOSING)
 			disconnect(r);
 		return;
@@ -456,6 +467,33 @@ static bool token_ok(const struct rx *r, const struct cp_msg *m)
 	return !diff && m->hello.token_len == o->token_len;
 }
 
+static void send_welcome(struct rx *r)
+{
+	struct cp_msg w = {.type = CP_WELCOME};
+
+	w.welcome.chunk = r->w.chunk;
+	w.welcome.window = r->w.window;
+	w.welcome.limit = r->w.window;
+	w.welcome.rkey = r->win_rkey;
+	w.welcome.addr = (uintptr_t)r->win;
+	r->state = RX_IDLE;
+	if (rx_send(r, &w))
+		rx_fail(r, 0, CP_EXIT_NET, "cannot send WELCOME");
+}
+
+static void bind_done(rr_ep *ep, const struct rr_completion *c, void *data)
+{
+	struct rx *r = rr_ep_data(ep);
+
+	if (r->state != RX_BIND)
+		return; /* closing: flushed or too late */
+	if (c->status) {
+		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "binding the window: %s", strerror(-c->status));
+		return;
+	}
+	send_welcome(r);
+}
+
 /*
  * The token first: a stranger learns nothing, not even "busy", and never
  * counts toward --max-conns or --count. Only then is it admitted.
@@ -464,7 +502,6 @@ static void on_hello(struct rx *r, const struct cp_msg *m)
 {
 	struct serve *s = r->s;
 	const struct cp_opts *o = s->o;
-	struct cp_msg w = {.type = CP_WELCOME};
 	int rc;
 
 	if (!token_ok(r, m)) {
@@ -506,21 +543,45 @@ static void on_hello(struct rx *r, const struct cp_msg *m)
 		r->stages[i].op.done = write_done;
 		r->stages[i].buf = r->stage_mem + (size_t)i * r->w.chunk;
 	}
-	/* The only memory the peer may ever write. */
-	rc = rr_ep_reg_mr(r->ep, r->win, r->win_len, IBV_ACCESS_REMOTE_WRITE, &r->win_mr);
+	/*
+	 * The only memory the peer may ever write, and only this peer: the
+	 * region itself grants no remote access (its key would open it to
+	 * every QP of the device's PD, every other connection included); a
+	 * type 2 memory window bound on this connection's QP does. WELCOME
+	 * goes once the bind completed. A device without memory windows
+	 * falls back to the region's own key.
+	 */
+	rc = rr_ep_alloc_mw(r->ep, &r->win_mw);
+	if (rc == -EOPNOTSUPP || rc == -ENOSYS) {
+		if (!s->mw_warned)
+			cp_log("serve: no memory windows on this device: each window is "
+			       "reachable by every connection that learns its key");
+		s->mw_warned = true;
+		r->win_mw = NULL;
+	} else if (rc) {
+		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "allocating a memory window: %s", strerror(-rc));
+		return;
+	}
+	rc = rr_ep_reg_mr(r->ep, r->win, r->win_len,
+			  r->win_mw ? IBV_ACCESS_MW_BIND : IBV_ACCESS_REMOTE_WRITE, &r->win_mr);
 	if (rc) {
 		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "registering the window: %s", strerror(-rc));
 		return;
 	}
 	r->w.limit = r->limit_sent = r->w.window;
-	w.welcome.chunk = r->w.chunk;
-	w.welcome.window = r->w.window;
-	w.welcome.limit = r->w.window;
-	w.welcome.rkey = r->win_mr->rkey;
-	w.welcome.addr = (uintptr_t)r->win;
-	r->state = RX_IDLE;
-	if (rx_send(r, &w))
-		rx_fail(r, 0, CP_EXIT_NET, "cannot send WELCOME");
+	if (!r->win_mw) {
+		r->win_rkey = r->win_mr->rkey;
+		send_welcome(r);
+		return;
+	}
+	r->win_rkey = ibv_inc_rkey(r->win_mw->rkey);
+	rc = rr_ep_post_bind_mw(r->ep, r->win_mw, r->win_rkey, r->win_mr, r->win, r->win_len,
+				IBV_ACCESS_REMOTE_WRITE, bind_done, NULL);
+	if (rc) {
+		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "binding the window: %s", strerror(-rc));
+		return;
+	}
+	r->state = RX_BIND;
 }
 
 static void on_start(struct rx *r, const struct cp_msg *m)
@@ -720,6 +781,7 @@ static void rx_free(struct rx *r)
 	leave_unauth(r);
 	if (r->file_active)
 		cp_store_abort(&r->st);
+	rr_mw_dealloc(r->win_mw); /* before its region: a bound window holds it */
 	rr_mr_dereg(r->win_mr);
 	rr_mr_dereg(r->ctl_mr);
 	XXH3_freeState(r->hash);
@@ -778,6 +840,10 @@ enum rx_poll_res rx_poll(struct rx *r, int *result)
 		return RX_ALIVE;
 	if (r->io_inflight)
 		return RX_ALIVE;
+	/* The window before its QP: rxe in 6.1 hangs freeing a type 2
+	 * window still bound to a QP already destroyed. */
+	rr_mw_dealloc(r->win_mw);
+	r->win_mw = NULL;
 	rr_ep_destroy(r->ep);
 	*result = r->result;
 	authed = r->authed;

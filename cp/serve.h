@@ -22,6 +22,7 @@ struct serve {
 	unsigned int unauth;   /* not yet admitted, not closing: --max-pending */
 	unsigned int ended, failures, refused; /* of admitted; refused: all others */
 	bool closing;
+	bool mw_warned; /* said once: the device has no memory windows */
 	int result; /* first failure's exit code */
 	uint64_t files, bytes, chunks, last_checksum;
 	uint64_t start_ns, first_ns;

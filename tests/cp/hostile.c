@@ -16,6 +16,13 @@
  *	checksum of what it first wrote. Those bytes go to FILE. Prints
  *	"rewritten N", then "stored" (FILE_DONE) or "refused CODE TEXT".
  *
+ *   cp-hostile steal ADDR PORT NAME FILE
+ *	A victim that says HELLO, and a second connection that never does and
+ *	RDMA WRITEs into the victim's window with the address and key of its
+ *	WELCOME. Prints "attack: STATUS" (the attacker's work completion),
+ *	then the victim sends a 4 KiB file NAME (its bytes also go to FILE)
+ *	and prints "stored" on FILE_DONE.
+ *
  * Exit 0 when the peer did its part, 1 on a network failure, 2 on usage.
  */
 #include <endian.h>
@@ -249,21 +256,24 @@ static int rw_attack(struct rw *c, uint32_t len, const struct cp_msg *w)
 	return 0;
 }
 
-static int rw_run(struct rw *c, const char *name, const char *file)
+/* HELLO, then the WELCOME in @w: 0, 1 refused (printed), -1 failed. */
+static int rw_hello(struct rw *c, uint32_t chunk, struct cp_msg *w)
 {
-	struct cp_msg m = {.type = CP_HELLO}, w;
-	uint32_t len;
-	FILE *f;
-	int rc;
+	struct cp_msg m = {.type = CP_HELLO};
 
-	m.hello.chunk = CP_CHUNK_MAX;
+	m.hello.chunk = chunk;
 	m.hello.window = 1;
 	if (rw_send(c, &m))
 		return -1;
-	rc = rw_expect(c, &w, CP_WELCOME);
-	if (rc) /* refused: printed, the peer did its part */
-		return rc > 0 ? 0 : -1;
-	len = w.welcome.chunk;
+	return rw_expect(c, w, CP_WELCOME);
+}
+
+/* @len bytes of a pattern (then RW_REWRITE others) to send; the pattern
+ * also goes to @file. */
+static int rw_data(struct rw *c, uint32_t len, const char *file)
+{
+	FILE *f;
+
 	c->data = malloc((size_t)len + RW_REWRITE);
 	if (!c->data)
 		return -1;
@@ -271,13 +281,23 @@ static int rw_run(struct rw *c, const char *name, const char *file)
 		c->data[i] = (uint8_t)(i * 131u + (i >> 12));
 	memset(c->data + len, 0x5a, RW_REWRITE);
 	c->data_mr = ibv_reg_mr(c->id->pd, c->data, (size_t)len + RW_REWRITE, 0);
-	f = fopen(file, "wb");
-	if (!c->data_mr || !f || fwrite(c->data, 1, len, f) != len || fclose(f)) {
-		fprintf(stderr, "cp-hostile: setting up the chunk failed\n");
+	f = file ? fopen(file, "wb") : NULL;
+	if (!c->data_mr || (file && (!f || fwrite(c->data, 1, len, f) != len || fclose(f)))) {
+		fprintf(stderr, "cp-hostile: setting up the data failed\n");
 		return -1;
 	}
+	return 0;
+}
 
-	m = (struct cp_msg){.type = CP_FILE_START};
+/* One file of @len bytes in one chunk, rewritten while stored if
+ * @attack; prints "stored" on FILE_DONE. 0 when it did its part. */
+static int rw_file(struct rw *c, const char *name, uint32_t len, const struct cp_msg *w,
+		   bool attack)
+{
+	struct cp_msg m = {.type = CP_FILE_START};
+	struct ibv_wc wc;
+	int rc;
+
 	m.start.size = len;
 	m.start.name_len = (uint16_t)strlen(name);
 	if (m.start.name_len > CP_NAME_MAX)
@@ -288,7 +308,9 @@ static int rw_run(struct rw *c, const char *name, const char *file)
 	rc = rw_expect(c, &m, CP_FILE_READY);
 	if (rc)
 		return rc > 0 ? 0 : -1;
-	if (rw_attack(c, len, &w))
+	if (attack ? rw_attack(c, len, w)
+		   : rw_write(c, c->data, len, w, true) || rdma_get_send_comp(c->id, &wc) != 1 ||
+			     wc.status)
 		return -1;
 	m = (struct cp_msg){.type = CP_FILE_END};
 	m.end.bytes = len;
@@ -301,47 +323,111 @@ static int rw_run(struct rw *c, const char *name, const char *file)
 	return rc < 0 ? -1 : 0;
 }
 
-static int rewrite(int argc, char **argv)
+/* Connected, receives posted; NULL (said why) on failure. */
+static struct rw *rw_open(struct rdma_addrinfo *ai)
+{
+	struct rw *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	c->id = create_ep(ai, RW_SENDS, RW_RECVS);
+	if (c->id)
+		c->ctl_mr = rdma_reg_msgs(c->id, c->ctl, sizeof(c->ctl));
+	for (int i = 0; c->ctl_mr && i < RW_RECVS; i++)
+		if (rdma_post_recv(c->id, c->ctl[i], c->ctl[i], CP_MSG_MAX, c->ctl_mr))
+			goto err;
+	if (c->ctl_mr && !rdma_connect(c->id, &conn_param))
+		return c;
+err:
+	fprintf(stderr, "cp-hostile: connect: %s\n", strerror(errno));
+	if (c->ctl_mr)
+		rdma_dereg_mr(c->ctl_mr);
+	if (c->id)
+		rdma_destroy_ep(c->id);
+	free(c);
+	return NULL;
+}
+
+static void rw_close(struct rw *c)
+{
+	if (!c)
+		return;
+	rdma_disconnect(c->id);
+	if (c->data_mr)
+		ibv_dereg_mr(c->data_mr);
+	rdma_dereg_mr(c->ctl_mr);
+	rdma_destroy_ep(c->id);
+	free(c->data);
+	free(c);
+}
+
+static struct rdma_addrinfo *resolve(const char *addr, const char *port)
 {
 	struct rdma_addrinfo hints = {.ai_port_space = RDMA_PS_TCP}, *ai;
+
+	if (rdma_getaddrinfo(addr, port, &hints, &ai)) {
+		fprintf(stderr, "cp-hostile: %s:%s: %s\n", addr, port, strerror(errno));
+		return NULL;
+	}
+	return ai;
+}
+
+static int rewrite(int argc, char **argv)
+{
+	struct rdma_addrinfo *ai;
+	struct cp_msg w;
 	struct rw *c;
-	int rc = 1;
+	int rc;
 
 	if (argc != 6) {
 		fprintf(stderr, "usage: cp-hostile rewrite ADDR PORT NAME FILE\n");
 		return 2;
 	}
-	if (rdma_getaddrinfo(argv[2], argv[3], &hints, &ai)) {
-		fprintf(stderr, "cp-hostile: %s:%s: %s\n", argv[2], argv[3], strerror(errno));
-		return 1;
+	ai = resolve(argv[2], argv[3]);
+	c = ai ? rw_open(ai) : NULL;
+	rc = c ? rw_hello(c, CP_CHUNK_MAX, &w) : -1;
+	if (!rc && (rw_data(c, w.welcome.chunk, argv[5]) ||
+		    rw_file(c, argv[4], w.welcome.chunk, &w, true)))
+		rc = -1;
+	rw_close(c);
+	if (ai)
+		rdma_freeaddrinfo(ai);
+	return rc < 0 ? 1 : 0; /* refused (1): printed, it did its part */
+}
+
+/*
+ * A victim sender and a second connection, established but never
+ * authenticated, that writes into the victim's window with its real
+ * address and key; then the victim sends its file.
+ */
+static int steal(int argc, char **argv)
+{
+	struct rdma_addrinfo *ai;
+	struct rw *v = NULL, *x = NULL;
+	struct ibv_wc wc;
+	struct cp_msg w;
+	int rc = -1;
+
+	if (argc != 6) {
+		fprintf(stderr, "usage: cp-hostile steal ADDR PORT NAME FILE\n");
+		return 2;
 	}
-	c = calloc(1, sizeof(*c));
-	if (!c || !(c->id = create_ep(ai, RW_SENDS, RW_RECVS)))
-		goto out;
-	c->ctl_mr = rdma_reg_msgs(c->id, c->ctl, sizeof(c->ctl));
-	if (!c->ctl_mr)
-		goto out_ep;
-	for (int i = 0; i < RW_RECVS; i++)
-		if (rdma_post_recv(c->id, c->ctl[i], c->ctl[i], CP_MSG_MAX, c->ctl_mr))
-			goto out_mr;
-	if (rdma_connect(c->id, &conn_param)) {
-		fprintf(stderr, "cp-hostile: connect: %s\n", strerror(errno));
-		goto out_mr;
+	ai = resolve(argv[2], argv[3]);
+	if (ai)
+		v = rw_open(ai);
+	if (v)
+		x = rw_open(ai);
+	if (x && !rw_hello(v, 4096, &w) && !rw_data(x, 64, NULL) &&
+	    !rw_write(x, x->data, 64, &w, false) && rdma_get_send_comp(x->id, &wc) == 1) {
+		printf("attack: %s\n", ibv_wc_status_str(wc.status));
+		fflush(stdout);
+		rc = rw_data(v, 4096, argv[5]) || rw_file(v, argv[4], 4096, &w, false) ? -1 : 0;
 	}
-	rc = rw_run(c, argv[4], argv[5]) ? 1 : 0;
-	rdma_disconnect(c->id);
-	if (c->data_mr)
-		ibv_dereg_mr(c->data_mr);
-out_mr:
-	rdma_dereg_mr(c->ctl_mr);
-out_ep:
-	rdma_destroy_ep(c->id);
-out:
-	if (c)
-		free(c->data);
-	free(c);
-	rdma_freeaddrinfo(ai);
-	return rc;
+	rw_close(x);
+	rw_close(v);
+	if (ai)
+		rdma_freeaddrinfo(ai);
+	return rc ? 1 : 0;
 }
 
 int main(int argc, char **argv)
@@ -350,7 +436,10 @@ int main(int argc, char **argv)
 		return idle(argc, argv);
 	if (argc > 1 && !strcmp(argv[1], "rewrite"))
 		return rewrite(argc, argv);
+	if (argc > 1 && !strcmp(argv[1], "steal"))
+		return steal(argc, argv);
 	fprintf(stderr, "usage: cp-hostile idle ADDR PORT N SECS\n"
-			"       cp-hostile rewrite ADDR PORT NAME FILE\n");
+			"       cp-hostile rewrite ADDR PORT NAME FILE\n"
+			"       cp-hostile steal ADDR PORT NAME FILE\n");
 	return 2;
 }

@@ -4,11 +4,12 @@
 # bytes, and more TCP clients than the proxy takes. None of them may lock
 # out, end or slow down the legitimate transfer beyond the HELLO deadline.
 # And a sender that rewrites its chunk in the window after sending it: what
-# is stored must be what was checked, or nothing.
+# is stored must be what was checked, or nothing; a connection that writes
+# into another's window is refused by the device.
 #   hostile.sh PATH/TO/ringrdma-cp PATH/TO/cp-hostile
 CP=${1:?usage: hostile.sh PATH/TO/ringrdma-cp PATH/TO/cp-hostile}
 HOSTILE=${2:?usage: hostile.sh PATH/TO/ringrdma-cp PATH/TO/cp-hostile}
-. "$(dirname "$0")/lib.sh" 11
+. "$(dirname "$0")/lib.sh" 12
 PORT=7530 HELLO=3
 
 mkdir -p "$T/src"
@@ -164,6 +165,23 @@ done
 kill "$SERVE_PID" 2>/dev/null
 result $ok "a sender rewriting its chunk in the window: stored as checked or refused, 30 tries ($outcomes: s stored, r refused, X different)"
 [ $ok = 1 ] || show "$T/rw.err"
+
+echo "# $SECONDS s"
+# --- a connection that never says HELLO writes into another connection's
+# window with its real address and key (as a leaked WELCOME gives them):
+# the device refuses it (a memory window serves only its own QP), and the
+# victim's transfer completes intact. Before windows, the write landed.
+mkdir -p "$T/steal"
+start_serve steal $((PORT + 6)) --dir "$T/steal" --count 1
+timeout 60 "$HOSTILE" steal "$ADDR" $((PORT + 6)) stolen "$T/steal.exp" \
+	>"$T/steal.h.out" 2>"$T/steal.h.err"
+hrc=$?
+wait_pid "$SERVE_PID" 30
+ok=0
+[ "$hrc" = 0 ] && grep -q '^attack: remote access error' "$T/steal.h.out" &&
+	grep -q '^stored' "$T/steal.h.out" && cmp -s "$T/steal.exp" "$T/steal/stolen" && ok=1
+result $ok "a stranger's RDMA WRITE into another connection's window is refused, that transfer intact ($(head -n 1 "$T/steal.h.out"))"
+[ $ok = 1 ] || show "$T/steal.h.out" "$T/steal.h.err" "$T/steal.err"
 
 echo "# $SECONDS s"
 # --- proxy: a TCP client beyond --max-clients; chunks go out full
