@@ -791,9 +791,11 @@ int rr_mw_dealloc(struct ibv_mw *mw);
  * the peer of @ep only, under the new key @rkey.
  * @ep:     an established endpoint: the only QP the window will serve.
  * @mw:     a window from rr_ep_alloc_mw() on the same device.
- * @rkey:   the key the peer must use: ibv_inc_rkey() of the window's
- *          previous key (mw->rkey the first time; the library does not
- *          track it), so a key given out before is dead once rebound.
+ * @rkey:   the key the peer must use: ibv_inc_rkey(mw->rkey) (the index
+ *          part must be the window's, else -EINVAL). Once the bind
+ *          succeeded the library stores it in mw->rkey, where the
+ *          provider finds the window's current key when it is bound again
+ *          after an invalidate; every key given out before is then dead.
  * @mr:     a region registered with IBV_ACCESS_MW_BIND.
  * @addr:   start of the window, inside @mr.
  * @len:    its length.

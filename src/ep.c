@@ -96,6 +96,10 @@ static void complete(rr_ep *ep, struct rr__req *req, const struct ibv_wc *wc)
 		c.wc_status = IBV_WC_WR_FLUSH_ERR;
 		c.status = -ECANCELED;
 	}
+	/* The provider names a type 2 window by the key it holds now: the
+	 * next bind must present the key this one gave it. */
+	if (req->mw && !c.status)
+		req->mw->rkey = req->mw_rkey;
 	rr__list_del(&req->link);
 	if (req->is_recv)
 		ep->nrecv--;
@@ -595,6 +599,7 @@ static struct rr__req *take_req(rr_ep *ep, rr_req_cb cb, void *data, bool is_rec
 	req->cb = cb;
 	req->data = data;
 	req->is_recv = is_recv;
+	req->mw = NULL;
 	return req;
 }
 
@@ -615,6 +620,10 @@ static int post_send_req(rr_ep *ep, struct ibv_send_wr *wr, enum ibv_wc_opcode w
 	struct ibv_send_wr *bad;
 
 	req->opcode = wc_op;
+	if (wr->opcode == IBV_WR_BIND_MW) {
+		req->mw = wr->bind_mw.mw;
+		req->mw_rkey = wr->bind_mw.rkey;
+	}
 	/* A completion every signal_every sends; always for the last free
 	 * slot of the SQ (unsignalled sends hold theirs until a signalled
 	 * one completes) and for READs (their byte_len is real). */
@@ -694,6 +703,9 @@ int rr_ep_post_bind_mw(rr_ep *ep, struct ibv_mw *mw, uint32_t rkey, struct ibv_m
 	if (!ep || !mw || !cb || !len ||
 	    (access &
 	     ~(IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)))
+		return -EINVAL;
+	/* The key's index part names the window; only its low byte may change. */
+	if ((rkey ^ mw->rkey) & ~0xffu)
 		return -EINVAL;
 	rc = check_buf(mr, addr, len);
 	if (!rc)

@@ -41,6 +41,8 @@ struct rr__req {
 	bool is_recv;
 	bool signalled;		   /* asked for a work completion */
 	enum ibv_wc_opcode opcode; /* sends: what its completion reports */
+	struct ibv_mw *mw;	   /* a bind: its window takes @mw_rkey once done */
+	uint32_t mw_rkey;
 };
 
 struct rr_ep {

@@ -154,8 +154,7 @@ Test(mw, serves_its_own_peer_only_until_invalidated, .init = setup, .fini = tear
 
 /*
  * One window per grant: invalidated, and the next grant on a fresh window;
- * the old key is dead. (Binding the same type 2 window again after a local
- * invalidate fails on rxe in Linux 6.1 with a memory management error.)
+ * the old key is dead.
  */
 Test(mw, a_fresh_window_per_grant_retires_the_old_key, .init = setup, .fini = teardown)
 {
@@ -186,20 +185,59 @@ Test(mw, a_fresh_window_per_grant_retires_the_old_key, .init = setup, .fini = te
 	cr_expect_eq(rr_mw_dealloc(mw2), 0);
 }
 
+/*
+ * One window, bound again after each invalidate under the next key. Before
+ * the library kept mw->rkey current, the provider presented the window's
+ * first key on the second bind and rxe failed it (memory management
+ * operation error).
+ */
+Test(mw, the_same_window_bound_again_after_invalidate, .init = setup, .fini = teardown)
+{
+	struct op o[3] = {{0}};
+	struct ibv_mw *mw;
+	uint32_t k1, k2;
+
+	cr_assert_eq(rr_ep_alloc_mw(p.srv.ep, &mw), 0);
+	k1 = ibv_inc_rkey(mw->rkey);
+	cr_assert_eq(rr_ep_post_bind_mw(p.srv.ep, mw, k1, win_mr, win, 64, IBV_ACCESS_REMOTE_WRITE,
+					on_op, &o[0]),
+		     0);
+	cr_assert_eq(wait_op(&o[0]), 0);
+	cr_expect_eq(write_from(p.cli.ep, 0, "first", k1), 0);
+	cr_assert_eq(rr_ep_post_local_inv(p.srv.ep, k1, on_op, &o[1]), 0);
+	cr_assert_eq(wait_op(&o[1]), 0);
+	k2 = ibv_inc_rkey(k1);
+	cr_assert_eq(rr_ep_post_bind_mw(p.srv.ep, mw, k2, win_mr, win, 64, IBV_ACCESS_REMOTE_WRITE,
+					on_op, &o[2]),
+		     0);
+	cr_assert_eq(wait_op(&o[2]), 0, "second bind: %s", ibv_wc_status_str(o[2].wc_status));
+	cr_expect_eq(write_from(p.cli.ep, 0, "second", k2), 0);
+	cr_expect_str_eq(win, "second");
+	cr_expect_eq(write_from(p.cli.ep, 0, "stale", k1), -EACCES);
+	cr_expect_str_eq(win, "second");
+	cr_expect_eq(mw->rkey, k2);
+	cr_expect_eq(rr_mw_dealloc(mw), 0);
+}
+
 Test(mw, bad_arguments_are_refused_without_a_callback, .init = setup, .fini = teardown)
 {
 	struct op o = {0};
 	struct ibv_mw *mw;
+	uint32_t k;
 
 	cr_assert_eq(rr_ep_alloc_mw(p.srv.ep, &mw), 0);
-	/* Beyond the region, no length, local access flags. */
-	cr_expect_eq(rr_ep_post_bind_mw(p.srv.ep, mw, 1, win_mr, win + 1, sizeof(win),
+	/* Beyond the region, no length, local access flags, another index. */
+	k = ibv_inc_rkey(mw->rkey);
+	cr_expect_eq(rr_ep_post_bind_mw(p.srv.ep, mw, k ^ 0x100, win_mr, win, 64,
 					IBV_ACCESS_REMOTE_WRITE, on_op, &o),
 		     -EINVAL);
-	cr_expect_eq(rr_ep_post_bind_mw(p.srv.ep, mw, 1, win_mr, win, 0, IBV_ACCESS_REMOTE_WRITE,
+	cr_expect_eq(rr_ep_post_bind_mw(p.srv.ep, mw, k, win_mr, win + 1, sizeof(win),
+					IBV_ACCESS_REMOTE_WRITE, on_op, &o),
+		     -EINVAL);
+	cr_expect_eq(rr_ep_post_bind_mw(p.srv.ep, mw, k, win_mr, win, 0, IBV_ACCESS_REMOTE_WRITE,
 					on_op, &o),
 		     -EINVAL);
-	cr_expect_eq(rr_ep_post_bind_mw(p.srv.ep, mw, 1, win_mr, win, 64, IBV_ACCESS_LOCAL_WRITE,
+	cr_expect_eq(rr_ep_post_bind_mw(p.srv.ep, mw, k, win_mr, win, 64, IBV_ACCESS_LOCAL_WRITE,
 					on_op, &o),
 		     -EINVAL);
 	cr_expect_eq(rr_ep_post_local_inv(p.srv.ep, 1, NULL, NULL), -EINVAL);
