@@ -58,8 +58,9 @@ static int bad(char *why, size_t why_len, const char *fmt, ...)
 const char *cp_type_name(unsigned int type)
 {
 	static const char *const names[] = {
-		[CP_HELLO] = "HELLO",	      [CP_WELCOME] = "WELCOME",	  [CP_FILE_START] = "FILE_START",
-		[CP_FILE_READY] = "FILE_READY", [CP_GRANT] = "GRANT",	  [CP_FILE_END] = "FILE_END",
+		[CP_HELLO] = "HELLO",		[CP_WELCOME] = "WELCOME",
+		[CP_FILE_START] = "FILE_START", [CP_FILE_READY] = "FILE_READY",
+		[CP_GRANT] = "GRANT",		[CP_FILE_END] = "FILE_END",
 		[CP_FILE_DONE] = "FILE_DONE",	[CP_ERROR] = "ERROR",
 	};
 
@@ -144,14 +145,12 @@ size_t cp_encode(const struct cp_msg *m, uint8_t *buf, size_t cap)
 		memcpy(p + 10, m->hello.token, m->hello.token_len);
 		break;
 	case CP_WELCOME:
-		len = 24;
+		len = 16;
 		if (CP_HDR_LEN + len > cap)
 			return 0;
 		put32(p, m->welcome.chunk);
 		put32(p + 4, m->welcome.window);
-		put32(p + 8, m->welcome.rkey);
-		put32(p + 12, m->welcome.limit);
-		put64(p + 16, m->welcome.addr);
+		put64(p + 8, m->welcome.addr);
 		break;
 	case CP_FILE_START:
 		if (m->start.name_len > CP_NAME_MAX)
@@ -170,10 +169,15 @@ size_t cp_encode(const struct cp_msg *m, uint8_t *buf, size_t cap)
 			return 0;
 		break;
 	case CP_GRANT:
-		len = 4;
+		if (!m->grant.nkeys || m->grant.nkeys > CP_GRANT_KEYS_MAX)
+			return 0;
+		len = 6 + 4u * m->grant.nkeys;
 		if (CP_HDR_LEN + len > cap)
 			return 0;
 		put32(p, m->grant.limit);
+		put16(p + 4, m->grant.nkeys);
+		for (unsigned int i = 0; i < m->grant.nkeys; i++)
+			put32(p + 6 + 4 * i, m->grant.keys[i]);
 		break;
 	case CP_FILE_END:
 	case CP_FILE_DONE:
@@ -227,24 +231,22 @@ int cp_decode(const uint8_t *buf, size_t len, struct cp_msg *m, char *why, size_
 		m->hello.window = get32(p + 4);
 		m->hello.token_len = get16(p + 8);
 		if (m->hello.token_len > CP_TOKEN_MAX || plen != 10u + m->hello.token_len)
-			return bad(why, why_len, "HELLO with a token of %u bytes", m->hello.token_len);
+			return bad(why, why_len, "HELLO with a token of %u bytes",
+				   m->hello.token_len);
 		if (!geometry_ok(m->hello.chunk, m->hello.window))
-			return bad(why, why_len, "HELLO asks for chunk %u, window %u", m->hello.chunk,
-				   m->hello.window);
+			return bad(why, why_len, "HELLO asks for chunk %u, window %u",
+				   m->hello.chunk, m->hello.window);
 		memcpy(m->hello.token, p + 10, m->hello.token_len);
 		return 0;
 	case CP_WELCOME:
-		if (plen != 24)
+		if (plen != 16)
 			break;
 		m->welcome.chunk = get32(p);
 		m->welcome.window = get32(p + 4);
-		m->welcome.rkey = get32(p + 8);
-		m->welcome.limit = get32(p + 12);
-		m->welcome.addr = get64(p + 16);
-		if (!geometry_ok(m->welcome.chunk, m->welcome.window) ||
-		    m->welcome.limit > m->welcome.window)
-			return bad(why, why_len, "WELCOME with chunk %u, window %u, limit %u",
-				   m->welcome.chunk, m->welcome.window, m->welcome.limit);
+		m->welcome.addr = get64(p + 8);
+		if (!geometry_ok(m->welcome.chunk, m->welcome.window))
+			return bad(why, why_len, "WELCOME with chunk %u, window %u",
+				   m->welcome.chunk, m->welcome.window);
 		if (m->welcome.addr > UINT64_MAX - (uint64_t)m->welcome.chunk * m->welcome.window)
 			return bad(why, why_len, "WELCOME window wraps the address space");
 		return 0;
@@ -258,12 +260,14 @@ int cp_decode(const uint8_t *buf, size_t len, struct cp_msg *m, char *why, size_
 			return bad(why, why_len, "FILE_START with a name of %u bytes",
 				   m->start.name_len);
 		if (m->start.flags & ~CP_START_STREAM)
-			return bad(why, why_len, "FILE_START with unknown flags 0x%x", m->start.flags);
+			return bad(why, why_len, "FILE_START with unknown flags 0x%x",
+				   m->start.flags);
 		if ((m->start.flags & CP_START_STREAM) && m->start.size)
 			return bad(why, why_len, "FILE_START of a stream with a size");
 		memcpy(m->start.name, p + 14, m->start.name_len);
 		if (!cp_name_ok(m->start.name, m->start.name_len)) {
-			bad(why, why_len, "name refused: absolute, empty, \".\", \"..\" or control characters");
+			bad(why, why_len,
+			    "name refused: absolute, empty, \".\", \"..\" or control characters");
 			return -EACCES;
 		}
 		return 0;
@@ -272,9 +276,16 @@ int cp_decode(const uint8_t *buf, size_t len, struct cp_msg *m, char *why, size_
 			break;
 		return 0;
 	case CP_GRANT:
-		if (plen != 4)
+		if (plen < 6)
 			break;
 		m->grant.limit = get32(p);
+		m->grant.nkeys = get16(p + 4);
+		if (!m->grant.nkeys || m->grant.nkeys > CP_GRANT_KEYS_MAX ||
+		    plen != 6u + 4u * m->grant.nkeys)
+			return bad(why, why_len, "GRANT with %u keys in %zu bytes", m->grant.nkeys,
+				   plen);
+		for (unsigned int i = 0; i < m->grant.nkeys; i++)
+			m->grant.keys[i] = get32(p + 6 + 4 * i);
 		return 0;
 	case CP_FILE_END:
 	case CP_FILE_DONE:
@@ -316,14 +327,15 @@ int cp_rx_admit(struct cp_rx_window *w, uint32_t imm, uint32_t len, uint32_t *sl
 	if (w->limit - imm - 1 >= w->window)
 		return bad(why, why_len, "data chunk %u was not granted (limit %u)", imm, w->limit);
 	if (!len || len > w->chunk)
-		return bad(why, why_len, "data chunk %u of %u bytes (chunk %u)", imm, len, w->chunk);
+		return bad(why, why_len, "data chunk %u of %u bytes (chunk %u)", imm, len,
+			   w->chunk);
 	if (!w->stream) {
 		want = w->size - w->got;
 		if (want > w->chunk)
 			want = w->chunk;
 		if (len != want)
-			return bad(why, why_len, "data chunk %u of %u bytes, expected %llu", imm, len,
-				   (unsigned long long)want);
+			return bad(why, why_len, "data chunk %u of %u bytes, expected %llu", imm,
+				   len, (unsigned long long)want);
 	} else if (w->got > UINT64_MAX - len) {
 		return bad(why, why_len, "stream longer than 2^64 bytes");
 	}

@@ -18,23 +18,24 @@
 #include <stdint.h>
 
 #define CP_MAGIC     0x50435252u /* "RRCP" on the wire */
-#define CP_VERSION   1
+#define CP_VERSION   2
 #define CP_HDR_LEN   8
 #define CP_MSG_MAX   512 /* every receive buffer holds this much */
 #define CP_NAME_MAX  255
 #define CP_TOKEN_MAX 128
 #define CP_TEXT_MAX  200
 
-#define CP_CHUNK_MIN	4096u
-#define CP_CHUNK_MAX	(16u << 20)
-#define CP_WINDOW_MAX	256u
+#define CP_CHUNK_MIN	  4096u
+#define CP_CHUNK_MAX	  (16u << 20)
+#define CP_WINDOW_MAX	  256u
+#define CP_GRANT_KEYS_MAX 120u /* keys in one GRANT: it fits CP_MSG_MAX */
 
 enum cp_type {
 	CP_HELLO = 1,	   /* sender: proposal and token */
-	CP_WELCOME = 2,	   /* receiver: window address, key, geometry, first grant */
+	CP_WELCOME = 2,	   /* receiver: window address and geometry */
 	CP_FILE_START = 3, /* sender: name and size of the next file */
 	CP_FILE_READY = 4, /* receiver: the file is open, chunks may follow */
-	CP_GRANT = 5,	   /* receiver: chunks with seq below the limit may be written */
+	CP_GRANT = 5,	   /* receiver: seqs below the limit may be written, and their keys */
 	CP_FILE_END = 6,   /* sender: byte count and checksum of the file */
 	CP_FILE_DONE = 7,  /* receiver: verified, synced and under its final name */
 	CP_ERROR = 8,	   /* either side: why it gives up; it disconnects next */
@@ -65,17 +66,24 @@ struct cp_msg {
 			uint8_t token[CP_TOKEN_MAX];
 		} hello;
 		struct {
-			uint32_t chunk, window, rkey, limit;
+			uint32_t chunk, window;
 			uint64_t addr;
-		} welcome;
+		} welcome; /* grants nothing yet: GRANTs follow */
 		struct {
 			uint64_t size;
 			uint32_t flags;
 			uint16_t name_len;
 			char name[CP_NAME_MAX + 1]; /* NUL-terminated by the decoder */
 		} start;
+		/*
+		 * Seqs below @limit may be written; the @nkeys seqs just below it
+		 * (exactly those the previous limit did not grant) each with the
+		 * key in @keys, in seq order: a slot's key changes every grant.
+		 */
 		struct {
 			uint32_t limit;
+			uint16_t nkeys;
+			uint32_t keys[CP_GRANT_KEYS_MAX];
 		} grant;
 		struct {
 			uint64_t bytes, checksum;

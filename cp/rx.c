@@ -3,15 +3,20 @@
  * ringrdma-cp serve: one receiving connection.
  *
  * The receiver owns the pace: it exposes one window of `window` slots of
- * `chunk` bytes (registered for remote write, and only after the token was
- * checked) and grants the sender a limit: chunks with seq < limit may be
- * written, chunk seq into slot seq % window, with seq as the immediate.
+ * `chunk` bytes (only after the token was checked) and grants the sender a
+ * limit: chunks with seq < limit may be written, chunk seq into slot
+ * seq % window, with seq as the immediate. Each slot is reachable only
+ * through its own type 2 memory window, bound on this connection's QP for
+ * one grant (a new key each time, sent in the GRANT) and invalidated as
+ * soon as that grant's chunk arrived: a slot is writable by its own sender
+ * only between its grant and its chunk's arrival, and by nobody else ever.
  * Each chunk is admitted by cp_rx_admit(), then copied out of the window
  * into a private stage buffer, hashed there and written to the temp file
- * from there with io_uring: the window stays remotely writable, so only a
- * copy no peer can reach makes the bytes stored the bytes checked. A slot
- * is granted again once copied; a chunk waits in its slot while every
- * stage is still being written. Control messages are SEND/RECV with credit:
+ * from there with io_uring: a write already under way when the window was
+ * invalidated may still land, so only a copy no peer can reach makes the
+ * bytes stored the bytes checked. A slot is bound and granted again once
+ * copied and invalidated; a chunk waits in its slot while every stage is
+ * still being written. Control messages are SEND/RECV with credit:
  * the sender never has more than `window` chunks plus one control message
  * outstanding, and receives are reposted as each completes, so the receive
  * queue (window + RX_SPARE_RECVS) never runs dry (rxe can stall for good
@@ -34,11 +39,14 @@
 #define FLUSH_MS      3000
 #define CLOSE_MS      5000
 
-/* RX_BIND: admitted, the window's memory window is being bound. */
-enum rx_state { RX_HELLO, RX_BIND, RX_IDLE, RX_FILE, RX_SYNC, RX_CLOSING };
+enum rx_state { RX_HELLO, RX_IDLE, RX_FILE, RX_SYNC, RX_CLOSING };
 
 struct rx_slot {
-	bool arrived; /* admitted, not yet copied out */
+	struct rx *r;
+	struct ibv_mw *mw; /* the slot's only remote access; NULL: the region's */
+	bool arrived;	   /* admitted, not yet copied out */
+	bool binding;	   /* bound for the next grant, not yet done */
+	bool invalidating; /* its chunk arrived, the window is being shut */
 	uint32_t len;
 };
 
@@ -76,11 +84,11 @@ struct rx {
 	uint8_t *win;
 	size_t win_len;
 	struct ibv_mr *win_mr;
-	struct ibv_mw *win_mw; /* the window's only remote access; NULL: the MR's */
-	uint32_t win_rkey;
+	bool use_mw; /* every slot has a memory window */
 	struct rx_slot *slots;
 	struct cp_rx_window w;
 	uint32_t released; /* every seq below was copied out of the window */
+	uint32_t bound;	   /* every seq below has its slot bound (or binding) */
 	uint32_t limit_sent;
 
 	uint8_t *stage_mem;
@@ -219,14 +227,43 @@ static int err_result(unsigned int code)
 	}
 }
 
+/* The slots' memory windows, freed before their QP: rxe in 6.1 hangs
+ * freeing a type 2 window still bound to a QP already destroyed. */
+static void free_windows(struct rx *r)
+{
+	for (unsigned int i = 0; r->slots && i < r->w.window; i++) {
+		rr_mw_dealloc(r->slots[i].mw);
+		r->slots[i].mw = NULL;
+	}
+}
+
+static bool granting(const struct rx *r)
+{
+	return r->state == RX_IDLE || r->state == RX_FILE || r->state == RX_SYNC;
+}
+
+static uint32_t slot_key(const struct rx *r, const struct rx_slot *sl)
+{
+	return sl->mw ? sl->mw->rkey : r->win_mr->rkey;
+}
+
+/* Grant the seqs whose slots are bound, in order, each with its key. */
 static void send_grant(struct rx *r)
 {
 	struct cp_msg m = {.type = CP_GRANT};
-	uint32_t limit = r->released + r->w.window;
+	uint32_t limit = r->limit_sent;
 
-	if (r->state != RX_IDLE && r->state != RX_FILE && r->state != RX_SYNC)
+	if (!granting(r) || r->grants_out >= RX_GRANTS_OUT)
 		return;
-	if (limit == r->limit_sent || r->grants_out >= RX_GRANTS_OUT)
+	while (limit != r->bound && m.grant.nkeys < CP_GRANT_KEYS_MAX) {
+		const struct rx_slot *sl = &r->slots[limit % r->w.window];
+
+		if (sl->binding)
+			break;
+		m.grant.keys[m.grant.nkeys++] = slot_key(r, sl);
+		limit++;
+	}
+	if (!m.grant.nkeys)
 		return;
 	m.grant.limit = limit;
 	if (rx_send(r, &m)) {
@@ -236,6 +273,69 @@ static void send_grant(struct rx *r)
 	r->grants_out++;
 	r->limit_sent = limit;
 	r->w.limit = limit;
+}
+
+static void bind_done(rr_ep *ep, const struct rr_completion *c, void *data)
+{
+	struct rx_slot *sl = data;
+	struct rx *r = sl->r;
+
+	(void)ep;
+	sl->binding = false;
+	if (r->state == RX_CLOSING || c->status == -ECANCELED)
+		return;
+	if (c->status) {
+		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "binding a slot's window: %s (%s)",
+			strerror(-c->status), ibv_wc_status_str(c->wc_status));
+		return;
+	}
+	send_grant(r);
+}
+
+/*
+ * Bind the slots of the seqs the next grants will give, a fresh key each:
+ * a slot is ready once its last chunk was copied out and its window shut.
+ */
+static void bind_slots(struct rx *r)
+{
+	while (granting(r) && r->bound - r->released < r->w.window) {
+		struct rx_slot *sl = &r->slots[r->bound % r->w.window];
+		int rc;
+
+		if (sl->invalidating)
+			break;
+		if (sl->mw) {
+			rc = rr_ep_post_bind_mw(r->ep, sl->mw, ibv_inc_rkey(sl->mw->rkey),
+						r->win_mr,
+						r->win + (size_t)(sl - r->slots) * r->w.chunk,
+						r->w.chunk, IBV_ACCESS_REMOTE_WRITE, bind_done, sl);
+			if (rc) {
+				rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "binding a slot's window: %s",
+					strerror(-rc));
+				return;
+			}
+			sl->binding = true;
+		}
+		r->bound++;
+	}
+	send_grant(r);
+}
+
+static void inv_done(rr_ep *ep, const struct rr_completion *c, void *data)
+{
+	struct rx_slot *sl = data;
+	struct rx *r = sl->r;
+
+	(void)ep;
+	sl->invalidating = false;
+	if (r->state == RX_CLOSING || c->status == -ECANCELED)
+		return;
+	if (c->status) {
+		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "shutting a slot's window: %s (%s)",
+			strerror(-c->status), ibv_wc_status_str(c->wc_status));
+		return;
+	}
+	bind_slots(r);
 }
 
 static void send_done(rr_ep *ep, const struct rr_completion *c, void *data)
@@ -297,7 +397,7 @@ static void copy_hash(struct rx *r, uint8_t *dst, const uint8_t *src, uint32_t l
 
 /*
  * Arrived chunks leave the window in seq order, each into a free stage,
- * and their slots are granted again (the grant is a single limit).
+ * and their slots are bound and granted again.
  */
 static void stage_chunks(struct rx *r)
 {
@@ -327,7 +427,7 @@ static void stage_chunks(struct rx *r)
 			return;
 		}
 	}
-	send_grant(r);
+	bind_slots(r);
 }
 
 static void write_done(struct cp_op *op, int res)
@@ -388,6 +488,17 @@ static void on_chunk(struct rx *r, uint32_t imm, uint32_t len)
 	}
 	sl->arrived = true;
 	sl->len = len;
+	/* Its grant is used up: shut the slot before anything reads it. */
+	if (sl->mw) {
+		int rc = rr_ep_post_local_inv(r->ep, sl->mw->rkey, inv_done, sl);
+
+		if (rc) {
+			rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "shutting a slot's window: %s",
+				strerror(-rc));
+			return;
+		}
+		sl->invalidating = true;
+	}
 	stage_chunks(r);
 }
 
@@ -467,33 +578,6 @@ static bool token_ok(const struct rx *r, const struct cp_msg *m)
 	return !diff && m->hello.token_len == o->token_len;
 }
 
-static void send_welcome(struct rx *r)
-{
-	struct cp_msg w = {.type = CP_WELCOME};
-
-	w.welcome.chunk = r->w.chunk;
-	w.welcome.window = r->w.window;
-	w.welcome.limit = r->w.window;
-	w.welcome.rkey = r->win_rkey;
-	w.welcome.addr = (uintptr_t)r->win;
-	r->state = RX_IDLE;
-	if (rx_send(r, &w))
-		rx_fail(r, 0, CP_EXIT_NET, "cannot send WELCOME");
-}
-
-static void bind_done(rr_ep *ep, const struct rr_completion *c, void *data)
-{
-	struct rx *r = rr_ep_data(ep);
-
-	if (r->state != RX_BIND)
-		return; /* closing: flushed or too late */
-	if (c->status) {
-		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "binding the window: %s", strerror(-c->status));
-		return;
-	}
-	send_welcome(r);
-}
-
 /*
  * The token first: a stranger learns nothing, not even "busy", and never
  * counts toward --max-conns or --count. Only then is it admitted.
@@ -502,6 +586,7 @@ static void on_hello(struct rx *r, const struct cp_msg *m)
 {
 	struct serve *s = r->s;
 	const struct cp_opts *o = s->o;
+	struct cp_msg w = {.type = CP_WELCOME};
 	int rc;
 
 	if (!token_ok(r, m)) {
@@ -546,42 +631,45 @@ static void on_hello(struct rx *r, const struct cp_msg *m)
 	/*
 	 * The only memory the peer may ever write, and only this peer: the
 	 * region itself grants no remote access (its key would open it to
-	 * every QP of the device's PD, every other connection included); a
-	 * type 2 memory window bound on this connection's QP does. WELCOME
-	 * goes once the bind completed. A device without memory windows
-	 * falls back to the region's own key.
+	 * every QP of the device's PD, every other connection included); each
+	 * slot's type 2 memory window, bound on this connection's QP for one
+	 * grant at a time, does. A device without memory windows falls back
+	 * to the region's own key.
 	 */
-	rc = rr_ep_alloc_mw(r->ep, &r->win_mw);
-	if (rc == -EOPNOTSUPP || rc == -ENOSYS) {
-		if (!s->mw_warned)
-			cp_log("serve: no memory windows on this device: each window is "
-			       "reachable by every connection that learns its key");
-		s->mw_warned = true;
-		r->win_mw = NULL;
-	} else if (rc) {
-		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "allocating a memory window: %s", strerror(-rc));
-		return;
+	r->use_mw = true;
+	for (unsigned int i = 0; i < r->w.window && r->use_mw; i++) {
+		r->slots[i].r = r;
+		rc = rr_ep_alloc_mw(r->ep, &r->slots[i].mw);
+		if (rc == -EOPNOTSUPP || rc == -ENOSYS) {
+			if (!s->mw_warned)
+				cp_log("serve: no memory windows on this device: each window is "
+				       "reachable by every connection that learns its key");
+			s->mw_warned = true;
+			r->use_mw = false;
+		} else if (rc) {
+			rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "allocating a memory window: %s",
+				strerror(-rc));
+			return;
+		}
 	}
+	if (!r->use_mw)
+		free_windows(r);
 	rc = rr_ep_reg_mr(r->ep, r->win, r->win_len,
-			  r->win_mw ? IBV_ACCESS_MW_BIND : IBV_ACCESS_REMOTE_WRITE, &r->win_mr);
+			  r->use_mw ? IBV_ACCESS_MW_BIND : IBV_ACCESS_REMOTE_WRITE, &r->win_mr);
 	if (rc) {
 		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "registering the window: %s", strerror(-rc));
 		return;
 	}
-	r->w.limit = r->limit_sent = r->w.window;
-	if (!r->win_mw) {
-		r->win_rkey = r->win_mr->rkey;
-		send_welcome(r);
+	/* WELCOME grants nothing: GRANTs with the keys follow as slots bind. */
+	w.welcome.chunk = r->w.chunk;
+	w.welcome.window = r->w.window;
+	w.welcome.addr = (uintptr_t)r->win;
+	r->state = RX_IDLE;
+	if (rx_send(r, &w)) {
+		rx_fail(r, 0, CP_EXIT_NET, "cannot send WELCOME");
 		return;
 	}
-	r->win_rkey = ibv_inc_rkey(r->win_mw->rkey);
-	rc = rr_ep_post_bind_mw(r->ep, r->win_mw, r->win_rkey, r->win_mr, r->win, r->win_len,
-				IBV_ACCESS_REMOTE_WRITE, bind_done, NULL);
-	if (rc) {
-		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "binding the window: %s", strerror(-rc));
-		return;
-	}
-	r->state = RX_BIND;
+	bind_slots(r);
 }
 
 static void on_start(struct rx *r, const struct cp_msg *m)
@@ -781,7 +869,7 @@ static void rx_free(struct rx *r)
 	leave_unauth(r);
 	if (r->file_active)
 		cp_store_abort(&r->st);
-	rr_mw_dealloc(r->win_mw); /* before its region: a bound window holds it */
+	free_windows(r); /* before their region: a bound window holds it */
 	rr_mr_dereg(r->win_mr);
 	rr_mr_dereg(r->ctl_mr);
 	XXH3_freeState(r->hash);
@@ -840,10 +928,7 @@ enum rx_poll_res rx_poll(struct rx *r, int *result)
 		return RX_ALIVE;
 	if (r->io_inflight)
 		return RX_ALIVE;
-	/* The window before its QP: rxe in 6.1 hangs freeing a type 2
-	 * window still bound to a QP already destroyed. */
-	rr_mw_dealloc(r->win_mw);
-	r->win_mw = NULL;
+	free_windows(r);
 	rr_ep_destroy(r->ep);
 	*result = r->result;
 	authed = r->authed;

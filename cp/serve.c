@@ -108,7 +108,7 @@ static void serve_signal(struct cp_loop *lp, int signo)
 int cp_serve(const struct cp_opts *o)
 {
 	struct rr_ep_opts eo = {
-		.max_send_wr = RX_SENDS,
+		.max_send_wr = 2 * o->window + RX_SENDS, /* a bind and a shut per slot */
 		.max_recv_wr = o->window + RX_SPARE_RECVS,
 		.on_qp_ready = on_qp_ready,
 	};

@@ -3,7 +3,9 @@
  * ringrdma-cp: one sending connection (see tx.h and docs/ringrdma-cp.md).
  *
  * Chunk seq goes into the receiver's slot seq % window and carries seq as
- * its immediate; it may be written once seq < the receiver's grant limit.
+ * its immediate; it may be written once seq < the receiver's grant limit,
+ * with the key the GRANT gave for that seq (the receiver rebinds a slot's
+ * memory window for every grant, so every seq has a key of its own).
  * Up to `window` reads run at once, each into the local buffer of its seq,
  * and chunks are posted strictly in seq order and hashed right after, so
  * the checksum is computed in file order while reads and writes overlap.
@@ -58,7 +60,8 @@ struct tx {
 	size_t data_len;
 	struct ibv_mr *data_mr;
 	struct tx_slot *slots;
-	uint32_t chunk, window, rkey;
+	uint32_t chunk, window;
+	uint32_t *rkeys; /* the key of the last seq granted in each slot */
 	uint64_t raddr;
 	uint32_t limit, next_read, next_write;
 
@@ -315,7 +318,8 @@ static void pump(struct tx *t)
 		uint8_t *buf = t->data + (size_t)(sl - t->slots) * t->chunk;
 
 		rc = rr_ep_post_write_imm(t->ep, buf, sl->len, t->data_mr,
-					  t->raddr + (uint64_t)(sl - t->slots) * t->chunk, t->rkey,
+					  t->raddr + (uint64_t)(sl - t->slots) * t->chunk,
+					  t->rkeys[sl - t->slots],
 					  t->next_write, write_done, sl);
 		if (rc) {
 			tx_fail(t, CP_EXIT_NET, 0, "RDMA WRITE: %s", strerror(-rc));
@@ -377,13 +381,13 @@ static void on_welcome(struct tx *t, const struct cp_msg *m)
 	}
 	t->chunk = m->welcome.chunk;
 	t->window = m->welcome.window;
-	t->limit = m->welcome.limit;
-	t->rkey = m->welcome.rkey;
+	t->limit = 0; /* the GRANTs with the keys follow */
 	t->raddr = m->welcome.addr;
 	t->data_len = (size_t)t->chunk * t->window;
 	t->data = aligned_alloc(4096, t->data_len);
 	t->slots = calloc(t->window, sizeof(*t->slots));
-	if (!t->data || !t->slots) {
+	t->rkeys = calloc(t->window, sizeof(*t->rkeys));
+	if (!t->data || !t->slots || !t->rkeys) {
 		tx_fail(t, CP_EXIT_FAIL, CP_E_ABORT, "out of memory for %zu bytes of buffers",
 			t->data_len);
 		return;
@@ -430,13 +434,18 @@ static void on_message(struct tx *t, const uint8_t *buf, uint32_t len)
 	case CP_GRANT:
 		if (t->state < TX_IDLE || t->state > TX_END)
 			break;
-		/* Never backwards, never more than a window ahead. */
+		/* Never backwards, never more than a window ahead, and a key
+		 * for exactly each seq it adds. */
 		if (m.grant.limit - t->limit > t->window ||
-		    m.grant.limit - t->next_write > t->window) {
-			tx_fail(t, CP_EXIT_INTEGRITY, CP_E_PROTO, "bad GRANT %u (limit %u, next %u)",
-				m.grant.limit, t->limit, t->next_write);
+		    m.grant.limit - t->next_write > t->window ||
+		    m.grant.limit - t->limit != m.grant.nkeys) {
+			tx_fail(t, CP_EXIT_INTEGRITY, CP_E_PROTO,
+				"bad GRANT %u with %u keys (limit %u, next %u)", m.grant.limit,
+				m.grant.nkeys, t->limit, t->next_write);
 			return;
 		}
+		for (unsigned int i = 0; i < m.grant.nkeys; i++)
+			t->rkeys[(t->limit + i) % t->window] = m.grant.keys[i];
 		t->limit = m.grant.limit;
 		pump(t);
 		return;
@@ -630,6 +639,7 @@ enum tx_poll_res tx_poll(struct tx *t, int *result, char *msg, size_t msg_len)
 	snprintf(msg, msg_len, "%s", t->msg);
 	XXH3_freeState(t->hash);
 	free(t->slots);
+	free(t->rkeys);
 	free(t->data);
 	free(t->ctl);
 	free(t);

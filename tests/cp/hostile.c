@@ -14,12 +14,14 @@
  *	300 ms, alternately with other bytes and with the bytes it first
  *	wrote, while the receiver hashes and stores it; then FILE_END with the
  *	checksum of what it first wrote. Those bytes go to FILE. Prints
- *	"rewritten N", then "stored" (FILE_DONE) or "refused CODE TEXT".
+ *	"rewritten N", then "stored" (FILE_DONE) or "refused CODE TEXT"; or
+ *	"shut after N rewrites: STATUS" when the receiver's device refused a
+ *	rewrite (the slot's grant was used up), which ends the connection.
  *
  *   cp-hostile steal ADDR PORT NAME FILE
  *	A victim that says HELLO, and a second connection that never does and
- *	RDMA WRITEs into the victim's window with the address and key of its
- *	WELCOME. Prints "attack: STATUS" (the attacker's work completion),
+ *	RDMA WRITEs into the victim's window with the address of its WELCOME
+ *	and the key of its first GRANT. Prints "attack: STATUS" (the attacker's work completion),
  *	then the victim sends a 4 KiB file NAME (its bytes also go to FILE)
  *	and prints "stored" on FILE_DONE.
  *
@@ -145,6 +147,8 @@ struct rw {
 	struct ibv_mr *ctl_mr, *data_mr;
 	uint8_t ctl[RW_RECVS + 1][CP_MSG_MAX]; /* receives, then the one send */
 	uint8_t *data;			       /* the chunk, then the rewrite */
+	uint64_t addr;			       /* the window's slot 0, of WELCOME */
+	uint32_t key;			       /* seq 0's key, of the first GRANT */
 };
 
 static int rw_send(struct rw *c, const struct cp_msg *m)
@@ -161,7 +165,8 @@ static int rw_send(struct rw *c, const struct cp_msg *m)
 	return 0;
 }
 
-/* The next message, which must be of @type; an ERROR is printed. */
+/* The next message, which must be of @type; an ERROR is printed. Other
+ * GRANTs are skipped: one chunk is all it sends. */
 static int rw_expect(struct rw *c, struct cp_msg *m, unsigned int type)
 {
 	struct ibv_wc wc;
@@ -169,7 +174,7 @@ static int rw_expect(struct rw *c, struct cp_msg *m, unsigned int type)
 	uint8_t *buf;
 	int rc;
 
-	do { /* GRANTs are of no interest: one chunk is all it sends */
+	do {
 		if (rdma_get_recv_comp(c->id, &wc) != 1 || wc.status) {
 			fprintf(stderr, "cp-hostile: receive failed\n");
 			return -1;
@@ -180,7 +185,7 @@ static int rw_expect(struct rw *c, struct cp_msg *m, unsigned int type)
 			fprintf(stderr, "cp-hostile: %s\n", rc ? why : "cannot repost a receive");
 			return -1;
 		}
-	} while (m->type == CP_GRANT);
+	} while (m->type == CP_GRANT && type != CP_GRANT);
 	if (m->type == CP_ERROR) {
 		printf("refused %s %s\n", cp_err_name(m->error.code), m->error.text);
 		return 1;
@@ -193,8 +198,9 @@ static int rw_expect(struct rw *c, struct cp_msg *m, unsigned int type)
 	return 0;
 }
 
-/* Post an RDMA WRITE of @len bytes at @buf to the window's start. */
-static int rw_write(struct rw *c, uint8_t *buf, uint32_t len, const struct cp_msg *w, bool imm)
+/* Post an RDMA WRITE of @len bytes at @buf to the start of @to's window
+ * (@to's address and key: another connection's for a theft). */
+static int rw_write(struct rw *c, const struct rw *to, uint8_t *buf, uint32_t len, bool imm)
 {
 	struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = len, .lkey = c->data_mr->lkey};
 	struct ibv_send_wr wr = {
@@ -202,7 +208,7 @@ static int rw_write(struct rw *c, uint8_t *buf, uint32_t len, const struct cp_ms
 		.num_sge = 1,
 		.opcode = imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE,
 		.imm_data = htobe32(0), /* seq 0: the first chunk */
-		.wr.rdma = {.remote_addr = w->welcome.addr, .rkey = w->welcome.rkey},
+		.wr.rdma = {.remote_addr = to->addr, .rkey = to->key},
 	};
 	struct ibv_send_wr *bad;
 	int rc = ibv_post_send(c->id->qp, &wr, &bad);
@@ -226,25 +232,36 @@ static uint64_t now_ms(void)
  * The chunk, then rewrites of its first bytes posted right behind it, so
  * that they land while the receiver wakes up, hashes and stores it. Each
  * rewrite alternates: a hash that saw the first bytes and a file write that
- * saw the others would store what was never checked.
+ * saw the others would store what was never checked. Returns 1 once the
+ * receiver's device refused a rewrite (printed): the connection is dead.
  */
-static int rw_attack(struct rw *c, uint32_t len, const struct cp_msg *w)
+static int rw_attack(struct rw *c, uint32_t len)
 {
 	unsigned int inflight = 1, n = 0;
 	uint64_t end = UINT64_MAX;
 	struct ibv_wc wc;
 
-	if (rw_write(c, c->data, len, w, true))
+	if (rw_write(c, c, c->data, len, true))
 		return -1;
 	while (inflight) {
 		while (inflight < RW_INFLIGHT && now_ms() < end) {
-			if (rw_write(c, n & 1 ? c->data : c->data + len, RW_REWRITE, w, false))
+			if (rw_write(c, c, n & 1 ? c->data : c->data + len, RW_REWRITE, false))
 				return -1;
 			inflight++;
 			n++;
 		}
-		if (rdma_get_send_comp(c->id, &wc) != 1 || wc.status) {
+		if (rdma_get_send_comp(c->id, &wc) != 1) {
 			fprintf(stderr, "cp-hostile: RDMA WRITE failed\n");
+			return -1;
+		}
+		if (wc.status == IBV_WC_REM_ACCESS_ERR && end != UINT64_MAX) {
+			printf("shut after %u rewrites: %s\n", n, ibv_wc_status_str(wc.status));
+			fflush(stdout);
+			return 1;
+		}
+		if (wc.status) {
+			fprintf(stderr, "cp-hostile: RDMA WRITE failed: %s\n",
+				ibv_wc_status_str(wc.status));
 			return -1;
 		}
 		inflight--;
@@ -256,16 +273,29 @@ static int rw_attack(struct rw *c, uint32_t len, const struct cp_msg *w)
 	return 0;
 }
 
-/* HELLO, then the WELCOME in @w: 0, 1 refused (printed), -1 failed. */
+/* HELLO, the WELCOME in @w, then the first GRANT for the key of seq 0:
+ * 0, 1 refused (printed), -1 failed. */
 static int rw_hello(struct rw *c, uint32_t chunk, struct cp_msg *w)
 {
 	struct cp_msg m = {.type = CP_HELLO};
+	int rc;
 
 	m.hello.chunk = chunk;
 	m.hello.window = 1;
 	if (rw_send(c, &m))
 		return -1;
-	return rw_expect(c, w, CP_WELCOME);
+	rc = rw_expect(c, w, CP_WELCOME);
+	if (!rc)
+		rc = rw_expect(c, &m, CP_GRANT);
+	if (rc)
+		return rc;
+	if (m.grant.limit != 1 || m.grant.nkeys != 1) {
+		fprintf(stderr, "cp-hostile: first GRANT: limit %u\n", m.grant.limit);
+		return -1;
+	}
+	c->addr = w->welcome.addr;
+	c->key = m.grant.keys[0];
+	return 0;
 }
 
 /* @len bytes of a pattern (then RW_REWRITE others) to send; the pattern
@@ -291,8 +321,7 @@ static int rw_data(struct rw *c, uint32_t len, const char *file)
 
 /* One file of @len bytes in one chunk, rewritten while stored if
  * @attack; prints "stored" on FILE_DONE. 0 when it did its part. */
-static int rw_file(struct rw *c, const char *name, uint32_t len, const struct cp_msg *w,
-		   bool attack)
+static int rw_file(struct rw *c, const char *name, uint32_t len, bool attack)
 {
 	struct cp_msg m = {.type = CP_FILE_START};
 	struct ibv_wc wc;
@@ -308,10 +337,13 @@ static int rw_file(struct rw *c, const char *name, uint32_t len, const struct cp
 	rc = rw_expect(c, &m, CP_FILE_READY);
 	if (rc)
 		return rc > 0 ? 0 : -1;
-	if (attack ? rw_attack(c, len, w)
-		   : rw_write(c, c->data, len, w, true) || rdma_get_send_comp(c->id, &wc) != 1 ||
-			     wc.status)
-		return -1;
+	rc = attack ? rw_attack(c, len)
+	     : rw_write(c, c, c->data, len, true) || rdma_get_send_comp(c->id, &wc) != 1 ||
+			     wc.status
+		     ? -1
+		     : 0;
+	if (rc)
+		return rc > 0 ? 0 : -1;
 	m = (struct cp_msg){.type = CP_FILE_END};
 	m.end.bytes = len;
 	m.end.checksum = XXH3_64bits(c->data, len);
@@ -386,8 +418,8 @@ static int rewrite(int argc, char **argv)
 	ai = resolve(argv[2], argv[3]);
 	c = ai ? rw_open(ai) : NULL;
 	rc = c ? rw_hello(c, CP_CHUNK_MAX, &w) : -1;
-	if (!rc && (rw_data(c, w.welcome.chunk, argv[5]) ||
-		    rw_file(c, argv[4], w.welcome.chunk, &w, true)))
+	if (!rc &&
+	    (rw_data(c, w.welcome.chunk, argv[5]) || rw_file(c, argv[4], w.welcome.chunk, true)))
 		rc = -1;
 	rw_close(c);
 	if (ai)
@@ -418,10 +450,10 @@ static int steal(int argc, char **argv)
 	if (v)
 		x = rw_open(ai);
 	if (x && !rw_hello(v, 4096, &w) && !rw_data(x, 64, NULL) &&
-	    !rw_write(x, x->data, 64, &w, false) && rdma_get_send_comp(x->id, &wc) == 1) {
+	    !rw_write(x, v, x->data, 64, false) && rdma_get_send_comp(x->id, &wc) == 1) {
 		printf("attack: %s\n", ibv_wc_status_str(wc.status));
 		fflush(stdout);
-		rc = rw_data(v, 4096, argv[5]) || rw_file(v, argv[4], 4096, &w, false) ? -1 : 0;
+		rc = rw_data(v, 4096, argv[5]) || rw_file(v, argv[4], 4096, false) ? -1 : 0;
 	}
 	rw_close(x);
 	rw_close(v);

@@ -9,7 +9,7 @@
 #   hostile.sh PATH/TO/ringrdma-cp PATH/TO/cp-hostile
 CP=${1:?usage: hostile.sh PATH/TO/ringrdma-cp PATH/TO/cp-hostile}
 HOSTILE=${2:?usage: hostile.sh PATH/TO/ringrdma-cp PATH/TO/cp-hostile}
-. "$(dirname "$0")/lib.sh" 12
+. "$(dirname "$0")/lib.sh" 13
 PORT=7530 HELLO=3
 
 mkdir -p "$T/src"
@@ -140,9 +140,11 @@ result $ok "--json errors carry the names escaped and parse as JSON"
 echo "# $SECONDS s"
 # --- a sender rewriting its chunk while serve hashes and stores it. Each try
 # ends stored (then the file must be exactly what the sender first wrote and
-# declared the checksum of) or refused with a checksum mismatch (then
-# nothing is stored). Before serve copied chunks out of the window, 4 of 36
-# tries in the lab stored bytes other than those it had checked.
+# declared the checksum of), refused with a checksum mismatch, or shut: the
+# device refused a rewrite once serve had invalidated the slot's grant
+# (then nothing is stored either). Before serve copied chunks out of the
+# window, 4 of 36 tries in the lab stored bytes other than those it had
+# checked; before each grant had its own memory window, no rewrite was shut.
 mkdir -p "$T/rw"
 start_serve rw $((PORT + 5)) --dir "$T/rw" --chunk 16M --window 1
 outcomes=""
@@ -150,11 +152,14 @@ ok=1
 for i in $(seq 30); do
 	timeout 60 "$HOSTILE" rewrite "$ADDR" $((PORT + 5)) "rw$i" "$T/rw.exp$i" \
 		>"$T/rw$i.out" 2>"$T/rw$i.err" || { ok=0; show "$T/rw$i.err"; }
-	grep -q '^rewritten [1-9]' "$T/rw$i.out" || ok=0
+	grep -Eq '^(rewritten [1-9]|shut after [0-9]+ rewrites)' "$T/rw$i.out" || ok=0
 	if grep -q '^stored' "$T/rw$i.out" && cmp -s "$T/rw.exp$i" "$T/rw/rw$i"; then
 		outcomes+=s
 	elif grep -q '^refused checksum' "$T/rw$i.out" && [ ! -e "$T/rw/rw$i" ]; then
 		outcomes+=r
+	elif grep -q '^shut after [0-9]* rewrites: remote access error' "$T/rw$i.out" &&
+		[ ! -e "$T/rw/rw$i" ]; then
+		outcomes+=d
 	else
 		outcomes+=X
 		ok=0
@@ -163,8 +168,13 @@ for i in $(seq 30); do
 	fi
 done
 kill "$SERVE_PID" 2>/dev/null
-result $ok "a sender rewriting its chunk in the window: stored as checked or refused, 30 tries ($outcomes: s stored, r refused, X different)"
+result $ok "a sender rewriting its chunk in the window: stored as checked, refused or shut, 30 tries ($outcomes: s stored, r refused, d shut by the device, X different)"
 [ $ok = 1 ] || show "$T/rw.err"
+# Its grant used up, a slot is shut: the device refuses the sender's own
+# rewrites (no try was shut while one window served the whole connection).
+ok=0
+case $outcomes in *d*) ok=1 ;; esac
+result $ok "a rewrite after the chunk arrived is refused by the device ($outcomes)"
 
 echo "# $SECONDS s"
 # --- a connection that never says HELLO writes into another connection's

@@ -9,7 +9,7 @@ import os
 import struct
 import sys
 
-MAGIC, VERSION = 0x50435252, 1
+MAGIC, VERSION = 0x50435252, 2
 
 
 def msg(t, payload, version=VERSION, magic=MAGIC, plen=None):
@@ -22,20 +22,23 @@ def main(out):
     seeds = [
         msg(1, struct.pack("<IIH", 1 << 20, 16, 5) + b"token"),
         msg(1, struct.pack("<IIH", 4096, 1, 0)),
-        msg(2, struct.pack("<IIIIQ", 65536, 8, 0x1234, 8, 0x7F0000001000)),
+        msg(2, struct.pack("<IIQ", 65536, 8, 0x7F0000001000)),
         msg(3, struct.pack("<QIH", 1 << 30, 0, 8) + b"data.bin"),
         msg(3, struct.pack("<QIH", 0, 1, 10) + b"sub/stream"),
         msg(3, struct.pack("<QIH", 5, 0, 5) + b"../..") ,
         msg(3, struct.pack("<QIH", 5, 0, 11) + b"/etc/passwd"),
         msg(3, struct.pack("<QIH", 5, 0, 300) + b"x" * 300),
         msg(4, b""),
-        msg(5, struct.pack("<I", 0xFFFFFFFF)),
+        msg(5, struct.pack("<IHI", 0xFFFFFFFF, 1, 0x1234)),
+        msg(5, struct.pack("<IH3I", 3, 3, 0x100, 0x201, 0x302)),
+        msg(5, struct.pack("<IH", 3, 9) + b"\x00" * 8),
         msg(6, struct.pack("<QQ", 123, 0xDEADBEEF)),
         msg(7, struct.pack("<QQ", 0, 0x2D06800538D394C2)),
         msg(8, struct.pack("<IH", 6, 9) + b"disk full"),
         msg(8, struct.pack("<IH", 0, 1) + b"\n"),
         msg(9, b"\x00" * 16),
-        msg(1, struct.pack("<IIH", 4096, 3, 0), version=2),
+        msg(1, struct.pack("<IIH", 4096, 3, 0), version=1),
+        msg(1, struct.pack("<IIH", 4096, 3, 0), version=3),
         msg(6, struct.pack("<QQ", 1, 2), plen=200),
         b"\x00" * 17,
         b"\xff" * 40,

@@ -30,13 +30,15 @@ Test(proto, round_trip_every_type)
 	struct cp_msg in[] = {
 		{.type = CP_HELLO, .hello = {.chunk = 1 << 20, .window = 16, .token_len = 3,
 					     .token = "abc"}},
-		{.type = CP_WELCOME, .welcome = {.chunk = 65536, .window = 8, .rkey = 7,
-						 .limit = 8, .addr = 0x7f0000001000ull}},
+		{.type = CP_WELCOME, .welcome = {.chunk = 65536, .window = 8,
+						 .addr = 0x7f0000001000ull}},
 		{.type = CP_FILE_START, .start = {.size = 12345, .name_len = 5, .name = "a/b.c"}},
 		{.type = CP_FILE_START, .start = {.flags = CP_START_STREAM, .name_len = 1,
 						  .name = "s"}},
 		{.type = CP_FILE_READY},
-		{.type = CP_GRANT, .grant = {.limit = 0xffffffffu}},
+		{.type = CP_GRANT, .grant = {.limit = 0xffffffffu, .nkeys = 1, .keys = {7}}},
+		{.type = CP_GRANT, .grant = {.limit = 3, .nkeys = 3,
+					     .keys = {0x100, 0x201, 0x302}}},
 		{.type = CP_FILE_END, .end = {.bytes = 1ull << 40, .checksum = 0xdeadbeefcafef00dull}},
 		{.type = CP_FILE_DONE, .end = {.bytes = 1, .checksum = 2}},
 		{.type = CP_ERROR, .error = {.code = CP_E_NOSPC, .len = 4, .text = "full"}},
@@ -102,7 +104,7 @@ Test(proto, hostile_messages_refused)
 	buf[0] ^= 1;
 	cr_assert_eq(decode_hex("magic", buf, n), -EPROTO);
 	buf[0] ^= 1;
-	buf[4] = 2;
+	buf[4] = CP_VERSION + 1;
 	cr_assert_eq(decode_hex("version", buf, n), -EPROTO);
 	buf[4] = CP_VERSION;
 	buf[5] = 99;
@@ -118,6 +120,33 @@ Test(proto, hostile_messages_refused)
 	cr_assert_eq(decode_hex("NUL in name", buf, n), -EACCES);
 }
 
+/* A GRANT names one key per newly granted seq: none, too many, or a length
+ * that disagrees with the count is refused. */
+Test(proto, grant_keys_must_match_their_count)
+{
+	struct cp_msg g = {.type = CP_GRANT, .grant = {.limit = 5, .nkeys = 2, .keys = {1, 2}}};
+	struct cp_msg m;
+	uint8_t buf[CP_MSG_MAX];
+	size_t n = enc(&g, buf);
+
+	cr_assert_eq(decode_hex("two keys", buf, n), 0);
+	buf[12] = 3; /* three keys claimed, two present */
+	cr_assert_eq(decode_hex("count above length", buf, n), -EPROTO);
+	buf[12] = 0;
+	cr_assert_eq(decode_hex("no keys", buf, n), -EPROTO);
+	buf[12] = 1;
+	cr_assert_eq(decode_hex("count below length", buf, n), -EPROTO);
+	g.grant.nkeys = 0;
+	cr_assert_eq(cp_encode(&g, buf, sizeof(buf)), 0);
+	g.grant.nkeys = CP_GRANT_KEYS_MAX + 1;
+	cr_assert_eq(cp_encode(&g, buf, sizeof(buf)), 0);
+	g.grant.nkeys = CP_GRANT_KEYS_MAX;
+	n = enc(&g, buf);
+	cr_assert(n <= CP_MSG_MAX);
+	cr_assert_eq(cp_decode(buf, n, &m, NULL, 0), 0);
+	cr_assert_eq(m.grant.nkeys, CP_GRANT_KEYS_MAX);
+}
+
 Test(proto, hostile_geometry_and_errors)
 {
 	struct cp_msg bad[] = {
@@ -125,7 +154,7 @@ Test(proto, hostile_geometry_and_errors)
 		{.type = CP_HELLO, .hello = {.chunk = 65536, .window = 3}},
 		{.type = CP_HELLO, .hello = {.chunk = 65536, .window = 512}},
 		{.type = CP_HELLO, .hello = {.chunk = 32u << 20, .window = 1}},
-		{.type = CP_WELCOME, .welcome = {.chunk = 65536, .window = 8, .limit = 9}},
+		{.type = CP_WELCOME, .welcome = {.chunk = 65536, .window = 3}},
 		{.type = CP_WELCOME, .welcome = {.chunk = 65536, .window = 8, .addr = ~0ull}},
 		{.type = CP_FILE_START, .start = {.size = 5, .flags = CP_START_STREAM, .name_len = 1,
 						  .name = "s"}},
