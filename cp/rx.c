@@ -39,7 +39,8 @@
 #define FLUSH_MS      3000
 #define CLOSE_MS      5000
 
-enum rx_state { RX_HELLO, RX_IDLE, RX_FILE, RX_SYNC, RX_CLOSING };
+/* RX_OPEN: FILE_START arrived, its file is being opened. */
+enum rx_state { RX_HELLO, RX_IDLE, RX_OPEN, RX_FILE, RX_SYNC, RX_CLOSING };
 
 struct rx_slot {
 	struct rx *r;
@@ -239,7 +240,8 @@ static void free_windows(struct rx *r)
 
 static bool granting(const struct rx *r)
 {
-	return r->state == RX_IDLE || r->state == RX_FILE || r->state == RX_SYNC;
+	return r->state == RX_IDLE || r->state == RX_OPEN || r->state == RX_FILE ||
+	       r->state == RX_SYNC;
 }
 
 static uint32_t slot_key(const struct rx *r, const struct rx_slot *sl)
@@ -350,7 +352,8 @@ static void send_done(rr_ep *ep, const struct rr_completion *c, void *data)
 	if (c->status) {
 		/* Mid-file this is a lost sender as much as a disconnect is
 		 * (whichever the killed peer's QP shows first): say both. */
-		if (c->status != -ECANCELED && (r->state == RX_FILE || r->state == RX_SYNC))
+		if (c->status != -ECANCELED &&
+		    (r->state == RX_OPEN || r->state == RX_FILE || r->state == RX_SYNC))
 			rx_fail(r, 0, CP_EXIT_NET,
 				"connection lost during %s after %llu bytes (%s SEND: %s); "
 				"nothing stored",
@@ -502,24 +505,22 @@ static void on_chunk(struct rx *r, uint32_t imm, uint32_t len)
 	stage_chunks(r);
 }
 
-static void sync_done(struct cp_op *op, int res)
+static struct rx *rx_of_store(struct cp_store *st)
 {
-	struct rx *r = (struct rx *)((char *)op - offsetof(struct rx, sync_op));
+	return (struct rx *)((char *)st - offsetof(struct rx, st));
+}
+
+/* The file has its name (or could not get it). */
+static void commit_done(struct cp_store *st, int code)
+{
+	struct rx *r = rx_of_store(st);
 	struct cp_msg m = {.type = CP_FILE_DONE};
-	char why[CP_TEXT_MAX];
-	int code;
 
 	r->io_inflight--;
 	if (r->state == RX_CLOSING)
 		return;
-	if (res < 0) {
-		rx_fail(r, res == -ENOSPC ? CP_E_NOSPC : CP_E_IO, CP_EXIT_LOCAL_IO, "fsync %s: %s",
-			r->name, strerror(-res));
-		return;
-	}
-	code = cp_store_commit(&r->st, why, sizeof(why));
 	if (code) {
-		rx_fail(r, (unsigned int)code, err_result((unsigned int)code), "%s", why);
+		rx_fail(r, (unsigned int)code, err_result((unsigned int)code), "%s", st->why);
 		return;
 	}
 	r->file_active = false;
@@ -535,6 +536,27 @@ static void sync_done(struct cp_op *op, int res)
 	r->end_seen = false;
 	if (rx_send(r, &m))
 		rx_fail(r, 0, CP_EXIT_NET, "cannot send FILE_DONE");
+}
+
+static void sync_done(struct cp_op *op, int res)
+{
+	struct rx *r = (struct rx *)((char *)op - offsetof(struct rx, sync_op));
+	int code;
+
+	r->io_inflight--;
+	if (r->state == RX_CLOSING)
+		return;
+	if (res < 0) {
+		rx_fail(r, res == -ENOSPC ? CP_E_NOSPC : CP_E_IO, CP_EXIT_LOCAL_IO, "fsync %s: %s",
+			r->name, strerror(-res));
+		return;
+	}
+	code = cp_store_commit(&r->st, commit_done);
+	if (code) {
+		rx_fail(r, (unsigned int)code, err_result((unsigned int)code), "%s", r->st.why);
+		return;
+	}
+	r->io_inflight++;
 }
 
 /* Every chunk is on disk and FILE_END arrived: verify, fsync, name it. */
@@ -672,29 +694,51 @@ static void on_hello(struct rx *r, const struct cp_msg *m)
 	bind_slots(r);
 }
 
+/* The file of FILE_START is open (or could not be): chunks may come. */
+static void open_done(struct cp_store *st, int code)
+{
+	struct rx *r = rx_of_store(st);
+	struct cp_msg ready = {.type = CP_FILE_READY};
+
+	r->io_inflight--;
+	if (!code)
+		r->file_active = true;
+	if (r->state == RX_CLOSING) {
+		/* rx_fail() left the file to us: nothing of ours is in flight now. */
+		if (r->file_active && !r->io_inflight) {
+			cp_store_abort(st);
+			r->file_active = false;
+		}
+		return;
+	}
+	if (code) {
+		rx_fail(r, (unsigned int)code, err_result((unsigned int)code), "%s", st->why);
+		return;
+	}
+	r->w.file_open = true;
+	r->state = RX_FILE;
+	if (rx_send(r, &ready))
+		rx_fail(r, 0, CP_EXIT_NET, "cannot send FILE_READY");
+}
+
 static void on_start(struct rx *r, const struct cp_msg *m)
 {
-	struct cp_msg ready = {.type = CP_FILE_READY};
-	char why[CP_TEXT_MAX];
 	int code;
 
 	memcpy(r->name, m->start.name, sizeof(r->name));
-	code = cp_store_open(&r->st, r->s->dirfd, r->name, r->s->o->force, why, sizeof(why));
+	code = cp_store_open(&r->st, &r->s->lp, r->s->dirfd, r->name, r->s->o->force, open_done);
 	if (code) {
-		rx_fail(r, (unsigned int)code, err_result((unsigned int)code), "%s", why);
+		rx_fail(r, (unsigned int)code, err_result((unsigned int)code), "%s", r->st.why);
 		return;
 	}
-	r->file_active = true;
-	r->w.file_open = true;
+	r->io_inflight++;
+	r->state = RX_OPEN;
 	r->w.stream = m->start.flags & CP_START_STREAM;
 	r->w.size = m->start.size;
 	r->w.got = 0;
 	r->file_off = 0;
 	r->end_seen = false;
 	XXH3_64bits_reset(r->hash);
-	r->state = RX_FILE;
-	if (rx_send(r, &ready))
-		rx_fail(r, 0, CP_EXIT_NET, "cannot send FILE_READY");
 }
 
 static void on_message(struct rx *r, const uint8_t *buf, uint32_t len)
@@ -915,7 +959,7 @@ enum rx_poll_res rx_poll(struct rx *r, int *result)
 	}
 	if (r->state != RX_CLOSING) {
 		/* The peer hung up; between files that is how a sender ends. */
-		if (r->state == RX_FILE || r->state == RX_SYNC)
+		if (r->state == RX_OPEN || r->state == RX_FILE || r->state == RX_SYNC)
 			rx_fail(r, 0, CP_EXIT_NET,
 				"sender disconnected during %s after %llu bytes; nothing stored",
 				r->name, (unsigned long long)r->w.got);

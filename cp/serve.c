@@ -139,6 +139,12 @@ int cp_serve(const struct cp_opts *o)
 		ret = CP_EXIT_FAIL;
 		goto out_dir;
 	}
+	if (!cp_store_supported(&s->lp)) {
+		cp_log("serve: this kernel's io_uring lacks openat2, statx, linkat, renameat or "
+		       "unlinkat (Linux 5.15 or later has them)");
+		ret = CP_EXIT_FAIL;
+		goto out_loop;
+	}
 	s->lp.poll = serve_poll;
 	s->lp.on_signal = serve_signal;
 	rc = rr_listen(s->lp.b, host, port, &eo, on_accept, s, &s->l);

@@ -2,13 +2,11 @@
 /* ringrdma-cp: safe creation of received files under the served directory. */
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/openat2.h>
+#include <liburing.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "proto.h"
@@ -16,12 +14,32 @@
 
 #define RESOLVE (RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)
 
-static int openat2_beneath(int dirfd, const char *path, uint64_t flags, uint64_t mode)
-{
-	struct open_how how = {.flags = flags | O_CLOEXEC, .mode = mode, .resolve = RESOLVE};
-	long fd = syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
+/* The steps, each one SQE; open: PARENT? STAT TMPFILE NAMED*; commit:
+ * (LINK | LINK_TMP* RENAME | RENAME [LINK_NAMED UNLINK]) SYNC_DIR. */
+enum step {
+	S_PARENT,
+	S_STAT,
+	S_TMPFILE,
+	S_NAMED,
+	S_LINK,
+	S_LINK_TMP,
+	S_RENAME,
+	S_LINK_NAMED,
+	S_UNLINK,
+	S_SYNC_DIR,
+};
 
-	return fd < 0 ? -errno : (int)fd;
+bool cp_store_supported(struct cp_loop *lp)
+{
+	static const int ops[] = {IORING_OP_OPENAT2,  IORING_OP_STATX,	  IORING_OP_LINKAT,
+				  IORING_OP_RENAMEAT, IORING_OP_UNLINKAT, IORING_OP_FSYNC};
+	struct io_uring_probe *p = io_uring_get_probe_ring(&lp->ring);
+	bool ok = p != NULL;
+
+	for (size_t i = 0; ok && i < sizeof(ops) / sizeof(ops[0]); i++)
+		ok = io_uring_opcode_supported(p, ops[i]);
+	io_uring_free_probe(p);
+	return ok;
 }
 
 /* The cp_err code for a failed file system call. */
@@ -44,135 +62,215 @@ static int io_err(int err)
 	}
 }
 
-static int fail(int code, char *why, size_t why_len, const char *what, const char *name, int err)
+static int fail(struct cp_store *st, int code, const char *what, const char *name, int err)
 {
-	snprintf(why, why_len, "%s %s: %s", what, name, strerror(err));
+	snprintf(st->why, sizeof(st->why), "%s %s: %s", what, name, strerror(err));
 	return code;
 }
 
-static int open_named_tmp(struct cp_store *st)
-{
-	for (int tries = 0; tries < 16; tries++) {
-		unsigned int r;
-		int fd;
+static void step_done(struct cp_op *op, int res);
 
-		if (getrandom(&r, sizeof(r), 0) != sizeof(r))
-			r = (unsigned int)getpid() * 2654435761u + (unsigned int)tries;
-		snprintf(st->tmp, sizeof(st->tmp), ".%.200s.rrcp-%08x", st->base, r);
-		fd = openat2_beneath(st->parentfd, st->tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
-		if (fd != -EEXIST) {
-			st->tmp_named = fd >= 0;
-			return fd;
-		}
+/* Queue @step: the SQE is prepared here, from st's own buffers. */
+static int queue(struct cp_store *st, int step)
+{
+	struct io_uring_sqe *sqe = cp_loop_sqe(st->lp, &st->op);
+	unsigned int r = 0;
+
+	if (!sqe) {
+		st->busy = false;
+		return fail(st, CP_E_IO, "cannot queue a file system call for", st->base, EBUSY);
 	}
-	return -EEXIST;
+	st->step = step;
+	st->busy = true;
+	switch (step) {
+	case S_PARENT:
+		/* RESOLVE_BENEATH: no "..", absolute or symlink way out of DIR. */
+		st->how = (struct open_how){.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC,
+					    .resolve = RESOLVE};
+		io_uring_prep_openat2(sqe, st->dirfd, st->parent, &st->how);
+		break;
+	case S_STAT:
+		io_uring_prep_statx(sqe, st->parentfd, st->base, AT_SYMLINK_NOFOLLOW, STATX_TYPE,
+				    &st->stx);
+		break;
+	case S_TMPFILE:
+		st->how = (struct open_how){.flags = O_WRONLY | O_TMPFILE | O_CLOEXEC,
+					    .mode = 0644,
+					    .resolve = RESOLVE};
+		io_uring_prep_openat2(sqe, st->parentfd, ".", &st->how);
+		break;
+	case S_NAMED:
+	case S_LINK_TMP:
+		if (getrandom(&r, sizeof(r), 0) != sizeof(r))
+			r = (unsigned int)getpid() * 2654435761u + (unsigned int)st->tries;
+		snprintf(st->tmp, sizeof(st->tmp), ".%.200s.rrcp-%08x", st->base, r);
+		if (step == S_LINK_TMP) {
+			io_uring_prep_linkat(sqe, AT_FDCWD, st->path, st->parentfd, st->tmp,
+					     AT_SYMLINK_FOLLOW);
+			break;
+		}
+		st->how = (struct open_how){.flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+					    .mode = 0644,
+					    .resolve = RESOLVE};
+		io_uring_prep_openat2(sqe, st->parentfd, st->tmp, &st->how);
+		break;
+	case S_LINK:
+		/* Give the O_TMPFILE its name directly. */
+		io_uring_prep_linkat(sqe, AT_FDCWD, st->path, st->parentfd, st->base,
+				     AT_SYMLINK_FOLLOW);
+		break;
+	case S_RENAME:
+		io_uring_prep_renameat(sqe, st->parentfd, st->tmp, st->parentfd, st->base,
+				       st->force ? 0 : RENAME_NOREPLACE);
+		break;
+	case S_LINK_NAMED:
+		/* No RENAME_NOREPLACE here: link() refuses an existing name too. */
+		io_uring_prep_linkat(sqe, st->parentfd, st->tmp, st->parentfd, st->base, 0);
+		break;
+	case S_UNLINK:
+		io_uring_prep_unlinkat(sqe, st->parentfd, st->tmp, 0);
+		break;
+	case S_SYNC_DIR:
+		/* The new name must survive a crash as well as the data. */
+		io_uring_prep_fsync(sqe, st->parentfd, 0);
+		break;
+	}
+	return 0;
 }
 
-int cp_store_open(struct cp_store *st, int dirfd, const char *name, bool force, char *why,
-		  size_t why_len)
+static void finish(struct cp_store *st, int code)
+{
+	st->busy = false;
+	if (code && st->opening)
+		cp_store_abort(st);
+	st->opening = false;
+	st->done(st, code);
+}
+
+/* The next step after @st->step ended with @res; 0 or a cp_err code. */
+static int next(struct cp_store *st, int res)
+{
+	switch (st->step) {
+	case S_PARENT:
+		if (res < 0)
+			return fail(st, io_err(-res), "directory", st->parent, -res);
+		st->parentfd = res;
+		return queue(st, S_STAT);
+	case S_STAT:
+		if (res == 0 && (!st->force || S_ISDIR(st->stx.stx_mode)))
+			return fail(st, CP_E_EXISTS, "refusing to replace", st->base, EEXIST);
+		return queue(st, S_TMPFILE);
+	case S_TMPFILE:
+		if (res == -EOPNOTSUPP || res == -EISDIR || res == -EINVAL) {
+			st->tries = 0;
+			return queue(st, S_NAMED);
+		}
+		break;
+	case S_NAMED:
+		if (res == -EEXIST && ++st->tries < 16)
+			return queue(st, S_NAMED);
+		st->tmp_named = res >= 0;
+		break;
+	case S_LINK:
+		if (res < 0)
+			return fail(st, io_err(-res), "cannot name", st->base, -res);
+		return queue(st, S_SYNC_DIR);
+	case S_LINK_TMP:
+		if (res == -EEXIST && ++st->tries < 16)
+			return queue(st, S_LINK_TMP);
+		if (res < 0)
+			return fail(st, io_err(-res), "cannot name", st->base, -res);
+		st->tmp_named = true;
+		return queue(st, S_RENAME);
+	case S_RENAME:
+		if (res == -EINVAL && !st->force)
+			return queue(st, S_LINK_NAMED);
+		if (res < 0)
+			return fail(st, io_err(-res), "cannot name", st->base, -res);
+		st->tmp_named = false;
+		return queue(st, S_SYNC_DIR);
+	case S_LINK_NAMED:
+		if (res < 0)
+			return fail(st, io_err(-res), "cannot name", st->base, -res);
+		return queue(st, S_UNLINK);
+	case S_UNLINK:
+		st->tmp_named = false; /* named either way; a stale temp name is harmless */
+		return queue(st, S_SYNC_DIR);
+	case S_SYNC_DIR:
+		if (res < 0 && res != -EINVAL)
+			return fail(st, CP_E_IO, "fsync of the directory of", st->base, -res);
+		close(st->fd);
+		st->fd = -1;
+		close(st->parentfd);
+		st->parentfd = -1;
+		finish(st, 0);
+		return 0;
+	}
+	/* The end of open: S_TMPFILE or S_NAMED. */
+	if (res < 0)
+		return fail(st, io_err(-res), "cannot create", st->base, -res);
+	st->fd = res;
+	finish(st, 0);
+	return 0;
+}
+
+static void step_done(struct cp_op *op, int res)
+{
+	struct cp_store *st = (struct cp_store *)((char *)op - offsetof(struct cp_store, op));
+	int code = next(st, res);
+
+	if (code)
+		finish(st, code);
+}
+
+int cp_store_open(struct cp_store *st, struct cp_loop *lp, int dirfd, const char *name, bool force,
+		  cp_store_fn done)
 {
 	const char *slash = strrchr(name, '/');
-	struct stat sb;
-	int fd;
+	int fd, code;
 
 	memset(st, 0, sizeof(*st));
 	st->fd = -1;
 	st->parentfd = -1;
 	st->force = force;
+	st->lp = lp;
+	st->done = done;
+	st->op.done = step_done;
+	st->dirfd = dirfd;
+	st->opening = true;
 	snprintf(st->base, sizeof(st->base), "%s", slash ? slash + 1 : name);
 	if (slash) {
-		char parent[CP_NAME_MAX + 1];
-
-		snprintf(parent, sizeof(parent), "%.*s", (int)(slash - name), name);
-		/* RESOLVE_BENEATH: no "..", absolute or symlink way out of DIR. */
-		fd = openat2_beneath(dirfd, parent, O_RDONLY | O_DIRECTORY, 0);
-		if (fd < 0)
-			return fail(io_err(-fd), why, why_len, "directory", parent, -fd);
+		snprintf(st->parent, sizeof(st->parent), "%.*s", (int)(slash - name), name);
+		code = queue(st, S_PARENT);
 	} else {
 		fd = dup(dirfd);
 		if (fd < 0)
-			return fail(CP_E_IO, why, why_len, "dup of", "DIR", errno);
+			return fail(st, CP_E_IO, "dup of", "DIR", errno);
+		st->parentfd = fd;
+		code = queue(st, S_STAT);
 	}
-	st->parentfd = fd;
-	if (fstatat(fd, st->base, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
-	    (!force || S_ISDIR(sb.st_mode))) {
+	if (code) {
+		st->busy = false;
 		cp_store_abort(st);
-		return fail(CP_E_EXISTS, why, why_len, "refusing to replace", name, EEXIST);
 	}
-	fd = openat2_beneath(st->parentfd, ".", O_WRONLY | O_TMPFILE, 0644);
-	if (fd == -EOPNOTSUPP || fd == -EISDIR || fd == -EINVAL)
-		fd = open_named_tmp(st);
-	if (fd < 0) {
-		cp_store_abort(st);
-		return fail(io_err(-fd), why, why_len, "cannot create", name, -fd);
-	}
-	st->fd = fd;
-	return 0;
+	return code;
 }
 
-/* Rename the named temp file to the final name, never replacing unless forced. */
-static int rename_tmp(struct cp_store *st)
+int cp_store_commit(struct cp_store *st, cp_store_fn done)
 {
-	if (syscall(SYS_renameat2, st->parentfd, st->tmp, st->parentfd, st->base,
-		    st->force ? 0 : RENAME_NOREPLACE) == 0)
-		return 0;
-	if (errno != EINVAL || st->force)
-		return -errno;
-	/* No RENAME_NOREPLACE here: link() refuses an existing name too. */
-	if (linkat(st->parentfd, st->tmp, st->parentfd, st->base, 0))
-		return -errno;
-	unlinkat(st->parentfd, st->tmp, 0);
-	return 0;
-}
-
-int cp_store_commit(struct cp_store *st, char *why, size_t why_len)
-{
-	char path[64];
-	int rc;
-
-	if (st->tmp_named) {
-		rc = rename_tmp(st);
-	} else {
-		/* Give the O_TMPFILE a name: directly, or a temp one to rename over. */
-		snprintf(path, sizeof(path), "/proc/self/fd/%d", st->fd);
-		if (!st->force) {
-			rc = linkat(AT_FDCWD, path, st->parentfd, st->base, AT_SYMLINK_FOLLOW) ? -errno
-											      : 0;
-		} else {
-			rc = -EEXIST;
-			for (int tries = 0; tries < 16 && rc == -EEXIST; tries++) {
-				unsigned int r = 0;
-
-				if (getrandom(&r, sizeof(r), 0) != sizeof(r))
-					r = (unsigned int)tries;
-				snprintf(st->tmp, sizeof(st->tmp), ".%.200s.rrcp-%08x", st->base, r);
-				rc = linkat(AT_FDCWD, path, st->parentfd, st->tmp, AT_SYMLINK_FOLLOW)
-					     ? -errno
-					     : 0;
-			}
-			if (!rc) {
-				st->tmp_named = true;
-				rc = rename_tmp(st);
-			}
-		}
-	}
-	if (rc)
-		return fail(io_err(-rc), why, why_len, "cannot name", st->base, -rc);
-	st->tmp_named = false;
-	/* The new name must survive a crash as well as the data. */
-	if (fsync(st->parentfd))
-		rc = errno;
-	close(st->fd);
-	st->fd = -1;
-	close(st->parentfd);
-	st->parentfd = -1;
-	if (rc && rc != EINVAL)
-		return fail(CP_E_IO, why, why_len, "fsync of the directory of", st->base, rc);
-	return 0;
+	st->done = done;
+	st->tries = 0;
+	if (st->tmp_named)
+		return queue(st, S_RENAME);
+	snprintf(st->path, sizeof(st->path), "/proc/self/fd/%d", st->fd);
+	/* Forced: link under a temp name, then rename over the old file. */
+	return queue(st, st->force ? S_LINK_TMP : S_LINK);
 }
 
 void cp_store_abort(struct cp_store *st)
 {
+	if (st->busy)
+		return;
 	if (st->tmp_named && st->parentfd >= 0)
 		unlinkat(st->parentfd, st->tmp, 0);
 	st->tmp_named = false;

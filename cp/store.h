@@ -4,33 +4,63 @@
  * (or, where the file system has none, a hidden temp name) opened with
  * openat2(RESOLVE_BENEATH) under the served directory, linked or renamed
  * to its final name only after fsync, without replacing anything unless
- * --force was given.
+ * --force was given. Every file system call goes through the loop's ring
+ * (IORING_OP_OPENAT2, _STATX, _LINKAT, _RENAMEAT, _UNLINKAT, _FSYNC), one
+ * step at a time, so a slow directory stalls only its own connection.
  */
 #ifndef CP_STORE_H
 #define CP_STORE_H
 
 #include <limits.h>
+#include <linux/openat2.h>
 #include <stdbool.h>
+#include <stddef.h>
+#include <sys/stat.h>
+
+#include "loop.h"
+
+struct cp_store;
+/* The end of cp_store_open() or cp_store_commit(): 0 or an enum cp_err
+ * code, the reason in why[]. */
+typedef void (*cp_store_fn)(struct cp_store *st, int code);
 
 struct cp_store {
 	int fd;	      /* the data, -1 when closed */
 	int parentfd; /* the directory the file goes into */
 	bool force;
 	bool tmp_named; /* tmp[] exists in parentfd */
+	bool busy;	/* a step is in flight: abort must wait for done */
 	char base[NAME_MAX + 1];
 	char tmp[NAME_MAX + 1];
+	char why[400]; /* "what NAME: error", NAME up to NAME_MAX */
+	/* private: the step in flight and what it reads until its CQE */
+	struct cp_op op;
+	struct cp_loop *lp;
+	cp_store_fn done;
+	int step, tries;
+	int dirfd;    /* DIR, borrowed while its subdirectory is opened */
+	bool opening; /* a failed open leaves nothing open */
+	struct open_how how;
+	struct statx stx;
+	char parent[256]; /* CP_NAME_MAX + 1 */
+	char path[64];
 };
+
+/* cp_store_supported() - does @lp's kernel have every opcode above? */
+bool cp_store_supported(struct cp_loop *lp);
 
 /*
  * cp_store_open() - start a file @name (already checked by cp_name_ok())
- * under the directory @dirfd. Returns 0 or an enum cp_err code, with the
- * reason in @why.
+ * under the directory @dirfd. Returns 0 and calls @done once, later, with
+ * the outcome; or returns a cp_err code (reason in why[]) and never calls
+ * it. A failed open leaves nothing open.
  */
-int cp_store_open(struct cp_store *st, int dirfd, const char *name, bool force, char *why,
-		  size_t why_len);
-/* cp_store_commit() - after fsync: give the file its name. 0 or cp_err. */
-int cp_store_commit(struct cp_store *st, char *why, size_t why_len);
-/* cp_store_abort() - close and remove whatever is left; safe to repeat. */
+int cp_store_open(struct cp_store *st, struct cp_loop *lp, int dirfd, const char *name, bool force,
+		  cp_store_fn done);
+/* cp_store_commit() - after fsync: give the file its name; as above. */
+int cp_store_commit(struct cp_store *st, cp_store_fn done);
+/* cp_store_abort() - close and remove whatever is left; safe to repeat;
+ * not while busy. */
 void cp_store_abort(struct cp_store *st);
 
 #endif

@@ -6,7 +6,7 @@
 # its final name unless it is complete.
 #   faults.sh PATH/TO/ringrdma-cp
 CP=${1:?usage: faults.sh PATH/TO/ringrdma-cp}
-. "$(dirname "$0")/lib.sh" 14
+. "$(dirname "$0")/lib.sh" 16
 PORT=7510
 
 mkdir -p "$T/src"
@@ -149,6 +149,40 @@ crc=$?
 ok=0
 [ "$crc" = 3 ] && grep -q "No such file" "$T/miss.err" && ok=1
 result $ok "missing source file: exit 3 (got $crc)"
+
+# --- --force replaces existing files, also in a subdirectory: on tmpfs
+# (O_TMPFILE, linked under a temp name and renamed over the old one), and
+# on a file system without O_TMPFILE (a named temp file renamed), where
+# the build tree is on one (the lab's 9p checkout)
+force_case() { # NAME DIR PORT
+	rm -rf "$2" && mkdir -p "$2/sub" && echo old >"$2/eight" && echo old >"$2/sub/e"
+	start_serve "$1" "$3" --dir "$2" --count 2 --force --chunk 64K
+	timeout 60 "$CP" send "$T/src/eight" "$ADDR:$3" >"$T/$1.c.out" 2>"$T/$1.c.err" &&
+		timeout 60 "$CP" send --as sub/e "$T/src/eight" "$ADDR:$3" >>"$T/$1.c.out" \
+			2>>"$T/$1.c.err"
+	local crc=$?
+	wait_pid "$SERVE_PID" 30
+	local src=$?
+	ok=0
+	[ "$crc" = 0 ] && [ "$src" = 0 ] && cmp -s "$T/src/eight" "$2/eight" &&
+		cmp -s "$T/src/eight" "$2/sub/e" && [ "$(ls -A "$2" | tr '\n' ' ')" = "eight sub " ] &&
+		[ "$(ls -A "$2/sub")" = e ] && ok=1
+	[ $ok = 1 ] || { show "$T/$1.c.err" "$T/$1.err"; ls -laR "$2" | sed 's/^/# /'; }
+}
+mkdir -p "$T/ft"
+mount -t tmpfs -o size=64m tmpfs "$T/ft" && MOUNTS+=("$T/ft")
+force_case ft "$T/ft/d" $((PORT + 6))
+result $ok "--force replaces a file and one in a subdirectory, O_TMPFILE (exit 0)"
+NT=$(dirname "$CP")/.rrcp-notmpfile.$$
+mkdir -p "$NT"
+if python3 -c 'import os, sys; os.open(sys.argv[1], os.O_WRONLY | os.O_TMPFILE)' "$NT" 2>/dev/null; then
+	n=$((n + 1))
+	echo "ok $n # SKIP $(dirname "$CP") supports O_TMPFILE: no named-temp path to test"
+else
+	force_case fn "$NT/d" $((PORT + 7))
+	result $ok "--force replaces a file and one in a subdirectory, named temp files"
+fi
+rm -rf "$NT"
 
 # --- bad command lines
 "$CP" send "$T/src/eight" >/dev/null 2>"$T/usage.err"
