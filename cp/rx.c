@@ -99,6 +99,7 @@ struct rx {
 	unsigned int io_inflight, writes;
 	struct cp_store st;
 	bool file_active, end_seen;
+	bool committing; /* verified and synced, being named */
 	char name[CP_NAME_MAX + 1];
 	XXH3_state_t *hash;
 	uint64_t file_off, end_bytes, end_sum;
@@ -230,7 +231,7 @@ static int err_result(unsigned int code)
 
 /* The slots' memory windows, freed before their QP: rxe in 6.1 hangs
  * freeing a type 2 window still bound to a QP already destroyed. */
-static void free_windows(struct rx *r)
+void rx_free_windows(struct rx *r)
 {
 	for (unsigned int i = 0; r->slots && i < r->w.window; i++) {
 		rr_mw_dealloc(r->slots[i].mw);
@@ -284,7 +285,7 @@ static void bind_done(rr_ep *ep, const struct rr_completion *c, void *data)
 
 	(void)ep;
 	sl->binding = false;
-	if (r->state == RX_CLOSING || c->status == -ECANCELED)
+	if (r->state == RX_CLOSING)
 		return;
 	if (c->status) {
 		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "binding a slot's window: %s (%s)",
@@ -330,7 +331,7 @@ static void inv_done(rr_ep *ep, const struct rr_completion *c, void *data)
 
 	(void)ep;
 	sl->invalidating = false;
-	if (r->state == RX_CLOSING || c->status == -ECANCELED)
+	if (r->state == RX_CLOSING)
 		return;
 	if (c->status) {
 		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "shutting a slot's window: %s (%s)",
@@ -517,6 +518,7 @@ static void commit_done(struct cp_store *st, int code)
 	struct cp_msg m = {.type = CP_FILE_DONE};
 
 	r->io_inflight--;
+	r->committing = false;
 	if (r->state == RX_CLOSING)
 		return;
 	if (code) {
@@ -557,6 +559,7 @@ static void sync_done(struct cp_op *op, int res)
 		return;
 	}
 	r->io_inflight++;
+	r->committing = true; /* past this point, no going back */
 }
 
 /* Every chunk is on disk and FILE_END arrived: verify, fsync, name it. */
@@ -675,7 +678,7 @@ static void on_hello(struct rx *r, const struct cp_msg *m)
 		}
 	}
 	if (!r->use_mw)
-		free_windows(r);
+		rx_free_windows(r);
 	rc = rr_ep_reg_mr(r->ep, r->win, r->win_len,
 			  r->use_mw ? IBV_ACCESS_MW_BIND : IBV_ACCESS_REMOTE_WRITE, &r->win_mr);
 	if (rc) {
@@ -913,7 +916,7 @@ static void rx_free(struct rx *r)
 	leave_unauth(r);
 	if (r->file_active)
 		cp_store_abort(&r->st);
-	free_windows(r); /* before their region: a bound window holds it */
+	rx_free_windows(r); /* before their region: a bound window holds it */
 	rr_mr_dereg(r->win_mr);
 	rr_mr_dereg(r->ctl_mr);
 	XXH3_freeState(r->hash);
@@ -959,7 +962,12 @@ enum rx_poll_res rx_poll(struct rx *r, int *result)
 	}
 	if (r->state != RX_CLOSING) {
 		/* The peer hung up; between files that is how a sender ends. */
-		if (r->state == RX_OPEN || r->state == RX_FILE || r->state == RX_SYNC)
+		if (r->committing)
+			rx_fail(r, 0, CP_EXIT_NET,
+				"sender disconnected while %s, checked, was being named: it is "
+				"stored under its name or not at all",
+				r->name);
+		else if (r->state == RX_OPEN || r->state == RX_FILE || r->state == RX_SYNC)
 			rx_fail(r, 0, CP_EXIT_NET,
 				"sender disconnected during %s after %llu bytes; nothing stored",
 				r->name, (unsigned long long)r->w.got);
@@ -972,7 +980,7 @@ enum rx_poll_res rx_poll(struct rx *r, int *result)
 		return RX_ALIVE;
 	if (r->io_inflight)
 		return RX_ALIVE;
-	free_windows(r);
+	rx_free_windows(r);
 	rr_ep_destroy(r->ep);
 	*result = r->result;
 	authed = r->authed;

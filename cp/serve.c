@@ -12,6 +12,7 @@
 
 #include "json.h"
 #include "serve.h"
+#include "store.h"
 
 #define RING_ENTRIES 1024
 
@@ -170,6 +171,8 @@ int cp_serve(const struct cp_opts *o)
 			serve_poll(&s->lp);
 		if (s->conns)
 			cp_log("serve: connections still open at exit");
+		for (struct rx *r = s->conns; r; r = rx_next(r))
+			rx_free_windows(r);
 	}
 out_loop:
 	cp_loop_fini(&s->lp);

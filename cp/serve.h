@@ -34,6 +34,8 @@ struct rx *rx_create(struct serve *s, rr_ep *ep);
 void rx_accepted(struct rx *r);
 /* Give up on the connection (interrupted, shutting down). */
 void rx_abort(struct rx *r, const char *why);
+/* Free @r's memory windows now: before its endpoint goes with the bridge. */
+void rx_free_windows(struct rx *r);
 enum rx_poll_res {
 	RX_ALIVE,   /* still running */
 	RX_ENDED,   /* an established connection ended; freed; *result set */

@@ -34,7 +34,8 @@ struct cp_store {
 	char tmp[NAME_MAX + 1];
 	char why[400]; /* "what NAME: error", NAME up to NAME_MAX */
 	/* private: the step in flight and what it reads until its CQE */
-	struct cp_op op;
+	struct cp_op op[2]; /* a step is one SQE or two */
+	int res[2], pending;
 	struct cp_loop *lp;
 	cp_store_fn done;
 	int step, tries;

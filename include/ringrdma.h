@@ -796,6 +796,9 @@ int rr_mw_dealloc(struct ibv_mw *mw);
  *          succeeded the library stores it in mw->rkey, where the
  *          provider finds the window's current key when it is bound again
  *          after an invalidate; every key given out before is then dead.
+ *          A bind still outstanding when rr_ep_destroy() begins leaves
+ *          mw->rkey as it was (the window may be freed by then): free
+ *          such a window rather than bind it again.
  * @mr:     a region registered with IBV_ACCESS_MW_BIND.
  * @addr:   start of the window, inside @mr.
  * @len:    its length.

@@ -97,8 +97,9 @@ static void complete(rr_ep *ep, struct rr__req *req, const struct ibv_wc *wc)
 		c.status = -ECANCELED;
 	}
 	/* The provider names a type 2 window by the key it holds now: the
-	 * next bind must present the key this one gave it. */
-	if (req->mw && !c.status)
+	 * next bind must present the key this one gave it. Not once destroy
+	 * began: the window may be freed already (rxe needs that first). */
+	if (req->mw && !c.status && !ep->destroy_pending)
 		req->mw->rkey = req->mw_rkey;
 	rr__list_del(&req->link);
 	if (req->is_recv)
