@@ -1,0 +1,181 @@
+// SPDX-License-Identifier: MIT
+/*
+ * cp/store.c on the host: a received file opened and named through the
+ * loop's ring, step by step, as serve does it. No RDMA needed.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "loop.h"
+#include "proto.h"
+#include "store.h"
+
+static struct cp_loop lp;
+static char dir[64];
+static int dirfd_, calls, last_code;
+
+static void setup(void)
+{
+	strcpy(dir, "/tmp/rr-store.XXXXXX");
+	cr_assert_not_null(mkdtemp(dir));
+	dirfd_ = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	cr_assert_geq(dirfd_, 0);
+	cr_assert_eq(cp_loop_init(&lp, 64), 0);
+	if (!cp_store_supported(&lp))
+		cr_skip_test("this kernel's io_uring lacks a file system opcode");
+	calls = 0;
+}
+
+static void teardown(void)
+{
+	char cmd[128];
+
+	cp_loop_fini(&lp);
+	close(dirfd_);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	cr_expect_eq(system(cmd), 0);
+}
+
+static void on_done(struct cp_store *st, int code)
+{
+	(void)st;
+	calls++;
+	last_code = code;
+}
+
+/* Run the loop until the store reported once more; its code. */
+static int await(int want_calls)
+{
+	for (int i = 0; i < 100 && calls < want_calls; i++)
+		cr_assert_geq(cp_loop_pass(&lp, 100), 0);
+	cr_assert_eq(calls, want_calls, "the store reported %d times, not %d", calls, want_calls);
+	return last_code;
+}
+
+/* Open @name, write @text, fsync, commit; the cp_err code of the first
+ * failure (0: stored). */
+static int store(const char *name, const char *text, bool force)
+{
+	struct cp_store st;
+	int code = cp_store_open(&st, &lp, dirfd_, name, force, on_done);
+
+	if (code)
+		return code;
+	code = await(calls + 1);
+	if (code)
+		return code;
+	cr_assert_eq(write(st.fd, text, strlen(text)), (ssize_t)strlen(text));
+	cr_assert_eq(fsync(st.fd), 0);
+	code = cp_store_commit(&st, on_done);
+	if (!code)
+		code = await(calls + 1);
+	cp_store_abort(&st);
+	return code;
+}
+
+static void expect_file(const char *name, const char *text)
+{
+	char path[512], buf[64] = "";
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "r");
+	cr_assert_not_null(f, "%s missing", path);
+	cr_expect_not_null(fgets(buf, sizeof(buf), f));
+	fclose(f);
+	cr_expect_str_eq(buf, text);
+}
+
+/* Nothing but @n entries in @sub (no temp file left). */
+static void expect_entries(const char *sub, int n)
+{
+	char cmd[256], out[16] = "";
+	FILE *p;
+
+	snprintf(cmd, sizeof(cmd), "ls -A %s/%s | wc -l", dir, sub);
+	p = popen(cmd, "r");
+	cr_assert_not_null(p);
+	cr_expect_not_null(fgets(out, sizeof(out), p));
+	pclose(p);
+	cr_expect_eq(atoi(out), n, "%d entries in %s/%s, wanted %d", atoi(out), dir, sub, n);
+}
+
+TestSuite(store, .init = setup, .fini = teardown, .timeout = 30);
+
+Test(store, a_file_is_named_only_when_committed)
+{
+	cr_assert_eq(store("a", "one\n", false), 0);
+	expect_file("a", "one\n");
+	expect_entries("", 1);
+}
+
+Test(store, an_existing_name_is_refused_before_any_data)
+{
+	struct cp_store st;
+
+	cr_assert_eq(store("a", "one\n", false), 0);
+	cr_assert_eq(cp_store_open(&st, &lp, dirfd_, "a", false, on_done), 0);
+	cr_expect_eq(await(calls + 1), CP_E_EXISTS);
+	cr_expect_neq(strstr(st.why, "refusing to replace a"), NULL, "%s", st.why);
+	cr_expect_eq(st.fd, -1);
+	cr_expect_eq(st.parentfd, -1);
+	expect_file("a", "one\n");
+	expect_entries("", 1);
+}
+
+Test(store, force_replaces_a_file_also_in_a_subdirectory)
+{
+	char sub[128];
+
+	snprintf(sub, sizeof(sub), "%s/sub", dir);
+	cr_assert_eq(mkdir(sub, 0755), 0);
+	cr_assert_eq(store("a", "one\n", false), 0);
+	cr_assert_eq(store("sub/b", "one\n", false), 0);
+	cr_assert_eq(store("a", "two\n", true), 0);
+	cr_assert_eq(store("sub/b", "two\n", true), 0);
+	expect_file("a", "two\n");
+	expect_file("sub/b", "two\n");
+	expect_entries("", 2);
+	expect_entries("sub", 1);
+}
+
+Test(store, a_directory_is_never_replaced_even_forced)
+{
+	char sub[128];
+
+	snprintf(sub, sizeof(sub), "%s/d", dir);
+	cr_assert_eq(mkdir(sub, 0755), 0);
+	cr_expect_eq(store("d", "x\n", true), CP_E_EXISTS);
+	expect_entries("d", 0);
+}
+
+Test(store, a_symbolic_link_cannot_lead_out_of_dir)
+{
+	char link[128];
+
+	snprintf(link, sizeof(link), "%s/out", dir);
+	cr_assert_eq(symlink("/tmp", link), 0);
+	cr_expect_eq(store("out/x", "x\n", false), CP_E_NAME);
+	cr_expect_eq(store("missing/x", "x\n", false), CP_E_NAME);
+	expect_entries("", 1);
+}
+
+/* What a closing connection does: abort after open, nothing left. */
+Test(store, abort_after_open_leaves_nothing)
+{
+	struct cp_store st;
+
+	cr_assert_eq(cp_store_open(&st, &lp, dirfd_, "a", false, on_done), 0);
+	cr_assert_eq(await(calls + 1), 0);
+	cr_assert_geq(st.fd, 0);
+	cp_store_abort(&st);
+	cp_store_abort(&st);
+	cr_expect_eq(st.fd, -1);
+	expect_entries("", 0);
+}
