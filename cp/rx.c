@@ -85,7 +85,6 @@ struct rx {
 	uint8_t *win;
 	size_t win_len;
 	struct ibv_mr *win_mr;
-	bool use_mw; /* every slot has a memory window */
 	struct rx_slot *slots;
 	struct cp_rx_window w;
 	uint32_t released; /* every seq below was copied out of the window */
@@ -229,6 +228,18 @@ static int err_result(unsigned int code)
 	}
 }
 
+/* The store gave up on the file with cp_err @code (why in r->st.why). */
+static void store_failed(struct rx *r, int code)
+{
+	rx_fail(r, (unsigned int)code, err_result((unsigned int)code), "%s", r->st.why);
+}
+
+/* Between FILE_START and FILE_DONE: a lost sender loses this file. */
+static bool in_file(const struct rx *r)
+{
+	return r->state == RX_OPEN || r->state == RX_FILE || r->state == RX_SYNC;
+}
+
 /* The slots' memory windows, freed before their QP: rxe in 6.1 hangs
  * freeing a type 2 window still bound to a QP already destroyed. */
 void rx_free_windows(struct rx *r)
@@ -241,8 +252,7 @@ void rx_free_windows(struct rx *r)
 
 static bool granting(const struct rx *r)
 {
-	return r->state == RX_IDLE || r->state == RX_OPEN || r->state == RX_FILE ||
-	       r->state == RX_SYNC;
+	return r->state == RX_IDLE || in_file(r);
 }
 
 static uint32_t slot_key(const struct rx *r, const struct rx_slot *sl)
@@ -278,21 +288,27 @@ static void send_grant(struct rx *r)
 	r->w.limit = limit;
 }
 
+/* A slot's bind or invalidate ended: does the connection go on? */
+static bool slot_op_ok(struct rx *r, const struct rr_completion *c, const char *what)
+{
+	if (r->state == RX_CLOSING)
+		return false;
+	if (c->status) {
+		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "%s a slot's window: %s (%s)", what,
+			strerror(-c->status), ibv_wc_status_str(c->wc_status));
+		return false;
+	}
+	return true;
+}
+
 static void bind_done(rr_ep *ep, const struct rr_completion *c, void *data)
 {
 	struct rx_slot *sl = data;
-	struct rx *r = sl->r;
 
 	(void)ep;
 	sl->binding = false;
-	if (r->state == RX_CLOSING)
-		return;
-	if (c->status) {
-		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "binding a slot's window: %s (%s)",
-			strerror(-c->status), ibv_wc_status_str(c->wc_status));
-		return;
-	}
-	send_grant(r);
+	if (slot_op_ok(sl->r, c, "binding"))
+		send_grant(sl->r);
 }
 
 /*
@@ -327,18 +343,11 @@ static void bind_slots(struct rx *r)
 static void inv_done(rr_ep *ep, const struct rr_completion *c, void *data)
 {
 	struct rx_slot *sl = data;
-	struct rx *r = sl->r;
 
 	(void)ep;
 	sl->invalidating = false;
-	if (r->state == RX_CLOSING)
-		return;
-	if (c->status) {
-		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "shutting a slot's window: %s (%s)",
-			strerror(-c->status), ibv_wc_status_str(c->wc_status));
-		return;
-	}
-	bind_slots(r);
+	if (slot_op_ok(sl->r, c, "shutting"))
+		bind_slots(sl->r);
 }
 
 static void send_done(rr_ep *ep, const struct rr_completion *c, void *data)
@@ -353,8 +362,7 @@ static void send_done(rr_ep *ep, const struct rr_completion *c, void *data)
 	if (c->status) {
 		/* Mid-file this is a lost sender as much as a disconnect is
 		 * (whichever the killed peer's QP shows first): say both. */
-		if (c->status != -ECANCELED &&
-		    (r->state == RX_OPEN || r->state == RX_FILE || r->state == RX_SYNC))
+		if (c->status != -ECANCELED && in_file(r))
 			rx_fail(r, 0, CP_EXIT_NET,
 				"connection lost during %s after %llu bytes (%s SEND: %s); "
 				"nothing stored",
@@ -522,7 +530,7 @@ static void commit_done(struct cp_store *st, int code)
 	if (r->state == RX_CLOSING)
 		return;
 	if (code) {
-		rx_fail(r, (unsigned int)code, err_result((unsigned int)code), "%s", st->why);
+		store_failed(r, code);
 		return;
 	}
 	r->file_active = false;
@@ -555,7 +563,7 @@ static void sync_done(struct cp_op *op, int res)
 	}
 	code = cp_store_commit(&r->st, commit_done);
 	if (code) {
-		rx_fail(r, (unsigned int)code, err_result((unsigned int)code), "%s", r->st.why);
+		store_failed(r, code);
 		return;
 	}
 	r->io_inflight++;
@@ -612,6 +620,7 @@ static void on_hello(struct rx *r, const struct cp_msg *m)
 	struct serve *s = r->s;
 	const struct cp_opts *o = s->o;
 	struct cp_msg w = {.type = CP_WELCOME};
+	bool use_mw;
 	int rc;
 
 	if (!token_ok(r, m)) {
@@ -661,8 +670,8 @@ static void on_hello(struct rx *r, const struct cp_msg *m)
 	 * grant at a time, does. A device without memory windows falls back
 	 * to the region's own key.
 	 */
-	r->use_mw = true;
-	for (unsigned int i = 0; i < r->w.window && r->use_mw; i++) {
+	use_mw = true;
+	for (unsigned int i = 0; i < r->w.window && use_mw; i++) {
 		r->slots[i].r = r;
 		rc = rr_ep_alloc_mw(r->ep, &r->slots[i].mw);
 		if (rc == -EOPNOTSUPP || rc == -ENOSYS) {
@@ -670,17 +679,17 @@ static void on_hello(struct rx *r, const struct cp_msg *m)
 				cp_log("serve: no memory windows on this device: each window is "
 				       "reachable by every connection that learns its key");
 			s->mw_warned = true;
-			r->use_mw = false;
+			use_mw = false;
 		} else if (rc) {
 			rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "allocating a memory window: %s",
 				strerror(-rc));
 			return;
 		}
 	}
-	if (!r->use_mw)
+	if (!use_mw)
 		rx_free_windows(r);
 	rc = rr_ep_reg_mr(r->ep, r->win, r->win_len,
-			  r->use_mw ? IBV_ACCESS_MW_BIND : IBV_ACCESS_REMOTE_WRITE, &r->win_mr);
+			  use_mw ? IBV_ACCESS_MW_BIND : IBV_ACCESS_REMOTE_WRITE, &r->win_mr);
 	if (rc) {
 		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "registering the window: %s", strerror(-rc));
 		return;
@@ -715,7 +724,7 @@ static void open_done(struct cp_store *st, int code)
 		return;
 	}
 	if (code) {
-		rx_fail(r, (unsigned int)code, err_result((unsigned int)code), "%s", st->why);
+		store_failed(r, code);
 		return;
 	}
 	r->w.file_open = true;
@@ -731,7 +740,7 @@ static void on_start(struct rx *r, const struct cp_msg *m)
 	memcpy(r->name, m->start.name, sizeof(r->name));
 	code = cp_store_open(&r->st, &r->s->lp, r->s->dirfd, r->name, r->s->o->force, open_done);
 	if (code) {
-		rx_fail(r, (unsigned int)code, err_result((unsigned int)code), "%s", r->st.why);
+		store_failed(r, code);
 		return;
 	}
 	r->io_inflight++;
@@ -967,7 +976,7 @@ enum rx_poll_res rx_poll(struct rx *r, int *result)
 				"sender disconnected while %s, checked, was being named: it is "
 				"stored under its name or not at all",
 				r->name);
-		else if (r->state == RX_OPEN || r->state == RX_FILE || r->state == RX_SYNC)
+		else if (in_file(r))
 			rx_fail(r, 0, CP_EXIT_NET,
 				"sender disconnected during %s after %llu bytes; nothing stored",
 				r->name, (unsigned long long)r->w.got);

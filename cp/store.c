@@ -76,9 +76,6 @@ static int fail(struct cp_store *st, int code, const char *what, const char *nam
 	return code;
 }
 
-static void step_done(struct cp_op *op, int res);
-static void step2_done(struct cp_op *op, int res);
-
 /* Prepare @sqe for @step, from st's own buffers. */
 static void prep(struct cp_store *st, struct io_uring_sqe *sqe, int step)
 {
