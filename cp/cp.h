@@ -29,6 +29,7 @@ struct cp_opts {
 	const char *listen;
 	const char *dir;
 	bool force;
+	bool direct; /* O_DIRECT writes */
 	unsigned int max_conns;	      /* admitted connections at once */
 	unsigned int max_pending;     /* connections not admitted yet, at once */
 	unsigned int hello_timeout_s; /* an established connection's HELLO is due */

@@ -37,6 +37,7 @@ static void usage(FILE *f)
 	      "  --listen ADDR:PORT   RDMA address to listen on\n"
 	      "  --dir DIR            where files go; peers cannot write outside it\n"
 	      "  --force              replace existing files\n"
+	      "  --direct             write files with O_DIRECT, around the page cache\n"
 	      "  --count N            exit after N authenticated connections ended\n"
 	      "  --max-conns N        refuse authenticated connections beyond N at once\n"
 	      "                       (default 16)\n"
@@ -135,13 +136,14 @@ enum {
 	OPT_LISTEN = 256, OPT_DIR, OPT_FORCE, OPT_COUNT, OPT_MAX_CONNS, OPT_AS, OPT_RATE,
 	OPT_PROGRESS, OPT_NO_PROGRESS, OPT_TCP_LISTEN, OPT_TO, OPT_PREFIX, OPT_CHUNK, OPT_WINDOW,
 	OPT_TOKEN, OPT_TIMEOUT, OPT_JSON, OPT_QUIET, OPT_MAX_PENDING, OPT_HELLO_TIMEOUT,
-	OPT_MAX_CLIENTS,
+	OPT_MAX_CLIENTS, OPT_DIRECT,
 };
 
 static const struct option long_opts[] = {
 	{"listen", required_argument, NULL, OPT_LISTEN},
 	{"dir", required_argument, NULL, OPT_DIR},
 	{"force", no_argument, NULL, OPT_FORCE},
+	{"direct", no_argument, NULL, OPT_DIRECT},
 	{"count", required_argument, NULL, OPT_COUNT},
 	{"max-conns", required_argument, NULL, OPT_MAX_CONNS},
 	{"as", required_argument, NULL, OPT_AS},
@@ -182,6 +184,7 @@ static int parse_opts(int argc, char **argv, struct cp_opts *o, unsigned int *se
 		case OPT_LISTEN: o->listen = optarg; break;
 		case OPT_DIR: o->dir = optarg; break;
 		case OPT_FORCE: o->force = true; break;
+		case OPT_DIRECT: o->direct = true; break;
 		case OPT_AS: o->as = optarg; break;
 		case OPT_TCP_LISTEN: o->tcp_listen = optarg; break;
 		case OPT_TO: o->to = optarg; break;
@@ -301,7 +304,7 @@ int main(int argc, char **argv)
 		goto bad;
 	if (!strcmp(mode, "serve")) {
 		if (only(seen, COMMON | B(OPT_LISTEN) | B(OPT_DIR) | B(OPT_FORCE) | B(OPT_COUNT) |
-				       B(OPT_MAX_CONNS) | B(OPT_MAX_PENDING) | B(OPT_HELLO_TIMEOUT),
+				       B(OPT_DIRECT) | B(OPT_MAX_CONNS) | B(OPT_MAX_PENDING) | B(OPT_HELLO_TIMEOUT),
 			 mode))
 			goto bad;
 		if (!o.listen || !o.dir || optind != argc) {

@@ -386,8 +386,12 @@ static void finish_file(struct rx *r);
 static int submit_write(struct rx_stage *st)
 {
 	struct rx *r = st->r;
-	struct io_uring_sqe *sqe = cp_loop_sqe(&r->s->lp, &st->op);
+	struct io_uring_sqe *sqe;
+	int rc = cp_store_unaligned(&r->st, st->off + st->done, st->len - st->done);
 
+	if (rc)
+		return rc;
+	sqe = cp_loop_sqe(&r->s->lp, &st->op);
 	if (!sqe)
 		return -EBUSY;
 	io_uring_prep_write(sqe, r->st.fd, st->buf + st->done, st->len - st->done,
@@ -417,6 +421,7 @@ static void stage_chunks(struct rx *r)
 		uint32_t slot = r->released % r->w.window;
 		struct rx_slot *sl = &r->slots[slot];
 		struct rx_stage *st = NULL;
+		int rc;
 
 		for (unsigned int i = 0; i < r->nstages && !st; i++)
 			if (!r->stages[i].busy)
@@ -432,10 +437,12 @@ static void stage_chunks(struct rx *r)
 		st->off = r->file_off;
 		r->file_off += sl->len;
 		r->writes++;
-		if (submit_write(st)) {
+		rc = submit_write(st);
+		if (rc) {
 			r->writes--;
 			st->busy = false;
-			rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "cannot queue a write");
+			rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "cannot queue a write to %s: %s", r->name,
+				strerror(-rc));
 			return;
 		}
 	}
@@ -446,6 +453,7 @@ static void write_done(struct cp_op *op, int res)
 {
 	struct rx_stage *st = (struct rx_stage *)op;
 	struct rx *r = st->r;
+	int rc;
 
 	r->io_inflight--;
 	r->writes--;
@@ -465,9 +473,11 @@ static void write_done(struct cp_op *op, int res)
 	if (st->done < st->len) {
 		/* A short write: the rest goes on from where it stopped. */
 		r->writes++;
-		if (submit_write(st)) {
+		rc = submit_write(st);
+		if (rc) {
 			r->writes--;
-			rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "cannot queue a write");
+			rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "cannot queue a write to %s: %s", r->name,
+				strerror(-rc));
 		}
 		return;
 	}
@@ -738,7 +748,10 @@ static void on_start(struct rx *r, const struct cp_msg *m)
 	int code;
 
 	memcpy(r->name, m->start.name, sizeof(r->name));
-	code = cp_store_open(&r->st, &r->s->lp, r->s->dirfd, r->name, r->s->o->force, open_done);
+	code = cp_store_open(&r->st, &r->s->lp, r->s->dirfd, r->name,
+			     (r->s->o->force ? CP_STORE_FORCE : 0) |
+				     (r->s->o->direct ? CP_STORE_DIRECT : 0),
+			     open_done);
 	if (code) {
 		store_failed(r, code);
 		return;

@@ -136,6 +136,11 @@ int cp_serve(const struct cp_opts *o)
 		ret = CP_EXIT_LOCAL_IO;
 		goto out_free;
 	}
+	if (o->direct && cp_store_direct_ok(s->dirfd)) {
+		cp_log("serve: --direct: the file system of %s takes no O_DIRECT writes", o->dir);
+		ret = CP_EXIT_LOCAL_IO;
+		goto out_dir;
+	}
 	if (cp_loop_init(&s->lp, RING_ENTRIES)) {
 		ret = CP_EXIT_FAIL;
 		goto out_dir;

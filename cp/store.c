@@ -79,6 +79,7 @@ static int fail(struct cp_store *st, int code, const char *what, const char *nam
 /* Prepare @sqe for @step, from st's own buffers. */
 static void prep(struct cp_store *st, struct io_uring_sqe *sqe, int step)
 {
+	uint64_t direct = st->direct ? O_DIRECT : 0;
 	unsigned int r = 0;
 
 	switch (step) {
@@ -93,7 +94,7 @@ static void prep(struct cp_store *st, struct io_uring_sqe *sqe, int step)
 				    &st->stx);
 		break;
 	case S_TMPFILE:
-		st->how = (struct open_how){.flags = O_WRONLY | O_TMPFILE | O_CLOEXEC,
+		st->how = (struct open_how){.flags = O_WRONLY | O_TMPFILE | O_CLOEXEC | direct,
 					    .mode = 0644,
 					    .resolve = RESOLVE};
 		io_uring_prep_openat2(sqe, st->parentfd, ".", &st->how);
@@ -108,9 +109,10 @@ static void prep(struct cp_store *st, struct io_uring_sqe *sqe, int step)
 					     AT_SYMLINK_FOLLOW);
 			break;
 		}
-		st->how = (struct open_how){.flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
-					    .mode = 0644,
-					    .resolve = RESOLVE};
+		st->how =
+			(struct open_how){.flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | direct,
+					  .mode = 0644,
+					  .resolve = RESOLVE};
 		io_uring_prep_openat2(sqe, st->parentfd, st->tmp, &st->how);
 		break;
 	case S_LINK:
@@ -261,6 +263,8 @@ static int next(struct cp_store *st)
 		return synced(st, res);
 	}
 	/* The end of open: S_TMPFILE or S_NAMED. */
+	if (res == -EINVAL && st->direct)
+		return fail(st, CP_E_IO, "no O_DIRECT (--direct) for", st->base, -res);
 	if (res < 0)
 		return fail(st, io_err(-res), "cannot create", st->base, -res);
 	st->fd = res;
@@ -291,8 +295,8 @@ static void step2_done(struct cp_op *op, int res)
 	ended((struct cp_store *)((char *)op - offsetof(struct cp_store, op[1])), 1, res);
 }
 
-int cp_store_open(struct cp_store *st, struct cp_loop *lp, int dirfd, const char *name, bool force,
-		  cp_store_fn done)
+int cp_store_open(struct cp_store *st, struct cp_loop *lp, int dirfd, const char *name,
+		  unsigned int flags, cp_store_fn done)
 {
 	const char *slash = strrchr(name, '/');
 	int fd, code;
@@ -300,7 +304,8 @@ int cp_store_open(struct cp_store *st, struct cp_loop *lp, int dirfd, const char
 	memset(st, 0, sizeof(*st));
 	st->fd = -1;
 	st->parentfd = -1;
-	st->force = force;
+	st->force = flags & CP_STORE_FORCE;
+	st->direct = flags & CP_STORE_DIRECT;
 	st->lp = lp;
 	st->done = done;
 	st->op[0].done = step_done;
@@ -336,6 +341,35 @@ int cp_store_commit(struct cp_store *st, cp_store_fn done)
 	if (st->force)
 		return queue(st, S_LINK_TMP);
 	return queue_pair(st, S_LINK_SYNC, S_LINK, S_SYNC_DIR, true);
+}
+
+int cp_store_unaligned(struct cp_store *st, uint64_t off, uint32_t len)
+{
+	int fl;
+
+	if (!st->direct || !((off | len) & 4095))
+		return 0;
+	/* Only a flag of the open file, no I/O: harmless on the loop thread.
+	 * Writes already issued keep O_DIRECT; the rest use the page cache. */
+	fl = fcntl(st->fd, F_GETFL);
+	if (fl < 0 || fcntl(st->fd, F_SETFL, fl & ~O_DIRECT) < 0)
+		return -errno;
+	st->direct = false;
+	return 0;
+}
+
+int cp_store_direct_ok(int dirfd)
+{
+	int fd = openat(dirfd, ".", O_WRONLY | O_TMPFILE | O_DIRECT | O_CLOEXEC, 0600);
+
+	if (fd >= 0) {
+		close(fd);
+		return 0;
+	}
+	if (errno == EINVAL)
+		return -EINVAL;
+	/* No O_TMPFILE here (or no room): each file's own open will say. */
+	return 0;
 }
 
 void cp_store_abort(struct cp_store *st)

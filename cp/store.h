@@ -4,7 +4,8 @@
  * (or, where the file system has none, a hidden temp name) opened with
  * openat2(RESOLVE_BENEATH) under the served directory, linked or renamed
  * to its final name only after fsync, without replacing anything unless
- * --force was given. Every file system call goes through the loop's ring
+ * --force was given; with --direct it is written with O_DIRECT. Every file
+ * system call goes through the loop's ring
  * (IORING_OP_OPENAT2, _STATX, _LINKAT, _RENAMEAT, _UNLINKAT, _FSYNC), one
  * step at a time, so a slow directory stalls only its own connection.
  */
@@ -15,6 +16,7 @@
 #include <linux/openat2.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/stat.h>
 
 #include "loop.h"
@@ -28,6 +30,7 @@ struct cp_store {
 	int fd;	      /* the data, -1 when closed */
 	int parentfd; /* the directory the file goes into */
 	bool force;
+	bool direct;	/* fd has O_DIRECT (dropped for an unaligned tail) */
 	bool tmp_named; /* tmp[] exists in parentfd */
 	bool busy;	/* a step is in flight: abort must wait for done */
 	char base[NAME_MAX + 1];
@@ -50,14 +53,28 @@ struct cp_store {
 /* cp_store_supported() - does @lp's kernel have every opcode above? */
 bool cp_store_supported(struct cp_loop *lp);
 
+enum {
+	CP_STORE_FORCE = 1 << 0,  /* replace an existing file */
+	CP_STORE_DIRECT = 1 << 1, /* write around the page cache (O_DIRECT) */
+};
+
 /*
  * cp_store_open() - start a file @name (already checked by cp_name_ok())
- * under the directory @dirfd. Returns 0 and calls @done once, later, with
- * the outcome; or returns a cp_err code (reason in why[]) and never calls
- * it. A failed open leaves nothing open.
+ * under the directory @dirfd, with CP_STORE_* @flags. Returns 0 and calls
+ * @done once, later, with the outcome; or returns a cp_err code (reason in
+ * why[]) and never calls it. A failed open leaves nothing open.
  */
-int cp_store_open(struct cp_store *st, struct cp_loop *lp, int dirfd, const char *name, bool force,
-		  cp_store_fn done);
+int cp_store_open(struct cp_store *st, struct cp_loop *lp, int dirfd, const char *name,
+		  unsigned int flags, cp_store_fn done);
+/*
+ * cp_store_unaligned() - the next write of @len bytes at @off cannot go
+ * around the page cache (not in whole 4 KiB blocks): drop O_DIRECT for the
+ * rest of the file. 0 or -errno.
+ */
+int cp_store_unaligned(struct cp_store *st, uint64_t off, uint32_t len);
+/* cp_store_direct_ok() - can files under @dirfd be written with O_DIRECT?
+ * 0, or -EINVAL where the file system refuses it. */
+int cp_store_direct_ok(int dirfd);
 /* cp_store_commit() - after fsync: give the file its name; as above. */
 int cp_store_commit(struct cp_store *st, cp_store_fn done);
 /* cp_store_abort() - close and remove whatever is left; safe to repeat;

@@ -63,7 +63,7 @@ static int await(int want_calls)
 static int store(const char *name, const char *text, bool force)
 {
 	struct cp_store st;
-	int code = cp_store_open(&st, &lp, dirfd_, name, force, on_done);
+	int code = cp_store_open(&st, &lp, dirfd_, name, force ? CP_STORE_FORCE : 0, on_done);
 
 	if (code)
 		return code;
@@ -120,7 +120,7 @@ Test(store, an_existing_name_is_refused_before_any_data)
 	struct cp_store st;
 
 	cr_assert_eq(store("a", "one\n", false), 0);
-	cr_assert_eq(cp_store_open(&st, &lp, dirfd_, "a", false, on_done), 0);
+	cr_assert_eq(cp_store_open(&st, &lp, dirfd_, "a", 0, on_done), 0);
 	cr_expect_eq(await(calls + 1), CP_E_EXISTS);
 	cr_expect_neq(strstr(st.why, "refusing to replace a"), NULL, "%s", st.why);
 	cr_expect_eq(st.fd, -1);
@@ -171,7 +171,7 @@ Test(store, abort_after_open_leaves_nothing)
 {
 	struct cp_store st;
 
-	cr_assert_eq(cp_store_open(&st, &lp, dirfd_, "a", false, on_done), 0);
+	cr_assert_eq(cp_store_open(&st, &lp, dirfd_, "a", 0, on_done), 0);
 	cr_assert_eq(await(calls + 1), 0);
 	cr_assert_geq(st.fd, 0);
 	cp_store_abort(&st);
