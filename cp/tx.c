@@ -7,8 +7,10 @@
  * with the key the GRANT gave for that seq (the receiver rebinds a slot's
  * memory window for every grant, so every seq has a key of its own).
  * Up to `window` reads run at once, each into the local buffer of its seq,
- * and chunks are posted strictly in seq order and hashed right after, so
- * the checksum is computed in file order while reads and writes overlap.
+ * and chunks are posted strictly in seq order and handed to the hashing
+ * thread right after (hash.h), so the checksum is computed in file order
+ * while reads, writes and hashing overlap. A buffer is read into again once
+ * its WRITE completed and it was hashed.
  * Our receives: `window` GRANTs at most (one per chunk the receiver copied
  * out of its window) plus one reply and one ERROR, and each is reposted as
  * it completes.
@@ -18,8 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
-
+#include "hash.h"
 #include "tx.h"
 
 #define TX_SENDS       4 /* HELLO, FILE_START, FILE_END, ERROR: one at a time */
@@ -29,7 +30,8 @@
 #define CONNECT_MS     15000
 
 enum tx_state { TX_CONNECTING, TX_HELLO, TX_IDLE, TX_START, TX_DATA, TX_END, TX_CLOSING };
-enum slot_state { SL_FREE, SL_READING, SL_FILLED, SL_WRITING };
+/* SL_WRITING: posted, maybe not hashed yet; SL_HASHING: written, not hashed. */
+enum slot_state { SL_FREE, SL_READING, SL_FILLED, SL_WRITING, SL_HASHING };
 
 struct tx_slot {
 	struct cp_op op;
@@ -37,6 +39,7 @@ struct tx_slot {
 	enum slot_state state;
 	uint32_t seq, len, want;
 	uint64_t off;
+	uint64_t job; /* its number at the hashing thread */
 };
 
 struct tx {
@@ -68,7 +71,7 @@ struct tx {
 	struct tx_src src;
 	bool src_eof, stream_reading;
 	uint64_t read_off, file_bytes;
-	XXH3_state_t *hash;
+	struct cp_hasher hs;
 	uint64_t file_sum;
 	unsigned int io_inflight;
 	uint64_t bytes_done, bytes_posted;
@@ -253,7 +256,7 @@ static void write_done(rr_ep *ep, const struct rr_completion *c, void *data)
 	struct tx_slot *sl = data;
 	struct tx *t = sl->t;
 
-	sl->state = SL_FREE;
+	sl->state = sl->job < cp_hasher_done(&t->hs) ? SL_FREE : SL_HASHING;
 	if (c->status) {
 		if (c->status != -ECANCELED || t->state != TX_CLOSING)
 			tx_fail(t, CP_EXIT_NET, 0, "RDMA WRITE to %s failed: %s", t->peer,
@@ -280,6 +283,7 @@ static void pump(struct tx *t)
 {
 	struct tx_slot *sl;
 	struct cp_msg m = {.type = CP_FILE_END};
+	int64_t job;
 	int rc;
 
 	if (t->state != TX_DATA)
@@ -326,8 +330,15 @@ static void pump(struct tx *t)
 			return;
 		}
 		/* Hashed while it flies: the buffer is ours and stays as it is
-		 * until the WRITE completes. */
-		XXH3_64bits_update(t->hash, buf, sl->len);
+		 * until the WRITE completes and the hash has it. */
+		job = cp_hasher_add(&t->hs, buf, sl->len);
+		if (job < 0) {
+			sl->state = SL_WRITING;
+			sl->job = UINT64_MAX; /* never freed: teardown only */
+			tx_fail(t, CP_EXIT_FAIL, CP_E_ABORT, "cannot queue a hash");
+			return;
+		}
+		sl->job = (uint64_t)job;
 		sl->state = SL_WRITING;
 		t->chunks++;
 		t->next_write++;
@@ -335,15 +346,28 @@ static void pump(struct tx *t)
 		t->bytes_posted += sl->len;
 	}
 	if ((t->src.stream ? !t->src_eof || t->stream_reading : t->read_off < t->src.size) ||
-	    t->next_write != t->next_read)
+	    t->next_write != t->next_read || !cp_hasher_caught_up(&t->hs))
 		return;
-	/* Everything is posted; RC delivers FILE_END after the last chunk. */
-	t->file_sum = XXH3_64bits_digest(t->hash);
+	/* Everything is posted and hashed; RC delivers FILE_END after the
+	 * last chunk. */
+	t->file_sum = cp_hasher_digest(&t->hs);
 	m.end.bytes = t->file_bytes;
 	m.end.checksum = t->file_sum;
 	t->state = TX_END;
 	if (tx_send(t, &m))
 		tx_fail(t, CP_EXIT_NET, 0, "cannot send FILE_END");
+}
+
+/* The hashing thread got further: free the buffers it is done with. */
+static void hashed(struct cp_hasher *h)
+{
+	struct tx *t = (struct tx *)((char *)h - offsetof(struct tx, hs));
+	uint64_t done = cp_hasher_done(h);
+
+	for (unsigned int i = 0; t->slots && i < t->window; i++)
+		if (t->slots[i].state == SL_HASHING && t->slots[i].job < done)
+			t->slots[i].state = SL_FREE;
+	pump(t);
 }
 
 static void next_source(struct tx *t)
@@ -360,7 +384,7 @@ static void next_source(struct tx *t)
 	}
 	t->read_off = t->file_bytes = 0;
 	t->src_eof = t->stream_reading = false;
-	XXH3_64bits_reset(t->hash);
+	cp_hasher_reset(&t->hs);
 	m.start.size = t->src.stream ? 0 : t->src.size;
 	m.start.flags = t->src.stream ? CP_START_STREAM : 0;
 	m.start.name_len = (uint16_t)strlen(t->src.name);
@@ -590,10 +614,8 @@ struct tx *tx_start(struct cp_loop *lp, const struct cp_opts *o, const char *hos
 	snprintf(t->peer, sizeof(t->peer), "%s:%u", host, port);
 	len = (size_t)(t->nrecv + TX_SENDS) * CP_MSG_MAX;
 	t->ctl = aligned_alloc(4096, (len + 4095) / 4096 * 4096);
-	t->hash = XXH3_createState();
-	if (!t->ctl || !t->hash) {
+	if (!t->ctl || cp_hasher_init(&t->hs, lp, hashed)) {
 		free(t->ctl);
-		XXH3_freeState(t->hash);
 		free(t);
 		return NULL;
 	}
@@ -620,6 +642,7 @@ enum tx_poll_res tx_poll(struct tx *t, int *result, char *msg, size_t msg_len)
 				to);
 		else
 			pump(t); /* --limit-rate waits for the clock */
+		cp_hasher_kick(&t->hs);
 		return TX_ALIVE;
 	}
 	if (!t->down) {
@@ -630,14 +653,16 @@ enum tx_poll_res tx_poll(struct tx *t, int *result, char *msg, size_t msg_len)
 	}
 	if (t->ep && rr_ep_outstanding(t->ep) && now - t->down_at < FLUSH_MS * 1000000ull)
 		return TX_ALIVE;
-	if (t->io_inflight)
+	/* The hashing thread may still read a buffer. */
+	cp_hasher_kick(&t->hs);
+	if (t->io_inflight || !cp_hasher_idle(&t->hs))
 		return TX_ALIVE;
 	rr_ep_destroy(t->ep);
 	rr_mr_dereg(t->data_mr);
 	rr_mr_dereg(t->ctl_mr);
 	*result = t->result;
 	snprintf(msg, msg_len, "%s", t->msg);
-	XXH3_freeState(t->hash);
+	cp_hasher_destroy(&t->hs);
 	free(t->slots);
 	free(t->rkeys);
 	free(t->data);

@@ -1,0 +1,193 @@
+// SPDX-License-Identifier: MIT
+/* ringrdma-cp: a file's hash on a thread of its own (see hash.h). */
+#include <errno.h>
+#include <liburing.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "hash.h"
+
+static void *worker(void *arg)
+{
+	struct cp_hasher *h = arg;
+	const uint64_t one = 1;
+
+	pthread_mutex_lock(&h->mu);
+	while (!h->stop) {
+		const void *buf;
+		size_t len;
+
+		if (h->done == h->queued) {
+			pthread_cond_wait(&h->cv, &h->mu);
+			continue;
+		}
+		buf = h->q[h->done % CP_WINDOW_MAX].buf;
+		len = h->q[h->done % CP_WINDOW_MAX].len;
+		pthread_mutex_unlock(&h->mu);
+		XXH3_64bits_update(h->state, buf, len);
+		pthread_mutex_lock(&h->mu);
+		h->done++;
+		/* Fails only when the counter is full: the loop has a wake-up
+		 * coming anyway. */
+		if (write(h->efd, &one, sizeof(one)) < 0)
+			continue;
+	}
+	pthread_mutex_unlock(&h->mu);
+	return NULL;
+}
+
+static void ev_done(struct cp_op *op, int res);
+
+static int arm(struct cp_hasher *h)
+{
+	struct io_uring_sqe *sqe;
+
+	if (h->armed)
+		return 0;
+	sqe = cp_loop_sqe(h->lp, &h->op);
+	if (!sqe)
+		return -EBUSY;
+	io_uring_prep_read(sqe, h->efd, &h->ev, sizeof(h->ev), 0);
+	h->armed = true;
+	return 0;
+}
+
+static void ev_done(struct cp_op *op, int res)
+{
+	struct cp_hasher *h = (struct cp_hasher *)((char *)op - offsetof(struct cp_hasher, op));
+	bool more;
+
+	(void)res; /* an error only repeats: the thread's count is what matters */
+	h->armed = false;
+	pthread_mutex_lock(&h->mu);
+	more = h->done != h->queued;
+	pthread_mutex_unlock(&h->mu);
+	/* Queued jobs always have a read in the ring, so the loop hears of
+	 * each; if the ring is full just now, cp_hasher_kick() arms it. */
+	if (more)
+		arm(h);
+	h->progress(h);
+}
+
+void cp_hasher_kick(struct cp_hasher *h)
+{
+	if (h->started && !h->armed && !cp_hasher_idle(h))
+		arm(h);
+}
+
+int cp_hasher_init(struct cp_hasher *h, struct cp_loop *lp, void (*progress)(struct cp_hasher *h))
+{
+	int rc;
+
+	h->lp = lp;
+	h->progress = progress;
+	h->op.done = ev_done;
+	h->stop = h->armed = h->started = false;
+	h->queued = h->done = 0;
+	h->state = XXH3_createState();
+	if (!h->state)
+		return -ENOMEM;
+	XXH3_64bits_reset(h->state);
+	h->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (h->efd < 0) {
+		rc = -errno;
+		goto err_state;
+	}
+	pthread_mutex_init(&h->mu, NULL);
+	pthread_cond_init(&h->cv, NULL);
+	rc = -pthread_create(&h->thread, NULL, worker, h);
+	if (rc)
+		goto err_fd;
+	h->started = true;
+	return 0;
+
+err_fd:
+	pthread_cond_destroy(&h->cv);
+	pthread_mutex_destroy(&h->mu);
+	close(h->efd);
+err_state:
+	XXH3_freeState(h->state);
+	h->state = NULL;
+	return rc;
+}
+
+void cp_hasher_reset(struct cp_hasher *h)
+{
+	XXH3_64bits_reset(h->state);
+}
+
+int64_t cp_hasher_add(struct cp_hasher *h, const void *buf, size_t len)
+{
+	int64_t job;
+	bool idle;
+
+	pthread_mutex_lock(&h->mu);
+	job = (int64_t)h->queued;
+	idle = h->done == h->queued;
+	if (idle && len <= CP_HASH_INLINE) {
+		/* The thread is waiting and touches nothing: hash it here. */
+		XXH3_64bits_update(h->state, buf, len);
+		h->queued++;
+		h->done++;
+		pthread_mutex_unlock(&h->mu);
+		return job;
+	}
+	pthread_mutex_unlock(&h->mu);
+	if (arm(h))
+		return -EBUSY;
+	pthread_mutex_lock(&h->mu);
+	h->q[h->queued % CP_WINDOW_MAX].buf = buf;
+	h->q[h->queued % CP_WINDOW_MAX].len = len;
+	h->queued++;
+	pthread_cond_signal(&h->cv);
+	pthread_mutex_unlock(&h->mu);
+	return job;
+}
+
+uint64_t cp_hasher_done(struct cp_hasher *h)
+{
+	uint64_t done;
+
+	pthread_mutex_lock(&h->mu);
+	done = h->done;
+	pthread_mutex_unlock(&h->mu);
+	return done;
+}
+
+bool cp_hasher_caught_up(struct cp_hasher *h)
+{
+	bool caught_up;
+
+	if (!h->started)
+		return true;
+	pthread_mutex_lock(&h->mu);
+	caught_up = h->done == h->queued;
+	pthread_mutex_unlock(&h->mu);
+	return caught_up;
+}
+
+bool cp_hasher_idle(struct cp_hasher *h)
+{
+	return !h->armed && cp_hasher_caught_up(h);
+}
+
+uint64_t cp_hasher_digest(struct cp_hasher *h)
+{
+	return XXH3_64bits_digest(h->state);
+}
+
+void cp_hasher_destroy(struct cp_hasher *h)
+{
+	if (!h->started)
+		return;
+	pthread_mutex_lock(&h->mu);
+	h->stop = true;
+	pthread_cond_signal(&h->cv);
+	pthread_mutex_unlock(&h->mu);
+	pthread_join(h->thread, NULL);
+	pthread_cond_destroy(&h->cv);
+	pthread_mutex_destroy(&h->mu);
+	close(h->efd);
+	XXH3_freeState(h->state);
+	h->started = false;
+}

@@ -1,0 +1,133 @@
+// SPDX-License-Identifier: MIT
+/*
+ * cp/hash.c on the host: a file's hash computed on the hashing thread, fed
+ * in order with chunks big and small while the loop's ring hears of its
+ * progress, must equal one pass of XXH3-64 over the whole file.
+ */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "hash.h"
+#include "loop.h"
+
+static struct cp_loop lp;
+static struct cp_hasher h;
+static int progress_calls;
+
+static void on_progress(struct cp_hasher *hs)
+{
+	cr_assert_eq(hs, &h);
+	progress_calls++;
+}
+
+static void setup(void)
+{
+	cr_assert_eq(cp_loop_init(&lp, 64), 0);
+	cr_assert_eq(cp_hasher_init(&h, &lp, on_progress), 0);
+	progress_calls = 0;
+}
+
+static void teardown(void)
+{
+	cr_assert(cp_hasher_idle(&h));
+	cp_hasher_destroy(&h);
+	cp_loop_fini(&lp);
+}
+
+/* Run the loop until everything given was hashed and heard of. */
+static void await_idle(void)
+{
+	for (int i = 0; i < 600 && !cp_hasher_idle(&h); i++) {
+		cr_assert_geq(cp_loop_pass(&lp, 100), 0);
+		cp_hasher_kick(&h);
+	}
+	cr_assert(cp_hasher_idle(&h), "the hashing thread never caught up");
+}
+
+static uint8_t *random_bytes(size_t len)
+{
+	uint8_t *p = malloc(len);
+
+	cr_assert_not_null(p);
+	for (size_t i = 0; i < len; i++)
+		p[i] = (uint8_t)(rand() >> 7);
+	return p;
+}
+
+/* Feed @len bytes of @p in pieces of @sizes (cycled); the job numbers
+ * count up from @first. */
+static void feed(const uint8_t *p, size_t len, const size_t *sizes, size_t nsizes, int64_t first)
+{
+	size_t off = 0;
+
+	for (size_t i = 0; off < len; i++) {
+		size_t n = sizes[i % nsizes];
+
+		if (n > len - off)
+			n = len - off;
+		cr_assert_eq(cp_hasher_add(&h, p + off, n), first + (int64_t)i);
+		off += n;
+	}
+}
+
+Test(hash, big_and_small_chunks_in_order_equal_one_pass, .init = setup, .fini = teardown)
+{
+	/* Small pieces behind big ones must queue behind them, not be
+	 * hashed at once out of order. */
+	static const size_t sizes[] = {1 << 20, 100, 4096, 3 << 20, (64 << 10) + 1, 64 << 10, 7};
+	size_t len = 24 << 20;
+	uint8_t *p = random_bytes(len);
+
+	cp_hasher_reset(&h);
+	feed(p, len, sizes, sizeof(sizes) / sizeof(sizes[0]), 0);
+	await_idle();
+	cr_assert(cp_hasher_caught_up(&h));
+	cr_assert_eq(cp_hasher_digest(&h), XXH3_64bits(p, len));
+	cr_assert_gt(progress_calls, 0, "the loop never heard of the thread's progress");
+	free(p);
+}
+
+Test(hash, reset_starts_the_next_file, .init = setup, .fini = teardown)
+{
+	static const size_t sizes[] = {2 << 20};
+	size_t len = 5 << 20;
+	uint8_t *a = random_bytes(len), *b = random_bytes(len);
+
+	feed(a, len, sizes, 1, 0);
+	await_idle();
+	cr_assert_eq(cp_hasher_digest(&h), XXH3_64bits(a, len));
+	cp_hasher_reset(&h);
+	feed(b, len, sizes, 1, 3);
+	await_idle();
+	cr_assert_eq(cp_hasher_digest(&h), XXH3_64bits(b, len));
+	free(a);
+	free(b);
+}
+
+Test(hash, small_chunks_alone_are_hashed_at_once, .init = setup, .fini = teardown)
+{
+	uint8_t *p = random_bytes(CP_HASH_INLINE);
+
+	cr_assert_eq(cp_hasher_add(&h, p, CP_HASH_INLINE), 0);
+	/* Nothing queued before it: done on the loop thread, no ring read. */
+	cr_assert(cp_hasher_idle(&h));
+	cr_assert_eq(cp_hasher_done(&h), 1);
+	cr_assert_eq(cp_hasher_digest(&h), XXH3_64bits(p, CP_HASH_INLINE));
+	free(p);
+}
+
+Test(hash, a_big_chunk_is_not_idle_until_heard_of, .init = setup, .fini = teardown)
+{
+	size_t len = 8 << 20;
+	uint8_t *p = random_bytes(len);
+
+	cr_assert_eq(cp_hasher_add(&h, p, len), 0);
+	/* Its eventfd read is in the ring until the loop reaps it. */
+	cr_assert_not(cp_hasher_idle(&h));
+	await_idle();
+	cr_assert_eq(cp_hasher_done(&h), 1);
+	cr_assert_eq(cp_hasher_digest(&h), XXH3_64bits(p, len));
+	free(p);
+}
