@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * XXH3-64 of a file, computed on a thread of its own. The sender's loop
- * thread also does the device's work (on rxe every post runs the copy and
- * the packet CRC in the posting thread), so the hash, fed in file order
- * after each chunk is posted, goes where it costs the loop nothing. The
- * thread says how far it got through an eventfd the loop reads in its
- * ring, like any other I/O. Chunks of at most CP_HASH_INLINE bytes are
+ * XXH3-64 of a file, computed on a thread of its own, one per connection.
+ * The loop thread serves every connection of the process (and on rxe also
+ * does the device's copies and packet CRCs in its posts), so a hash fed in
+ * file order goes where it holds up no other connection. The thread says
+ * how far it got through an eventfd the loop reads in its ring, like any
+ * other I/O. Chunks of at most CP_HASH_INLINE bytes are
  * hashed at once on the loop thread when nothing is queued: a thread hop
  * would cost small files more than their hash.
  */

@@ -58,10 +58,9 @@ static int bad(char *why, size_t why_len, const char *fmt, ...)
 const char *cp_type_name(unsigned int type)
 {
 	static const char *const names[] = {
-		[CP_HELLO] = "HELLO",		[CP_WELCOME] = "WELCOME",
-		[CP_FILE_START] = "FILE_START", [CP_FILE_READY] = "FILE_READY",
-		[CP_GRANT] = "GRANT",		[CP_FILE_END] = "FILE_END",
-		[CP_FILE_DONE] = "FILE_DONE",	[CP_ERROR] = "ERROR",
+		[CP_HELLO] = "HELLO", [CP_WELCOME] = "WELCOME",	  [CP_FILE_START] = "FILE_START",
+		[CP_GRANT] = "GRANT", [CP_FILE_END] = "FILE_END", [CP_FILE_DONE] = "FILE_DONE",
+		[CP_ERROR] = "ERROR",
 	};
 
 	if (type < sizeof(names) / sizeof(names[0]) && names[type])
@@ -162,11 +161,6 @@ size_t cp_encode(const struct cp_msg *m, uint8_t *buf, size_t cap)
 		put32(p + 8, m->start.flags);
 		put16(p + 12, m->start.name_len);
 		memcpy(p + 14, m->start.name, m->start.name_len);
-		break;
-	case CP_FILE_READY:
-		len = 0;
-		if (CP_HDR_LEN > cap)
-			return 0;
 		break;
 	case CP_GRANT:
 		if (!m->grant.nkeys || m->grant.nkeys > CP_GRANT_KEYS_MAX)
@@ -270,10 +264,6 @@ int cp_decode(const uint8_t *buf, size_t len, struct cp_msg *m, char *why, size_
 			    "name refused: absolute, empty, \".\", \"..\" or control characters");
 			return -EACCES;
 		}
-		return 0;
-	case CP_FILE_READY:
-		if (plen != 0)
-			break;
 		return 0;
 	case CP_GRANT:
 		if (plen < 6)

@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #define CP_MAGIC     0x50435252u /* "RRCP" on the wire */
-#define CP_VERSION   2
+#define CP_VERSION   3
 #define CP_HDR_LEN   8
 #define CP_MSG_MAX   512 /* every receive buffer holds this much */
 #define CP_NAME_MAX  255
@@ -34,11 +34,11 @@ enum cp_type {
 	CP_HELLO = 1,	   /* sender: proposal and token */
 	CP_WELCOME = 2,	   /* receiver: window address and geometry */
 	CP_FILE_START = 3, /* sender: name and size of the next file */
-	CP_FILE_READY = 4, /* receiver: the file is open, chunks may follow */
-	CP_GRANT = 5,	   /* receiver: seqs below the limit may be written, and their keys */
-	CP_FILE_END = 6,   /* sender: byte count and checksum of the file */
-	CP_FILE_DONE = 7,  /* receiver: verified, synced and under its final name */
-	CP_ERROR = 8,	   /* either side: why it gives up; it disconnects next */
+	/* 4 was FILE_READY (version 2): chunks now follow FILE_START at once */
+	CP_GRANT = 5,	  /* receiver: seqs below the limit may be written, and their keys */
+	CP_FILE_END = 6,  /* sender: byte count and checksum of the file */
+	CP_FILE_DONE = 7, /* receiver: verified, synced and under its final name */
+	CP_ERROR = 8,	  /* either side: why it gives up; it disconnects next */
 };
 
 /* enum cp_err: what an ERROR message reports, and the exit code it means. */
@@ -121,7 +121,7 @@ struct cp_rx_window {
 	uint32_t chunk, window;
 	uint32_t next_seq; /* the only seq that may arrive next */
 	uint32_t limit;	   /* seq < limit has been granted */
-	bool file_open;	   /* between FILE_READY and FILE_END */
+	bool file_open;	   /* between FILE_START and FILE_END */
 	bool stream;	   /* the file's size is unknown */
 	uint64_t size;	   /* declared size (sized files) */
 	uint64_t got;	   /* bytes admitted for this file */

@@ -11,16 +11,18 @@
  * soon as that grant's chunk arrived: a slot is writable by its own sender
  * only between its grant and its chunk's arrival, and by nobody else ever.
  * Each chunk is admitted by cp_rx_admit(), then copied out of the window
- * into a private stage buffer, hashed there and written to the temp file
- * from there with io_uring: a write already under way when the window was
- * invalidated may still land, so only a copy no peer can reach makes the
- * bytes stored the bytes checked. A slot is bound and granted again once
- * copied and invalidated; a chunk waits in its slot while every stage is
- * still being written. Control messages are SEND/RECV with credit:
- * the sender never has more than `window` chunks plus one control message
- * outstanding, and receives are reposted as each completes, so the receive
- * queue (window + RX_SPARE_RECVS) never runs dry (rxe can stall for good
- * on RNR).
+ * into a private stage buffer, hashed there by the connection's hashing
+ * thread (hash.h) while io_uring writes it to the temp file: a write
+ * already under way when the window was invalidated may still land, so
+ * only a copy no peer can reach makes the bytes stored the bytes checked.
+ * A slot is bound and granted again once copied and invalidated; a chunk
+ * waits in its slot while every stage is still busy, and while its file
+ * is being opened (chunks follow FILE_START without waiting for an
+ * answer). Control messages are SEND/RECV with credit: the sender never
+ * has more than `window` chunks plus FILE_START, FILE_END and ERROR
+ * outstanding, and receives are reposted as each completes, so the
+ * receive queue (window + RX_SPARE_RECVS) never runs dry (rxe can stall
+ * for good on RNR).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -28,14 +30,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
+#include "hash.h"
 #include "serve.h"
 #include "store.h"
 
 #define RX_GRANTS_OUT 2
-#define RX_STAGES     4		  /* file writes in flight per connection */
-#define STAGE_PIECE   (64u << 10) /* copied, then hashed while in cache */
+#define RX_STAGES     4 /* file writes in flight per connection */
 #define FLUSH_MS      3000
 #define CLOSE_MS      5000
 
@@ -56,9 +57,11 @@ struct rx_stage {
 	struct cp_op op;
 	struct rx *r;
 	uint8_t *buf;
-	bool busy;
+	bool busy;    /* until written and hashed */
+	bool written; /* all of it reached the file */
 	uint32_t len, done;
 	uint64_t off;
+	uint64_t job; /* its number at the hashing thread */
 };
 
 struct rx {
@@ -100,7 +103,7 @@ struct rx {
 	bool file_active, end_seen;
 	bool committing; /* verified and synced, being named */
 	char name[CP_NAME_MAX + 1];
-	XXH3_state_t *hash;
+	struct cp_hasher hs;
 	uint64_t file_off, end_bytes, end_sum;
 	struct cp_op sync_op;
 };
@@ -383,6 +386,15 @@ static void send_done(rr_ep *ep, const struct rr_completion *c, void *data)
 
 static void finish_file(struct rx *r);
 
+/* FILE_END came, the file is open and every chunk left the window,
+ * reached the file and was hashed: on to verifying it. */
+static void maybe_finish(struct rx *r)
+{
+	if (r->state == RX_FILE && r->end_seen && !r->writes && r->released == r->w.next_seq &&
+	    cp_hasher_caught_up(&r->hs))
+		finish_file(r);
+}
+
 static int submit_write(struct rx_stage *st)
 {
 	struct rx *r = st->r;
@@ -400,27 +412,18 @@ static int submit_write(struct rx_stage *st)
 	return 0;
 }
 
-/* Copy and hash in pieces: the hash reads what was just copied, from cache. */
-static void copy_hash(struct rx *r, uint8_t *dst, const uint8_t *src, uint32_t len)
-{
-	for (uint32_t off = 0; off < len; off += STAGE_PIECE) {
-		uint32_t n = len - off < STAGE_PIECE ? len - off : STAGE_PIECE;
-
-		memcpy(dst + off, src + off, n);
-		XXH3_64bits_update(r->hash, dst + off, n);
-	}
-}
-
 /*
  * Arrived chunks leave the window in seq order, each into a free stage,
  * and their slots are bound and granted again.
  */
 static void stage_chunks(struct rx *r)
 {
-	while (r->state != RX_CLOSING && r->released != r->w.next_seq) {
+	/* Before the file is open (RX_OPEN) chunks wait in their slots. */
+	while (r->state == RX_FILE && r->released != r->w.next_seq) {
 		uint32_t slot = r->released % r->w.window;
 		struct rx_slot *sl = &r->slots[slot];
 		struct rx_stage *st = NULL;
+		int64_t job;
 		int rc;
 
 		for (unsigned int i = 0; i < r->nstages && !st; i++)
@@ -428,7 +431,14 @@ static void stage_chunks(struct rx *r)
 				st = &r->stages[i];
 		if (!st)
 			break; /* it waits in its slot for a write to complete */
-		copy_hash(r, st->buf, r->win + (size_t)slot * r->w.chunk, sl->len);
+		memcpy(st->buf, r->win + (size_t)slot * r->w.chunk, sl->len);
+		job = cp_hasher_add(&r->hs, st->buf, sl->len);
+		if (job < 0) {
+			rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "cannot queue a hash");
+			return;
+		}
+		st->job = (uint64_t)job;
+		st->written = false;
 		sl->arrived = false;
 		r->released++;
 		st->busy = true;
@@ -481,10 +491,23 @@ static void write_done(struct cp_op *op, int res)
 		}
 		return;
 	}
-	st->busy = false;
+	st->written = true;
+	st->busy = st->job >= cp_hasher_done(&r->hs);
 	stage_chunks(r);
-	if (r->state != RX_CLOSING && r->end_seen && !r->writes)
-		finish_file(r);
+	maybe_finish(r);
+}
+
+/* The hashing thread got further: the stages it is done with are free. */
+static void rx_hashed(struct cp_hasher *h)
+{
+	struct rx *r = (struct rx *)((char *)h - offsetof(struct rx, hs));
+	uint64_t done = cp_hasher_done(h);
+
+	for (unsigned int i = 0; i < r->nstages; i++)
+		if (r->stages[i].busy && r->stages[i].written && r->stages[i].job < done)
+			r->stages[i].busy = false;
+	stage_chunks(r);
+	maybe_finish(r);
 }
 
 static void on_chunk(struct rx *r, uint32_t imm, uint32_t len)
@@ -493,7 +516,7 @@ static void on_chunk(struct rx *r, uint32_t imm, uint32_t len)
 	struct rx_slot *sl;
 	uint32_t slot;
 
-	if (r->state != RX_FILE || r->end_seen) {
+	if ((r->state != RX_OPEN && r->state != RX_FILE) || r->end_seen) {
 		rx_fail(r, CP_E_PROTO, CP_EXIT_INTEGRITY, "data chunk %u outside a file", imm);
 		return;
 	}
@@ -583,7 +606,7 @@ static void sync_done(struct cp_op *op, int res)
 /* Every chunk is on disk and FILE_END arrived: verify, fsync, name it. */
 static void finish_file(struct rx *r)
 {
-	uint64_t sum = XXH3_64bits_digest(r->hash);
+	uint64_t sum = cp_hasher_digest(&r->hs);
 	struct io_uring_sqe *sqe;
 
 	if (r->end_bytes != r->w.got || (!r->w.stream && r->w.got != r->w.size)) {
@@ -661,10 +684,15 @@ static void on_hello(struct rx *r, const struct cp_msg *m)
 	r->slots = calloc(r->w.window, sizeof(*r->slots));
 	r->nstages = r->w.window < RX_STAGES ? r->w.window : RX_STAGES;
 	r->stage_mem = aligned_alloc(4096, (size_t)r->w.chunk * r->nstages);
-	r->hash = XXH3_createState();
-	if (!r->win || !r->slots || !r->stage_mem || !r->hash) {
+	if (!r->win || !r->slots || !r->stage_mem) {
 		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "out of memory for a %zu-byte window",
 			r->win_len);
+		return;
+	}
+	rc = cp_hasher_init(&r->hs, &s->lp, rx_hashed);
+	if (rc) {
+		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "cannot start a hashing thread: %s",
+			strerror(-rc));
 		return;
 	}
 	for (unsigned int i = 0; i < r->nstages; i++) {
@@ -716,11 +744,11 @@ static void on_hello(struct rx *r, const struct cp_msg *m)
 	bind_slots(r);
 }
 
-/* The file of FILE_START is open (or could not be): chunks may come. */
+/* The file of FILE_START is open (or could not be): the chunks that came
+ * meanwhile go to it. */
 static void open_done(struct cp_store *st, int code)
 {
 	struct rx *r = rx_of_store(st);
-	struct cp_msg ready = {.type = CP_FILE_READY};
 
 	r->io_inflight--;
 	if (!code)
@@ -737,10 +765,9 @@ static void open_done(struct cp_store *st, int code)
 		store_failed(r, code);
 		return;
 	}
-	r->w.file_open = true;
 	r->state = RX_FILE;
-	if (rx_send(r, &ready))
-		rx_fail(r, 0, CP_EXIT_NET, "cannot send FILE_READY");
+	stage_chunks(r);
+	maybe_finish(r);
 }
 
 static void on_start(struct rx *r, const struct cp_msg *m)
@@ -758,12 +785,13 @@ static void on_start(struct rx *r, const struct cp_msg *m)
 	}
 	r->io_inflight++;
 	r->state = RX_OPEN;
+	r->w.file_open = true; /* its chunks may come while it is opened */
 	r->w.stream = m->start.flags & CP_START_STREAM;
 	r->w.size = m->start.size;
 	r->w.got = 0;
 	r->file_off = 0;
 	r->end_seen = false;
-	XXH3_64bits_reset(r->hash);
+	cp_hasher_reset(&r->hs);
 }
 
 static void on_message(struct rx *r, const uint8_t *buf, uint32_t len)
@@ -790,13 +818,13 @@ static void on_message(struct rx *r, const uint8_t *buf, uint32_t len)
 		on_hello(r, &m);
 	} else if (m.type == CP_FILE_START && r->state == RX_IDLE) {
 		on_start(r, &m);
-	} else if (m.type == CP_FILE_END && r->state == RX_FILE && !r->end_seen) {
+	} else if (m.type == CP_FILE_END && (r->state == RX_OPEN || r->state == RX_FILE) &&
+		   !r->end_seen) {
 		r->w.file_open = false;
 		r->end_seen = true;
 		r->end_bytes = m.end.bytes;
 		r->end_sum = m.end.checksum;
-		if (!r->writes)
-			finish_file(r);
+		maybe_finish(r);
 	} else {
 		rx_fail(r, CP_E_PROTO, CP_EXIT_INTEGRITY, "unexpected %s", cp_type_name(m.type));
 	}
@@ -933,6 +961,13 @@ void rx_accepted(struct rx *r)
 	}
 }
 
+/* File I/O of ours in flight, or a stage the hashing thread still reads. */
+static bool io_busy(struct rx *r)
+{
+	cp_hasher_kick(&r->hs);
+	return r->io_inflight || !cp_hasher_idle(&r->hs);
+}
+
 static void rx_free(struct rx *r)
 {
 	leave_unauth(r);
@@ -941,7 +976,7 @@ static void rx_free(struct rx *r)
 	rx_free_windows(r); /* before their region: a bound window holds it */
 	rr_mr_dereg(r->win_mr);
 	rr_mr_dereg(r->ctl_mr);
-	XXH3_freeState(r->hash);
+	cp_hasher_destroy(&r->hs);
 	free(r->slots);
 	free(r->stage_mem);
 	free(r->win);
@@ -956,7 +991,7 @@ enum rx_poll_res rx_poll(struct rx *r, int *result)
 	bool authed;
 
 	if (r->orphan) {
-		if (r->io_inflight)
+		if (io_busy(r))
 			return RX_ALIVE;
 		rx_free(r);
 		return RX_DROPPED;
@@ -1000,7 +1035,7 @@ enum rx_poll_res rx_poll(struct rx *r, int *result)
 	/* Wait for the flush so that no request outlives its buffer. */
 	if (rr_ep_outstanding(r->ep) && now - r->down_at < FLUSH_MS * 1000000ull)
 		return RX_ALIVE;
-	if (r->io_inflight)
+	if (io_busy(r))
 		return RX_ALIVE;
 	rx_free_windows(r);
 	rr_ep_destroy(r->ep);

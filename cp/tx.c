@@ -29,7 +29,7 @@
 #define CLOSE_MS       5000
 #define CONNECT_MS     15000
 
-enum tx_state { TX_CONNECTING, TX_HELLO, TX_IDLE, TX_START, TX_DATA, TX_END, TX_CLOSING };
+enum tx_state { TX_CONNECTING, TX_HELLO, TX_IDLE, TX_DATA, TX_END, TX_CLOSING };
 /* SL_WRITING: posted, maybe not hashed yet; SL_HASHING: written, not hashed. */
 enum slot_state { SL_FREE, SL_READING, SL_FILLED, SL_WRITING, SL_HASHING };
 
@@ -389,9 +389,14 @@ static void next_source(struct tx *t)
 	m.start.flags = t->src.stream ? CP_START_STREAM : 0;
 	m.start.name_len = (uint16_t)strlen(t->src.name);
 	memcpy(m.start.name, t->src.name, m.start.name_len);
-	t->state = TX_START;
-	if (tx_send(t, &m))
+	/* Chunks follow at once: the receiver keeps them while it opens the
+	 * file, and a refusal comes as ERROR. */
+	if (tx_send(t, &m)) {
 		tx_fail(t, CP_EXIT_FAIL, 0, "cannot send FILE_START for %s", t->src.label);
+		return;
+	}
+	t->state = TX_DATA;
+	pump(t);
 }
 
 static void on_welcome(struct tx *t, const struct cp_msg *m)
@@ -448,12 +453,6 @@ static void on_message(struct tx *t, const uint8_t *buf, uint32_t len)
 		if (t->state != TX_HELLO)
 			break;
 		on_welcome(t, &m);
-		return;
-	case CP_FILE_READY:
-		if (t->state != TX_START)
-			break;
-		t->state = TX_DATA;
-		pump(t);
 		return;
 	case CP_GRANT:
 		if (t->state < TX_IDLE || t->state > TX_END)

@@ -9,7 +9,7 @@ import os
 import struct
 import sys
 
-MAGIC, VERSION = 0x50435252, 2
+MAGIC, VERSION = 0x50435252, 3
 
 
 def msg(t, payload, version=VERSION, magic=MAGIC, plen=None):
@@ -28,7 +28,7 @@ def main(out):
         msg(3, struct.pack("<QIH", 5, 0, 5) + b"../..") ,
         msg(3, struct.pack("<QIH", 5, 0, 11) + b"/etc/passwd"),
         msg(3, struct.pack("<QIH", 5, 0, 300) + b"x" * 300),
-        msg(4, b""),
+        msg(4, b""),  # FILE_READY of version 2: no longer a type
         msg(5, struct.pack("<IHI", 0xFFFFFFFF, 1, 0x1234)),
         msg(5, struct.pack("<IH3I", 3, 3, 0x100, 0x201, 0x302)),
         msg(5, struct.pack("<IH", 3, 9) + b"\x00" * 8),
@@ -38,7 +38,8 @@ def main(out):
         msg(8, struct.pack("<IH", 0, 1) + b"\n"),
         msg(9, b"\x00" * 16),
         msg(1, struct.pack("<IIH", 4096, 3, 0), version=1),
-        msg(1, struct.pack("<IIH", 4096, 3, 0), version=3),
+        msg(1, struct.pack("<IIH", 4096, 3, 0), version=2),
+        msg(1, struct.pack("<IIH", 4096, 3, 0), version=4),
         msg(6, struct.pack("<QQ", 1, 2), plen=200),
         b"\x00" * 17,
         b"\xff" * 40,

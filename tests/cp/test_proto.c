@@ -35,7 +35,6 @@ Test(proto, round_trip_every_type)
 		{.type = CP_FILE_START, .start = {.size = 12345, .name_len = 5, .name = "a/b.c"}},
 		{.type = CP_FILE_START, .start = {.flags = CP_START_STREAM, .name_len = 1,
 						  .name = "s"}},
-		{.type = CP_FILE_READY},
 		{.type = CP_GRANT, .grant = {.limit = 0xffffffffu, .nkeys = 1, .keys = {7}}},
 		{.type = CP_GRANT, .grant = {.limit = 3, .nkeys = 3,
 					     .keys = {0x100, 0x201, 0x302}}},
