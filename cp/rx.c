@@ -431,6 +431,10 @@ static void stage_chunks(struct rx *r)
 				st = &r->stages[i];
 		if (!st)
 			break; /* it waits in its slot for a write to complete */
+		/* A tail that drops O_DIRECT waits for the writes before it:
+		 * queued behind the flag change, they would lose it too. */
+		if (r->writes && !cp_store_aligned(&r->st, r->file_off, sl->len))
+			break;
 		memcpy(st->buf, r->win + (size_t)slot * r->w.chunk, sl->len);
 		job = cp_hasher_add(&r->hs, st->buf, sl->len);
 		if (job < 0) {

@@ -343,11 +343,16 @@ int cp_store_commit(struct cp_store *st, cp_store_fn done)
 	return queue_pair(st, S_LINK_SYNC, S_LINK, S_SYNC_DIR, true);
 }
 
+bool cp_store_aligned(const struct cp_store *st, uint64_t off, uint32_t len)
+{
+	return !st->direct || !((off | len) & 4095);
+}
+
 int cp_store_unaligned(struct cp_store *st, uint64_t off, uint32_t len)
 {
 	int fl;
 
-	if (!st->direct || !((off | len) & 4095))
+	if (cp_store_aligned(st, off, len))
 		return 0;
 	/* Only a flag of the open file, no I/O: harmless on the loop thread.
 	 * Writes already issued keep O_DIRECT; the rest use the page cache. */

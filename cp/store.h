@@ -66,10 +66,14 @@ enum {
  */
 int cp_store_open(struct cp_store *st, struct cp_loop *lp, int dirfd, const char *name,
 		  unsigned int flags, cp_store_fn done);
+/* cp_store_aligned() - can @len bytes at @off be written as the file's
+ * O_DIRECT (if any) wants: whole 4 KiB blocks at a block offset? */
+bool cp_store_aligned(const struct cp_store *st, uint64_t off, uint32_t len);
 /*
  * cp_store_unaligned() - the next write of @len bytes at @off cannot go
- * around the page cache (not in whole 4 KiB blocks): drop O_DIRECT for the
- * rest of the file. 0 or -errno.
+ * around the page cache: drop O_DIRECT for the rest of the file. Writes
+ * prepared but not yet submitted would lose it too: call it with none.
+ * 0 or -errno.
  */
 int cp_store_unaligned(struct cp_store *st, uint64_t off, uint32_t len);
 /* cp_store_direct_ok() - can files under @dirfd be written with O_DIRECT?

@@ -5,7 +5,7 @@
 # connection that writes to it, never another one.
 #   disk.sh PATH/TO/ringrdma-cp
 CP=${1:?usage: disk.sh PATH/TO/ringrdma-cp}
-. "$(dirname "$0")/lib.sh" 5
+. "$(dirname "$0")/lib.sh" 8
 PORT=7540
 
 # ext4 in a file on the guest's /tmp, mounted at $T/root/cold.
@@ -89,4 +89,47 @@ ok=0
 [ "$crc" = 0 ] && [ "$src" = 0 ] && cmp -s "$T/src/big" "$T/root/cold/big" && ok=1
 result $ok "thawed: the stalled connection completes, its file intact (exit $crc/$src)"
 [ $ok = 1 ] || show "$T/cold.c.err" "$T/frozen.err"
+
+# --- frozen mid-file, then its senders lost: neither writes blocked on
+# the frozen file system (sender A keeps sending) nor dropping an unnamed
+# file there (sender B was stopped first, so nothing of it is in flight and
+# the last close of its O_TMPFILE comes at once) may hold up the others
+start_serve lost $((PORT + 3)) --dir "$T/root" --count 4 --chunk 64K
+for s in A B; do
+	timeout 120 "$CP" send --limit-rate 1M --as "cold/slow$s" "$T/src/big" "$ADDR:$((PORT + 3))" \
+		>"$T/slow$s.c.out" 2>"$T/slow$s.c.err" &
+	PIDS+=($!)
+	eval "slow$s=$!"
+done
+sleep 3 # both files are open and being written
+kill -STOP "$slowB"
+sleep 1 # B's last chunks land and are written
+fsfreeze -f "$T/root/cold"
+timeout 60 "$CP" send --as warm2 "$T/src/big" "$ADDR:$((PORT + 3))" \
+	>"$T/warm2.c.out" 2>"$T/warm2.c.err"
+wrc=$?
+ok=0
+[ "$wrc" = 0 ] && cmp -s "$T/src/big" "$T/root/warm2" && ok=1
+result $ok "frozen mid-file: another connection stores its file meanwhile (exit $wrc)"
+[ $ok = 1 ] || show "$T/warm2.c.err" "$T/slowA.c.err" "$T/lost.err"
+kill -9 "$slowA" "$slowB" 2>/dev/null
+wait "$slowA" "$slowB" 2>/dev/null
+for _ in $(seq 300); do
+	[ "$(grep -c "sender disconnected\|connection lost" "$T/lost.err")" -ge 2 ] && break
+	sleep 0.1
+done
+timeout 60 "$CP" send --as warm3 "$T/src/big" "$ADDR:$((PORT + 3))" \
+	>"$T/warm3.c.out" 2>"$T/warm3.c.err"
+wrc=$?
+ok=0
+[ "$wrc" = 0 ] && cmp -s "$T/src/big" "$T/root/warm3" && ok=1
+result $ok "their senders lost while frozen: a third connection stores its file (exit $wrc)"
+[ $ok = 1 ] || show "$T/warm3.c.err" "$T/lost.err"
+fsfreeze -u "$T/root/cold"
+wait_pid "$SERVE_PID" 60
+src=$?
+ok=0
+[ "$src" = 4 ] && ! ls -A "$T/root/cold" | grep -q slow && ok=1
+result $ok "thawed: serve ends, exit 4 for the lost senders, nothing of their files left (exit $src)"
+[ $ok = 1 ] || { show "$T/lost.err"; ls -la "$T/root/cold" | sed 's/^/# /'; }
 finish
