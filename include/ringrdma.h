@@ -135,6 +135,13 @@ enum rr_bridge_flags {
 	/** Use single-shot polls re-armed after every CQE, even where the
 	 *  kernel supports multishot poll (5.13+). */
 	RR_BRIDGE_SINGLESHOT = 1u << 0,
+	/** A group: listeners on other threads may place connection
+	 *  requests on this bridge (rr_listener_add_group()). Opens an
+	 *  eventfd polled in the ring, the group's bell. */
+	RR_BRIDGE_GROUP = 1u << 1,
+	/** Ring groups' bells through their eventfd only, never with
+	 *  IORING_OP_MSG_RING (used where the kernel has it, 5.18+). */
+	RR_BRIDGE_NO_MSG_RING = 1u << 2,
 };
 
 /**
@@ -477,9 +484,11 @@ typedef void (*rr_ep_cb)(rr_ep *ep, int status, void *data);
 
 /**
  * rr_accept_cb - a new connection on a listener is established.
- * @l:    the listener.
+ * @l:    the listener; NULL when the listener placed the connection on a
+ *        group (rr_listener_add_group()): the callback then runs on the
+ *        group's thread, and the listener belongs to another.
  * @ep:   the new endpoint, owned by the application from now on.
- * @data: the listener's data.
+ * @data: the listener's data, or the group's.
  */
 typedef void (*rr_accept_cb)(rr_listener *l, rr_ep *ep, void *data);
 
@@ -540,6 +549,22 @@ typedef void (*rr_accept_cb)(rr_listener *l, rr_ep *ep, void *data);
  *                 -ECANCELED, at the latest in rr_ep_destroy(). May be NULL.
  * @data:          the endpoint's application data (rr_ep_data()).
  */
+/** Flags for rr_ep_opts.flags. */
+enum rr_ep_flags {
+	/** Put the QP on the CQ the bridge shares among all its endpoints
+	 *  on the same device (created with the first, in that endpoint's
+	 *  wait mode, grown as endpoints join; one channel event and one
+	 *  poll serve them all), instead of a CQ of its own. The default
+	 *  for endpoints a listener places on a group. rr_ep_cq() is then
+	 *  the shared CQ: its mode is every member's. */
+	RR_EP_SHARED_CQ = 1u << 0,
+	/** Give the endpoint a protection domain of its own (isolation: its
+	 *  MRs and windows serve no other QP) instead of the PD the process
+	 *  shares per device. Deregister its MRs and windows before
+	 *  rr_ep_destroy(), which frees the PD. */
+	RR_EP_OWN_PD = 1u << 1,
+};
+
 struct rr_ep_opts {
 	uint32_t max_send_wr;
 	uint32_t max_recv_wr;
@@ -555,6 +580,7 @@ struct rr_ep_opts {
 	unsigned int responder_resources;
 	const void *private_data;
 	unsigned int private_data_len;
+	unsigned int flags;
 };
 
 /*
@@ -653,14 +679,56 @@ void rr_listener_set_on_error(rr_listener *l, rr_listener_cb on_error);
  * acceptance data), and @ep is then destroyed by the library: no callback
  * of it runs.
  */
-typedef int (*rr_request_cb)(rr_listener *l, rr_ep *ep, const void *pdata, size_t len,
-			     void *data);
+typedef int (*rr_request_cb)(rr_listener *l, rr_ep *ep, const void *pdata, size_t len, void *data);
 
 /**
  * rr_listener_set_on_request() - set the hook that sees each connection
  * request first and may refuse it. NULL (the default): accept every one.
  */
 void rr_listener_set_on_request(rr_listener *l, rr_request_cb on_request);
+
+/**
+ * rr_listener_add_group() - spread the listener's connections over groups.
+ * @l:         the listener, on its bridge's thread.
+ * @group:     a bridge created with RR_BRIDGE_GROUP, usually on a ring
+ *             and thread of its own (the listener's own bridge may be a
+ *             group too).
+ * @on_accept: called on @group's thread for each connection established
+ *             there, with a NULL listener.
+ * @data:      the group's data: @on_accept's, and the endpoints' unless
+ *             the request hook set theirs (rr_ep_set_data()).
+ *
+ * Once a listener has groups, each request it accepts (after its request
+ * hook, which still runs on the listener's thread) is placed on one of
+ * them: the one with the fewest connections placed on it and not yet
+ * destroyed, round robin on ties, unless the hook chose with
+ * rr_ep_set_group(). The request's cm_id moves to the group's rdma_cm
+ * channel (rdma_migrate_id()); the group's ring is woken with
+ * IORING_OP_MSG_RING (an SQE of the listener's ring), or through the
+ * group's eventfd where the kernel lacks it; the group's thread then
+ * creates the QP on the group's shared CQ (RR_EP_SHARED_CQ), calls
+ * on_qp_ready and accepts. From the handoff on, only the group's thread
+ * touches the endpoint. The listener's ep_opts apply, with its
+ * acceptance private data or what the hook set.
+ *
+ * Thread rules: call this on the listener's thread after @group was
+ * created; destroy the listener before any of its groups.
+ *
+ * Return: 0, -EINVAL (bad argument, or @group not a group), -EEXIST
+ * (added already), -ENODEV (the listener lost its device), -ENOMEM, or
+ * the errno of duplicating the group's descriptors.
+ */
+int rr_listener_add_group(rr_listener *l, rr_bridge *group, rr_accept_cb on_accept, void *data);
+
+/**
+ * rr_ep_set_group() - in the request hook: place this request on group
+ * @index (the order of rr_listener_add_group() calls) instead of the
+ * least loaded one.
+ *
+ * Return: 0, or -EINVAL (not in a request hook of a listener with groups,
+ * or no such group).
+ */
+int rr_ep_set_group(rr_ep *ep, unsigned int index);
 
 /** rr_listener_port() - the port a listener is bound to (0 once it stopped). */
 uint16_t rr_listener_port(const rr_listener *l);

@@ -63,6 +63,17 @@ int rr_bridge_create(rr_bridge **out, struct io_uring *ring, const struct rr_bri
 	rr__devices_init(&b->devs, &b->ring, &b->cqs, &b->stats, on_async, b);
 	rr__eps_init(&b->eps, &b->ring, &b->cqs, &b->devs);
 	rr__cm_init(&b->cm, &b->ring, &b->devs, &b->eps, &b->stats);
+	if (b->opts.flags & RR_BRIDGE_NO_MSG_RING)
+		rr__ring_no_msg_ring(&b->ring);
+	if (b->opts.flags & RR_BRIDGE_GROUP) {
+		int rc = rr__cm_group_open(&b->cm);
+
+		if (rc) {
+			rr__ring_fini(&b->ring);
+			free(b);
+			return rc;
+		}
+	}
 	*out = b;
 	return 0;
 }
@@ -310,4 +321,11 @@ int rr_listen(rr_bridge *b, const char *host, uint16_t port, const struct rr_ep_
 	if (!b || b->closing)
 		return -EINVAL;
 	return rr__cm_listen(&b->cm, host, port, ep_opts, on_accept, data, out);
+}
+
+int rr_listener_add_group(rr_listener *l, rr_bridge *group, rr_accept_cb on_accept, void *data)
+{
+	if (!l || !group || group->closing)
+		return -EINVAL;
+	return rr__cm_add_group(l, &group->cm, on_accept, data);
 }

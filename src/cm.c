@@ -6,6 +6,12 @@
  *   active:  RESOLVING_ADDR -> RESOLVING_ROUTE -> CONNECTING -> CONNECTED
  *   passive: CONNECT_REQUEST -> ACCEPTING -> CONNECTED (then on_accept)
  *   both:    CONNECTED -> DISCONNECTING -> DISCONNECTED, or -> ERROR
+ *
+ * A listener with groups places each request on one of them instead: the
+ * request (its cm_id and what came with it) is pushed onto the group's
+ * inbox and the group's ring is rung; the group's thread moves the id to
+ * its own event channel, creates the QP on its own CQ and accepts. Only
+ * the inbox and the connection count are touched by two threads.
  */
 #include <errno.h>
 #include <netdb.h>
@@ -81,6 +87,81 @@ static void pending_dropped(rr_ep *ep)
 	ep->listener = NULL;
 }
 
+/* A request placed on a group, on its way there. */
+struct rr__handoff {
+	struct rr__handoff *next;
+	struct rdma_cm_id *id;
+	struct rdma_conn_param req; /* its private data: peer[] */
+	struct rr_ep_opts opts;	    /* its private data: pdata[] */
+	void *data;
+	rr_accept_cb on_accept;
+	void *accept_data;
+	bool pdata_set;
+	uint8_t pdata_len, peer_len;
+	uint8_t pdata[RR_PRIVATE_DATA_ACCEPT_MAX];
+	uint8_t peer[RR_PRIVATE_DATA_ACCEPT_MAX];
+};
+
+/* The group with the fewest connections placed and not yet gone, the
+ * next one round robin on ties; or the one the request hook chose. */
+static unsigned int choose_group(rr_listener *l, const rr_ep *ep)
+{
+	unsigned int best = l->next_group % l->ngroups, best_n = UINT32_MAX;
+
+	if (ep->group_hint)
+		return ep->group_hint - 1;
+	for (unsigned int k = 0; k < l->ngroups; k++) {
+		unsigned int g = (l->next_group + k) % l->ngroups;
+		unsigned int n = atomic_load(&l->groups[g].cm->conns);
+
+		if (n < best_n) {
+			best = g;
+			best_n = n;
+		}
+	}
+	l->next_group = best + 1;
+	return best;
+}
+
+/* Hand an accepted request over to a group; the temporary endpoint the
+ * hook saw is gone afterwards, the id now belongs to the group. */
+static void place(rr_listener *l, rr_ep *ep, struct rdma_cm_id *id,
+		  const struct rdma_conn_param *req)
+{
+	struct rr__group *g = &l->groups[choose_group(l, ep)];
+	struct rr__handoff *h = calloc(1, sizeof(*h));
+
+	if (!h) {
+		rdma_reject(id, NULL, 0);
+		l->dropped++;
+		rr_ep_destroy(ep);
+		return;
+	}
+	h->id = id;
+	h->req = *req;
+	h->opts = l->ep_opts;
+	h->opts.private_data = NULL;
+	h->opts.private_data_len = 0;
+	h->opts.flags |= RR_EP_SHARED_CQ;
+	h->data = ep->data_set || !g->data ? ep->data : g->data;
+	h->on_accept = g->on_accept;
+	h->accept_data = g->data;
+	h->pdata_set = ep->pdata_set;
+	h->pdata_len = ep->pdata_len;
+	memcpy(h->pdata, ep->pdata, ep->pdata_len);
+	h->peer_len = ep->peer_pdata_len;
+	memcpy(h->peer, ep->peer_pdata, ep->peer_pdata_len);
+	/* Events of the id until the group moved it find no endpoint here. */
+	id->context = NULL;
+	ep->id = NULL;
+	rr_ep_destroy(ep);
+	atomic_fetch_add(&g->cm->conns, 1);
+	h->next = atomic_load(&g->cm->inbox);
+	while (!atomic_compare_exchange_weak(&g->cm->inbox, &h->next, h)) {
+	}
+	rr__ring_peer_ring(l->cm->ring, g->peer);
+}
+
 static void on_connect_request(struct rr__cm *cm, rr_listener *l, struct rdma_cm_id *id,
 			       const struct rdma_conn_param *req, const uint8_t *pdata, size_t plen)
 {
@@ -97,6 +178,7 @@ static void on_connect_request(struct rr__cm *cm, rr_listener *l, struct rdma_cm
 	ep->state = RR__EP_ACCEPTING;
 	if (!ep->data)
 		ep->data = l->data;
+	ep->listener = l; /* for rr_ep_set_group() */
 	if (l->on_request) {
 		int rc;
 
@@ -117,7 +199,10 @@ static void on_connect_request(struct rr__cm *cm, rr_listener *l, struct rdma_cm
 			return;
 		}
 	}
-	ep->listener = l;
+	if (l->ngroups) {
+		place(l, ep, id, req);
+		return;
+	}
 	ep->on_drop = pending_dropped;
 	rr__list_add_tail(&l->pending, &ep->pending_link);
 	if (rr__ep_setup_qp(ep))
@@ -141,6 +226,129 @@ static void accept_cb(void *ctx, rr_ep *ep)
 	l->on_accept(l, ep, l->data);
 }
 
+/* Placed here by a listener of another thread: that listener is not ours
+ * to hand out. */
+static void group_accept_cb(void *ctx, rr_ep *ep)
+{
+	(void)ctx;
+	ep->group_accept(NULL, ep, ep->group_accept_data);
+}
+
+static void placed_dropped(rr_ep *ep)
+{
+	(void)ep; /* counted by its destroy, which follows */
+}
+
+static int cm_open(struct rr__cm *cm);
+
+/* The group's side of a handoff: the id moves to our channel, then as a
+ * request of our own listener would. */
+static void adopt(struct rr__cm *cm, struct rr__handoff *h)
+{
+	struct rdma_conn_param p;
+	rr_ep *ep;
+
+	if (cm->closing || cm_open(cm) || rdma_migrate_id(h->id, cm->ch) ||
+	    rr__ep_alloc(cm->eps, h->id, &h->opts, &ep)) {
+		rdma_reject(h->id, NULL, 0);
+		rdma_destroy_id(h->id);
+		atomic_fetch_sub(&cm->conns, 1);
+		return;
+	}
+	ep->counter = &cm->conns;
+	rr__ep_set_peer_pdata(ep, h->peer, h->peer_len);
+	memcpy(ep->pdata, h->pdata, h->pdata_len);
+	ep->pdata_len = h->pdata_len;
+	ep->pdata_set = h->pdata_set;
+	ep->state = RR__EP_ACCEPTING;
+	ep->data = h->data;
+	ep->group_accept = h->on_accept;
+	ep->group_accept_data = h->accept_data;
+	ep->on_drop = placed_dropped;
+	if (rr__ep_setup_qp(ep))
+		goto drop;
+	if (rr__ep_qp_ready(ep))
+		return; /* destroyed in on_qp_ready */
+	conn_param(ep, &h->req, &p);
+	if (rdma_accept(ep->id, &p))
+		goto drop;
+	return;
+drop:
+	rdma_reject(ep->id, NULL, 0);
+	rr_ep_destroy(ep);
+}
+
+/* Take every request placed here, oldest first. */
+static struct rr__handoff *take_inbox(struct rr__cm *cm)
+{
+	struct rr__handoff *h = atomic_exchange(&cm->inbox, NULL), *old = NULL;
+
+	while (h) {
+		struct rr__handoff *next = h->next;
+
+		h->next = old;
+		old = h;
+		h = next;
+	}
+	return old;
+}
+
+static void inbox_ready(void *ctx)
+{
+	struct rr__cm *cm = ctx;
+	struct rr__handoff *h = take_inbox(cm);
+
+	while (h) {
+		struct rr__handoff *next = h->next;
+
+		adopt(cm, h);
+		free(h);
+		h = next;
+	}
+}
+
+int rr__cm_group_open(struct rr__cm *cm)
+{
+	int rc = rr__ring_bell_open(cm->ring, inbox_ready, cm);
+
+	if (!rc)
+		cm->group = true;
+	return rc;
+}
+
+int rr__cm_add_group(rr_listener *l, struct rr__cm *group, rr_accept_cb on_accept, void *data)
+{
+	struct rr__group *gs;
+	uint32_t peer;
+	int rc;
+
+	if (!group->group || !on_accept)
+		return -EINVAL;
+	if (!l->id)
+		return -ENODEV;
+	for (unsigned int i = 0; i < l->ngroups; i++)
+		if (l->groups[i].cm == group)
+			return -EEXIST;
+	rc = rr__ring_peer_add(l->cm->ring, group->ring, &peer);
+	if (rc)
+		return rc;
+	gs = realloc(l->groups, (l->ngroups + 1) * sizeof(*gs));
+	if (!gs)
+		return -ENOMEM;
+	gs[l->ngroups++] =
+		(struct rr__group){.cm = group, .peer = peer, .on_accept = on_accept, .data = data};
+	l->groups = gs;
+	return 0;
+}
+
+int rr_ep_set_group(rr_ep *ep, unsigned int index)
+{
+	if (!ep || !ep->listener || !ep->listener->in_request || index >= ep->listener->ngroups)
+		return -EINVAL;
+	ep->group_hint = index + 1;
+	return 0;
+}
+
 static void ep_event(struct rr__cm *cm, rr_ep *ep, enum rdma_cm_event_type type,
 		     const uint8_t *pdata, size_t plen)
 {
@@ -148,7 +356,8 @@ static void ep_event(struct rr__cm *cm, rr_ep *ep, enum rdma_cm_event_type type,
 	rr_listener *l;
 
 	/* An acceptance (active side: no listener) or a rejection says why. */
-	if ((type == RDMA_CM_EVENT_ESTABLISHED && !ep->listener) || type == RDMA_CM_EVENT_REJECTED)
+	if ((type == RDMA_CM_EVENT_ESTABLISHED && !ep->listener && !ep->group_accept) ||
+	    type == RDMA_CM_EVENT_REJECTED)
 		rr__ep_set_peer_pdata(ep, pdata, plen);
 
 	switch (type) {
@@ -184,7 +393,10 @@ static void ep_event(struct rr__cm *cm, rr_ep *ep, enum rdma_cm_event_type type,
 		ep->listener = NULL;
 		ep->on_drop = NULL;
 		rr__list_del(&ep->pending_link);
-		rr__ep_established(ep, l ? accept_cb : NULL, l);
+		if (ep->group_accept)
+			rr__ep_established(ep, group_accept_cb, NULL);
+		else
+			rr__ep_established(ep, l ? accept_cb : NULL, l);
 		break;
 	case RDMA_CM_EVENT_ADDR_ERROR:
 	case RDMA_CM_EVENT_ROUTE_ERROR:
@@ -341,6 +553,11 @@ void rr__cm_fini(struct rr__cm *cm)
 	cm->closing = true;
 	while (!rr__list_empty(&cm->listeners))
 		rr_listener_destroy(rr__container_of(cm->listeners.next, rr_listener, link));
+	if (cm->group) {
+		/* Requests placed here and never taken are refused. */
+		rr__ring_bell_close(cm->ring);
+		inbox_ready(cm);
+	}
 	rr__poll_close(cm->ring, cm->slot);
 	cm->slot = RR__NO_SLOT;
 	if (cm->ch)
@@ -532,6 +749,7 @@ int rr_listener_destroy(rr_listener *l)
 	rr__list_del(&l->link);
 	if (l->id)
 		rdma_destroy_id(l->id);
+	free(l->groups);
 	free(l);
 	return 0;
 }

@@ -7,10 +7,14 @@
 #ifndef RR_CM_H
 #define RR_CM_H
 
+#include <stdatomic.h>
+
 #include "device.h"
 #include "ep.h"
 #include "list.h"
 #include "ring.h"
+
+struct rr__handoff;
 
 struct rr__cm {
 	struct rr__ring *ring;
@@ -21,6 +25,19 @@ struct rr__cm {
 	uint32_t slot;
 	bool closing;
 	struct rr__list listeners;
+	/* As a group: connection requests listeners on other threads placed
+	 * here, pushed by them, taken by this thread when its bell rings. */
+	bool group;
+	_Atomic(struct rr__handoff *) inbox;
+	atomic_uint conns; /* placed here and not yet destroyed */
+};
+
+/* A group a listener places connection requests on. */
+struct rr__group {
+	struct rr__cm *cm;
+	uint32_t peer; /* its bell, in the listener's ring */
+	rr_accept_cb on_accept;
+	void *data;
 };
 
 struct rr_listener {
@@ -34,7 +51,9 @@ struct rr_listener {
 	bool in_request; /* its hook is running: it cannot be destroyed */
 	void *data;
 	uint8_t pdata[RR_PRIVATE_DATA_ACCEPT_MAX]; /* ep_opts.private_data points here */
-	uint64_t dropped;	 /* requests that failed before being established */
+	uint64_t dropped; /* requests that failed before being established */
+	struct rr__group *groups;
+	unsigned int ngroups, next_group;
 	struct rr__list pending; /* endpoints not yet established */
 	struct rr__list link;	 /* cm->listeners */
 };
@@ -43,6 +62,11 @@ void rr__cm_init(struct rr__cm *cm, struct rr__ring *ring, struct rr__devices *d
 		 struct rr__eps *eps, struct rr_bridge_stats *stats);
 /* Teardown, after the endpoints: listeners and the event channel. */
 void rr__cm_fini(struct rr__cm *cm);
+
+/* Let listeners on other threads place connection requests here. */
+int rr__cm_group_open(struct rr__cm *cm);
+/* Called on l's thread; @group's rr__cm_group_open() came before. */
+int rr__cm_add_group(rr_listener *l, struct rr__cm *group, rr_accept_cb on_accept, void *data);
 
 int rr__cm_connect(struct rr__cm *cm, const char *host, uint16_t port,
 		   const struct rr_ep_opts *opts, rr_ep_cb on_connect, rr_ep **out);

@@ -79,6 +79,18 @@ static unsigned int cq_poll(rr_cq *cq, unsigned int budget, bool *more)
 
 	*more = false;
 	cq->dispatch_depth++;
+	/* Completions another QP's teardown took out of the CQ come first. */
+	while (cq->stash_head < cq->nstash && total < budget) {
+		struct ibv_wc w = cq->stash[cq->stash_head++];
+
+		if (cq->stash_head == cq->nstash)
+			cq->stash_head = cq->nstash = 0;
+		set->stats->wcs++;
+		total++;
+		cq->on_wc(cq, &w, cq->data);
+		if (cq->destroy_deferred)
+			goto out;
+	}
 	while (total < budget) {
 		want = (int)(budget - total < set->cq_batch ? budget - total : set->cq_batch);
 		n = ibv_poll_cq(cq->cq, want, wc);
@@ -291,13 +303,19 @@ static bool is_hybrid(const rr_cq *cq)
 	return cq->mode == RR_WAIT_HYBRID || cq->mode == RR_WAIT_HYBRID_FIXED;
 }
 
+static void cq_free(rr_cq *cq)
+{
+	free(cq->stash);
+	free(cq);
+}
+
 /* Free a CQ destroyed during its own dispatch, once that unwound. */
 static bool reap_deferred(rr_cq *cq)
 {
 	if (!cq->destroy_deferred)
 		return false;
 	if (!cq->dispatch_depth)
-		free(cq);
+		cq_free(cq);
 	return true;
 }
 
@@ -381,6 +399,49 @@ unsigned int rr__cq_poll_active(struct rr__cqs *set)
 		n += service(cq);
 	}
 	return n;
+}
+
+int rr__cq_take_qp(rr_cq *cq, uint32_t qp_num, void (*fn)(void *ctx, const struct ibv_wc *wc),
+		   void *ctx)
+{
+	struct ibv_wc wc[32];
+	uint32_t keep = cq->stash_head;
+	int n, rc = 0;
+
+	/* Kept earlier, but this QP's: handed out now, the rest stay in order. */
+	for (uint32_t i = cq->stash_head; i < cq->nstash; i++) {
+		if (cq->stash[i].qp_num == qp_num)
+			fn(ctx, &cq->stash[i]);
+		else
+			cq->stash[keep++] = cq->stash[i];
+	}
+	cq->nstash = keep;
+	while ((n = ibv_poll_cq(cq->cq, 32, wc)) > 0) {
+		for (int i = 0; i < n; i++) {
+			if (wc[i].qp_num == qp_num) {
+				fn(ctx, &wc[i]);
+				continue;
+			}
+			if (cq->nstash == cq->stash_cap) {
+				uint32_t cap = cq->stash_cap ? cq->stash_cap * 2 : 64;
+				struct ibv_wc *st = realloc(cq->stash, cap * sizeof(*st));
+
+				if (!st) {
+					rc = -ENOMEM; /* this one is lost: say so */
+					continue;
+				}
+				cq->stash = st;
+				cq->stash_cap = cap;
+			}
+			cq->stash[cq->nstash++] = wc[i];
+		}
+	}
+	if (cq->stash_head < cq->nstash) {
+		/* Their events may have been read already: poll it next pass. */
+		set_active(cq, true);
+		rr__ring_want_kick(cq->set->ring);
+	}
+	return rc;
 }
 
 /* ---- channels ---- */
@@ -610,7 +671,7 @@ int rr_cq_destroy(rr_cq *cq)
 	if (cq->dispatch_depth)
 		cq->destroy_deferred = true; /* freed when its dispatch unwinds */
 	else
-		free(cq);
+		cq_free(cq);
 	if (hooks.destroyed)
 		hooks.destroyed(hooks.ctx);
 	return 0;

@@ -55,23 +55,26 @@ struct rr_cq {
 	bool evented;	      /* on the pending list of the current drain */
 	/* Hybrid: the spin window. */
 	enum { RR__SPIN_IDLE, RR__SPIN_BUSY, RR__SPIN_WINDOW } spin;
-	unsigned int spin_empty;  /* empty polls in the current window */
-	unsigned int spin_limit;  /* its length in empty polls (untimed) */
-	bool spin_timed;	  /* this window is timed with the clock */
-	bool spin_retime;	  /* time the next one (the last found nothing) */
-	uint64_t spin_t0;	  /* when a timed window opened */
-	uint64_t spin_t;	  /* its last clock reading */
-	uint64_t spin_ns;	  /* its length in ns */
-	uint32_t poll_ns16;	  /* ns per empty poll x16; 0 = not measured */
-	unsigned int windows;	  /* windows opened */
-	uint64_t gap_ns;	  /* adaptive: expected gap between completions */
-	unsigned int hit_share;	  /* adaptive: running share of windows that hit, /256 */
-	unsigned int misses;	  /* adaptive: back-offs in a row */
-	unsigned int skip;	  /* adaptive: windows still to skip (arm at once) */
+	unsigned int spin_empty; /* empty polls in the current window */
+	unsigned int spin_limit; /* its length in empty polls (untimed) */
+	bool spin_timed;	 /* this window is timed with the clock */
+	bool spin_retime;	 /* time the next one (the last found nothing) */
+	uint64_t spin_t0;	 /* when a timed window opened */
+	uint64_t spin_t;	 /* its last clock reading */
+	uint64_t spin_ns;	 /* its length in ns */
+	uint32_t poll_ns16;	 /* ns per empty poll x16; 0 = not measured */
+	unsigned int windows;	 /* windows opened */
+	uint64_t gap_ns;	 /* adaptive: expected gap between completions */
+	unsigned int hit_share;	 /* adaptive: running share of windows that hit, /256 */
+	unsigned int misses;	 /* adaptive: back-offs in a row */
+	unsigned int skip;	 /* adaptive: windows still to skip (arm at once) */
 	struct rr__list active_link;
 	struct rr__list armed_link;  /* ch->armed */
 	struct rr__list link;	     /* set->cqs */
 	unsigned int dispatch_depth; /* >0 while handing out its WCs */
+	/* Work completions taken out by rr__cq_take_qp() for other QPs. */
+	struct ibv_wc *stash;
+	uint32_t stash_head, nstash, stash_cap;
 	bool destroy_deferred;
 };
 
@@ -85,6 +88,16 @@ void rr__cqs_fini(struct rr__cqs *set);
 int rr__channel_create(struct rr__cqs *set, struct ibv_context *ctx, rr_channel **out);
 int rr__cq_create(struct rr__cqs *set, rr_channel *ch, struct ibv_context *ctx,
 		  const struct rr_cq_opts *opts, rr_cq **out);
+
+/*
+ * A CQ shared by several QPs, one of which is going: poll the CQ empty
+ * now, hand that QP's work completions (kept ones too) to fn, and keep
+ * the others, in order, for the next dispatch, which comes on the next
+ * pass. Afterwards no completion of that QP is left anywhere. -ENOMEM if
+ * one could not be kept (it is then lost).
+ */
+int rr__cq_take_qp(rr_cq *cq, uint32_t qp_num, void (*fn)(void *ctx, const struct ibv_wc *wc),
+		   void *ctx);
 
 /* One pass over the CQs that must be polled without an event. */
 unsigned int rr__cq_poll_active(struct rr__cqs *set);

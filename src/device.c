@@ -1,13 +1,72 @@
 // SPDX-License-Identifier: MIT
 /*
- * Devices: for each ibv_context the bridge uses, one protection domain, one
- * shared completion channel, and the context's async-event fd polled in the
- * ring.
+ * Devices: for each ibv_context the bridge uses, one shared completion
+ * channel and the context's async-event fd polled in the ring; and one
+ * protection domain per context for the whole process, so memory
+ * registered once serves endpoints on every bridge (every thread).
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "device.h"
+
+/* The process's PDs, one per context, counted over the bridges using it. */
+struct shared_pd {
+	struct ibv_context *ctx;
+	struct ibv_pd *pd;
+	unsigned int refs;
+	struct shared_pd *next;
+};
+
+static pthread_mutex_t pds_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct shared_pd *pds;
+
+static struct ibv_pd *pd_get(struct ibv_context *ctx)
+{
+	struct shared_pd *s;
+	struct ibv_pd *pd = NULL;
+
+	pthread_mutex_lock(&pds_lock);
+	for (s = pds; s && s->ctx != ctx; s = s->next) {
+	}
+	if (!s && (s = calloc(1, sizeof(*s)))) {
+		s->ctx = ctx;
+		s->pd = ibv_alloc_pd(ctx);
+		if (s->pd) {
+			s->next = pds;
+			pds = s;
+		} else {
+			free(s);
+			s = NULL;
+		}
+	} else if (!s) {
+		errno = ENOMEM;
+	}
+	if (s) {
+		s->refs++;
+		pd = s->pd;
+	}
+	pthread_mutex_unlock(&pds_lock);
+	return pd;
+}
+
+static void pd_put(struct ibv_pd *pd)
+{
+	struct shared_pd **p, *s;
+
+	pthread_mutex_lock(&pds_lock);
+	for (p = &pds; (s = *p) && s->pd != pd; p = &s->next) {
+	}
+	if (s && !--s->refs) {
+		*p = s->next;
+		/* Fails (EBUSY) only while the application still holds MRs
+		 * in this PD; verbs then frees it with the context. */
+		ibv_dealloc_pd(pd);
+		free(s);
+	}
+	pthread_mutex_unlock(&pds_lock);
+}
 
 void rr__devices_init(struct rr__devices *set, struct rr__ring *ring, struct rr__cqs *cqs,
 		      struct rr_bridge_stats *stats, rr__async_hook on_async, void *hook_ctx)
@@ -26,9 +85,7 @@ static void device_free(struct rr__device *dev)
 	rr__poll_close(dev->set->ring, dev->async_slot);
 	dev->channel->ncqs = 0;
 	rr_channel_destroy(dev->channel);
-	/* Fails (EBUSY) only while the application still holds MRs in this
-	 * PD; verbs then frees it with the context. */
-	ibv_dealloc_pd(dev->pd);
+	pd_put(dev->pd);
 	free(dev);
 }
 
@@ -113,7 +170,7 @@ int rr__device_get(struct rr__devices *set, struct ibv_context *ctx, struct rr__
 	dev->set = set;
 	dev->ctx = ctx;
 	dev->async_slot = RR__NO_SLOT;
-	dev->pd = ibv_alloc_pd(ctx);
+	dev->pd = pd_get(ctx);
 	if (!dev->pd) {
 		rc = errno ? -errno : -ENOMEM;
 		goto err_free;
@@ -134,7 +191,7 @@ int rr__device_get(struct rr__devices *set, struct ibv_context *ctx, struct rr__
 err_channel:
 	rr_channel_destroy(dev->channel);
 err_pd:
-	ibv_dealloc_pd(dev->pd);
+	pd_put(dev->pd);
 err_free:
 	free(dev);
 	return rc;

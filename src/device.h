@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Layer 3, devices: for each ibv_context in use, one protection domain, one
- * shared completion channel and the context's async-event fd polled in the
- * ring. Reference counted: a dead device (fatal event, removal) is let go
- * of once its last user put it. Async events travel up through a hook.
+ * Layer 3, devices: for each ibv_context in use, one shared completion
+ * channel and the context's async-event fd polled in the ring, and the
+ * process-wide protection domain of the context (one for all bridges). Reference counted: a dead
+ * device (fatal event, removal) is let go of once its last user put it. Async events travel up
+ * through a hook.
  */
 #ifndef RR_DEVICE_H
 #define RR_DEVICE_H
@@ -31,7 +32,7 @@ struct rr__device {
 	struct rr__list link;
 	struct rr__devices *set;
 	struct ibv_context *ctx;
-	struct ibv_pd *pd;
+	struct ibv_pd *pd;   /* the process's PD of ctx, counted */
 	rr_channel *channel; /* shared completion channel */
 	uint32_t async_slot;
 	unsigned int refs;

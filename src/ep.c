@@ -14,7 +14,8 @@
 
 #include "ep.h"
 
-#define DEFAULT_DEPTH 64
+#define DEFAULT_DEPTH	   64
+#define SHARED_CQ_MIN_SIZE 1024
 
 int rr_wc_status_errno(enum ibv_wc_status s)
 {
@@ -152,24 +153,110 @@ static void complete_unsignalled_before(rr_ep *ep, struct rr__req *req, enum ibv
 	}
 }
 
+/* One work completion taken out of the CQ outside its dispatch. */
+static void drained_wc(void *ctx, const struct ibv_wc *wc)
+{
+	rr_ep *ep = ctx;
+	struct rr__req *req = req_of_wc(ep, wc);
+
+	if (!req)
+		return;
+	if (!req->is_recv)
+		complete_unsignalled_before(ep, req, wc->status);
+	if (req->cb) /* not completed by a destroy in there */
+		complete(ep, req, wc);
+}
+
 /* Hand out the work completions already in the endpoint's CQ. A callback
  * may destroy the endpoint meanwhile: the destroy then completes the rest,
  * and completions it handled are no longer outstanding here. */
 static void drain_cq(rr_ep *ep)
 {
+	static __thread bool taking;
 	struct ibv_wc wc[32];
 	int n;
 
+	if (ep->shared) {
+		/* Only this QP's; a take already running (a callback of it
+		 * destroyed this endpoint) polls the CQ empty itself. */
+		if (!taking) {
+			taking = true;
+			rr__cq_take_qp(ep->cq, ep->qp_num, drained_wc, ep);
+			taking = false;
+		}
+		return;
+	}
 	while (ep->cq && (n = ibv_poll_cq(rr_cq_ibv(ep->cq), 32, wc)) > 0) {
-		for (int i = 0; i < n; i++) {
-			struct rr__req *req = req_of_wc(ep, &wc[i]);
+		for (int i = 0; i < n; i++)
+			drained_wc(ep, &wc[i]);
+	}
+}
 
-			if (!req)
-				continue;
-			if (!req->is_recv)
-				complete_unsignalled_before(ep, req, wc[i].status);
-			if (req->cb) /* not completed by a destroy in there */
-				complete(ep, req, &wc[i]);
+/* ---- endpoints on shared CQs, by QP number ---- */
+
+static uint32_t qp_hash(uint32_t qp_num, uint32_t cap)
+{
+	return (qp_num * 2654435761u) & (cap - 1);
+}
+
+static rr_ep *qpmap_find(const struct rr__qpmap *m, uint32_t qp_num)
+{
+	if (!m->cap)
+		return NULL;
+	for (uint32_t i = qp_hash(qp_num, m->cap); m->slots[i]; i = (i + 1) & (m->cap - 1))
+		if (m->slots[i]->qp_num == qp_num)
+			return m->slots[i];
+	return NULL;
+}
+
+static void qpmap_put(struct rr__qpmap *m, rr_ep *ep)
+{
+	uint32_t i = qp_hash(ep->qp_num, m->cap);
+
+	while (m->slots[i])
+		i = (i + 1) & (m->cap - 1);
+	m->slots[i] = ep;
+	m->n++;
+}
+
+static int qpmap_add(struct rr__qpmap *m, rr_ep *ep)
+{
+	if ((m->n + 1) * 2 > m->cap) {
+		struct rr__qpmap bigger = {.cap = m->cap ? m->cap * 2 : 64};
+
+		bigger.slots = calloc(bigger.cap, sizeof(*bigger.slots));
+		if (!bigger.slots)
+			return -ENOMEM;
+		for (uint32_t i = 0; i < m->cap; i++)
+			if (m->slots[i])
+				qpmap_put(&bigger, m->slots[i]);
+		free(m->slots);
+		*m = bigger;
+	}
+	qpmap_put(m, ep);
+	return 0;
+}
+
+static void qpmap_del(struct rr__qpmap *m, rr_ep *ep)
+{
+	uint32_t mask = m->cap - 1, i, j;
+
+	if (!m->cap)
+		return;
+	for (i = qp_hash(ep->qp_num, m->cap); m->slots[i] != ep; i = (i + 1) & mask)
+		if (!m->slots[i])
+			return;
+	m->slots[i] = NULL;
+	m->n--;
+	/* Close the gap: move back each later entry whose home is not
+	 * between the gap and itself. */
+	for (j = (i + 1) & mask; m->slots[j]; j = (j + 1) & mask) {
+		uint32_t home = qp_hash(m->slots[j]->qp_num, m->cap);
+
+		if (i <= j ? (home <= i || home > j) : (home <= i && home > j)) {
+			m->slots[i] = m->slots[j];
+			m->slots[j] = NULL;
+			i = j;
 		}
 	}
 }
@@ -204,10 +291,24 @@ static void ep_on_wc(rr_cq *cq, const struct ibv_wc *wc, void *data)
 	    (ep->state == RR__EP_CONNECTED || ep->state == RR__EP_DISCONNECTING)) {
 		ep->state = RR__EP_ERROR;
 		ep->down_pending = rr_wc_status_errno(wc->status);
+		if (ep->shared)
+			rr__list_add_tail(&ep->shared->downs, &ep->down_link);
 		fail_qp(ep);
 	}
 	complete(ep, req, wc);
 	release_if_done(ep);
+}
+
+/* A shared CQ's completion: for the endpoint whose QP it names. None is
+ * left of a QP that is gone (see rr__cq_take_qp()); what a callback's
+ * destroy flushed earlier in the same batch finds no endpoint. */
+static void shared_on_wc(rr_cq *cq, const struct ibv_wc *wc, void *data)
+{
+	struct rr__shcq *sh = data;
+	rr_ep *ep = qpmap_find(&sh->set->qps, wc->qp_num);
+
+	if (ep)
+		ep_on_wc(cq, wc, ep);
 }
 
 static void notify_down(rr_ep *ep, int status);
@@ -225,6 +326,92 @@ static void after_dispatch(void *ctx)
 	release_if_done(ep);
 }
 
+/* A shared CQ's hook: each endpoint a WC error took down is told. */
+static void shared_after_dispatch(void *ctx)
+{
+	struct rr__shcq *sh = ctx;
+
+	while (!rr__list_empty(&sh->downs)) {
+		rr_ep *ep = rr__container_of(sh->downs.next, rr_ep, down_link);
+
+		rr__list_del(&ep->down_link);
+		after_dispatch(ep);
+	}
+}
+
+/* Join the bridge's CQ on ep's device, created on first use and grown to
+ * hold every completion its QPs can have outstanding at once. */
+static int shared_cq_join(rr_ep *ep, int need)
+{
+	struct rr__eps *set = ep->set;
+	struct rr__shcq *sh = NULL;
+	struct rr__list *l;
+	int rc;
+
+	for (l = set->shcqs.next; l != &set->shcqs; l = l->next) {
+		struct rr__shcq *s = rr__container_of(l, struct rr__shcq, link);
+
+		if (s->dev == ep->dev) {
+			sh = s;
+			break;
+		}
+	}
+	if (!sh) {
+		struct rr_cq_opts co = {
+			.mode = ep->opts.mode, .spin_us = ep->opts.spin_us, .on_wc = shared_on_wc};
+
+		sh = calloc(1, sizeof(*sh));
+		if (!sh)
+			return -ENOMEM;
+		sh->set = set;
+		rr__list_init(&sh->downs);
+		sh->cqe = need > SHARED_CQ_MIN_SIZE ? need : SHARED_CQ_MIN_SIZE;
+		co.cqe = sh->cqe;
+		co.data = sh;
+		rc = rr__cq_create(set->cqs, ep->dev->channel, ep->dev->ctx, &co, &sh->cq);
+		if (rc) {
+			free(sh);
+			return rc;
+		}
+		sh->cq->hooks =
+			(struct rr__cq_hooks){.after_dispatch = shared_after_dispatch, .ctx = sh};
+		sh->dev = ep->dev;
+		sh->dev->refs++;
+		rr__list_add_tail(&set->shcqs, &sh->link);
+	}
+	if (sh->need + need > sh->cqe) {
+		int want = sh->need + need;
+
+		want = want > 2 * sh->cqe ? want : 2 * sh->cqe;
+		rc = ibv_resize_cq(rr_cq_ibv(sh->cq), want);
+		if (rc && sh->users)
+			return rc > 0 ? -rc : -ENOSPC;
+		if (!rc)
+			sh->cqe = want;
+	}
+	sh->need += need;
+	sh->users++;
+	ep->shared = sh;
+	ep->cq = sh->cq;
+	return 0;
+}
+
+static void shared_cq_leave(rr_ep *ep)
+{
+	struct rr__shcq *sh = ep->shared;
+
+	ep->shared = NULL;
+	ep->cq = NULL;
+	rr__list_del(&ep->down_link);
+	sh->need -= (int)(ep->opts.max_send_wr + ep->opts.max_recv_wr);
+	if (--sh->users)
+		return;
+	rr__list_del(&sh->link);
+	rr_cq_destroy(sh->cq);
+	rr__device_put(sh->dev);
+	free(sh);
+}
+
 void rr__eps_init(struct rr__eps *set, struct rr__ring *ring, struct rr__cqs *cqs,
 		  struct rr__devices *devs)
 {
@@ -232,12 +419,16 @@ void rr__eps_init(struct rr__eps *set, struct rr__ring *ring, struct rr__cqs *cq
 	set->cqs = cqs;
 	set->devs = devs;
 	rr__list_init(&set->eps);
+	rr__list_init(&set->shcqs);
+	set->qps = (struct rr__qpmap){0};
 }
 
 void rr__eps_fini(struct rr__eps *set)
 {
 	while (!rr__list_empty(&set->eps))
 		rr_ep_destroy(rr__container_of(set->eps.next, rr_ep, link));
+	free(set->qps.slots);
+	set->qps = (struct rr__qpmap){0};
 }
 
 int rr__ep_alloc(struct rr__eps *set, struct rdma_cm_id *id, const struct rr_ep_opts *opts,
@@ -272,6 +463,7 @@ int rr__ep_alloc(struct rr__eps *set, struct rdma_cm_id *id, const struct rr_ep_
 	rr__list_init(&ep->free_reqs);
 	rr__list_init(&ep->outstanding);
 	rr__list_init(&ep->pending_link);
+	rr__list_init(&ep->down_link);
 	id->context = ep;
 	rr__list_add_tail(&set->eps, &ep->link);
 	*out = ep;
@@ -295,15 +487,26 @@ int rr__ep_setup_qp(rr_ep *ep)
 		ep->reqs[i].ep = ep;
 		rr__list_add_tail(&ep->free_reqs, &ep->reqs[i].link);
 	}
-	co.cqe = (int)n;
-	co.mode = ep->opts.mode;
-	co.spin_us = ep->opts.spin_us;
-	co.on_wc = ep_on_wc;
-	co.data = ep;
-	rc = rr__cq_create(ep->set->cqs, ep->dev->channel, ep->id->verbs, &co, &ep->cq);
-	if (rc)
-		return rc;
-	ep->cq->hooks = (struct rr__cq_hooks){.after_dispatch = after_dispatch, .ctx = ep};
+	if (ep->opts.flags & RR_EP_SHARED_CQ) {
+		rc = shared_cq_join(ep, (int)n);
+		if (rc)
+			return rc;
+	} else {
+		co.cqe = (int)n;
+		co.mode = ep->opts.mode;
+		co.spin_us = ep->opts.spin_us;
+		co.on_wc = ep_on_wc;
+		co.data = ep;
+		rc = rr__cq_create(ep->set->cqs, ep->dev->channel, ep->id->verbs, &co, &ep->cq);
+		if (rc)
+			return rc;
+		ep->cq->hooks = (struct rr__cq_hooks){.after_dispatch = after_dispatch, .ctx = ep};
+	}
+	if (ep->opts.flags & RR_EP_OWN_PD) {
+		ep->own_pd = ibv_alloc_pd(ep->id->verbs);
+		if (!ep->own_pd)
+			return errno ? -errno : -ENOMEM;
+	}
 	memset(&attr, 0, sizeof(attr));
 	attr.qp_context = ep;
 	attr.send_cq = rr_cq_ibv(ep->cq);
@@ -315,8 +518,16 @@ int rr__ep_setup_qp(rr_ep *ep)
 	attr.cap.max_send_sge = 1;
 	attr.cap.max_recv_sge = 1;
 	attr.cap.max_inline_data = ep->opts.max_inline;
-	if (rdma_create_qp(ep->id, ep->dev->pd, &attr))
+	if (rdma_create_qp(ep->id, ep->own_pd ? ep->own_pd : ep->dev->pd, &attr))
 		return errno ? -errno : -ENOMEM;
+	if (ep->shared) {
+		ep->qp_num = ep->id->qp->qp_num;
+		rc = qpmap_add(&ep->set->qps, ep);
+		if (rc) {
+			rdma_destroy_qp(ep->id);
+			return rc;
+		}
+	}
 	return 0;
 }
 
@@ -432,12 +643,22 @@ int rr_ep_destroy(rr_ep *ep)
 	if (ep->id && ep->id->qp)
 		rdma_destroy_qp(ep->id);
 	flush_all(ep);
-	if (ep->cq)
+	if (ep->shared) {
+		qpmap_del(&ep->set->qps, ep);
+		shared_cq_leave(ep);
+	} else if (ep->cq) {
 		rr_cq_destroy(ep->cq);
+	}
 	ep->cq = NULL;
+	if (ep->own_pd)
+		ibv_dealloc_pd(ep->own_pd); /* EBUSY while MRs of it are left */
+	ep->own_pd = NULL;
 	if (ep->id)
 		rdma_destroy_id(ep->id);
 	ep->id = NULL;
+	if (ep->counter)
+		atomic_fetch_sub(ep->counter, 1);
+	ep->counter = NULL;
 	if (ep->dev) {
 		struct rr__device *dev = ep->dev;
 
@@ -457,6 +678,7 @@ void *rr_ep_data(const rr_ep *ep)
 void rr_ep_set_data(rr_ep *ep, void *data)
 {
 	ep->data = data;
+	ep->data_set = true;
 }
 
 void rr_ep_set_on_disconnect(rr_ep *ep, rr_ep_cb on_disconnect)
@@ -522,9 +744,15 @@ rr_cq *rr_ep_cq(rr_ep *ep)
 	return ep->cq;
 }
 
+/* The endpoint's own PD, or the process's PD of its device. */
+static struct ibv_pd *ep_pd(const rr_ep *ep)
+{
+	return ep->own_pd ? ep->own_pd : ep->dev ? ep->dev->pd : NULL;
+}
+
 struct ibv_pd *rr_ep_pd(rr_ep *ep)
 {
-	return ep->dev ? ep->dev->pd : NULL;
+	return ep_pd(ep);
 }
 
 unsigned int rr_ep_outstanding(const rr_ep *ep)
@@ -540,7 +768,7 @@ int rr_ep_reg_mr(rr_ep *ep, void *buf, size_t len, int access, struct ibv_mr **o
 		return -EINVAL;
 	if (!ep->dev)
 		return -ENOTCONN;
-	mr = ibv_reg_mr(ep->dev->pd, buf, len, access | IBV_ACCESS_LOCAL_WRITE);
+	mr = ibv_reg_mr(ep_pd(ep), buf, len, access | IBV_ACCESS_LOCAL_WRITE);
 	if (!mr)
 		return errno ? -errno : -ENOMEM;
 	*out = mr;
@@ -678,7 +906,7 @@ int rr_ep_alloc_mw(rr_ep *ep, struct ibv_mw **out)
 		return -EINVAL;
 	if (!ep->dev)
 		return -ENOTCONN;
-	mw = ibv_alloc_mw(ep->dev->pd, IBV_MW_TYPE_2);
+	mw = ibv_alloc_mw(ep_pd(ep), IBV_MW_TYPE_2);
 	if (!mw)
 		return errno ? -errno : -ENOMEM;
 	*out = mw;
@@ -797,21 +1025,9 @@ static rr_ep *ep_of_qp(struct rr__eps *set, struct ibv_qp *qp)
 	return NULL;
 }
 
-static rr_ep *ep_of_cq(struct rr__eps *set, struct ibv_cq *cq)
-{
-	struct rr__list *l;
-
-	for (l = set->eps.next; l != &set->eps; l = l->next) {
-		rr_ep *ep = rr__container_of(l, rr_ep, link);
-
-		if (ep->cq && rr_cq_ibv(ep->cq) == cq)
-			return ep;
-	}
-	return NULL;
-}
-
-/* Fatal device: every endpoint on it goes to error. */
-static void device_fatal(struct rr__eps *set, struct rr__device *dev)
+/* Every endpoint on a fatal device (@cq NULL), or on a CQ in error (a
+ * shared one has many), goes to error. */
+static void all_to_error(struct rr__eps *set, struct rr__device *dev, struct ibv_cq *cq)
 {
 	struct rr__list *l;
 
@@ -821,8 +1037,9 @@ again:
 	for (l = set->eps.next; l != &set->eps; l = l->next) {
 		rr_ep *ep = rr__container_of(l, rr_ep, link);
 
-		if (ep->dev == dev && ep->state != RR__EP_ERROR &&
-		    ep->state != RR__EP_DISCONNECTED) {
+		bool hit = cq ? ep->cq && rr_cq_ibv(ep->cq) == cq : ep->dev == dev;
+
+		if (hit && ep->state != RR__EP_ERROR && ep->state != RR__EP_DISCONNECTED) {
 			rr__ep_to_error(ep, -EIO);
 			goto again;
 		}
@@ -843,12 +1060,10 @@ void rr__eps_async(struct rr__eps *set, struct rr__device *dev, const struct ibv
 			rr__ep_to_error(ep, -EIO);
 		break;
 	case IBV_EVENT_CQ_ERR:
-		ep = ep_of_cq(set, ev->element.cq);
-		if (ep)
-			rr__ep_to_error(ep, -EIO);
+		all_to_error(set, dev, ev->element.cq);
 		break;
 	case IBV_EVENT_DEVICE_FATAL:
-		device_fatal(set, dev);
+		all_to_error(set, dev, NULL);
 		break;
 	default:
 		break;

@@ -1,23 +1,46 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Layer 4, endpoints: an RC QP on a private CQ of its device's shared
- * channel, plus the requests posted on it. Uses the ring, CQ and device
+ * channel, or on the CQ the bridge shares among its endpoints on that
+ * device, plus the requests posted on it. Uses the ring, CQ and device
  * layers; the connection manager above drives its state through the
  * rr__ep_* functions and learns of dropped passive endpoints by a hook.
  */
 #ifndef RR_EP_H
 #define RR_EP_H
 
+#include <stdatomic.h>
+
 #include "cq.h"
 #include "device.h"
 #include "list.h"
 #include "ring.h"
+
+/* Endpoints on shared CQs by QP number: who a work completion is for. */
+struct rr__qpmap {
+	rr_ep **slots;
+	uint32_t cap, n;
+};
 
 struct rr__eps {
 	struct rr__ring *ring;
 	struct rr__cqs *cqs;
 	struct rr__devices *devs;
 	struct rr__list eps;
+	struct rr__list shcqs; /* struct rr__shcq: one per device in use */
+	struct rr__qpmap qps;
+};
+
+/* A CQ shared by the bridge's endpoints on one device. */
+struct rr__shcq {
+	struct rr__list link; /* set->shcqs */
+	struct rr__eps *set;
+	struct rr__device *dev; /* holds a reference */
+	rr_cq *cq;
+	unsigned int users;
+	int cqe;	       /* its size */
+	int need;	       /* the queue depths of its QPs */
+	struct rr__list downs; /* endpoints with down_pending */
 };
 
 enum rr__obj_type { RR__OBJ_EP = 0x45504550, RR__OBJ_LISTENER = 0x4c53544e };
@@ -51,11 +74,17 @@ struct rr_ep {
 	struct rdma_cm_id *id;
 	struct rr__device *dev; /* holds a reference */
 	rr_cq *cq;
+	struct rr__shcq *shared;   /* cq is shared: this is it */
+	uint32_t qp_num;	   /* on a shared CQ: its key in set->qps */
+	struct ibv_pd *own_pd;	   /* RR_EP_OWN_PD */
+	atomic_uint *counter;	   /* decremented once when destroyed */
+	struct rr__list down_link; /* shared->downs */
 	enum rr__ep_state state;
 	struct rr_ep_opts opts;
 	rr_ep_cb on_connect;
 	rr_ep_cb on_disconnect;
 	void *data;
+	bool data_set; /* by rr_ep_set_data() */
 	struct rr__req *reqs;
 	struct rr__list free_reqs;
 	struct rr__list outstanding;
@@ -78,6 +107,10 @@ struct rr_ep {
 	struct rr_listener *listener;
 	struct rr__list pending_link;
 	void (*on_drop)(rr_ep *ep);
+	unsigned int group_hint; /* rr_ep_set_group() + 1, 0: none */
+	/* Placed on this bridge by a listener elsewhere: told when established. */
+	rr_accept_cb group_accept;
+	void *group_accept_data;
 };
 
 void rr__eps_init(struct rr__eps *set, struct rr__ring *ring, struct rr__cqs *cqs,

@@ -20,7 +20,9 @@
 #include <poll.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/eventfd.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ring.h"
 
@@ -75,12 +77,40 @@ int rr__ring_init(struct rr__ring *r, struct io_uring *io, bool multishot,
 			       .multishot = multishot,
 			       .free_slot = RR__NO_SLOT,
 			       .pend_head = RR__NO_SLOT,
-			       .pend_tail = RR__NO_SLOT};
+			       .pend_tail = RR__NO_SLOT,
+			       .bell_ring_fd = -1,
+			       .bell_efd = -1,
+			       .bell_slot = RR__NO_SLOT,
+			       .msg_ring = -1};
 	return 0;
+}
+
+static void bell_write(int efd)
+{
+	uint64_t one = 1;
+
+	/* Fails only if the counter would overflow: it is rung already. */
+	if (write(efd, &one, sizeof(one)) < 0) {
+	}
 }
 
 void rr__ring_fini(struct rr__ring *r)
 {
+	/* MSG_RINGs never written: their peers still hear of it. */
+	for (uint32_t i = 0; i < r->nmsgs; i++)
+		bell_write(r->peers[r->msgs[i]].efd);
+	for (uint32_t i = 0; i < r->npeers; i++) {
+		close(r->peers[i].ring_fd);
+		close(r->peers[i].efd);
+	}
+	free(r->peers);
+	free(r->msgs);
+	r->peers = NULL;
+	r->msgs = NULL;
+	r->npeers = r->nmsgs = 0;
+	if (r->bell_efd >= 0)
+		close(r->bell_efd);
+	r->bell_efd = -1;
 	for (uint32_t i = 0; i < r->nslots; i++)
 		free(r->slots[i].ts);
 	free(r->slots);
@@ -304,7 +334,30 @@ static unsigned int owed(const struct rr__ring *r)
 
 	for (uint32_t i = r->pend_head; i != RR__NO_SLOT; i = r->slots[i].next_owed)
 		n += r->slots[i].want ? 1 : 0;
-	return n;
+	return n + r->nmsgs;
+}
+
+static void flush_msgs(struct rr__ring *r)
+{
+	uint32_t done = 0;
+
+	while (done < r->nmsgs) {
+		uint32_t idx = r->msgs[done];
+		const struct rr__peer *p = &r->peers[idx];
+		struct io_uring_sqe *sqe = our_sqe(r);
+
+		if (!sqe)
+			break;
+		io_uring_prep_msg_ring(sqe, p->ring_fd, 0, rr__ud(RR__UD_MSG, p->inst, 0, 0), 0);
+		io_uring_sqe_set_data64(sqe, rr__ud(RR__UD_MSG_SENT, r->inst, 0, idx));
+		r->msgs_inflight++;
+		done++;
+	}
+	if (done) {
+		r->nmsgs -= done;
+		for (uint32_t i = 0; i < r->nmsgs; i++)
+			r->msgs[i] = r->msgs[i + done];
+	}
 }
 
 unsigned int rr__ring_flush(struct rr__ring *r)
@@ -330,6 +383,8 @@ unsigned int rr__ring_flush(struct rr__ring *r)
 			r->pend_tail = RR__NO_SLOT;
 		p->queued = false;
 	}
+	if (r->pend_head == RR__NO_SLOT)
+		flush_msgs(r);
 	if (r->kick_wanted && !r->kick_pending && !r->loop_owned) {
 		sqe = our_sqe(r);
 		if (sqe) {
@@ -347,7 +402,7 @@ unsigned int rr__ring_flush(struct rr__ring *r)
 
 bool rr__ring_idle(const struct rr__ring *r)
 {
-	return !r->live_slots && !r->kick_pending && !r->cancels;
+	return !r->live_slots && !r->kick_pending && !r->cancels && !r->msgs_inflight;
 }
 
 /*
@@ -428,6 +483,22 @@ enum rr__ud_kind rr__ring_cqe(struct rr__ring *r, const struct io_uring_cqe *cqe
 		r->kick_pending = false;
 		return kind;
 	}
+	if (kind == RR__UD_MSG) {
+		if (r->bell_fn)
+			r->bell_fn(r->bell_ctx);
+		return kind;
+	}
+	if (kind == RR__UD_MSG_SENT) {
+		if (r->msgs_inflight)
+			r->msgs_inflight--;
+		if (cqe->res < 0 && idx < r->npeers) {
+			/* Not delivered: ring the peer's eventfd instead. */
+			if (cqe->res == -EINVAL || cqe->res == -EOPNOTSUPP)
+				r->msg_ring = 0;
+			bell_write(r->peers[idx].efd);
+		}
+		return kind;
+	}
 	if (kind == RR__UD_CANCEL && r->cancels)
 		r->cancels--; /* whatever became of its slot */
 	if (idx >= r->nslots || !r->slots[idx].in_use ||
@@ -450,4 +521,121 @@ uint64_t rr__ring_poll_ud(const struct rr__ring *r, uint32_t idx)
 bool rr__ring_slot_armed(const struct rr__ring *r, uint32_t idx)
 {
 	return idx < r->nslots && r->slots[idx].in_use && r->slots[idx].armed;
+}
+
+/* ---- bells: other threads wake this ring ---- */
+
+static void bell_ready(void *ctx, int revents)
+{
+	struct rr__ring *r = ctx;
+	uint64_t n;
+
+	if (revents < 0) {
+		r->bell_slot = RR__NO_SLOT; /* counted in stats.poll_failures */
+		return;
+	}
+	while (read(r->bell_efd, &n, sizeof(n)) > 0) {
+	}
+	if (r->bell_fn)
+		r->bell_fn(r->bell_ctx);
+}
+
+int rr__ring_bell_open(struct rr__ring *r, void (*fn)(void *ctx), void *ctx)
+{
+	int rc;
+
+	if (r->bell_efd >= 0)
+		return -EALREADY;
+	r->bell_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (r->bell_efd < 0)
+		return -errno;
+	rc = rr__poll_add(r, r->bell_efd, bell_ready, r, &r->bell_slot);
+	if (rc) {
+		close(r->bell_efd);
+		r->bell_efd = -1;
+		return rc;
+	}
+	r->bell_ring_fd = r->io->ring_fd;
+	r->bell_fn = fn;
+	r->bell_ctx = ctx;
+	return 0;
+}
+
+void rr__ring_bell_close(struct rr__ring *r)
+{
+	rr__poll_close(r, r->bell_slot);
+	r->bell_slot = RR__NO_SLOT;
+	r->bell_fn = NULL;
+}
+
+int rr__ring_peer_add(struct rr__ring *r, const struct rr__ring *target, uint32_t *peer)
+{
+	struct rr__peer p = {.inst = target->inst};
+	struct rr__peer *peers;
+	uint32_t *msgs;
+	int rc;
+
+	if (target->bell_efd < 0)
+		return -EINVAL;
+	for (uint32_t i = 0; i < r->npeers; i++) {
+		if (r->peers[i].inst == target->inst) {
+			*peer = i;
+			return 0;
+		}
+	}
+	peers = realloc(r->peers, (r->npeers + 1) * sizeof(*peers));
+	if (!peers)
+		return -ENOMEM;
+	r->peers = peers;
+	msgs = realloc(r->msgs, (r->npeers + 1) * sizeof(*msgs));
+	if (!msgs)
+		return -ENOMEM;
+	r->msgs = msgs;
+	p.ring_fd = fcntl(target->bell_ring_fd, F_DUPFD_CLOEXEC, 0);
+	if (p.ring_fd < 0)
+		return -errno;
+	p.efd = fcntl(target->bell_efd, F_DUPFD_CLOEXEC, 0);
+	if (p.efd < 0) {
+		rc = -errno;
+		close(p.ring_fd);
+		return rc;
+	}
+	r->peers[r->npeers] = p;
+	*peer = r->npeers++;
+	return 0;
+}
+
+void rr__ring_no_msg_ring(struct rr__ring *r)
+{
+	r->msg_ring = 0;
+}
+
+static bool msg_ring_works(struct rr__ring *r)
+{
+	struct io_uring_probe *probe;
+
+	if (r->msg_ring < 0) {
+		/* MSG_RING came with 5.18. */
+		probe = io_uring_get_probe_ring(r->io);
+		r->msg_ring = probe && io_uring_opcode_supported(probe, IORING_OP_MSG_RING);
+		if (probe)
+			io_uring_free_probe(probe);
+	}
+	return r->msg_ring > 0;
+}
+
+void rr__ring_peer_ring(struct rr__ring *r, uint32_t peer)
+{
+	if (peer >= r->npeers)
+		return;
+	if (!msg_ring_works(r)) {
+		bell_write(r->peers[peer].efd);
+		return;
+	}
+	/* One owed MSG_RING per peer is enough: its bell drains everything. */
+	for (uint32_t i = 0; i < r->nmsgs; i++)
+		if (r->msgs[i] == peer)
+			return;
+	r->msgs[r->nmsgs++] = peer;
+	rr__ring_flush(r);
 }

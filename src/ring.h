@@ -19,9 +19,11 @@
  * slot's current use from its earlier ones.
  */
 enum rr__ud_kind {
-	RR__UD_POLL = 1,   /* a slot's POLL_ADD or TIMEOUT */
-	RR__UD_CANCEL = 2, /* the POLL_REMOVE / TIMEOUT_REMOVE of a slot */
-	RR__UD_KICK = 3,   /* NOP: come back for busy/hybrid/backlogged CQs */
+	RR__UD_POLL = 1,     /* a slot's POLL_ADD or TIMEOUT */
+	RR__UD_CANCEL = 2,   /* the POLL_REMOVE / TIMEOUT_REMOVE of a slot */
+	RR__UD_KICK = 3,     /* NOP: come back for busy/hybrid/backlogged CQs */
+	RR__UD_MSG = 4,	     /* another thread rang this ring's bell (MSG_RING) */
+	RR__UD_MSG_SENT = 5, /* our MSG_RING SQE completed; slot = the peer */
 };
 
 #define RR__SLOT_BITS 20
@@ -62,6 +64,14 @@ typedef void (*rr__poll_fn)(void *ctx, int revents);
 
 struct rr__poll;
 
+/* How this ring reaches another ring's bell: duplicates of its ring fd and
+ * eventfd, so a descriptor we write to is always ours to write to. */
+struct rr__peer {
+	int ring_fd;
+	int efd;
+	uint32_t inst;
+};
+
 struct rr__ring {
 	struct io_uring *io;
 	struct rr_bridge_stats *stats;
@@ -78,6 +88,18 @@ struct rr__ring {
 	 * nothing of the application's was prepared before them. */
 	unsigned int own_head, own_tail;
 	bool own_valid;
+	/* The bell other threads ring (rr__ring_bell_open()). */
+	int bell_ring_fd, bell_efd;
+	uint32_t bell_slot;
+	void (*bell_fn)(void *ctx);
+	void *bell_ctx;
+	/* Bells of other rings this one rings, and MSG_RINGs owed to them. */
+	int msg_ring; /* MSG_RING: -1 not probed yet, 0 absent or refused, 1 works */
+	struct rr__peer *peers;
+	uint32_t npeers;
+	uint32_t *msgs; /* peers owing a MSG_RING SQE, each once */
+	uint32_t nmsgs;
+	unsigned int msgs_inflight; /* MSG_RING SQEs whose CQE has not arrived */
 };
 
 int rr__ring_init(struct rr__ring *r, struct io_uring *io, bool multishot,
@@ -96,6 +118,24 @@ void rr__poll_close(struct rr__ring *r, uint32_t slot);
 /* Handle a CQE carrying this ring's tag: the kind handled, or 0 for a
  * stale CQE (another instance, an old generation). */
 enum rr__ud_kind rr__ring_cqe(struct rr__ring *r, const struct io_uring_cqe *cqe);
+
+/*
+ * A bell other threads may ring (through rr__ring_peer_ring()): fn(ctx) is
+ * called on this ring's thread, from a CQE, at least once after each ring.
+ * An eventfd polled here, reached by MSG_RING where the sender's kernel
+ * has it. Once per ring; closed by rr__ring_fini().
+ */
+int rr__ring_bell_open(struct rr__ring *r, void (*fn)(void *ctx), void *ctx);
+/* Stop listening to the bell (before teardown waits for the ring). */
+void rr__ring_bell_close(struct rr__ring *r);
+/* Learn another ring's bell (opened before, immutable since): an index for
+ * rr__ring_peer_ring(). Called on this ring's thread. */
+int rr__ring_peer_add(struct rr__ring *r, const struct rr__ring *target, uint32_t *peer);
+/* Ring a peer's bell: a MSG_RING SQE of this ring (owed like the others;
+ * on failure, the eventfd), or the eventfd when MSG_RING is missing. */
+void rr__ring_peer_ring(struct rr__ring *r, uint32_t peer);
+/* Force the eventfd path (tests, and kernels where MSG_RING misbehaves). */
+void rr__ring_no_msg_ring(struct rr__ring *r);
 
 /* Ask for a NOP kick so an embedding loop comes back to the bridge. */
 void rr__ring_want_kick(struct rr__ring *r);

@@ -1,0 +1,507 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Poll groups: a listener on one thread places its connections on groups,
+ * each a bridge on a ring and thread of its own; they share the process's
+ * PD (one MR serves every group) and, per group, one CQ.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "bridge_pair.h"
+#include "require.h"
+
+#define MAX_GROUPS 4
+#define MAX_CONNS  256
+#define RECVS	   2
+#define MSG	   64
+
+/* ---- the server: groups echo what they receive ---- */
+
+struct group {
+	struct io_uring ring;
+	rr_bridge *b;
+	pthread_t thread;
+	atomic_int stop;
+	atomic_int accepts;
+	atomic_int wrong_thread; /* callbacks that ran on another thread */
+	rr_cq *cq;		 /* the CQ of its first endpoint */
+	atomic_int other_cq;	 /* endpoints on another CQ */
+	atomic_int flushed;	 /* receives completed with -ECANCELED */
+	atomic_int downs;
+};
+
+struct server {
+	struct group g[MAX_GROUPS];
+	unsigned int ngroups;
+	struct io_uring ring;
+	rr_bridge *b; /* the listener's */
+	rr_listener *l;
+	uint8_t *buf; /* RECVS slots per connection, for every group */
+	struct ibv_mr *mr;
+	atomic_uint next_slot;
+};
+
+static struct server S;
+
+static void srv_recv(rr_ep *ep, const struct rr_completion *c, void *data);
+
+static struct group *group_of_thread(void)
+{
+	for (unsigned int i = 0; i < S.ngroups; i++)
+		if (pthread_equal(S.g[i].thread, pthread_self()))
+			return &S.g[i];
+	return NULL;
+}
+
+static void srv_sent(rr_ep *ep, const struct rr_completion *c, void *data)
+{
+	/* The echo left: its slot takes the next message. */
+	if (!c->status)
+		rr_ep_post_recv(ep, data, MSG, S.mr, srv_recv, data);
+}
+
+static void srv_recv(rr_ep *ep, const struct rr_completion *c, void *data)
+{
+	struct group *g = rr_ep_data(ep);
+
+	if (group_of_thread() != g)
+		atomic_fetch_add(&g->wrong_thread, 1);
+	if (c->status) {
+		if (c->status == -ECANCELED)
+			atomic_fetch_add(&g->flushed, 1);
+		return;
+	}
+	rr_ep_post_send(ep, data, c->byte_len, S.mr, srv_sent, data);
+}
+
+static void srv_qp_ready(rr_ep *ep, int status, void *data)
+{
+	unsigned int slot = atomic_fetch_add(&S.next_slot, 1) % (MAX_CONNS * 2);
+
+	(void)status;
+	(void)data;
+	for (int i = 0; i < RECVS; i++) {
+		uint8_t *p = S.buf + ((size_t)slot * RECVS + (size_t)i) * MSG;
+
+		rr_ep_post_recv(ep, p, MSG, S.mr, srv_recv, p);
+	}
+}
+
+static void srv_down(rr_ep *ep, int status, void *data)
+{
+	struct group *g = data;
+
+	(void)status;
+	atomic_fetch_add(&g->downs, 1);
+	rr_ep_destroy(ep);
+}
+
+static void srv_accept(rr_listener *l, rr_ep *ep, void *data)
+{
+	struct group *g = data;
+
+	cr_expect_null(l, "a group's accept gets no listener");
+	if (group_of_thread() != g)
+		atomic_fetch_add(&g->wrong_thread, 1);
+	if (rr_ep_data(ep) != g)
+		atomic_fetch_add(&g->wrong_thread, 1);
+	if (!g->cq)
+		g->cq = rr_ep_cq(ep);
+	else if (g->cq != rr_ep_cq(ep))
+		atomic_fetch_add(&g->other_cq, 1);
+	rr_ep_set_on_disconnect(ep, srv_down);
+	atomic_fetch_add(&g->accepts, 1);
+}
+
+static void no_accept(rr_listener *l, rr_ep *ep, void *data)
+{
+	(void)l;
+	(void)data;
+	cr_expect_fail("the listener's own on_accept ran for a placed connection");
+	rr_ep_destroy(ep);
+}
+
+static void *group_main(void *arg)
+{
+	struct group *g = arg;
+
+	while (!atomic_load(&g->stop)) {
+		int rc = rr_bridge_run_once(g->b, 50);
+
+		if (rc < 0 && rc != -EINTR)
+			break;
+	}
+	/* Torn down by its own thread, live connections and all. */
+	rr_bridge_destroy(g->b);
+	io_uring_queue_exit(&g->ring);
+	return NULL;
+}
+
+static void server_start(const char *addr, unsigned int ngroups, unsigned int bflags)
+{
+	struct rr_ep_opts eo = {
+		.max_send_wr = 4, .max_recv_wr = RECVS, .on_qp_ready = srv_qp_ready};
+	struct rr_bridge_opts bo = {.flags = RR_BRIDGE_GROUP | bflags};
+	int rc;
+
+	memset(&S, 0, sizeof(S));
+	S.ngroups = ngroups;
+	cr_assert_eq(rr_test_ring_init(&S.ring, 64), 0);
+	cr_assert_eq(rr_bridge_create(&S.b, &S.ring, NULL), 0);
+	rc = rr_listen(S.b, addr, 0, &eo, no_accept, NULL, &S.l);
+	cr_assert_eq(rc, 0, "rr_listen: %s", strerror(-rc));
+	S.buf = calloc(MAX_CONNS * 2 * RECVS, MSG);
+	cr_assert_not_null(S.buf);
+	/* One registration for the endpoints of every group. */
+	cr_assert_eq(rr_listener_reg_mr(S.l, S.buf, MAX_CONNS * 2 * RECVS * MSG, 0, &S.mr), 0);
+	for (unsigned int i = 0; i < ngroups; i++) {
+		struct group *g = &S.g[i];
+
+		cr_assert_eq(rr_test_ring_init(&g->ring, 256), 0);
+		rc = rr_bridge_create(&g->b, &g->ring, &bo);
+		cr_assert_eq(rc, 0, "group bridge: %s", strerror(-rc));
+		rc = rr_listener_add_group(S.l, g->b, srv_accept, g);
+		cr_assert_eq(rc, 0, "rr_listener_add_group: %s", strerror(-rc));
+	}
+	cr_assert_eq(rr_listener_add_group(S.l, S.g[0].b, srv_accept, &S.g[0]), -EEXIST);
+	cr_assert_eq(rr_listener_add_group(S.l, S.b, srv_accept, NULL), -EINVAL,
+		     "a bridge created without RR_BRIDGE_GROUP is no group");
+	/* The rings are set up: from here on each group's thread owns it. */
+	for (unsigned int i = 0; i < ngroups; i++)
+		cr_assert_eq(pthread_create(&S.g[i].thread, NULL, group_main, &S.g[i]), 0);
+}
+
+static void group_stop(struct group *g)
+{
+	atomic_store(&g->stop, 1);
+	pthread_join(g->thread, NULL);
+	g->b = NULL;
+}
+
+static void server_stop(void)
+{
+	/* The listener goes before its groups. */
+	if (S.l)
+		rr_listener_destroy(S.l);
+	S.l = NULL;
+	for (unsigned int i = 0; i < S.ngroups; i++)
+		if (S.g[i].b)
+			group_stop(&S.g[i]);
+	rr_mr_dereg(S.mr);
+	rr_bridge_destroy(S.b);
+	io_uring_queue_exit(&S.ring);
+	free(S.buf);
+}
+
+/* ---- the clients: one bridge, every connection on one shared CQ ---- */
+
+struct conn {
+	rr_ep *ep;
+	unsigned int id;
+	unsigned int seq; /* next to send */
+	unsigned int echoed;
+	int connected; /* 1, or the failed connect's errno */
+	int down;
+	int flushed;
+	uint8_t out[MSG], in[MSG];
+};
+
+struct clients {
+	rr_bridge *b;
+	struct ibv_mr *mr;
+	struct conn *c;
+	unsigned int n, msgs;
+	unsigned int connected, failed, done, bad, post_failed;
+};
+
+static struct clients C;
+
+static void fill(uint8_t *p, unsigned int id, unsigned int seq)
+{
+	memcpy(p, &id, 4);
+	memcpy(p + 4, &seq, 4);
+	for (int i = 8; i < MSG; i++)
+		p[i] = (uint8_t)(id * 31 + seq * 7 + (unsigned int)i);
+}
+
+static void cli_sent(rr_ep *ep, const struct rr_completion *c, void *data)
+{
+	(void)ep;
+	(void)c;
+	(void)data;
+}
+
+static void cli_recv(rr_ep *ep, const struct rr_completion *c, void *data);
+
+static void cli_send_next(struct conn *k)
+{
+	fill(k->out, k->id, k->seq);
+	k->seq++;
+	/* Fails once the connection is gone (a group torn down). */
+	if (rr_ep_post_recv(k->ep, k->in, MSG, C.mr, cli_recv, k) ||
+	    rr_ep_post_send(k->ep, k->out, MSG, C.mr, cli_sent, k))
+		C.post_failed++;
+}
+
+static void cli_recv(rr_ep *ep, const struct rr_completion *c, void *data)
+{
+	struct conn *k = data;
+	uint8_t want[MSG];
+
+	(void)ep;
+	if (c->status) {
+		if (c->status == -ECANCELED)
+			k->flushed++;
+		return;
+	}
+	fill(want, k->id, k->seq - 1);
+	if (c->byte_len != MSG || memcmp(k->in, want, MSG))
+		C.bad++;
+	k->echoed++;
+	if (k->seq < C.msgs)
+		cli_send_next(k);
+	else
+		C.done++;
+}
+
+static void cli_connected(rr_ep *ep, int status, void *data)
+{
+	struct conn *k = data;
+
+	(void)ep;
+	if (status) {
+		k->connected = status;
+		C.failed++;
+		return;
+	}
+	k->connected = 1;
+	C.connected++;
+}
+
+static void cli_down(rr_ep *ep, int status, void *data)
+{
+	struct conn *k = data;
+
+	(void)ep;
+	(void)status;
+	k->down++;
+}
+
+static void clients_open(struct io_uring *ring, const char *addr, unsigned int n, unsigned int msgs)
+{
+	struct rr_ep_opts o = {.max_send_wr = 2,
+			       .max_recv_wr = 2,
+			       .flags = RR_EP_SHARED_CQ,
+			       .on_disconnect = cli_down};
+	uint16_t port = rr_listener_port(S.l);
+	int rc;
+
+	memset(&C, 0, sizeof(C));
+	C.n = n;
+	C.msgs = msgs;
+	C.c = calloc(n, sizeof(*C.c));
+	cr_assert_not_null(C.c);
+	cr_assert_eq(rr_test_ring_init(ring, 256), 0);
+	cr_assert_eq(rr_bridge_create(&C.b, ring, NULL), 0);
+	for (unsigned int i = 0; i < n; i++) {
+		C.c[i].id = i;
+		o.data = &C.c[i];
+		rc = rr_connect(C.b, addr, port, &o, cli_connected, &C.c[i].ep);
+		cr_assert_eq(rc, 0, "rr_connect %u: %s", i, strerror(-rc));
+	}
+}
+
+static bool all_connected(void *arg)
+{
+	(void)arg;
+	return C.connected + C.failed == C.n;
+}
+
+static bool all_done(void *arg)
+{
+	(void)arg;
+	return C.done == C.n || C.bad;
+}
+
+static void clients_close(struct io_uring *ring)
+{
+	for (unsigned int i = 0; i < C.n; i++)
+		rr_ep_destroy(C.c[i].ep);
+	rr_mr_dereg(C.mr);
+	rr_bridge_destroy(C.b);
+	io_uring_queue_exit(ring);
+	free(C.c);
+}
+
+static unsigned int accepts_total(void)
+{
+	unsigned int n = 0;
+
+	for (unsigned int i = 0; i < S.ngroups; i++)
+		n += (unsigned int)atomic_load(&S.g[i].accepts);
+	return n;
+}
+
+static bool all_accepted(void *arg)
+{
+	return accepts_total() == *(unsigned int *)arg;
+}
+
+/* The listener's thread runs its own bridge while the clients' loop runs:
+ * one thread drives both rings here, alternately. */
+static bool pump(bool (*pred)(void *), void *arg, int timeout_ms)
+{
+	uint64_t deadline = bp_now_ms() + (uint64_t)timeout_ms;
+
+	while (!pred(arg)) {
+		if (bp_now_ms() > deadline)
+			return false;
+		rr_bridge_run_once(S.b, 0);
+		rr_bridge_run_once(C.b, 5);
+	}
+	return true;
+}
+
+static void spread(unsigned int ngroups, unsigned int nconns, unsigned int bflags)
+{
+	const char *addr = rr_test_require_rdma();
+	struct io_uring cring;
+	int min = nconns, max = 0;
+	unsigned int n = nconns;
+
+	server_start(addr, ngroups, bflags);
+	clients_open(&cring, addr, nconns, 20);
+	cr_assert_eq(rr_ep_reg_mr(C.c[0].ep, C.c, nconns * sizeof(*C.c), 0, &C.mr), -ENOTCONN,
+		     "no PD before the QP");
+	cr_assert(pump(all_connected, NULL, 120000), "%u of %u connected", C.connected, nconns);
+	cr_assert_eq(C.failed, 0, "%u connects failed", C.failed);
+	cr_assert(pump(all_accepted, &n, 30000), "%u of %u accepted", accepts_total(), nconns);
+	cr_assert_eq(rr_ep_reg_mr(C.c[0].ep, C.c, nconns * sizeof(*C.c), 0, &C.mr), 0);
+	for (unsigned int i = 0; i < nconns; i++) {
+		cr_assert_eq(rr_ep_cq(C.c[i].ep), rr_ep_cq(C.c[0].ep), "one CQ for the clients");
+		cli_send_next(&C.c[i]);
+	}
+	cr_assert(pump(all_done, NULL, 180000), "%u of %u connections done", C.done, nconns);
+	cr_expect_eq(C.bad, 0, "%u echoes differ from what was sent", C.bad);
+	cr_expect_eq(C.post_failed, 0, "%u posts failed", C.post_failed);
+	for (unsigned int i = 0; i < nconns; i++)
+		cr_expect_eq(C.c[i].echoed, 20, "connection %u: %u echoes", i, C.c[i].echoed);
+	for (unsigned int i = 0; i < ngroups; i++) {
+		int a = atomic_load(&S.g[i].accepts);
+
+		min = a < min ? a : min;
+		max = a > max ? a : max;
+		cr_expect_eq(atomic_load(&S.g[i].wrong_thread), 0, "group %u: callbacks elsewhere",
+			     i);
+		cr_expect_eq(atomic_load(&S.g[i].other_cq), 0, "group %u: more than one CQ", i);
+	}
+	cr_expect_leq(max - min, 1, "placement: %d to %d connections per group", min, max);
+	clients_close(&cring);
+	server_stop();
+}
+
+Test(groups, two_groups_256_connections_eventfd)
+{
+	spread(2, 256, RR_BRIDGE_NO_MSG_RING);
+}
+
+Test(groups, four_groups_256_connections_msg_ring)
+{
+	spread(4, 256, 0);
+}
+
+/* A group torn down under live connections: its endpoints flush, exactly
+ * once each; the other group's connections go on. */
+Test(groups, a_group_torn_down_leaves_the_others_alone)
+{
+	const char *addr = rr_test_require_rdma();
+	struct io_uring cring;
+	unsigned int n = 16, lost = 0, kept = 0;
+	int flushed;
+
+	server_start(addr, 2, 0);
+	clients_open(&cring, addr, n, 1000000);
+	cr_assert(pump(all_connected, NULL, 60000));
+	cr_assert(pump(all_accepted, &n, 30000));
+	cr_assert_eq(rr_ep_reg_mr(C.c[0].ep, C.c, n * sizeof(*C.c), 0, &C.mr), 0);
+	for (unsigned int i = 0; i < n; i++)
+		cli_send_next(&C.c[i]);
+	for (int i = 0; i < 50; i++) {
+		rr_bridge_run_once(S.b, 0);
+		rr_bridge_run_once(C.b, 5);
+	}
+	group_stop(&S.g[1]);
+	flushed = atomic_load(&S.g[1].flushed);
+	/* Each of its endpoints had RECVS receives outstanding, or one less
+	 * while an echo was on its way; each completes once. */
+	cr_expect(flushed >= atomic_load(&S.g[1].accepts) * (RECVS - 1) &&
+			  flushed <= atomic_load(&S.g[1].accepts) * RECVS,
+		  "%d receives flushed on %d endpoints", flushed, atomic_load(&S.g[1].accepts));
+	cr_expect_eq(atomic_load(&S.g[0].flushed), 0, "the other group flushed");
+	/* Its clients hear of it; the others still get echoes. */
+	for (int i = 0; i < 400; i++) {
+		rr_bridge_run_once(S.b, 0);
+		rr_bridge_run_once(C.b, 5);
+	}
+	for (unsigned int i = 0; i < n; i++) {
+		unsigned int before = C.c[i].echoed;
+
+		if (C.c[i].down) {
+			lost++;
+			continue;
+		}
+		for (int k = 0; k < 200 && C.c[i].echoed == before; k++)
+			rr_bridge_run_once(C.b, 5);
+		kept += C.c[i].echoed > before;
+	}
+	cr_expect_eq(lost, (unsigned int)atomic_load(&S.g[1].accepts), "%u clients lost", lost);
+	cr_expect_eq(kept, n - lost, "%u of %u others still echoed", kept, n - lost);
+	for (unsigned int i = 0; i < n; i++)
+		cr_expect_leq(C.c[i].down, 1);
+	clients_close(&cring);
+	server_stop();
+}
+
+/* Connect, then destroy after a few passes, over and over: handoffs
+ * torn in every state leave no descriptor or memory behind. */
+Test(groups, churn_of_connects_and_aborts, .timeout = 600)
+{
+	const char *addr = rr_test_require_rdma();
+	struct rr_ep_opts o = {.max_send_wr = 2, .max_recv_wr = 2, .flags = RR_EP_SHARED_CQ};
+	struct io_uring cring;
+	int fds0 = 0;
+	long rss0 = 0;
+
+	server_start(addr, 2, 0);
+	clients_open(&cring, addr, 1, 1);
+	for (unsigned int i = 0; i < 1000; i++) {
+		struct conn *k = &C.c[0];
+		int rc;
+
+		if (i == 100) {
+			fds0 = bp_count_fds();
+			rss0 = bp_rss_kib();
+		}
+		rr_ep_destroy(k->ep);
+		o.data = k;
+		rc = rr_connect(C.b, addr, rr_listener_port(S.l), &o, cli_connected, &k->ep);
+		cr_assert_eq(rc, 0, "rr_connect: %s", strerror(-rc));
+		for (unsigned int p = 0; p < i % 13; p++) {
+			rr_bridge_run_once(S.b, 0);
+			rr_bridge_run_once(C.b, 1);
+		}
+	}
+	for (int p = 0; p < 200; p++) {
+		rr_bridge_run_once(S.b, 0);
+		rr_bridge_run_once(C.b, 5);
+	}
+	cr_expect_leq(bp_count_fds(), fds0 + 4, "descriptors: %d, then %d", fds0, bp_count_fds());
+	cr_expect_leq(bp_rss_kib(), rss0 + 16384, "RSS: %ld KiB, then %ld", rss0, bp_rss_kib());
+	clients_close(&cring);
+	server_stop();
+}
