@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <criterion/criterion.h>
 
@@ -25,7 +26,9 @@
 struct group {
 	struct io_uring ring;
 	rr_bridge *b;
+	unsigned int bflags;
 	pthread_t thread;
+	atomic_int ready; /* 1: ring and bridge made, -1: failed */
 	atomic_int stop;
 	atomic_int accepts;
 	atomic_int wrong_thread; /* callbacks that ran on another thread */
@@ -128,8 +131,17 @@ static void no_accept(rr_listener *l, rr_ep *ep, void *data)
 
 static void *group_main(void *arg)
 {
+	struct rr_bridge_opts bo = {.flags = RR_BRIDGE_GROUP};
 	struct group *g = arg;
 
+	/* Its own thread makes the ring: a SINGLE_ISSUER ring belongs to the
+	 * thread that created it. */
+	bo.flags |= g->bflags;
+	if (rr_test_ring_init(&g->ring, 256) || rr_bridge_create(&g->b, &g->ring, &bo)) {
+		atomic_store(&g->ready, -1);
+		return NULL;
+	}
+	atomic_store(&g->ready, 1);
 	while (!atomic_load(&g->stop)) {
 		int rc = rr_bridge_run_once(g->b, 50);
 
@@ -146,7 +158,6 @@ static void server_start(const char *addr, unsigned int ngroups, unsigned int bf
 {
 	struct rr_ep_opts eo = {
 		.max_send_wr = 4, .max_recv_wr = RECVS, .on_qp_ready = srv_qp_ready};
-	struct rr_bridge_opts bo = {.flags = RR_BRIDGE_GROUP | bflags};
 	int rc;
 
 	memset(&S, 0, sizeof(S));
@@ -162,18 +173,17 @@ static void server_start(const char *addr, unsigned int ngroups, unsigned int bf
 	for (unsigned int i = 0; i < ngroups; i++) {
 		struct group *g = &S.g[i];
 
-		cr_assert_eq(rr_test_ring_init(&g->ring, 256), 0);
-		rc = rr_bridge_create(&g->b, &g->ring, &bo);
-		cr_assert_eq(rc, 0, "group bridge: %s", strerror(-rc));
+		g->bflags = bflags;
+		cr_assert_eq(pthread_create(&g->thread, NULL, group_main, g), 0);
+		while (!atomic_load(&g->ready))
+			usleep(1000);
+		cr_assert_eq(atomic_load(&g->ready), 1, "group %u: no ring or bridge", i);
 		rc = rr_listener_add_group(S.l, g->b, srv_accept, g);
 		cr_assert_eq(rc, 0, "rr_listener_add_group: %s", strerror(-rc));
 	}
 	cr_assert_eq(rr_listener_add_group(S.l, S.g[0].b, srv_accept, &S.g[0]), -EEXIST);
 	cr_assert_eq(rr_listener_add_group(S.l, S.b, srv_accept, NULL), -EINVAL,
 		     "a bridge created without RR_BRIDGE_GROUP is no group");
-	/* The rings are set up: from here on each group's thread owns it. */
-	for (unsigned int i = 0; i < ngroups; i++)
-		cr_assert_eq(pthread_create(&S.g[i].thread, NULL, group_main, &S.g[i]), 0);
 }
 
 static void group_stop(struct group *g)
