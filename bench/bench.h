@@ -11,7 +11,8 @@
 
 #define BENCH_MAX_MSG	   65536
 #define BENCH_MAX_QD	   256
-#define BENCH_MAX_CONNS	   256
+#define BENCH_MAX_CONNS	   1024
+#define BENCH_MAX_THREADS  16 /* server groups (--threads) */
 #define BENCH_DEFAULT_PORT 18515
 #define BENCH_CDF_POINTS   200
 
@@ -28,14 +29,15 @@ struct bench_cfg {
 	enum workload wl;
 	enum op op;
 	uint32_t msg_size;
-	uint32_t qd;	/* messages in flight per connection */
-	uint32_t conns; /* connections sharing one CQ per side */
-	long iters;	/* measured round trips, all connections together */
+	uint32_t qd;	  /* messages in flight per connection */
+	uint32_t conns;	  /* connections sharing one CQ per side */
+	uint32_t threads; /* server: groups, each a bridge on a thread (1: none) */
+	long iters;	  /* measured round trips, all connections together */
 	uint32_t idle_ms;
 	unsigned int spin_us;
 	bool spin_fixed;	   /* hybrid: RR_WAIT_HYBRID_FIXED */
 	unsigned int signal_every; /* a send in N asks for a completion */
-	unsigned int timeout_s; /* the server side's own watchdog */
+	unsigned int timeout_s;	   /* the server side's own watchdog */
 	const char *addr;
 	uint16_t port;
 	const char *file; /* mixed: the file the client reads */
@@ -86,7 +88,7 @@ struct bqp {
 	uint8_t *recv, *send; /* 2*qd+1 receive slots, qd+1 send slots */
 	uint64_t raddr;	      /* the peer's receive slots (WRITE_IMM) */
 	uint32_t rkey;
-	uint32_t echo_next; /* server: the next send slot for an echo */
+	uint32_t echo_next;   /* server: the next send slot for an echo */
 	uint32_t unsignalled; /* sends since the last signalled one */
 };
 
@@ -168,6 +170,12 @@ int side_post_recv(struct bside *s, uint32_t conn, uint32_t idx);
  * write_slot >= 0, as a WRITE_IMM into the peer's receive slot. */
 int side_post(struct bside *s, uint32_t conn, uint64_t wr_id, const uint8_t *buf, uint32_t len,
 	      int write_slot);
+/* The hello a connection request carries, for a server that is not a
+ * bside (groups): parse one (0 or -EPROTO), and write the answer. */
+int hello_parse(const void *pdata, size_t len, struct bench_cfg *cfg, uint64_t *raddr,
+		uint32_t *rkey);
+size_t hello_answer(void *out, size_t max, const struct bench_cfg *cfg, uint32_t conn,
+		    uint64_t addr, uint32_t rkey);
 void side_close(struct bside *s);
 
 /* wait.c: wait for completions and hand each to s->on_wc; 0 or -errno. */
@@ -184,9 +192,20 @@ int filer_make_file(const char *dir, uint64_t size, char *path, size_t len);
 struct result;
 int filer_only(const char *path, unsigned int ms, struct result *r);
 
+/* A server with groups (--threads N): what each group served, measured
+ * over the timed part; written by a local server into shared memory. */
+struct group_figures {
+	uint32_t threads;		   /* 0: no figures (remote server) */
+	uint32_t conns[BENCH_MAX_THREADS]; /* connections placed on it */
+	uint64_t ops[BENCH_MAX_THREADS];   /* messages it echoed, timed part */
+	double cpu_s[BENCH_MAX_THREADS];   /* its thread's CPU, timed part */
+};
+extern struct group_figures *group_out; /* NULL: nobody reads them */
+
 /* client.c, server.c: one run each. */
 struct client_out {
 	struct side_figures cli, srv;
+	struct group_figures grp;
 	struct side_trace cli_at, srv_at;
 	uint64_t file_bytes;
 	int rc;
@@ -194,13 +213,23 @@ struct client_out {
 	double rtt[]; /* cfg.iters round trips, microseconds */
 };
 int client_run(const struct bench_cfg *cfg, struct client_out *out);
-int server_run_one(struct bside *s, const char *addr, uint16_t port, int port_fd);
+/* known: the run, when the caller knows it (a local run); NULL: learnt
+ * from the client's first request. */
+int server_run_one(struct bside *s, const char *addr, uint16_t port, int port_fd,
+		   const struct bench_cfg *known);
+/* groups.c: the server of a run with known->threads > 1 groups. */
+int group_server_run(const struct bench_cfg *known, const char *addr, int port_fd);
 
 /* figures.c */
 int syscalls_open(void);
 int syscalls_hold(void);
 void side_begin(struct side_figures *f, int *sc_fd);
 void side_end(struct side_figures *f, int sc_fd);
+/* The same over several threads: syscalls counted on each of tids (fds:
+ * n slots), completions and wake-ups as given. */
+void side_begin_threads(struct side_figures *f, int *fds, const int *tids, int n, uint64_t wcs,
+			uint64_t wakeups);
+void side_end_threads(struct side_figures *f, int *fds, int n, uint64_t wcs, uint64_t wakeups);
 double now_us(void);
 /* Microseconds from the CPU's cycle counter, calibrated once: no syscall,
  * where clock_gettime() is one (the lab's TCG). */
@@ -215,6 +244,10 @@ struct result {
 	double cpu_pct_per_side; /* idle: CPU of a core, mean of both sides */
 	double file_mb_per_s;	 /* mixed */
 	double wcs_per_wakeup;	 /* both sides; 0: never woke (busy) */
+	double cli_cpu_us_per_op, srv_cpu_us_per_op;
+	uint32_t threads, ngroups; /* ngroups: group figures known */
+	uint32_t group_conns[BENCH_MAX_THREADS];
+	double group_cpu_us_per_op[BENCH_MAX_THREADS];
 	bool syscalls_known, has_latency, reference;
 	double cdf[BENCH_CDF_POINTS + 1]; /* latency quantiles, for --plot */
 };

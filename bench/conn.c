@@ -104,6 +104,12 @@ static int make_cq(struct bside *s, struct ibv_context *ctx)
 {
 	int n = (int)(s->cfg.conns * (4 * s->cfg.qd + 4)), fl;
 	struct epoll_event ev = {.events = EPOLLIN};
+	struct ibv_device_attr da;
+
+	/* Many connections: as large as the device allows (the run has at
+	 * most conns * qd messages in flight besides their completions). */
+	if (!ibv_query_device(ctx, &da) && da.max_cqe > 0 && n > da.max_cqe)
+		n = da.max_cqe;
 
 	switch (s->cfg.strat) {
 	case S_BUSY:
@@ -131,9 +137,9 @@ static int make_cq(struct bside *s, struct ibv_context *ctx)
 		struct rr_cq_opts co = {.cqe = n,
 					.on_wc = on_bridge_wc,
 					.data = s,
-					.mode = s->cfg.strat == S_URING	 ? RR_WAIT_EVENT
-						: s->cfg.spin_fixed ? RR_WAIT_HYBRID_FIXED
-								    : RR_WAIT_HYBRID,
+					.mode = s->cfg.strat == S_URING ? RR_WAIT_EVENT
+						: s->cfg.spin_fixed	? RR_WAIT_HYBRID_FIXED
+									: RR_WAIT_HYBRID,
 					.spin_us = s->cfg.spin_us};
 		struct rr_bridge_opts bo = {.on_app_cqe = filer_on_cqe, .data = s};
 		int rc = ring_init(s);
@@ -255,6 +261,38 @@ static int hello_cfg(const struct hello *h, struct bench_cfg *cfg)
 	cfg->signal_every = h->signal_every ? h->signal_every : 1;
 	cfg->timeout_s = h->timeout_s;
 	return 0;
+}
+
+int hello_parse(const void *pdata, size_t len, struct bench_cfg *cfg, uint64_t *raddr,
+		uint32_t *rkey)
+{
+	struct hello h;
+
+	if (!pdata || len < sizeof(h))
+		return -EPROTO;
+	memcpy(&h, pdata, sizeof(h));
+	if (hello_cfg(&h, cfg))
+		return -EPROTO;
+	*raddr = h.addr;
+	*rkey = h.rkey;
+	return 0;
+}
+
+size_t hello_answer(void *out, size_t max, const struct bench_cfg *cfg, uint32_t conn,
+		    uint64_t addr, uint32_t rkey)
+{
+	struct bside s;
+	struct hello h;
+
+	if (max < sizeof(h))
+		return 0;
+	memset(&s, 0, sizeof(s));
+	s.cfg = *cfg;
+	hello_fill(&h, &s, conn);
+	h.addr = addr;
+	h.rkey = rkey;
+	memcpy(out, &h, sizeof(h));
+	return sizeof(h);
 }
 
 static int lookup(const char *addr, uint16_t port, int passive, struct rdma_addrinfo **ai)

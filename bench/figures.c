@@ -60,7 +60,7 @@ double tick_us(void)
 }
 #endif
 
-int syscalls_open(void)
+static int syscalls_open_tid(int tid)
 {
 	struct perf_event_attr a;
 	unsigned long long id = 0;
@@ -82,7 +82,12 @@ int syscalls_open(void)
 	a.disabled = 1;
 	a.inherit = 1;
 	a.exclude_kernel = 0;
-	return (int)syscall(SYS_perf_event_open, &a, 0, -1, -1, 0);
+	return (int)syscall(SYS_perf_event_open, &a, tid, -1, -1, 0);
+}
+
+int syscalls_open(void)
+{
+	return syscalls_open_tid(0);
 }
 
 /*
@@ -149,4 +154,43 @@ void side_end(struct side_figures *f, int sc_fd)
 	f->syscalls = syscalls_read(sc_fd);
 	if (sc_fd >= 0)
 		close(sc_fd);
+}
+
+void side_begin_threads(struct side_figures *f, int *fds, const int *tids, int n, uint64_t wcs,
+			uint64_t wakeups)
+{
+	for (int i = 0; i < n; i++)
+		fds[i] = syscalls_open_tid(tids[i]);
+	usage_now(&f->cpu_s, &f->ctx_switches);
+	f->elapsed_s = now_us() / 1e6;
+	f->wcs = (int64_t)wcs;
+	f->wakeups = (int64_t)wakeups;
+	for (int i = 0; i < n; i++)
+		if (fds[i] >= 0)
+			ioctl(fds[i], PERF_EVENT_IOC_ENABLE, 0);
+}
+
+void side_end_threads(struct side_figures *f, int *fds, int n, uint64_t wcs, uint64_t wakeups)
+{
+	double cpu;
+	int64_t csw, sc = 0;
+
+	for (int i = 0; i < n; i++)
+		if (fds[i] >= 0)
+			ioctl(fds[i], PERF_EVENT_IOC_DISABLE, 0);
+	usage_now(&cpu, &csw);
+	f->cpu_s = cpu - f->cpu_s;
+	f->ctx_switches = csw - f->ctx_switches;
+	f->elapsed_s = now_us() / 1e6 - f->elapsed_s;
+	f->wcs = (int64_t)wcs - f->wcs;
+	f->wakeups = (int64_t)wakeups - f->wakeups;
+	for (int i = 0; i < n; i++) {
+		int64_t v = syscalls_read(fds[i]);
+
+		sc = sc < 0 || v < 0 ? -1 : sc + v;
+		if (fds[i] >= 0)
+			close(fds[i]);
+		fds[i] = -1;
+	}
+	f->syscalls = n ? sc : -1;
 }

@@ -13,6 +13,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "bench.h"
@@ -29,6 +30,8 @@ struct opts {
 	int nop;
 	uint32_t conns[MAX_CONNS_LIST];
 	int nconns;
+	uint32_t threads[MAX_CONNS_LIST];
+	int nthreads;
 	uint32_t qd, msg_size, idle_ms;
 	long iters; /* 0: per-workload defaults */
 	unsigned int spin_us;
@@ -50,7 +53,12 @@ static void usage(FILE *out)
 		"                     first (default: send,write_imm)\n"
 		"  --size BYTES       message size (default 64)\n"
 		"  --qd N             rate: messages in flight (default 64)\n"
-		"  --conns LIST       conns: connection counts (default 1,16,64,256)\n"
+		"  --conns LIST       conns: connection counts, up to %d (default\n"
+		"                     1,16,64,256)\n"
+		"  --threads LIST     server threads: N > 1 places the connections on N\n"
+		"                     poll groups, each a bridge on its own ring and\n"
+		"                     thread; uring and hybrid only, local runs only\n"
+		"                     (default 1: one thread, no groups)\n"
 		"  --iters N          round trips per run (default: 20000; rate 200000)\n"
 		"  --idle-ms MS       idle: how long to wait (default 10000)\n"
 		"  --spin-us US       hybrid: longest spin window (default 200)\n"
@@ -69,7 +77,7 @@ static void usage(FILE *out)
 		"  --server           serve runs for --client on --addr (port --port)\n"
 		"  --client ADDR      run against `ringrdma-bench --server` at ADDR\n"
 		"  --port PORT        --server/--client port (default %d)\n",
-		BENCH_DEFAULT_PORT);
+		BENCH_MAX_CONNS, BENCH_DEFAULT_PORT);
 }
 
 /* Parse a comma-separated list with `one`; -1 on a bad or long list. */
@@ -116,6 +124,17 @@ static int one_conns(const char *t, void *o)
 	return 0;
 }
 
+static int one_threads(const char *t, void *o)
+{
+	char *end;
+	unsigned long v = strtoul(t, &end, 10);
+
+	if (*end || !v || v > BENCH_MAX_THREADS)
+		return -1;
+	*(uint32_t *)o = (uint32_t)v;
+	return 0;
+}
+
 static long num_arg(const char *s, long lo, long hi)
 {
 	char *end;
@@ -132,6 +151,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 					   {"size", required_argument, NULL, 'S'},
 					   {"qd", required_argument, NULL, 'Q'},
 					   {"conns", required_argument, NULL, 'C'},
+					   {"threads", required_argument, NULL, 'N'},
 					   {"iters", required_argument, NULL, 'n'},
 					   {"idle-ms", required_argument, NULL, 'I'},
 					   {"spin-us", required_argument, NULL, 'w'},
@@ -177,6 +197,12 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			o->nconns = parse_list(optarg, MAX_CONNS_LIST, one_conns, o->conns,
 					       sizeof(o->conns[0]));
 			if (o->nconns < 0)
+				return -1;
+			break;
+		case 'N':
+			o->nthreads = parse_list(optarg, MAX_CONNS_LIST, one_threads, o->threads,
+						 sizeof(o->threads[0]));
+			if (o->nthreads < 0)
 				return -1;
 			break;
 		case 'S':
@@ -283,23 +309,25 @@ static int plan(const struct opts *o, struct bench_cfg *runs, int max)
 
 		for (int k = 0; k < nops; k++)
 			for (int c = 0; c < ncon; c++)
-				for (int s = 0; s < o->nstrat && n < max; s++) {
-					struct bench_cfg *r = &runs[n++];
+				for (int t = 0; t < o->nthreads; t++)
+					for (int s = 0; s < o->nstrat && n < max; s++) {
+						struct bench_cfg *r = &runs[n++];
 
-					memset(r, 0, sizeof(*r));
-					r->strat = o->strats[s];
-					r->wl = wl;
-					r->op = o->ops[k];
-					r->msg_size = o->msg_size;
-					r->qd = wl == W_RATE ? o->qd : 1;
-					r->conns = wl == W_CONNS ? o->conns[c] : 1;
-					r->iters = iters_for(o, wl);
-					r->idle_ms = wl == W_IDLE ? o->idle_ms : 0;
-					r->spin_us = o->spin_us;
-					r->spin_fixed = o->spin_fixed;
-					r->signal_every = o->signal_every;
-					r->timeout_s = (unsigned int)o->timeout_s;
-				}
+						memset(r, 0, sizeof(*r));
+						r->strat = o->strats[s];
+						r->wl = wl;
+						r->op = o->ops[k];
+						r->msg_size = o->msg_size;
+						r->qd = wl == W_RATE ? o->qd : 1;
+						r->conns = wl == W_CONNS ? o->conns[c] : 1;
+						r->threads = o->threads[t];
+						r->iters = iters_for(o, wl);
+						r->idle_ms = wl == W_IDLE ? o->idle_ms : 0;
+						r->spin_us = o->spin_us;
+						r->spin_fixed = o->spin_fixed;
+						r->signal_every = o->signal_every;
+						r->timeout_s = (unsigned int)o->timeout_s;
+					}
 	}
 	return n;
 }
@@ -325,8 +353,51 @@ static void defaults(struct opts *o)
 		for (int i = 0; i < n; i++)
 			o->conns[o->nconns++] = c[i];
 	}
+	if (!o->nthreads)
+		o->threads[o->nthreads++] = 1;
 	if (!o->idle_ms)
 		o->idle_ms = o->quick ? 2000 : 10000;
+}
+
+/* --threads N > 1: groups are bridges (uring, hybrid), and the server is
+ * this process's child (a --server serves with one thread). */
+static int check_threads(const struct opts *o, bool remote)
+{
+	uint32_t most = 1;
+
+	for (int i = 0; i < o->nthreads; i++)
+		most = o->threads[i] > most ? o->threads[i] : most;
+	if (most == 1)
+		return 0;
+	for (int i = 0; i < o->nstrat; i++)
+		if (o->strats[i] != S_URING && o->strats[i] != S_HYBRID) {
+			fprintf(stderr,
+				"ringrdma-bench: --threads %u: poll groups are ringrdma bridges, "
+				"so only the uring and hybrid strategies run on them; give "
+				"--strategies uring,hybrid (run %s with one thread)\n",
+				most, strategy_name(o->strats[i]));
+			return -1;
+		}
+	if (o->server || remote) {
+		fprintf(stderr, "ringrdma-bench: --threads > 1 runs the server in this process's "
+				"child: not with --server, --client or --hosts 2\n");
+		return -1;
+	}
+	return 0;
+}
+
+/* Many connections: as many descriptors and as much locked memory as the
+ * hard limits allow. */
+static void raise_limits(void)
+{
+	static const int which[] = {RLIMIT_NOFILE, RLIMIT_MEMLOCK};
+	struct rlimit rl;
+
+	for (int i = 0; i < 2; i++)
+		if (!getrlimit(which[i], &rl) && rl.rlim_cur < rl.rlim_max) {
+			rl.rlim_cur = rl.rlim_max;
+			setrlimit(which[i], &rl);
+		}
 }
 
 static bool wants(const struct opts *o, enum workload w)
@@ -377,6 +448,11 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	defaults(&o);
+	if (check_threads(&o, o.client || o.hosts == 2)) {
+		usage(stderr);
+		return 2;
+	}
+	raise_limits();
 	/* Before any connection exists: see syscalls_hold(). */
 	syscalls_hold();
 	if (o.plot && system("command -v gnuplot >/dev/null 2>&1")) {
@@ -410,7 +486,7 @@ int main(int argc, char **argv)
 		return lab_reexec(argc, argv, o.hosts, o.json, o.csv, o.plot);
 	if (!addr)
 		addr = addr_buf;
-	max = S_COUNT * (W_COUNT + OP_COUNT + MAX_CONNS_LIST) + 2;
+	max = S_COUNT * (W_COUNT + OP_COUNT + MAX_CONNS_LIST) * o.nthreads + 2;
 	runs = calloc((size_t)max, sizeof(*runs));
 	res = calloc((size_t)max, sizeof(*res));
 	if (!runs || !res)
@@ -445,6 +521,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "  %-7s %-9s %-9s qd %-3u conns %-3u ",
 			strategy_name(runs[i].strat), workload_name(runs[i].wl),
 			op_name(runs[i].op), runs[i].qd, runs[i].conns);
+		if (runs[i].threads > 1)
+			fprintf(stderr, "threads %u ", runs[i].threads);
 		rc = remote ? run_remote(&runs[i], &res[nres], o.timeout_s)
 			    : run_local(&runs[i], &res[nres], o.timeout_s);
 		fprintf(stderr, "%s in %.1f s\n", rc ? "failed" : "done", (now_us() - t0) / 1e6);

@@ -31,15 +31,16 @@ void report_table(FILE *out, const struct result *r, int n)
 
 		if (x->cfg.wl != last) {
 			fprintf(out,
-				"\n%-10s %-9s %-9s %6s %4s %5s %9s %9s %9s %9s %9s %9s %8s %7s "
+				"\n%-10s %-9s %-9s %6s %4s %5s %3s %9s %9s %9s %9s %9s %9s %8s %7s "
 				"%7s %s\n",
-				"strategy", "workload", "op", "size", "qd", "conns", "p50 us",
-				"p99 us", "p99.9 us", "max us", "ops/s", "cpu us/op", "sysc/op",
-				"csw/op", "wc/wake", extra_name(x));
+				"strategy", "workload", "op", "size", "qd", "conns", "thr",
+				"p50 us", "p99 us", "p99.9 us", "max us", "ops/s", "cpu us/op",
+				"sysc/op", "csw/op", "wc/wake", extra_name(x));
 			last = x->cfg.wl;
 		}
-		fprintf(out, "%-10s %-9s %-9s %6u %4u %5u ", x->name, workload_name(x->cfg.wl),
-			op_name(x->cfg.op), x->cfg.msg_size, x->cfg.qd, x->cfg.conns);
+		fprintf(out, "%-10s %-9s %-9s %6u %4u %5u %3u ", x->name, workload_name(x->cfg.wl),
+			op_name(x->cfg.op), x->cfg.msg_size, x->cfg.qd, x->cfg.conns,
+			x->threads ? x->threads : 1);
 		if (x->has_latency)
 			fprintf(out, "%9.1f %9.1f %9.1f %9.1f ", x->p50, x->p99, x->p999, x->max);
 		else
@@ -68,6 +69,11 @@ void report_table(FILE *out, const struct result *r, int n)
 				fprintf(out, " %7s", "-");
 			if (x->cfg.wl == W_MIXED)
 				fprintf(out, " %.1f", x->file_mb_per_s);
+			if (x->threads > 1 && x->ngroups) {
+				fprintf(out, " groups");
+				for (uint32_t g = 0; g < x->ngroups; g++)
+					fprintf(out, "%s%u", g ? "/" : " ", x->group_conns[g]);
+			}
 			fputc('\n', out);
 		}
 	}
@@ -97,6 +103,38 @@ static void num(FILE *f, const char *key, bool have, double v, const char *sep)
 		fprintf(f, "\"%s\": null%s", key, sep);
 }
 
+/* The groups' connections and CPU per operation: JSON arrays, or null. */
+static void groups_json(FILE *f, const struct result *x, bool ops)
+{
+	if (!x->ngroups) {
+		fprintf(f, "\"group_conns\": null, \"group_cpu_us_per_op\": null, ");
+		return;
+	}
+	fprintf(f, "\"group_conns\": [");
+	for (uint32_t g = 0; g < x->ngroups; g++)
+		fprintf(f, "%s%u", g ? ", " : "", x->group_conns[g]);
+	fprintf(f, "], \"group_cpu_us_per_op\": ");
+	if (!ops) {
+		fprintf(f, "null, ");
+		return;
+	}
+	fprintf(f, "[");
+	for (uint32_t g = 0; g < x->ngroups; g++)
+		fprintf(f, "%s%.3f", g ? ", " : "", x->group_cpu_us_per_op[g]);
+	fprintf(f, "], ");
+}
+
+/* The same for CSV: values joined by ';', or empty. */
+static void groups_csv(FILE *f, const struct result *x, bool ops)
+{
+	for (uint32_t g = 0; g < x->ngroups; g++)
+		fprintf(f, "%s%u", g ? ";" : "", x->group_conns[g]);
+	fputc(',', f);
+	for (uint32_t g = 0; ops && g < x->ngroups; g++)
+		fprintf(f, "%s%.3f", g ? ";" : "", x->group_cpu_us_per_op[g]);
+	fputc(',', f);
+}
+
 int report_json(const char *path, const struct result *r, int n)
 {
 	FILE *f = fopen(path, "w");
@@ -112,17 +150,20 @@ int report_json(const char *path, const struct result *r, int n)
 			"  {\"strategy\": \"%s\", \"workload\": \"%s\", \"op\": \"%s\", "
 			"\"msg_size\": %u, \"qd\": %u, \"conns\": %u, \"iters\": %ld, "
 			"\"idle_ms\": %u, \"spin_us\": %u, \"spin\": %s, "
-			"\"signal_every\": %u, \"reference\": %s, ",
+			"\"signal_every\": %u, \"reference\": %s, \"threads\": %u, ",
 			x->name, workload_name(x->cfg.wl), op_name(x->cfg.op), x->cfg.msg_size,
 			x->cfg.qd, x->cfg.conns, idle ? 0 : x->cfg.iters, idle ? x->cfg.idle_ms : 0,
 			x->cfg.spin_us, spin_json(x), x->cfg.signal_every,
-			x->reference ? "true" : "false");
+			x->reference ? "true" : "false", x->threads ? x->threads : 1);
+		groups_json(f, x, ops);
 		num(f, "p50_us", x->has_latency, x->p50, ", ");
 		num(f, "p99_us", x->has_latency, x->p99, ", ");
 		num(f, "p999_us", x->has_latency, x->p999, ", ");
 		num(f, "max_us", x->has_latency, x->max, ", ");
 		num(f, "ops_per_s", ops, x->ops_per_s, ", ");
 		num(f, "cpu_us_per_op", ops, x->cpu_us_per_op, ", ");
+		num(f, "client_cpu_us_per_op", ops, x->cli_cpu_us_per_op, ", ");
+		num(f, "server_cpu_us_per_op", ops, x->srv_cpu_us_per_op, ", ");
 		num(f, "syscalls_per_op", ops && x->syscalls_known, x->syscalls_per_op, ", ");
 		num(f, "ctx_switches_per_op", ops, x->ctx_per_op, ", ");
 		num(f, "wcs_per_wakeup", ops && x->wcs_per_wakeup > 0, x->wcs_per_wakeup, ", ");
@@ -149,23 +190,28 @@ int report_csv(const char *path, const struct result *r, int n)
 	if (!f)
 		return -errno;
 	fprintf(f, "strategy,workload,op,msg_size,qd,conns,iters,idle_ms,spin_us,spin,signal_every,"
-		   "reference,"
-		   "p50_us,p99_us,p999_us,max_us,ops_per_s,cpu_us_per_op,syscalls_per_op,"
+		   "reference,threads,group_conns,group_cpu_us_per_op,"
+		   "p50_us,p99_us,p999_us,max_us,ops_per_s,cpu_us_per_op,client_cpu_us_per_op,"
+		   "server_cpu_us_per_op,syscalls_per_op,"
 		   "ctx_switches_per_op,wcs_per_wakeup,cpu_pct_per_side,file_mb_per_s\n");
 	for (int i = 0; i < n; i++) {
 		const struct result *x = &r[i];
 		bool ops = x->has_latency && !x->reference, idle = x->cfg.wl == W_IDLE;
 
-		fprintf(f, "%s,%s,%s,%u,%u,%u,%ld,%u,%u,%s,%u,%d,", x->name, workload_name(x->cfg.wl),
-			op_name(x->cfg.op), x->cfg.msg_size, x->cfg.qd, x->cfg.conns,
-			idle ? 0 : x->cfg.iters, idle ? x->cfg.idle_ms : 0, x->cfg.spin_us,
-			spin_name(x), x->cfg.signal_every, x->reference);
+		fprintf(f, "%s,%s,%s,%u,%u,%u,%ld,%u,%u,%s,%u,%d,%u,", x->name,
+			workload_name(x->cfg.wl), op_name(x->cfg.op), x->cfg.msg_size, x->cfg.qd,
+			x->cfg.conns, idle ? 0 : x->cfg.iters, idle ? x->cfg.idle_ms : 0,
+			x->cfg.spin_us, spin_name(x), x->cfg.signal_every, x->reference,
+			x->threads ? x->threads : 1);
+		groups_csv(f, x, ops);
 		cell(f, x->has_latency, x->p50, ",");
 		cell(f, x->has_latency, x->p99, ",");
 		cell(f, x->has_latency, x->p999, ",");
 		cell(f, x->has_latency, x->max, ",");
 		cell(f, ops, x->ops_per_s, ",");
 		cell(f, ops, x->cpu_us_per_op, ",");
+		cell(f, ops, x->cli_cpu_us_per_op, ",");
+		cell(f, ops, x->srv_cpu_us_per_op, ",");
 		cell(f, ops && x->syscalls_known, x->syscalls_per_op, ",");
 		cell(f, ops, x->ctx_per_op, ",");
 		cell(f, ops && x->wcs_per_wakeup > 0, x->wcs_per_wakeup, ",");
@@ -254,7 +300,7 @@ static const struct result *find(const struct result *r, int n, const char *name
 {
 	for (int i = 0; i < n; i++)
 		if (!strcmp(r[i].name, name) && r[i].cfg.wl == wl && r[i].cfg.op == OP_SEND &&
-		    r[i].cfg.conns == 1)
+		    r[i].cfg.conns == 1 && r[i].threads <= 1)
 			return &r[i];
 	return NULL;
 }

@@ -131,6 +131,24 @@ static void reduce(const struct bench_cfg *cfg, struct client_out *co, struct re
 	if (co->cli.wakeups + co->srv.wakeups > 0)
 		r->wcs_per_wakeup = (double)(co->cli.wcs + co->srv.wcs) /
 				    (double)(co->cli.wakeups + co->srv.wakeups);
+	r->cli_cpu_us_per_op = ops > 0 ? co->cli.cpu_s * 1e6 / per : 0;
+	r->srv_cpu_us_per_op = ops > 0 ? co->srv.cpu_s * 1e6 / per : 0;
+	r->threads = cfg->threads > 1 ? cfg->threads : 1;
+	if (co->grp.threads == r->threads && r->threads <= BENCH_MAX_THREADS) {
+		/* A group's CPU per message it echoed. */
+		r->ngroups = r->threads;
+		for (uint32_t i = 0; i < r->ngroups; i++) {
+			r->group_conns[i] = co->grp.conns[i];
+			r->group_cpu_us_per_op[i] =
+				co->grp.ops[i] ? co->grp.cpu_s[i] * 1e6 / (double)co->grp.ops[i]
+					       : 0;
+		}
+	} else if (r->threads == 1) {
+		/* One thread serves every connection: the server side's figures. */
+		r->ngroups = 1;
+		r->group_conns[0] = cfg->conns;
+		r->group_cpu_us_per_op[0] = r->srv_cpu_us_per_op;
+	}
 	if (cfg->wl == W_MIXED && co->cli.elapsed_s > 0)
 		r->file_mb_per_s = (double)co->file_bytes / 1e6 / co->cli.elapsed_s;
 }
@@ -202,7 +220,8 @@ int run_local(const struct bench_cfg *cfg_in, struct result *r, int timeout_s)
 
 		close(p[0]);
 		side_trace = &co->srv_at;
-		rc = server_run_one(&s, cfg.addr, 0, p[1]);
+		group_out = &co->grp;
+		rc = server_run_one(&s, cfg.addr, 0, p[1], &cfg);
 		if (rc)
 			fprintf(stderr, "ringrdma-bench server (%s): %s\n",
 				strategy_name(cfg.strat), strerror(-rc));
@@ -266,7 +285,7 @@ int serve_forever(const char *addr, uint16_t port)
 			return -errno;
 		if (pid == 0) {
 			struct bside s;
-			int rc = server_run_one(&s, addr, port, -1);
+			int rc = server_run_one(&s, addr, port, -1, NULL);
 			bool listened = s.listening;
 
 			if (rc)

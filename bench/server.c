@@ -115,13 +115,21 @@ static void on_wc(struct bside *s, const struct ibv_wc *wc)
  * Listen on addr:port (0: any), tell the bound port on port_fd (-1: no
  * one to tell), serve one run. The caller's side is closed on return.
  */
-int server_run_one(struct bside *s, const char *addr, uint16_t port, int port_fd)
+int server_run_one(struct bside *s, const char *addr, uint16_t port, int port_fd,
+		   const struct bench_cfg *known)
 {
 	struct server sv = {.sc = -1};
 	struct bench_cfg cfg = {0};
 	uint16_t bound = 0;
 	int rc;
 
+	if (known && known->threads > 1) {
+		memset(s, 0, sizeof(*s)); /* side_close() has nothing to do */
+		s->epfd = -1;
+		rc = group_server_run(known, addr, port_fd);
+		s->listening = rc != -EADDRNOTAVAIL;
+		return rc;
+	}
 	side_phase(PH_CONNECT);
 	rc = side_listen(s, addr, port, &bound);
 	if (port_fd >= 0 && write(port_fd, &bound, sizeof(bound)) != sizeof(bound) && !rc)

@@ -75,6 +75,7 @@ int op_parse(const char *name, enum op *out)
 
 struct side_counts side_counts;
 struct side_trace *side_trace;
+struct group_figures *group_out;
 
 static void count_event(struct bside *s)
 {
