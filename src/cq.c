@@ -79,19 +79,21 @@ static unsigned int cq_poll(rr_cq *cq, unsigned int budget, bool *more)
 
 	*more = false;
 	cq->dispatch_depth++;
-	/* Completions another QP's teardown took out of the CQ come first. */
-	while (cq->stash_head < cq->nstash && total < budget) {
-		struct ibv_wc w = cq->stash[cq->stash_head++];
-
-		if (cq->stash_head == cq->nstash)
-			cq->stash_head = cq->nstash = 0;
-		set->stats->wcs++;
-		total++;
-		cq->on_wc(cq, &w, cq->data);
-		if (cq->destroy_deferred)
-			goto out;
-	}
 	while (total < budget) {
+		/* Completions another QP's teardown took out of the CQ are
+		 * older than what is still in it: they go first. */
+		if (cq->stash_head < cq->nstash) {
+			struct ibv_wc w = cq->stash[cq->stash_head++];
+
+			if (cq->stash_head == cq->nstash)
+				cq->stash_head = cq->nstash = 0;
+			set->stats->wcs++;
+			total++;
+			cq->on_wc(cq, &w, cq->data);
+			if (cq->destroy_deferred)
+				goto out;
+			continue;
+		}
 		want = (int)(budget - total < set->cq_batch ? budget - total : set->cq_batch);
 		n = ibv_poll_cq(cq->cq, want, wc);
 		if (n <= 0) {
@@ -110,7 +112,9 @@ static unsigned int cq_poll(rr_cq *cq, unsigned int budget, bool *more)
 				goto out;
 		}
 		total += (unsigned int)n;
-		if (n < want)
+		/* A short batch emptied the CQ, unless a callback's teardown
+		 * took more out of it meanwhile. */
+		if (n < want && cq->stash_head == cq->nstash)
 			break;
 	}
 	*more = total >= budget;
@@ -405,21 +409,27 @@ int rr__cq_take_qp(rr_cq *cq, uint32_t qp_num, void (*fn)(void *ctx, const struc
 		   void *ctx)
 {
 	struct ibv_wc wc[32];
-	uint32_t keep = cq->stash_head;
+	uint32_t keep = cq->stash_head, i;
 	int n, rc = 0;
 
+	/* fn's callbacks may destroy the CQ: freed once this unwinds. */
+	cq->dispatch_depth++;
 	/* Kept earlier, but this QP's: handed out now, the rest stay in order. */
-	for (uint32_t i = cq->stash_head; i < cq->nstash; i++) {
+	for (i = cq->stash_head; i < cq->nstash && !cq->destroy_deferred; i++) {
 		if (cq->stash[i].qp_num == qp_num)
 			fn(ctx, &cq->stash[i]);
 		else
 			cq->stash[keep++] = cq->stash[i];
 	}
+	if (cq->destroy_deferred)
+		goto out;
 	cq->nstash = keep;
 	while ((n = ibv_poll_cq(cq->cq, 32, wc)) > 0) {
-		for (int i = 0; i < n; i++) {
-			if (wc[i].qp_num == qp_num) {
-				fn(ctx, &wc[i]);
+		for (int k = 0; k < n; k++) {
+			if (wc[k].qp_num == qp_num) {
+				fn(ctx, &wc[k]);
+				if (cq->destroy_deferred)
+					goto out;
 				continue;
 			}
 			if (cq->nstash == cq->stash_cap) {
@@ -433,7 +443,7 @@ int rr__cq_take_qp(rr_cq *cq, uint32_t qp_num, void (*fn)(void *ctx, const struc
 				cq->stash = st;
 				cq->stash_cap = cap;
 			}
-			cq->stash[cq->nstash++] = wc[i];
+			cq->stash[cq->nstash++] = wc[k];
 		}
 	}
 	if (cq->stash_head < cq->nstash) {
@@ -441,6 +451,9 @@ int rr__cq_take_qp(rr_cq *cq, uint32_t qp_num, void (*fn)(void *ctx, const struc
 		set_active(cq, true);
 		rr__ring_want_kick(cq->set->ring);
 	}
+out:
+	cq->dispatch_depth--;
+	reap_deferred(cq);
 	return rc;
 }
 

@@ -331,12 +331,16 @@ static void shared_after_dispatch(void *ctx)
 {
 	struct rr__shcq *sh = ctx;
 
+	/* The callbacks may destroy every member, and with the last the CQ. */
+	sh->busy++;
 	while (!rr__list_empty(&sh->downs)) {
 		rr_ep *ep = rr__container_of(sh->downs.next, rr_ep, down_link);
 
 		rr__list_del(&ep->down_link);
 		after_dispatch(ep);
 	}
+	if (!--sh->busy && sh->orphan)
+		free(sh);
 }
 
 /* Join the bridge's CQ on ep's device, created on first use and grown to
@@ -409,7 +413,10 @@ static void shared_cq_leave(rr_ep *ep)
 	rr__list_del(&sh->link);
 	rr_cq_destroy(sh->cq);
 	rr__device_put(sh->dev);
-	free(sh);
+	if (sh->busy)
+		sh->orphan = true;
+	else
+		free(sh);
 }
 
 void rr__eps_init(struct rr__eps *set, struct rr__ring *ring, struct rr__cqs *cqs,

@@ -41,6 +41,8 @@ struct rr__shcq {
 	int cqe;	       /* its size */
 	int need;	       /* the queue depths of its QPs */
 	struct rr__list downs; /* endpoints with down_pending */
+	unsigned int busy;     /* its hook is running: freed after it */
+	bool orphan;	       /* no users left: free when not busy */
 };
 
 enum rr__obj_type { RR__OBJ_EP = 0x45504550, RR__OBJ_LISTENER = 0x4c53544e };
