@@ -1,16 +1,18 @@
 #!/bin/bash
 # The examples end to end, against each other, TAP output. Run inside the
 # RDMA lab (or with RR_TEST_ADDR on a real device): echo_server serves
-# client, embed and wait_modes, then leaves on SIGTERM.
+# client, embed and wait_modes, then leaves on SIGTERM; echo_groups serves
+# embed clients over several threads.
 #
-#   examples.sh ECHO_SERVER CLIENT EMBED WAIT_MODES
+#   examples.sh ECHO_SERVER CLIENT EMBED WAIT_MODES ECHO_GROUPS
 #
 # Without an RDMA device it skips, unless RDMA_LAB or RR_REQUIRE_RDMA=1 is
 # set: then a missing device is a failure.
 set -u
-server=${1:?usage: examples.sh ECHO_SERVER CLIENT EMBED WAIT_MODES}
-client=${2:?} embed=${3:?} wait_modes=${4:?}
-port=7490 tests=7 clients=5 limit=60
+server=${1:?usage: examples.sh ECHO_SERVER CLIENT EMBED WAIT_MODES ECHO_GROUPS}
+client=${2:?} embed=${3:?} wait_modes=${4:?} groups=${5:?}
+port=7490 tests=11 clients=5 limit=60
+threads=3 gclients=6
 
 . "$(dirname "${BASH_SOURCE[0]}")/../support/require.sh"
 rr_require_rdma "$tests"
@@ -110,5 +112,78 @@ served=$((3 + clients))
 ok=0
 grep -q "^echo_server: served $served connections$" "$tmp/server.out" && ok=1
 result $ok "echo_server served $served connections" "$tmp/server.out"
+
+# echo_groups: embed clients whose standard input is a FIFO we hold open, so
+# that all are connected at once. Each connection then arrives while the
+# ones before it are still there, and the listener puts it on the thread
+# with the fewest: the counts come out even, whatever the timing.
+gport=$((port + 1))
+"$groups" "$addr" "$gport" "$threads" >"$tmp/groups.out" 2>"$tmp/groups.err" &
+spid=$!
+for _ in $(seq 300); do
+	grep -q listening "$tmp/groups.out" 2>/dev/null && break
+	kill -0 "$spid" 2>/dev/null || break
+	sleep 0.1
+done
+ok=0
+grep -q "^echo_groups: listening on $addr:$gport, $threads threads$" "$tmp/groups.out" && ok=1
+result $ok "echo_groups listens on $addr:$gport with $threads threads" \
+	"$tmp/groups.out" "$tmp/groups.err"
+
+trap '' PIPE # a client that died must not take the script with it
+pids=() fds=()
+for i in $(seq "$gclients"); do
+	mkfifo "$tmp/gin$i"
+	timeout $limit "$embed" "$addr" "$gport" <"$tmp/gin$i" >"$tmp/g$i.out" 2>"$tmp/g$i.err" &
+	pids+=($!)
+	exec {fd}>"$tmp/gin$i"
+	fds+=("$fd")
+	echo "embed $i" | tee "$tmp/gexp$i" >&"$fd"
+done
+# Connected, all of them, once each has its first line back.
+for _ in $(seq $((limit * 10))); do
+	up=0
+	for i in $(seq "$gclients"); do
+		grep -q "^embed $i$" "$tmp/g$i.out" 2>/dev/null && up=$((up + 1))
+	done
+	[ $up = "$gclients" ] && break
+	sleep 0.1
+done
+# Then more than DEPTH messages each, and the end of their input.
+for i in $(seq "$gclients"); do
+	fd=${fds[$((i - 1))]}
+	seq "$i" 3000 | tee -a "$tmp/gexp$i" >&"$fd"
+	exec {fd}>&-
+done
+good=0
+for i in $(seq "$gclients"); do
+	wait "${pids[$((i - 1))]}" && cmp -s "$tmp/gexp$i" "$tmp/g$i.out" && good=$((good + 1))
+done
+ok=0
+[ "$up" = "$gclients" ] && [ $good = "$gclients" ] && ok=1
+result $ok "echo_groups: $gclients embed clients at once, $up connected, $good echoed in full" \
+	"$tmp/g1.err" "$tmp/groups.err"
+
+kill -TERM "$spid"
+for _ in $(seq $((limit * 10))); do
+	kill -0 "$spid" 2>/dev/null || break
+	sleep 0.1
+done
+wait "$spid"
+rc=$?
+spid=
+ok=0
+[ $rc = 0 ] && ok=1
+result $ok "echo_groups leaves cleanly on SIGTERM (exit $rc)" "$tmp/groups.err"
+
+counts=$(sed -n 's/^echo_groups: thread [0-9]* served \([0-9]*\) connections$/\1/p' \
+	"$tmp/groups.out" | sort -n | tr '\n' ' ')
+read -r -a c <<<"$counts"
+sum=0
+for k in "${c[@]}"; do sum=$((sum + k)); done
+ok=0
+[ ${#c[@]} = "$threads" ] && [ $sum = "$gclients" ] && [ $((c[-1] - c[0])) -le 1 ] && ok=1
+result $ok "echo_groups spread $gclients connections over $threads threads: ${counts% }" \
+	"$tmp/groups.out"
 
 exit $failed

@@ -3,6 +3,9 @@
 # reference rows) with tiny iteration counts and writes complete, sane JSON
 # and CSV: one record per run, every field present, counts equal to what was
 # asked, percentiles ordered, file bytes counted in the mixed workload.
+# --threads 2 on the conns workload: the server's connections spread over two
+# poll groups (group_conns sums to the count, within one of each other);
+# --threads 2 with a strategy groups cannot run is refused.
 # Never asserts on speed.
 bench=${1:?usage: bench_json.sh PATH/TO/ringrdma-bench}
 . "$(dirname "${BASH_SOURCE[0]}")/../support/require.sh"
@@ -16,13 +19,18 @@ iters=120
 rc=$?
 "$bench" --addr "$addr" --iters $iters --strategies hybrid --workloads pingpong --ops send \
 	--spin-fixed --json "$out/f.json" --timeout 120 >>"$out/table" 2>&1 || rc=$?
+"$bench" --addr "$addr" --iters $iters --strategies uring,hybrid --workloads conns --conns 5 \
+	--threads 1,2 --json "$out/g.json" --csv "$out/g.csv" --timeout 120 >>"$out/table" 2>&1 || rc=$?
+"$bench" --addr "$addr" --strategies busy,uring --threads 2 --workloads conns >"$out/refused" 2>&1
+refused_rc=$?
 # A failure keeps everything the bench said (a sanitizer report included).
 [ "$rc" = 0 ] || sed 's/^/# /' "$out/table"
 # A run far longer than its watchdog: stopped, and both sides said where.
 "$bench" --addr "$addr" --iters 2000000 --strategies busy --workloads pingpong --ops send \
 	--timeout 3 >"$out/stuck" 2>&1
 stuck_rc=$?
-python3 - "$out/b.json" "$rc" "$out/table" "$out/b.csv" "$iters" "$out/f.json" "$out/stuck" "$stuck_rc" <<'PY'
+python3 - "$out/b.json" "$rc" "$out/table" "$out/b.csv" "$iters" "$out/f.json" "$out/stuck" "$stuck_rc" \
+	"$out/g.json" "$out/g.csv" "$out/refused" "$refused_rc" <<'PY'
 import csv, json, sys
 path, rc, table, csvpath, iters = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
 checks = []
@@ -48,13 +56,17 @@ want = [(s, w, o, q, c) for (w, o, q, c) in runs for s in strats] + \
 got = [(r.get("strategy"), r.get("workload"), r.get("op"), r.get("qd"), r.get("conns")) for r in recs]
 check(got == want, f"one record per strategy and run, in order ({len(got)} of {len(want)})")
 fields = ["strategy", "workload", "op", "msg_size", "qd", "conns", "iters", "idle_ms", "spin_us",
-          "spin", "signal_every", "reference",
-          "p50_us", "p99_us", "p999_us", "max_us", "ops_per_s", "cpu_us_per_op", "syscalls_per_op",
+          "spin", "signal_every", "reference", "threads", "group_conns", "group_cpu_us_per_op",
+          "p50_us", "p99_us", "p999_us", "max_us", "ops_per_s", "cpu_us_per_op",
+          "client_cpu_us_per_op", "server_cpu_us_per_op", "syscalls_per_op",
           "ctx_switches_per_op", "wcs_per_wakeup", "cpu_pct_per_side", "file_mb_per_s"]
 for r in recs:
     name = f"{r.get('strategy')} {r.get('workload')} {r.get('op')} conns={r.get('conns')}"
     check(all(f in r for f in fields), f"{name}: all fields present")
     check(r.get("msg_size") == 64, f"{name}: msg_size as asked")
+    check(r.get("threads") == 1, f"{name}: one server thread unless asked")
+    if not r.get("reference"):
+        check(r.get("group_conns") == [r.get("conns")], f"{name}: its one thread served every connection")
     check(r.get("spin") == ("adaptive" if r.get("strategy") == "hybrid" and not r.get("reference") else None),
           f"{name}: spin is hybrid's adaptive window, null elsewhere")
     if r.get("strategy") == "file-only":
@@ -103,6 +115,44 @@ check(int(sys.argv[8]) != 0 and "busy pingpong timed out" in stuck,
 for side in ("client", "server"):
     check(f"at the deadline the {side} was running; " in stuck and "completions handled" in stuck,
           f"the stopped run says where its {side} was")
+# --threads 1,2 on conns 5: uring and hybrid, one thread then two groups.
+try:
+    grecs = json.load(open(sys.argv[9]))
+except Exception as e:
+    grecs = []
+    check(False, f"--threads JSON parses ({e})")
+check([(r.get("strategy"), r.get("threads")) for r in grecs]
+      == [("uring", 1), ("hybrid", 1), ("uring", 2), ("hybrid", 2)],
+      f"--threads 1,2: one record per strategy and thread count ({len(grecs)} of 4)")
+for r in grecs:
+    name = f"{r.get('strategy')} conns={r.get('conns')} threads={r.get('threads')}"
+    gc, cpu = r.get("group_conns"), r.get("group_cpu_us_per_op")
+    check(r.get("conns") == 5 and r.get("iters") == iters, f"{name}: conns and iterations as asked")
+    check(isinstance(gc, list) and len(gc) == r.get("threads") and sum(gc) == 5
+          and max(gc) - min(gc) <= 1, f"{name}: group_conns {gc} sums to 5, within one of each other")
+    check(isinstance(cpu, list) and len(cpu) == r.get("threads")
+          and all(isinstance(v, (int, float)) and v >= 0 for v in cpu),
+          f"{name}: group_cpu_us_per_op {cpu}, one figure per group")
+    check(r.get("ops_per_s", 0) > 0 and r.get("server_cpu_us_per_op", -1) >= 0
+          and r.get("client_cpu_us_per_op", -1) >= 0
+          and abs(r["server_cpu_us_per_op"] + r["client_cpu_us_per_op"] - r["cpu_us_per_op"]) < 0.01,
+          f"{name}: rates positive, CPU per side adds up")
+    lat = [r.get(k) for k in ("p50_us", "p99_us", "p999_us", "max_us")]
+    check(all(isinstance(v, (int, float)) for v in lat) and 0 < lat[0] <= lat[1] <= lat[2] <= lat[3],
+          f"{name}: 0 < p50 <= p99 <= p99.9 <= max")
+    sc = r.get("syscalls_per_op")
+    check(sc is None or sc > 0, f"{name}: syscalls_per_op null or > 0")
+try:
+    grows = list(csv.DictReader(open(sys.argv[10])))
+except Exception as e:
+    grows = []
+check([(x.get("threads"), x.get("group_conns")) for x in grows]
+      == [(str(r.get("threads")), ";".join(str(v) for v in r.get("group_conns") or []))
+          for r in grecs] and len(grows) == 4,
+      "--threads CSV: threads and group_conns (joined by ';') as in the JSON")
+refused = open(sys.argv[11]).read()
+check(int(sys.argv[12]) == 2 and "only the uring and hybrid" in refused,
+      "--threads 2 with busy is refused as a usage error: " + refused.replace("\n", " | ")[:300])
 print(f"1..{len(checks)}")
 for i, (ok, what) in enumerate(checks, 1):
     print(f"{'ok' if ok else 'not ok'} {i} - {what}")

@@ -10,10 +10,15 @@
  *
  * Each object's callbacks get a tracker as their data; destroying the object
  * poisons the tracker, and every callback checks its tracker first.
+ *
+ * RR_TEST_EP_FLAGS (enum rr_ep_flags, e.g. 1 = RR_EP_SHARED_CQ) applies to
+ * every endpoint: with a shared CQ, client and server share one, and a
+ * callback destroys its peer or itself in the middle of that CQ's dispatch.
  */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <criterion/criterion.h>
@@ -74,6 +79,13 @@ static struct {
 	int violations;
 	char first_violation[256];
 } D;
+
+static unsigned int ep_flags(void)
+{
+	const char *f = getenv("RR_TEST_EP_FLAGS");
+
+	return f ? (unsigned int)strtoul(f, NULL, 0) : 0;
+}
 
 static void violation(const char *fmt, ...)
 {
@@ -348,7 +360,7 @@ static bool fresh_exchanged(void *arg)
 static void fresh_connection(void)
 {
 	struct fresh f = {.recv_status = 1, .send_status = 1};
-	struct rr_ep_opts o = {.data = &f, .connect_timeout_ms = 10000};
+	struct rr_ep_opts o = {.data = &f, .connect_timeout_ms = 10000, .flags = ep_flags()};
 	rr_listener *l;
 	rr_ep *c;
 	int rc;
@@ -422,6 +434,7 @@ static void run_case(enum where where, enum what what)
 	uint16_t port;
 	int rc;
 
+	so.flags = co.flags = ep_flags();
 	memset(&D, 0, sizeof(D));
 	D.addr = rr_test_require_rdma();
 	D.where = where;
