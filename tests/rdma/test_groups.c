@@ -158,12 +158,15 @@ static void server_start(const char *addr, unsigned int ngroups, unsigned int bf
 {
 	struct rr_ep_opts eo = {
 		.max_send_wr = 4, .max_recv_wr = RECVS, .on_qp_ready = srv_qp_ready};
+	struct rr_bridge_opts bo = {0};
 	int rc;
 
 	memset(&S, 0, sizeof(S));
 	S.ngroups = ngroups;
 	cr_assert_eq(rr_test_ring_init(&S.ring, 64), 0);
-	cr_assert_eq(rr_bridge_create(&S.b, &S.ring, NULL), 0);
+	/* RR_BRIDGE_NO_MSG_RING is the ringing side's: the listener's bridge. */
+	bo.flags = bflags & RR_BRIDGE_NO_MSG_RING;
+	cr_assert_eq(rr_bridge_create(&S.b, &S.ring, &bo), 0);
 	rc = rr_listen(S.b, addr, 0, &eo, no_accept, NULL, &S.l);
 	cr_assert_eq(rc, 0, "rr_listen: %s", strerror(-rc));
 	S.buf = calloc(MAX_CONNS * 2 * RECVS, MSG);
