@@ -401,7 +401,12 @@ static int start_groups(void)
 static int setup(const struct bench_cfg *known, const char *addr, int port_fd)
 {
 	const struct bench_cfg *c = known;
-	struct rr_ep_opts eo = {.max_send_wr = 2 * c->qd + 2 + 2 * c->signal_every,
+	/* The library signals the send that takes the SQ's last free slot, so
+	 * one run of unsignalled sends beside the window is room enough; a
+	 * group's shared CQ grows by the QP's send and receive depth, doubling,
+	 * and cannot pass the device's max_cqe (rxe: 32767): with 24 per QP
+	 * (qd 1, --signal-every 16) a group holds up to 682 connections. */
+	struct rr_ep_opts eo = {.max_send_wr = 2 * c->qd + 2 + c->signal_every,
 				.max_recv_wr = 2 * c->qd + 2,
 				.mode = c->strat == S_URING ? RR_WAIT_EVENT
 					: c->spin_fixed	    ? RR_WAIT_HYBRID_FIXED
