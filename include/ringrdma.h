@@ -563,6 +563,12 @@ enum rr_ep_flags {
 	 *  shares per device. Deregister its MRs and windows before
 	 *  rr_ep_destroy(), which frees the PD. */
 	RR_EP_OWN_PD = 1u << 1,
+	/** Take receives from the bridge's shared receive queue on the
+	 *  endpoint's device (rr_srq_create(), on this bridge, first; else
+	 *  setting up the QP fails with -ENOENT and the connection with it)
+	 *  instead of a receive queue of its own: rr_ep_post_recv() on it
+	 *  fails with -EINVAL, max_recv_wr is ignored. */
+	RR_EP_SRQ = 1u << 2,
 };
 
 struct rr_ep_opts {
@@ -719,6 +725,52 @@ void rr_listener_set_on_request(rr_listener *l, rr_request_cb on_request);
  * the errno of duplicating the group's descriptors.
  */
 int rr_listener_add_group(rr_listener *l, rr_bridge *group, rr_accept_cb on_accept, void *data);
+
+/** struct rr_srq - a shared receive queue of one bridge on one device. */
+typedef struct rr_srq rr_srq;
+
+/**
+ * rr_srq_create() - a shared receive queue: receives posted once serve
+ * every endpoint of @b on @ctx created with RR_EP_SRQ, as a group's
+ * connections share one pool of receive buffers instead of one per
+ * connection.
+ * @b:      the bridge; one SRQ per device.
+ * @ctx:    the device (e.g. the context of an MR: mr->context).
+ * @max_wr: receives it holds at once (the provider may allow more).
+ * @out:    the SRQ.
+ *
+ * A receive completes on the CQ of the QP that took it; its callback gets
+ * that endpoint. Its depth counts once in the size of the bridge's shared
+ * CQ, or in each private CQ of an endpoint using it.
+ *
+ * Return: 0, -EINVAL, -EEXIST (the bridge has one on @ctx), -ENODEV, or
+ * the errno of ibv_create_srq().
+ */
+int rr_srq_create(rr_bridge *b, struct ibv_context *ctx, uint32_t max_wr, rr_srq **out);
+
+/**
+ * rr_srq_post_recv() - post a receive on an SRQ; @cb is called exactly
+ * once, with the endpoint whose QP took it, or with a NULL endpoint and
+ * -ECANCELED when the SRQ is destroyed first.
+ *
+ * Return: 0, -EINVAL (bad argument, or buffer outside @mr), -ENOBUFS (it
+ * holds max_wr already), -ENODEV, or the errno of ibv_post_srq_recv();
+ * then @cb is never called.
+ */
+int rr_srq_post_recv(rr_srq *srq, void *buf, uint32_t len, struct ibv_mr *mr, rr_req_cb cb,
+		     void *data);
+
+/**
+ * rr_srq_destroy() - destroy an SRQ no endpoint uses any more; receives
+ * still posted complete first, with a NULL endpoint and -ECANCELED.
+ * rr_bridge_destroy() destroys those left, after the endpoints.
+ *
+ * Return: 0, or -EBUSY while an endpoint uses it.
+ */
+int rr_srq_destroy(rr_srq *srq);
+
+/** rr_ep_srq() - the SRQ the endpoint receives from, or NULL. */
+rr_srq *rr_ep_srq(rr_ep *ep);
 
 /**
  * rr_ep_set_group() - in the request hook: place this request on group

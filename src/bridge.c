@@ -329,3 +329,10 @@ int rr_listener_add_group(rr_listener *l, rr_bridge *group, rr_accept_cb on_acce
 		return -EINVAL;
 	return rr__cm_add_group(l, &group->cm, on_accept, data);
 }
+
+int rr_srq_create(rr_bridge *b, struct ibv_context *ctx, uint32_t max_wr, rr_srq **out)
+{
+	if (!b || !ctx || !max_wr || !out || b->closing)
+		return -EINVAL;
+	return rr__srq_create(&b->eps, ctx, max_wr, out);
+}

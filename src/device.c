@@ -6,6 +6,7 @@
  * registered once serves endpoints on every bridge (every thread).
  */
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -202,20 +203,34 @@ static uint8_t rd_limit(int v)
 	return v < 1 ? 1 : v > UINT8_MAX ? UINT8_MAX : (uint8_t)v;
 }
 
-void rr__device_rd_limits(struct rr__device *dev, unsigned int *init, unsigned int *resp)
+/* The device's limits, asked once; only rdma_cm endpoints need them, so
+ * the unit suite's fake contexts never get here. */
+static void query_limits(struct rr__device *dev)
 {
 	struct ibv_device_attr attr;
 
-	if (!dev->max_init_rd) {
-		/* Only rdma_cm asks, once per device; the unit suite's fake
-		 * contexts never get here. */
-		if (ibv_query_device(dev->ctx, &attr))
-			attr.max_qp_init_rd_atom = attr.max_qp_rd_atom = 1;
-		dev->max_init_rd = rd_limit(attr.max_qp_init_rd_atom);
-		dev->max_resp_rd = rd_limit(attr.max_qp_rd_atom);
+	if (dev->max_init_rd)
+		return;
+	if (ibv_query_device(dev->ctx, &attr)) {
+		attr.max_qp_init_rd_atom = attr.max_qp_rd_atom = 1;
+		attr.max_cqe = 0;
 	}
+	dev->max_init_rd = rd_limit(attr.max_qp_init_rd_atom);
+	dev->max_resp_rd = rd_limit(attr.max_qp_rd_atom);
+	dev->max_cqe = attr.max_cqe > 0 ? attr.max_cqe : INT_MAX;
+}
+
+void rr__device_rd_limits(struct rr__device *dev, unsigned int *init, unsigned int *resp)
+{
+	query_limits(dev);
 	*init = dev->max_init_rd;
 	*resp = dev->max_resp_rd;
+}
+
+int rr__device_max_cqe(struct rr__device *dev)
+{
+	query_limits(dev);
+	return dev->max_cqe;
 }
 
 void rr__devices_fini(struct rr__devices *set)

@@ -38,6 +38,7 @@ struct rr__device {
 	unsigned int refs;
 	bool dead;			  /* DEVICE_FATAL or removal seen */
 	uint8_t max_init_rd, max_resp_rd; /* RDMA READ depths; 0 until queried */
+	int max_cqe;			  /* entries a CQ may have (INT_MAX: not known) */
 };
 
 void rr__devices_init(struct rr__devices *set, struct rr__ring *ring, struct rr__cqs *cqs,
@@ -54,5 +55,7 @@ void rr__device_kill(struct rr__device *dev);
 /* The most RDMA READs/atomics a QP may have outstanding as initiator and
  * accept as responder (ibv_query_device(), asked once; 1 if it fails). */
 void rr__device_rd_limits(struct rr__device *dev, unsigned int *init, unsigned int *resp);
+/* The most entries a CQ of the device may have. */
+int rr__device_max_cqe(struct rr__device *dev);
 
 #endif

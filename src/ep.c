@@ -78,25 +78,31 @@ int rr__ep_qp_ready(rr_ep *ep)
 }
 
 /* The one completion of a request. */
+void rr__fill_completion(struct rr_completion *c, const struct ibv_wc *wc)
+{
+	memset(c, 0, sizeof(*c));
+	if (wc) {
+		c->wc_status = wc->status;
+		c->status = rr_wc_status_errno(wc->status);
+		c->opcode = wc->opcode;
+		c->byte_len = wc->byte_len;
+		if (wc->wc_flags & IBV_WC_WITH_IMM) {
+			c->has_imm = 1;
+			c->imm_data = be32toh(wc->imm_data);
+		}
+	} else {
+		c->wc_status = IBV_WC_WR_FLUSH_ERR;
+		c->status = -ECANCELED;
+	}
+}
+
 static void complete(rr_ep *ep, struct rr__req *req, const struct ibv_wc *wc)
 {
-	struct rr_completion c = {0};
+	struct rr_completion c;
 	rr_req_cb cb = req->cb;
 	void *data = req->data;
 
-	if (wc) {
-		c.wc_status = wc->status;
-		c.status = rr_wc_status_errno(wc->status);
-		c.opcode = wc->opcode;
-		c.byte_len = wc->byte_len;
-		if (wc->wc_flags & IBV_WC_WITH_IMM) {
-			c.has_imm = 1;
-			c.imm_data = be32toh(wc->imm_data);
-		}
-	} else {
-		c.wc_status = IBV_WC_WR_FLUSH_ERR;
-		c.status = -ECANCELED;
-	}
+	rr__fill_completion(&c, wc);
 	/* The provider names a type 2 window by the key it holds now: the
 	 * next bind must present the key this one gave it. Not once destroy
 	 * began: the window may be freed already (rxe needs that first). */
@@ -159,8 +165,12 @@ static void drained_wc(void *ctx, const struct ibv_wc *wc)
 	rr_ep *ep = ctx;
 	struct rr__req *req = req_of_wc(ep, wc);
 
-	if (!req)
+	if (!req) {
+		req = rr__srq_req_of_wc(ep->srq, wc);
+		if (req)
+			rr__srq_complete(ep->srq, req, ep, wc);
 		return;
+	}
 	if (!req->is_recv)
 		complete_unsignalled_before(ep, req, wc->status);
 	if (req->cb) /* not completed by a destroy in there */
@@ -276,6 +286,8 @@ static void ep_on_wc(rr_cq *cq, const struct ibv_wc *wc, void *data)
 	struct rr__req *req = req_of_wc(ep, wc);
 
 	if (!req)
+		req = rr__srq_req_of_wc(ep->srq, wc);
+	if (!req)
 		return;
 	if (!req->is_recv)
 		complete_unsignalled_before(ep, req, wc->status);
@@ -295,7 +307,10 @@ static void ep_on_wc(rr_cq *cq, const struct ibv_wc *wc, void *data)
 			rr__list_add_tail(&ep->shared->downs, &ep->down_link);
 		fail_qp(ep);
 	}
-	complete(ep, req, wc);
+	if (req->ep)
+		complete(ep, req, wc);
+	else
+		rr__srq_complete(ep->srq, req, ep, wc);
 	release_if_done(ep);
 }
 
@@ -309,6 +324,14 @@ static void shared_on_wc(rr_cq *cq, const struct ibv_wc *wc, void *data)
 
 	if (ep)
 		ep_on_wc(cq, wc, ep);
+}
+
+/* Count an SRQ's depth once in the shared CQ its receives complete on. */
+static int srq_cq_need(rr_ep *ep)
+{
+	if (!ep->srq || ep->srq->counted)
+		return 0;
+	return (int)ep->srq->max_wr;
 }
 
 static void notify_down(rr_ep *ep, int status);
@@ -370,6 +393,8 @@ static int shared_cq_join(rr_ep *ep, int need)
 		sh->set = set;
 		rr__list_init(&sh->downs);
 		sh->cqe = need > SHARED_CQ_MIN_SIZE ? need : SHARED_CQ_MIN_SIZE;
+		if (sh->cqe > rr__device_max_cqe(ep->dev))
+			sh->cqe = need; /* fails below if even that is too many */
 		co.cqe = sh->cqe;
 		co.data = sh;
 		rc = rr__cq_create(set->cqs, ep->dev->channel, ep->dev->ctx, &co, &sh->cq);
@@ -384,9 +409,12 @@ static int shared_cq_join(rr_ep *ep, int need)
 		rr__list_add_tail(&set->shcqs, &sh->link);
 	}
 	if (sh->need + need > sh->cqe) {
-		int want = sh->need + need;
+		int want = sh->need + need, cap = rr__device_max_cqe(ep->dev);
 
-		want = want > 2 * sh->cqe ? want : 2 * sh->cqe;
+		/* Doubling saves resizes, but never past what the device has. */
+		if (want > cap)
+			return -ENOSPC;
+		want = want > 2 * sh->cqe ? want : 2 * sh->cqe < cap ? 2 * sh->cqe : cap;
 		rc = ibv_resize_cq(rr_cq_ibv(sh->cq), want);
 		if (rc && sh->users)
 			return rc > 0 ? -rc : -ENOSPC;
@@ -427,6 +455,7 @@ void rr__eps_init(struct rr__eps *set, struct rr__ring *ring, struct rr__cqs *cq
 	set->devs = devs;
 	rr__list_init(&set->eps);
 	rr__list_init(&set->shcqs);
+	rr__list_init(&set->srqs);
 	set->qps = (struct rr__qpmap){0};
 }
 
@@ -434,6 +463,7 @@ void rr__eps_fini(struct rr__eps *set)
 {
 	while (!rr__list_empty(&set->eps))
 		rr_ep_destroy(rr__container_of(set->eps.next, rr_ep, link));
+	rr__srqs_fini(set);
 	free(set->qps.slots);
 	set->qps = (struct rr__qpmap){0};
 }
@@ -487,6 +517,14 @@ int rr__ep_setup_qp(rr_ep *ep)
 	rc = rr__device_get(ep->set->devs, ep->id->verbs, &ep->dev);
 	if (rc)
 		return rc;
+	if (ep->opts.flags & RR_EP_SRQ) {
+		ep->srq = rr__srq_find(ep->set, ep->dev);
+		if (!ep->srq)
+			return -ENOENT;
+		ep->srq->users++;
+		ep->opts.max_recv_wr = 0; /* the SRQ's */
+		n = ep->opts.max_send_wr;
+	}
 	ep->reqs = calloc(n, sizeof(*ep->reqs));
 	if (!ep->reqs)
 		return -ENOMEM;
@@ -495,11 +533,15 @@ int rr__ep_setup_qp(rr_ep *ep)
 		rr__list_add_tail(&ep->free_reqs, &ep->reqs[i].link);
 	}
 	if (ep->opts.flags & RR_EP_SHARED_CQ) {
-		rc = shared_cq_join(ep, (int)n);
+		int extra = srq_cq_need(ep);
+
+		rc = shared_cq_join(ep, (int)n + extra);
 		if (rc)
 			return rc;
+		if (extra)
+			ep->srq->counted = ep->shared;
 	} else {
-		co.cqe = (int)n;
+		co.cqe = (int)n + (ep->srq ? (int)ep->srq->max_wr : 0);
 		co.mode = ep->opts.mode;
 		co.spin_us = ep->opts.spin_us;
 		co.on_wc = ep_on_wc;
@@ -522,6 +564,7 @@ int rr__ep_setup_qp(rr_ep *ep)
 	attr.sq_sig_all = ep->opts.signal_every <= 1;
 	attr.cap.max_send_wr = ep->opts.max_send_wr;
 	attr.cap.max_recv_wr = ep->opts.max_recv_wr;
+	attr.srq = ep->srq ? ep->srq->srq : NULL;
 	attr.cap.max_send_sge = 1;
 	attr.cap.max_recv_sge = 1;
 	attr.cap.max_inline_data = ep->opts.max_inline;
@@ -650,6 +693,11 @@ int rr_ep_destroy(rr_ep *ep)
 	if (ep->id && ep->id->qp)
 		rdma_destroy_qp(ep->id);
 	flush_all(ep);
+	if (ep->srq && !--ep->srq->users && ep->srq->counted) {
+		ep->srq->counted->need -= (int)ep->srq->max_wr;
+		ep->srq->counted = NULL;
+	}
+	ep->srq = NULL;
 	if (ep->shared) {
 		qpmap_del(&ep->set->qps, ep);
 		shared_cq_leave(ep);
@@ -792,7 +840,7 @@ int rr_mr_dereg(struct ibv_mr *mr)
 	return rc ? -rc : 0;
 }
 
-static int check_buf(struct ibv_mr *mr, const void *buf, size_t len)
+int rr__check_buf(struct ibv_mr *mr, const void *buf, size_t len)
 {
 	uintptr_t p = (uintptr_t)buf, start, end;
 
@@ -885,7 +933,7 @@ static int post_send_wr(rr_ep *ep, enum ibv_wr_opcode opcode, const void *buf, u
 
 	if (!ep || !cb)
 		return -EINVAL;
-	rc = check_buf(mr, buf, len);
+	rc = rr__check_buf(mr, buf, len);
 	if (!rc)
 		rc = can_post_send(ep);
 	if (rc)
@@ -943,7 +991,7 @@ int rr_ep_post_bind_mw(rr_ep *ep, struct ibv_mw *mw, uint32_t rkey, struct ibv_m
 	/* The key's index part names the window; only its low byte may change. */
 	if ((rkey ^ mw->rkey) & ~0xffu)
 		return -EINVAL;
-	rc = check_buf(mr, addr, len);
+	rc = rr__check_buf(mr, addr, len);
 	if (!rc)
 		rc = can_post_send(ep);
 	if (rc)
@@ -1002,9 +1050,9 @@ int rr_ep_post_recv(rr_ep *ep, void *buf, uint32_t len, struct ibv_mr *mr, rr_re
 	struct rr__req *req;
 	int rc;
 
-	if (!ep || !cb)
+	if (!ep || !cb || ep->srq)
 		return -EINVAL;
-	rc = check_buf(mr, buf, len);
+	rc = rr__check_buf(mr, buf, len);
 	if (rc)
 		return rc;
 	if (ep->destroy_pending || !ep->id || !ep->id->qp || ep->state == RR__EP_ERROR ||

@@ -27,6 +27,7 @@ struct rr__eps {
 	struct rr__cqs *cqs;
 	struct rr__devices *devs;
 	struct rr__list eps;
+	struct rr__list srqs;  /* rr_srq: at most one per device */
 	struct rr__list shcqs; /* struct rr__shcq: one per device in use */
 	struct rr__qpmap qps;
 };
@@ -59,8 +60,8 @@ enum rr__ep_state {
 };
 
 struct rr__req {
-	struct rr__list link; /* ep->outstanding or ep->free_reqs */
-	rr_ep *ep;
+	struct rr__list link; /* ep->outstanding or ep->free_reqs (srq's: the srq's) */
+	rr_ep *ep;	      /* NULL: a receive of an SRQ */
 	rr_req_cb cb;
 	void *data;
 	bool is_recv;
@@ -77,6 +78,7 @@ struct rr_ep {
 	struct rr__device *dev; /* holds a reference */
 	rr_cq *cq;
 	struct rr__shcq *shared;   /* cq is shared: this is it */
+	struct rr_srq *srq;	   /* RR_EP_SRQ: receives come from it */
 	uint32_t qp_num;	   /* on a shared CQ: its key in set->qps */
 	struct ibv_pd *own_pd;	   /* RR_EP_OWN_PD */
 	atomic_uint *counter;	   /* decremented once when destroyed */
@@ -114,6 +116,36 @@ struct rr_ep {
 	rr_accept_cb group_accept;
 	void *group_accept_data;
 };
+
+/* A shared receive queue (srq.c): receives posted once, taken by whichever
+ * QP of the bridge on its device receives first. */
+struct rr_srq {
+	struct rr__eps *set;
+	struct rr__device *dev; /* holds a reference */
+	struct ibv_srq *srq;
+	uint32_t max_wr;
+	struct rr__req *reqs;
+	struct rr__list free_reqs, outstanding;
+	unsigned int users;	  /* endpoints on it */
+	struct rr__shcq *counted; /* the shared CQ its depth is counted in */
+	unsigned int in_callback;
+	bool destroy_pending;
+	struct rr__list link; /* set->srqs */
+};
+
+/* The bridge's SRQ on dev, or NULL. */
+struct rr_srq *rr__srq_find(struct rr__eps *set, struct rr__device *dev);
+/* The outstanding SRQ receive a work completion is for, or NULL. */
+struct rr__req *rr__srq_req_of_wc(struct rr_srq *srq, const struct ibv_wc *wc);
+/* Its one completion: for @ep, or NULL once its QP is gone. */
+void rr__srq_complete(struct rr_srq *srq, struct rr__req *req, rr_ep *ep, const struct ibv_wc *wc);
+/* Teardown, after the endpoints: every SRQ left, its receives flushed. */
+void rr__srqs_fini(struct rr__eps *set);
+int rr__srq_create(struct rr__eps *set, struct ibv_context *ctx, uint32_t max_wr, rr_srq **out);
+/* A buffer inside the MR; 0 or -EINVAL. */
+int rr__check_buf(struct ibv_mr *mr, const void *buf, size_t len);
+/* The completion a work completion (NULL: a flush of the library's) reports. */
+void rr__fill_completion(struct rr_completion *c, const struct ibv_wc *wc);
 
 void rr__eps_init(struct rr__eps *set, struct rr__ring *ring, struct rr__cqs *cqs,
 		  struct rr__devices *devs);
