@@ -68,6 +68,8 @@ int rr_bridge_create(rr_bridge **out, struct io_uring *ring, const struct rr_bri
 	if (b->opts.flags & RR_BRIDGE_GROUP) {
 		int rc = rr__cm_group_open(&b->cm);
 
+		if (!rc)
+			rc = rr__devices_hear_others(&b->devs);
 		if (rc) {
 			rr__ring_fini(&b->ring);
 			free(b);
@@ -223,6 +225,7 @@ static void close_all(rr_bridge *b)
 	b->cm.closing = true;
 	rr__eps_fini(&b->eps);
 	rr__cm_fini(&b->cm);
+	rr__devices_stop_hearing(&b->devs);
 	rr__cqs_destroy_cqs(&b->cqs);
 	rr__devices_fini(&b->devs);
 	rr__cqs_fini(&b->cqs);

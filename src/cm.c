@@ -555,7 +555,7 @@ void rr__cm_fini(struct rr__cm *cm)
 		rr_listener_destroy(rr__container_of(cm->listeners.next, rr_listener, link));
 	if (cm->group) {
 		/* Requests placed here and never taken are refused. */
-		rr__ring_bell_close(cm->ring);
+		rr__ring_bell_close(cm->ring, inbox_ready, cm);
 		inbox_ready(cm);
 	}
 	rr__poll_close(cm->ring, cm->slot);

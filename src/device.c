@@ -12,31 +12,42 @@
 
 #include "device.h"
 
-/* The process's PDs, one per context, counted over the bridges using it. */
-struct shared_pd {
+/*
+ * What the process keeps per context, counted over the bridges using it:
+ * the PD, and every bridge's device on it, so an async event one bridge
+ * reads reaches the groups too (all of them read the one async fd).
+ */
+struct shared_dev {
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
 	unsigned int refs;
-	struct shared_pd *next;
+	struct rr__list devs; /* rr__device.peer_link */
+	struct shared_dev *next;
 };
 
-static pthread_mutex_t pds_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct shared_pd *pds;
+/* An async event on its way to another bridge's device. */
+struct rr__async_msg {
+	struct rr__async_msg *next;
+	struct ibv_async_event ev;
+};
 
-static struct ibv_pd *pd_get(struct ibv_context *ctx)
+static pthread_mutex_t shared_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct shared_dev *shared_devs;
+
+static struct shared_dev *shared_get(struct ibv_context *ctx)
 {
-	struct shared_pd *s;
-	struct ibv_pd *pd = NULL;
+	struct shared_dev *s;
 
-	pthread_mutex_lock(&pds_lock);
-	for (s = pds; s && s->ctx != ctx; s = s->next) {
+	pthread_mutex_lock(&shared_lock);
+	for (s = shared_devs; s && s->ctx != ctx; s = s->next) {
 	}
 	if (!s && (s = calloc(1, sizeof(*s)))) {
 		s->ctx = ctx;
+		rr__list_init(&s->devs);
 		s->pd = ibv_alloc_pd(ctx);
 		if (s->pd) {
-			s->next = pds;
-			pds = s;
+			s->next = shared_devs;
+			shared_devs = s;
 		} else {
 			free(s);
 			s = NULL;
@@ -44,29 +55,37 @@ static struct ibv_pd *pd_get(struct ibv_context *ctx)
 	} else if (!s) {
 		errno = ENOMEM;
 	}
-	if (s) {
+	if (s)
 		s->refs++;
-		pd = s->pd;
-	}
-	pthread_mutex_unlock(&pds_lock);
-	return pd;
+	pthread_mutex_unlock(&shared_lock);
+	return s;
 }
 
-static void pd_put(struct ibv_pd *pd)
+static void shared_put(struct shared_dev *s)
 {
-	struct shared_pd **p, *s;
+	struct shared_dev **p;
 
-	pthread_mutex_lock(&pds_lock);
-	for (p = &pds; (s = *p) && s->pd != pd; p = &s->next) {
-	}
-	if (s && !--s->refs) {
+	pthread_mutex_lock(&shared_lock);
+	if (!--s->refs) {
+		for (p = &shared_devs; *p != s; p = &(*p)->next) {
+		}
 		*p = s->next;
 		/* Fails (EBUSY) only while the application still holds MRs
 		 * in this PD; verbs then frees it with the context. */
-		ibv_dealloc_pd(pd);
+		ibv_dealloc_pd(s->pd);
 		free(s);
 	}
-	pthread_mutex_unlock(&pds_lock);
+	pthread_mutex_unlock(&shared_lock);
+}
+
+static void free_msgs(struct rr__async_msg *m)
+{
+	while (m) {
+		struct rr__async_msg *next = m->next;
+
+		free(m);
+		m = next;
+	}
 }
 
 void rr__devices_init(struct rr__devices *set, struct rr__ring *ring, struct rr__cqs *cqs,
@@ -82,11 +101,15 @@ void rr__devices_init(struct rr__devices *set, struct rr__ring *ring, struct rr_
 
 static void device_free(struct rr__device *dev)
 {
+	pthread_mutex_lock(&shared_lock);
+	rr__list_del(&dev->peer_link);
+	pthread_mutex_unlock(&shared_lock);
+	free_msgs(atomic_exchange(&dev->inbox, NULL));
 	rr__list_del(&dev->link);
 	rr__poll_close(dev->set->ring, dev->async_slot);
 	dev->channel->ncqs = 0;
 	rr_channel_destroy(dev->channel);
-	pd_put(dev->pd);
+	shared_put(dev->shared);
 	free(dev);
 }
 
@@ -111,6 +134,42 @@ void rr__device_kill(struct rr__device *dev)
 	release_if_unused(dev);
 }
 
+static void handle_async(struct rr__device *dev, const struct ibv_async_event *ev)
+{
+	dev->set->stats->async_events++;
+	if (ev->event_type == IBV_EVENT_DEVICE_FATAL)
+		dev->dead = true;
+	if (dev->set->on_async)
+		dev->set->on_async(dev->set->hook_ctx, dev, ev);
+}
+
+/* The groups on the same context hear it too: each one looks for what
+ * it names among its own objects. */
+static void forward(struct rr__device *dev, const struct ibv_async_event *ev)
+{
+	struct rr__list *l;
+	uint32_t peer;
+
+	pthread_mutex_lock(&shared_lock);
+	for (l = dev->shared->devs.next; l != &dev->shared->devs; l = l->next) {
+		struct rr__device *to = rr__container_of(l, struct rr__device, peer_link);
+		struct rr__async_msg *m;
+
+		if (to == dev || !to->set->hears ||
+		    rr__ring_peer_add(dev->set->ring, to->set->ring, &peer))
+			continue;
+		m = malloc(sizeof(*m));
+		if (!m)
+			continue; /* that group misses it: no worse than before */
+		m->ev = *ev;
+		m->next = atomic_load(&to->inbox);
+		while (!atomic_compare_exchange_weak(&to->inbox, &m->next, m)) {
+		}
+		rr__ring_peer_ring(dev->set->ring, peer);
+	}
+	pthread_mutex_unlock(&shared_lock);
+}
+
 static void async_ready(void *ctx, int revents)
 {
 	struct rr__device *dev = ctx;
@@ -130,13 +189,56 @@ static void async_ready(void *ctx, int revents)
 		 * event waits for its acknowledgement, and the hook may well
 		 * destroy it. */
 		ibv_ack_async_event(&ev);
-		dev->set->stats->async_events++;
-		if (copy.event_type == IBV_EVENT_DEVICE_FATAL)
-			dev->dead = true;
-		if (dev->set->on_async)
-			dev->set->on_async(dev->set->hook_ctx, dev, &copy);
+		forward(dev, &copy);
+		handle_async(dev, &copy);
 	}
 	rr__device_put(dev);
+}
+
+/* The bell: events other bridges read for this one's devices. */
+static void devices_bell(void *ctx)
+{
+	struct rr__devices *set = ctx;
+	struct rr__list *l = set->devices.next;
+
+	while (l != &set->devices) {
+		struct rr__device *dev = rr__container_of(l, struct rr__device, link);
+		struct rr__async_msg *m = atomic_exchange(&dev->inbox, NULL), *old = NULL;
+
+		while (m) { /* oldest first */
+			struct rr__async_msg *next = m->next;
+
+			m->next = old;
+			old = m;
+			m = next;
+		}
+		dev->refs++;
+		while (old) {
+			struct rr__async_msg *next = old->next;
+
+			handle_async(dev, &old->ev);
+			free(old);
+			old = next;
+		}
+		l = l->next;
+		rr__device_put(dev); /* may free it: l is read first */
+	}
+}
+
+int rr__devices_hear_others(struct rr__devices *set)
+{
+	int rc = rr__ring_bell_open(set->ring, devices_bell, set);
+
+	if (!rc)
+		set->hears = true;
+	return rc;
+}
+
+void rr__devices_stop_hearing(struct rr__devices *set)
+{
+	if (set->hears)
+		rr__ring_bell_close(set->ring, devices_bell, set);
+	set->hears = false;
 }
 
 /* The device of ctx if it is set up, without a reference; NULL if not. */
@@ -171,11 +273,12 @@ int rr__device_get(struct rr__devices *set, struct ibv_context *ctx, struct rr__
 	dev->set = set;
 	dev->ctx = ctx;
 	dev->async_slot = RR__NO_SLOT;
-	dev->pd = pd_get(ctx);
-	if (!dev->pd) {
+	dev->shared = shared_get(ctx);
+	if (!dev->shared) {
 		rc = errno ? -errno : -ENOMEM;
 		goto err_free;
 	}
+	dev->pd = dev->shared->pd;
 	rc = rr__channel_create(set->cqs, ctx, &dev->channel);
 	if (rc)
 		goto err_pd;
@@ -185,6 +288,9 @@ int rr__device_get(struct rr__devices *set, struct ibv_context *ctx, struct rr__
 	if (rc)
 		goto err_channel;
 	rr__list_add_tail(&set->devices, &dev->link);
+	pthread_mutex_lock(&shared_lock);
+	rr__list_add_tail(&dev->shared->devs, &dev->peer_link);
+	pthread_mutex_unlock(&shared_lock);
 	dev->refs = 1;
 	*out = dev;
 	return 0;
@@ -192,7 +298,7 @@ int rr__device_get(struct rr__devices *set, struct ibv_context *ctx, struct rr__
 err_channel:
 	rr_channel_destroy(dev->channel);
 err_pd:
-	pd_put(dev->pd);
+	shared_put(dev->shared);
 err_free:
 	free(dev);
 	return rc;

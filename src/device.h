@@ -9,6 +9,8 @@
 #ifndef RR_DEVICE_H
 #define RR_DEVICE_H
 
+#include <stdatomic.h>
+
 #include "cq.h"
 #include "list.h"
 #include "ring.h"
@@ -26,7 +28,11 @@ struct rr__devices {
 	rr__async_hook on_async;
 	void *hook_ctx;
 	struct rr__list devices;
+	bool hears; /* others forward their async events here (a group) */
 };
+
+struct shared_dev;
+struct rr__async_msg;
 
 struct rr__device {
 	struct rr__list link;
@@ -34,6 +40,9 @@ struct rr__device {
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;   /* the process's PD of ctx, counted */
 	rr_channel *channel; /* shared completion channel */
+	struct shared_dev *shared;
+	struct rr__list peer_link;	       /* shared->devs */
+	_Atomic(struct rr__async_msg *) inbox; /* events others read for us */
 	uint32_t async_slot;
 	unsigned int refs;
 	bool dead;			  /* DEVICE_FATAL or removal seen */
@@ -45,6 +54,13 @@ void rr__devices_init(struct rr__devices *set, struct rr__ring *ring, struct rr_
 		      struct rr_bridge_stats *stats, rr__async_hook on_async, void *hook_ctx);
 /* Teardown: free every device, whatever its references. */
 void rr__devices_fini(struct rr__devices *set);
+
+/* A group: async events other bridges of the process read on a context
+ * this one uses are forwarded here through the ring's bell (every bridge
+ * reads the one async fd of a context; without this, whichever reads
+ * first keeps the event). */
+int rr__devices_hear_others(struct rr__devices *set);
+void rr__devices_stop_hearing(struct rr__devices *set);
 
 /* The device of ctx, set up on first use, with a reference taken;
  * -ENODEV (and no reference) once it is dead. */

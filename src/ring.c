@@ -70,10 +70,12 @@ int rr__ring_init(struct rr__ring *r, struct io_uring *io, bool multishot,
 	/* Tells bridges on one ring apart, so a late CQE of a destroyed
 	 * bridge never matches a slot of the next one. */
 	static atomic_uint instances;
+	static atomic_ullong uids;
 
 	*r = (struct rr__ring){.io = io,
 			       .stats = stats,
 			       .inst = atomic_fetch_add(&instances, 1) & 0xfff,
+			       .uid = atomic_fetch_add(&uids, 1),
 			       .multishot = multishot,
 			       .free_slot = RR__NO_SLOT,
 			       .pend_head = RR__NO_SLOT,
@@ -83,6 +85,14 @@ int rr__ring_init(struct rr__ring *r, struct io_uring *io, bool multishot,
 			       .bell_slot = RR__NO_SLOT,
 			       .msg_ring = -1};
 	return 0;
+}
+
+/* Everyone listening to the bell; a handler may stop listening meanwhile. */
+static void ring_bell_fns(struct rr__ring *r)
+{
+	for (int i = 0; i < RR__BELL_FNS; i++)
+		if (r->bell_fns[i].fn)
+			r->bell_fns[i].fn(r->bell_fns[i].ctx);
 }
 
 static void bell_write(int efd)
@@ -484,8 +494,7 @@ enum rr__ud_kind rr__ring_cqe(struct rr__ring *r, const struct io_uring_cqe *cqe
 		return kind;
 	}
 	if (kind == RR__UD_MSG) {
-		if (r->bell_fn)
-			r->bell_fn(r->bell_ctx);
+		ring_bell_fns(r);
 		return kind;
 	}
 	if (kind == RR__UD_MSG_SENT) {
@@ -536,41 +545,55 @@ static void bell_ready(void *ctx, int revents)
 	}
 	while (read(r->bell_efd, &n, sizeof(n)) > 0) {
 	}
-	if (r->bell_fn)
-		r->bell_fn(r->bell_ctx);
+	ring_bell_fns(r);
 }
 
 int rr__ring_bell_open(struct rr__ring *r, void (*fn)(void *ctx), void *ctx)
 {
-	int rc;
+	int free_fn = -1, rc;
 
-	if (r->bell_efd >= 0)
-		return -EALREADY;
-	r->bell_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (r->bell_efd < 0)
-		return -errno;
-	rc = rr__poll_add(r, r->bell_efd, bell_ready, r, &r->bell_slot);
-	if (rc) {
-		close(r->bell_efd);
-		r->bell_efd = -1;
-		return rc;
+	for (int i = 0; i < RR__BELL_FNS; i++) {
+		if (r->bell_fns[i].fn == fn && r->bell_fns[i].ctx == ctx)
+			return -EALREADY;
+		if (!r->bell_fns[i].fn && free_fn < 0)
+			free_fn = i;
 	}
-	r->bell_ring_fd = r->io->ring_fd;
-	r->bell_fn = fn;
-	r->bell_ctx = ctx;
+	if (free_fn < 0)
+		return -ENOSPC;
+	if (r->bell_efd < 0) {
+		r->bell_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		if (r->bell_efd < 0)
+			return -errno;
+		r->bell_ring_fd = r->io->ring_fd;
+	}
+	if (r->bell_slot == RR__NO_SLOT) {
+		rc = rr__poll_add(r, r->bell_efd, bell_ready, r, &r->bell_slot);
+		if (rc)
+			return rc;
+	}
+	r->bell_fns[free_fn].fn = fn;
+	r->bell_fns[free_fn].ctx = ctx;
 	return 0;
 }
 
-void rr__ring_bell_close(struct rr__ring *r)
+void rr__ring_bell_close(struct rr__ring *r, void (*fn)(void *ctx), void *ctx)
 {
+	bool left = false;
+
+	for (int i = 0; i < RR__BELL_FNS; i++) {
+		if (r->bell_fns[i].fn == fn && r->bell_fns[i].ctx == ctx)
+			r->bell_fns[i].fn = NULL;
+		left |= r->bell_fns[i].fn != NULL;
+	}
+	if (left)
+		return;
 	rr__poll_close(r, r->bell_slot);
 	r->bell_slot = RR__NO_SLOT;
-	r->bell_fn = NULL;
 }
 
 int rr__ring_peer_add(struct rr__ring *r, const struct rr__ring *target, uint32_t *peer)
 {
-	struct rr__peer p = {.inst = target->inst};
+	struct rr__peer p = {.inst = target->inst, .uid = target->uid};
 	struct rr__peer *peers;
 	uint32_t *msgs;
 	int rc;
@@ -578,7 +601,7 @@ int rr__ring_peer_add(struct rr__ring *r, const struct rr__ring *target, uint32_
 	if (target->bell_efd < 0)
 		return -EINVAL;
 	for (uint32_t i = 0; i < r->npeers; i++) {
-		if (r->peers[i].inst == target->inst) {
+		if (r->peers[i].uid == target->uid) {
 			*peer = i;
 			return 0;
 		}

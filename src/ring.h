@@ -64,18 +64,22 @@ typedef void (*rr__poll_fn)(void *ctx, int revents);
 
 struct rr__poll;
 
+#define RR__BELL_FNS 2
+
 /* How this ring reaches another ring's bell: duplicates of its ring fd and
  * eventfd, so a descriptor we write to is always ours to write to. */
 struct rr__peer {
 	int ring_fd;
 	int efd;
 	uint32_t inst;
+	uint64_t uid;
 };
 
 struct rr__ring {
 	struct io_uring *io;
 	struct rr_bridge_stats *stats;
 	uint32_t inst;
+	uint64_t uid; /* never reused in the process: tells peers apart */
 	bool multishot;
 	bool loop_owned;   /* inside the built-in loop: no kicks needed */
 	bool kick_wanted;  /* a kick NOP is owed */
@@ -88,11 +92,14 @@ struct rr__ring {
 	 * nothing of the application's was prepared before them. */
 	unsigned int own_head, own_tail;
 	bool own_valid;
-	/* The bell other threads ring (rr__ring_bell_open()). */
+	/* The bell other threads ring (rr__ring_bell_open()), and who
+	 * listens to it: the layers above, one handler each. */
 	int bell_ring_fd, bell_efd;
 	uint32_t bell_slot;
-	void (*bell_fn)(void *ctx);
-	void *bell_ctx;
+	struct {
+		void (*fn)(void *ctx);
+		void *ctx;
+	} bell_fns[RR__BELL_FNS];
 	/* Bells of other rings this one rings, and MSG_RINGs owed to them. */
 	int msg_ring; /* MSG_RING: -1 not probed yet, 0 absent or refused, 1 works */
 	struct rr__peer *peers;
@@ -120,14 +127,16 @@ void rr__poll_close(struct rr__ring *r, uint32_t slot);
 enum rr__ud_kind rr__ring_cqe(struct rr__ring *r, const struct io_uring_cqe *cqe);
 
 /*
- * A bell other threads may ring (through rr__ring_peer_ring()): fn(ctx) is
- * called on this ring's thread, from a CQE, at least once after each ring.
- * An eventfd polled here, reached by MSG_RING where the sender's kernel
- * has it. Once per ring; closed by rr__ring_fini().
+ * A bell other threads may ring (through rr__ring_peer_ring()): every
+ * fn(ctx) listening is called on this ring's thread, from a CQE, at least
+ * once after each ring. An eventfd polled here, reached by MSG_RING where
+ * the sender's kernel has it; opened with the first listener, its fd
+ * closed by rr__ring_fini(). -EALREADY if fn(ctx) listens already.
  */
 int rr__ring_bell_open(struct rr__ring *r, void (*fn)(void *ctx), void *ctx);
-/* Stop listening to the bell (before teardown waits for the ring). */
-void rr__ring_bell_close(struct rr__ring *r);
+/* fn(ctx) stops listening; the poll ends with the last listener (before
+ * teardown waits for the ring). */
+void rr__ring_bell_close(struct rr__ring *r, void (*fn)(void *ctx), void *ctx);
 /* Learn another ring's bell (opened before, immutable since): an index for
  * rr__ring_peer_ring(). Called on this ring's thread. */
 int rr__ring_peer_add(struct rr__ring *r, const struct rr__ring *target, uint32_t *peer);

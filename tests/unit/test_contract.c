@@ -92,6 +92,66 @@ Test(device, fatal_event_whose_callback_drops_the_last_user)
 	fake_async_close();
 }
 
+/* ---- one device, two bridges ---- */
+
+static unsigned int heard[2];
+
+static void count_async(rr_bridge *b, const struct ibv_async_event *ev, void *data)
+{
+	(void)b;
+	(void)ev;
+	heard[(uintptr_t)data]++;
+}
+
+/* Two bridges of one process on one device share its PD, and read its one
+ * async fd: a group hears every event once even when the other bridge
+ * read it (before, whoever read first kept it). */
+Test(device, a_group_hears_the_events_another_bridge_read)
+{
+	struct rr_bridge_opts oa = {.on_async_event = count_async, .data = (void *)0};
+	struct rr_bridge_opts ob = {
+		.on_async_event = count_async, .data = (void *)1, .flags = RR_BRIDGE_GROUP};
+	struct rr_cq_opts co = {.on_wc = count_wc};
+	struct io_uring ra, rb;
+	rr_bridge *a, *b;
+	rr_cq *ca, *cb;
+
+	heard[0] = heard[1] = 0;
+	cr_assert_eq(fake_async_open(), 0);
+	init_ring(&ra, 32, 0);
+	init_ring(&rb, 32, 0);
+	cr_assert_eq(rr_bridge_create(&a, &ra, &oa), 0);
+	cr_assert_eq(rr_bridge_create(&b, &rb, &ob), 0);
+	cr_assert_eq(rr_cq_create(a, NULL, &fake_ctx, &co, &ca), 0);
+	cr_assert_eq(rr_cq_create(b, NULL, &fake_ctx, &co, &cb), 0);
+	cr_assert_eq(fake_pds_live, 1, "one PD per device for the process");
+	cr_assert_geq(rr_bridge_run_once(b, 0), 0); /* b's polls reach the kernel */
+	for (int i = 0; i < 3; i++)
+		fake_async_event(IBV_EVENT_PORT_ERR);
+	/* Only a runs: it reads all three. */
+	for (int i = 0; i < 50 && heard[0] < 3; i++)
+		cr_assert_geq(rr_bridge_run_once(a, 20), 0);
+	cr_assert_eq(heard[0], 3);
+	cr_assert_eq(heard[1], 0);
+	/* a's next pass submits what it owes b (MSG_RING, or its eventfd). */
+	cr_assert_geq(rr_bridge_run_once(a, 0), 0);
+	for (int i = 0; i < 50 && heard[1] < 3; i++)
+		cr_assert_geq(rr_bridge_run_once(b, 20), 0);
+	for (int i = 0; i < 5; i++)
+		cr_assert_geq(rr_bridge_run_once(b, 5), 0);
+	cr_assert_eq(heard[1], 3, "the group heard %u of 3", heard[1]);
+	cr_assert_eq(heard[0], 3);
+	cr_assert_eq(rr_cq_destroy(ca), 0);
+	cr_assert_eq(rr_cq_destroy(cb), 0);
+	cr_assert_eq(rr_bridge_destroy(a), 0);
+	cr_assert_eq(fake_pds_live, 1, "the other bridge still uses it");
+	cr_assert_eq(rr_bridge_destroy(b), 0);
+	cr_assert_eq(fake_pds_live, 0);
+	io_uring_queue_exit(&ra);
+	io_uring_queue_exit(&rb);
+	fake_async_close();
+}
+
 /* ---- the built-in loop on a DEFER_TASKRUN ring ---- */
 
 Test(loop, defer_taskrun_ring_with_a_busy_cq_still_hears_channels)
