@@ -156,7 +156,10 @@ enum rr_bridge_flags {
  * @flags:     enum rr_bridge_flags.
  * @on_app_cqe: application CQEs reaped by the library (see rr_app_cqe_cb);
  *             required to use rr_bridge_run_once() with application I/O.
- * @on_async_event: device async events; may be NULL.
+ * @on_async_event: device async events; may be NULL. Bridges of one
+ *             process on one device read its one async fd: each event
+ *             reaches the bridge that read it and every group bridge
+ *             (RR_BRIDGE_GROUP) on the device, once each.
  * @data:      application data passed to the callbacks above.
  */
 struct rr_bridge_opts {
