@@ -33,6 +33,7 @@ struct cp_opts {
 	unsigned int max_conns;	      /* admitted connections at once */
 	unsigned int max_pending;     /* connections not admitted yet, at once */
 	unsigned int hello_timeout_s; /* an established connection's HELLO is due */
+	unsigned int threads;	      /* poll groups the connections are spread over */
 	/* send */
 	char **files;
 	int nfiles;

@@ -47,6 +47,12 @@ int cp_json_write(const char *path, const struct cp_summary *s)
 		fprintf(f, "  \"checksum\": \"xxh3:%016llx\",\n", (unsigned long long)s->checksum);
 	else
 		fputs("  \"checksum\": null,\n", f);
+	if (s->threads) {
+		fprintf(f, "  \"threads\": %u,\n  \"thread_conns\": [", s->threads);
+		for (unsigned int i = 0; i < s->threads; i++)
+			fprintf(f, "%s%u", i ? ", " : "", s->thread_conns[i]);
+		fputs("],\n", f);
+	}
 	fprintf(f, "  \"chunk\": %u,\n  \"window\": %u,\n", s->chunk, s->window);
 	fprintf(f, "  \"peak_rss_bytes\": %llu\n}\n", (unsigned long long)cp_peak_rss_bytes());
 	if (ferror(f))

@@ -17,6 +17,9 @@ struct cp_summary {
 	uint64_t start_ns; /* the clock starts here */
 	uint64_t checksum; /* of the last file, when files > 0 */
 	uint32_t chunk, window;
+	/* serve: its threads, and the connections each one ended */
+	unsigned int threads;
+	const unsigned int *thread_conns;
 };
 
 /* Fill in seconds, CPU and peak RSS now and write @path; 0 or -errno. */

@@ -118,9 +118,10 @@ static void sig_done(struct cp_op *op, int res)
 	arm_sig(lp);
 }
 
-int cp_loop_init(struct cp_loop *lp, unsigned int entries)
+static int loop_init(struct cp_loop *lp, unsigned int entries, unsigned int bridge_flags,
+		     bool signals)
 {
-	struct rr_bridge_opts bo = {.on_app_cqe = app_cqe, .data = lp};
+	struct rr_bridge_opts bo = {.on_app_cqe = app_cqe, .data = lp, .flags = bridge_flags};
 	sigset_t set;
 	int rc;
 
@@ -138,6 +139,8 @@ int cp_loop_init(struct cp_loop *lp, unsigned int entries)
 		cp_log("rr_bridge_create: %s", strerror(-rc));
 		goto err_ring;
 	}
+	if (!signals)
+		return 0;
 	/* SIGINT/SIGTERM come through the ring, so teardown removes temp files. */
 	sigemptyset(&set);
 	sigaddset(&set, SIGINT);
@@ -149,6 +152,16 @@ int cp_loop_init(struct cp_loop *lp, unsigned int entries)
 err_ring:
 	io_uring_queue_exit(&lp->ring);
 	return rc;
+}
+
+int cp_loop_init(struct cp_loop *lp, unsigned int entries)
+{
+	return loop_init(lp, entries, 0, true);
+}
+
+int cp_loop_init_group(struct cp_loop *lp, unsigned int entries)
+{
+	return loop_init(lp, entries, RR_BRIDGE_GROUP, false);
 }
 
 int cp_loop_pass(struct cp_loop *lp, unsigned int wait_ms)

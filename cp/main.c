@@ -25,6 +25,9 @@
 #define DEFAULT_PENDING 16u
 #define DEFAULT_HELLO	5u
 #define DEFAULT_CLIENTS 16u
+#define CP_THREADS_MAX	64
+#define CP_STR_(x)	#x
+#define CP_STR(x)	CP_STR_(x)
 
 static void usage(FILE *f)
 {
@@ -44,6 +47,8 @@ static void usage(FILE *f)
 	      "  --max-pending N      connections not yet authenticated at once (default 16;\n"
 	      "                       beyond, the oldest without HELLO is dropped)\n"
 	      "  --hello-timeout SECS  drop a connection without HELLO after SECS (default 5)\n"
+	      "  --threads N          spread connections over N threads, each with its own\n"
+	      "                       ring (default 1)\n"
 	      "send: copy FILEs to a serve peer\n"
 	      "  --as NAME            name of the single FILE on the receiver\n"
 	      "  --limit-rate BYTES   at most BYTES per second (suffix K, M, G)\n"
@@ -136,7 +141,7 @@ enum {
 	OPT_LISTEN = 256, OPT_DIR, OPT_FORCE, OPT_COUNT, OPT_MAX_CONNS, OPT_AS, OPT_RATE,
 	OPT_PROGRESS, OPT_NO_PROGRESS, OPT_TCP_LISTEN, OPT_TO, OPT_PREFIX, OPT_CHUNK, OPT_WINDOW,
 	OPT_TOKEN, OPT_TIMEOUT, OPT_JSON, OPT_QUIET, OPT_MAX_PENDING, OPT_HELLO_TIMEOUT,
-	OPT_MAX_CLIENTS, OPT_DIRECT,
+	OPT_MAX_CLIENTS, OPT_DIRECT, OPT_THREADS,
 };
 
 static const struct option long_opts[] = {
@@ -162,6 +167,7 @@ static const struct option long_opts[] = {
 	{"max-pending", required_argument, NULL, OPT_MAX_PENDING},
 	{"hello-timeout", required_argument, NULL, OPT_HELLO_TIMEOUT},
 	{"max-clients", required_argument, NULL, OPT_MAX_CLIENTS},
+	{"threads", required_argument, NULL, OPT_THREADS},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
 };
@@ -212,6 +218,11 @@ static int parse_opts(int argc, char **argv, struct cp_opts *o, unsigned int *se
 			if (parse_u64(optarg, 1, 3600, &v))
 				return bad_value("hello-timeout", optarg, "want 1 to 3600 seconds");
 			o->hello_timeout_s = (unsigned int)v;
+			break;
+		case OPT_THREADS:
+			if (parse_u64(optarg, 1, CP_THREADS_MAX, &v))
+				return bad_value("threads", optarg, "want 1 to " CP_STR(CP_THREADS_MAX));
+			o->threads = (unsigned int)v;
 			break;
 		case OPT_MAX_CLIENTS:
 			if (parse_u64(optarg, 1, 4096, &v))
@@ -280,6 +291,7 @@ int main(int argc, char **argv)
 		.max_conns = DEFAULT_CONNS,
 		.max_pending = DEFAULT_PENDING,
 		.hello_timeout_s = DEFAULT_HELLO,
+		.threads = 1,
 		.max_clients = DEFAULT_CLIENTS,
 		.progress = -1,
 		.prefix = "stream",
@@ -304,7 +316,8 @@ int main(int argc, char **argv)
 		goto bad;
 	if (!strcmp(mode, "serve")) {
 		if (only(seen, COMMON | B(OPT_LISTEN) | B(OPT_DIR) | B(OPT_FORCE) | B(OPT_COUNT) |
-				       B(OPT_DIRECT) | B(OPT_MAX_CONNS) | B(OPT_MAX_PENDING) | B(OPT_HELLO_TIMEOUT),
+				       B(OPT_DIRECT) | B(OPT_MAX_CONNS) | B(OPT_MAX_PENDING) | B(OPT_HELLO_TIMEOUT) |
+				       B(OPT_THREADS),
 			 mode))
 			goto bad;
 		if (!o.listen || !o.dir || optind != argc) {

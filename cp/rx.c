@@ -156,7 +156,7 @@ static void leave_unauth(struct rx *r)
 {
 	if (r->unauth) {
 		r->unauth = false;
-		r->s->unauth--;
+		atomic_fetch_sub(&r->s->all->unauth, 1);
 	}
 }
 
@@ -573,9 +573,7 @@ static void commit_done(struct cp_store *st, int code)
 	r->file_active = false;
 	m.end.bytes = r->end_bytes;
 	m.end.checksum = r->end_sum;
-	r->s->files++;
-	r->s->bytes += r->end_bytes;
-	r->s->last_checksum = r->end_sum;
+	serve_stored(r->s, r->end_bytes, r->end_sum);
 	if (!quiet(r))
 		cp_log("serve: %s: received %s (%llu bytes, xxh3 %016llx)", r->peer, r->name,
 		       (unsigned long long)r->end_bytes, (unsigned long long)r->end_sum);
@@ -657,6 +655,7 @@ static void on_hello(struct rx *r, const struct cp_msg *m)
 	struct serve *s = r->s;
 	const struct cp_opts *o = s->o;
 	struct cp_msg w = {.type = CP_WELCOME};
+	char why[128];
 	bool use_mw;
 	int rc;
 
@@ -665,22 +664,12 @@ static void on_hello(struct rx *r, const struct cp_msg *m)
 			m->hello.token_len ? "wrong" : "no");
 		return;
 	}
-	if (o->count && s->admitted >= o->count) {
-		rx_fail(r, CP_E_BUSY, CP_EXIT_REFUSED,
-			"refused: receiver done (--count %u reached)", o->count);
-		return;
-	}
-	if (s->active >= o->max_conns) {
-		rx_fail(r, CP_E_BUSY, CP_EXIT_REFUSED, "refused: %u connections already",
-			o->max_conns);
+	if (serve_admit(s, why, sizeof(why))) {
+		rx_fail(r, CP_E_BUSY, CP_EXIT_REFUSED, "%s", why);
 		return;
 	}
 	leave_unauth(r);
 	r->authed = true;
-	s->active++;
-	s->admitted++;
-	if (!s->first_ns)
-		s->first_ns = cp_now_ns();
 	r->w.chunk = m->hello.chunk < o->chunk ? m->hello.chunk : o->chunk;
 	r->w.window = m->hello.window < o->window ? m->hello.window : o->window;
 	r->win_len = (size_t)r->w.chunk * r->w.window;
@@ -717,10 +706,9 @@ static void on_hello(struct rx *r, const struct cp_msg *m)
 		r->slots[i].r = r;
 		rc = rr_ep_alloc_mw(r->ep, &r->slots[i].mw);
 		if (rc == -EOPNOTSUPP || rc == -ENOSYS) {
-			if (!s->mw_warned)
+			if (!atomic_exchange(&s->all->mw_warned, true))
 				cp_log("serve: no memory windows on this device: each window is "
 				       "reachable by every connection that learns its key");
-			s->mw_warned = true;
 			use_mw = false;
 		} else if (rc) {
 			rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "allocating a memory window: %s",
@@ -908,7 +896,7 @@ struct rx *rx_create(struct serve *s, rr_ep *ep)
 	r->st.fd = r->st.parentfd = -1;
 	r->last_activity = r->born_at = cp_now_ns();
 	r->unauth = true;
-	s->unauth++;
+	atomic_fetch_add(&s->all->unauth, 1);
 	r->nrecv = s->o->window + RX_SPARE_RECVS;
 	snprintf(r->peer, sizeof(r->peer), "peer");
 	if (sa && sa->sa_family == AF_INET)

@@ -2,6 +2,17 @@
 /*
  * ringrdma-cp serve: listen for RDMA connections and store what each one
  * sends under DIR; rx.c does the per-connection work.
+ *
+ * With --threads N (N > 1) the listener's thread only listens and takes
+ * the signals: its listener places each connection on one of N poll
+ * groups (rr_listener_add_group()), each a thread with a ring and bridge
+ * of its own that runs the same loop (serve_poll()) for the connections
+ * placed on it. What the groups share (struct serve_all) is the token,
+ * the directory, the --count, --max-conns and --max-pending counters, the
+ * exit status and the totals, under a mutex or atomic; the decision to
+ * close is a flag each loop reads at every pass, a 100 ms tick at the
+ * latest. With one thread (the default) the listener's loop is the only
+ * one and no group is made.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -15,22 +26,29 @@
 #include "store.h"
 
 #define RING_ENTRIES 1024
+#define EXIT_DRAIN_MS 10000
+
+static bool closing(const struct serve *s)
+{
+	return s->closing || atomic_load(&s->all->closing);
+}
 
 static void on_qp_ready(rr_ep *ep, int status, void *data)
 {
 	struct serve *s = data;
 	struct rx *r;
+	unsigned int unauth = atomic_load(&s->all->unauth);
 
-	if (!s->closing && s->unauth >= s->o->max_pending && !rx_evict_oldest(s)) {
+	if (!closing(s) && unauth >= s->o->max_pending && !rx_evict_oldest(s)) {
 		if (!s->o->quiet)
 			cp_log("serve: connection request refused: %u not yet authenticated "
 			       "(--max-pending)",
-			       s->unauth);
+			       unauth);
 		s->refused++;
 		rr_ep_destroy(ep);
 		return;
 	}
-	if (s->closing || !(r = rx_create(s, ep))) {
+	if (closing(s) || !(r = rx_create(s, ep))) {
 		/* Refused before it exists: the library drops the request. */
 		rr_ep_destroy(ep);
 		return;
@@ -39,6 +57,7 @@ static void on_qp_ready(rr_ep *ep, int status, void *data)
 	s->conns = r;
 }
 
+/* On the listener's thread, or with a NULL @l on a group's. */
 static void on_accept(rr_listener *l, rr_ep *ep, void *data)
 {
 	struct serve *s = data;
@@ -46,13 +65,69 @@ static void on_accept(rr_listener *l, rr_ep *ep, void *data)
 
 	/* Not admitted yet: rx.c counts it once its token was checked. */
 	rx_accepted(r);
-	if (s->closing)
+	if (closing(s))
 		rx_abort(r, "receiver shutting down");
+}
+
+int serve_admit(struct serve *s, char *why, size_t len)
+{
+	struct serve_all *a = s->all;
+	const struct cp_opts *o = s->o;
+	int rc = 0;
+
+	pthread_mutex_lock(&a->mu);
+	if (o->count && a->admitted >= o->count) {
+		snprintf(why, len, "refused: receiver done (--count %u reached)", o->count);
+		rc = -EBUSY;
+	} else if (a->active >= o->max_conns) {
+		snprintf(why, len, "refused: %u connections already", o->max_conns);
+		rc = -EBUSY;
+	} else {
+		a->active++;
+		a->admitted++;
+		if (!a->first_ns)
+			a->first_ns = cp_now_ns();
+	}
+	pthread_mutex_unlock(&a->mu);
+	return rc;
+}
+
+void serve_stored(struct serve *s, uint64_t bytes, uint64_t checksum)
+{
+	struct serve_all *a = s->all;
+
+	pthread_mutex_lock(&a->mu);
+	a->files++;
+	a->bytes += bytes;
+	a->last_checksum = checksum;
+	pthread_mutex_unlock(&a->mu);
+}
+
+/* Every loop closes: no new connection, every one aborted with @why. */
+static void close_all(struct serve_all *a, const char *why)
+{
+	atomic_store(&a->why, why);
+	atomic_store(&a->closing, true);
+}
+
+static void abort_conns(struct serve *s, const char *why)
+{
+	for (struct rx *r = s->conns; r; r = rx_next(r))
+		rx_abort(r, why);
+}
+
+static bool groups_drained(const struct serve_all *a)
+{
+	for (unsigned int i = 0; i < a->ngroups; i++)
+		if (!atomic_load(&a->groups[i]->drained))
+			return false;
+	return true;
 }
 
 static void serve_poll(struct cp_loop *lp)
 {
 	struct serve *s = (struct serve *)lp;
+	struct serve_all *a = s->all;
 	struct rx *r, *prev = NULL, *next;
 
 	for (r = s->conns; r; r = next) {
@@ -72,38 +147,157 @@ static void serve_poll(struct cp_loop *lp)
 		if (pr == RX_REFUSED)
 			s->refused++;
 		if (pr == RX_ENDED) {
-			s->active--;
 			s->ended++;
-			if (result) {
+			if (result)
 				s->failures++;
-				if (!s->result)
-					s->result = result;
-			}
+			pthread_mutex_lock(&a->mu);
+			a->active--;
+			if (result && !a->result)
+				a->result = result;
+			pthread_mutex_unlock(&a->mu);
 		}
 	}
 	/* --count admitted connections all ended: only strangers are left. */
-	if (s->o->count && s->admitted >= s->o->count && !s->active && !s->closing) {
-		s->closing = true;
-		for (r = s->conns; r; r = rx_next(r))
-			rx_abort(r, "receiver done (--count reached)");
+	if (s->o->count && !atomic_load(&a->closing)) {
+		bool done;
+
+		pthread_mutex_lock(&a->mu);
+		done = a->admitted >= s->o->count && !a->active;
+		pthread_mutex_unlock(&a->mu);
+		if (done)
+			close_all(a, "receiver done (--count reached)");
 	}
-	if (s->closing && !s->conns)
+	if (!s->closing && atomic_load(&a->closing)) {
+		s->closing = true;
+		abort_conns(s, atomic_load(&a->why));
+	}
+	if (s->group) {
+		if (s->closing && !s->conns)
+			atomic_store(&s->drained, true);
+		if (atomic_load(&a->exit))
+			lp->stop = true;
+	} else if (s->closing && !s->conns && groups_drained(a)) {
 		lp->stop = true;
+	}
 }
 
+/* The listener's loop only: the groups' threads block the signals. */
 static void serve_signal(struct cp_loop *lp, int signo)
 {
 	struct serve *s = (struct serve *)lp;
+	struct serve_all *a = s->all;
 
-	if (s->closing) {
+	if (closing(s)) {
 		lp->stop = true; /* a second signal: leave now */
 		return;
 	}
 	cp_log("serve: %s, closing", strsignal(signo));
+	pthread_mutex_lock(&a->mu);
+	a->result = CP_EXIT_INTERRUPTED;
+	pthread_mutex_unlock(&a->mu);
+	close_all(a, "receiver interrupted");
 	s->closing = true;
-	s->result = CP_EXIT_INTERRUPTED;
+	abort_conns(s, "receiver interrupted");
+}
+
+/* After the loop: still end every connection (temp files removed, MRs
+ * deregistered) before the bridge goes, which a second signal skipped. */
+static void serve_drain(struct serve *s)
+{
+	uint64_t end = cp_now_ns() + EXIT_DRAIN_MS * 1000000ull;
+
+	if (!s->conns)
+		return;
+	s->closing = true;
+	abort_conns(s, "receiver exiting");
+	while (s->conns && cp_now_ns() < end && cp_loop_pass(&s->lp, 100) >= 0)
+		serve_poll(&s->lp);
+	if (s->conns)
+		cp_log("serve: connections still open at exit");
 	for (struct rx *r = s->conns; r; r = rx_next(r))
-		rx_abort(r, "receiver interrupted");
+		rx_free_windows(r);
+}
+
+/* A group's thread: its ring and bridge are made here, where they run. */
+static void *group_main(void *arg)
+{
+	struct serve *g = arg;
+	struct serve_all *a = g->all;
+	int rc;
+
+	g->init_rc = cp_loop_init_group(&g->lp, RING_ENTRIES);
+	g->lp.poll = serve_poll;
+	sem_post(&g->ready);
+	if (g->init_rc)
+		return NULL;
+	rc = cp_loop_run(&g->lp);
+	if (rc) {
+		/* The whole serve goes, but this bridge only after the
+		 * listener, which may still place requests on it. */
+		pthread_mutex_lock(&a->mu);
+		if (!a->result)
+			a->result = CP_EXIT_FAIL;
+		pthread_mutex_unlock(&a->mu);
+		close_all(a, "receiver failing");
+		g->closing = true;
+		abort_conns(g, "receiver failing");
+		atomic_store(&g->drained, true);
+		while (!atomic_load(&a->exit))
+			usleep(10000);
+	}
+	serve_drain(g);
+	cp_loop_fini(&g->lp);
+	atomic_store(&g->drained, true);
+	return NULL;
+}
+
+/* --threads N: start the groups, each added to the listener once ready. */
+static int start_groups(struct serve *s, unsigned int n)
+{
+	struct serve_all *a = s->all;
+	int rc;
+
+	a->groups = calloc(n, sizeof(*a->groups));
+	if (!a->groups)
+		return -ENOMEM;
+	for (unsigned int i = 0; i < n; i++) {
+		struct serve *g = calloc(1, sizeof(*g));
+
+		if (!g)
+			return -ENOMEM;
+		g->all = a;
+		g->o = s->o;
+		g->dirfd = s->dirfd;
+		g->group = true;
+		sem_init(&g->ready, 0, 0);
+		rc = pthread_create(&g->thread, NULL, group_main, g);
+		if (rc) {
+			sem_destroy(&g->ready);
+			free(g);
+			return -rc;
+		}
+		a->groups[a->ngroups++] = g;
+		sem_wait(&g->ready);
+		if (g->init_rc)
+			return g->init_rc;
+		rc = rr_listener_add_group(s->l, g->lp.b, on_accept, g);
+		if (rc) {
+			cp_log("serve: rr_listener_add_group: %s", strerror(-rc));
+			return rc;
+		}
+	}
+	return 0;
+}
+
+/* The listener is gone: every group leaves its loop, ends its
+ * connections and its bridge. */
+static void stop_groups(struct serve_all *a)
+{
+	atomic_store(&a->exit, true);
+	for (unsigned int i = 0; i < a->ngroups; i++) {
+		pthread_join(a->groups[i]->thread, NULL);
+		sem_destroy(&a->groups[i]->ready);
+	}
 }
 
 int cp_serve(const struct cp_opts *o)
@@ -114,9 +308,13 @@ int cp_serve(const struct cp_opts *o)
 		.on_qp_ready = on_qp_ready,
 	};
 	struct cp_summary sum = {.mode = "serve", .chunk = o->chunk, .window = o->window};
+	unsigned int nthreads = o->threads > 1 ? o->threads : 1;
+	unsigned int *thread_conns = NULL;
+	struct serve_all *a;
 	char host[256];
 	uint16_t port;
 	struct serve *s;
+	uint64_t start_ns;
 	int rc, ret;
 
 	if (cp_parse_hostport(o->listen, host, sizeof(host), &port)) {
@@ -124,13 +322,20 @@ int cp_serve(const struct cp_opts *o)
 		return CP_EXIT_USAGE;
 	}
 	s = calloc(1, sizeof(*s));
-	if (!s) {
+	a = calloc(1, sizeof(*a));
+	thread_conns = calloc(nthreads, sizeof(*thread_conns));
+	if (!s || !a || !thread_conns) {
 		cp_log("serve: out of memory");
+		free(s);
+		free(a);
+		free(thread_conns);
 		return CP_EXIT_FAIL;
 	}
-	s->o = o;
-	s->start_ns = cp_now_ns();
-	s->dirfd = open(o->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	pthread_mutex_init(&a->mu, NULL);
+	a->o = s->o = o;
+	s->all = a;
+	start_ns = cp_now_ns();
+	s->dirfd = a->dirfd = open(o->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (s->dirfd < 0) {
 		cp_log("serve: cannot open directory %s: %s", o->dir, strerror(errno));
 		ret = CP_EXIT_LOCAL_IO;
@@ -141,6 +346,8 @@ int cp_serve(const struct cp_opts *o)
 		ret = CP_EXIT_LOCAL_IO;
 		goto out_dir;
 	}
+	/* Blocks SIGINT/SIGTERM before any group's thread exists: they
+	 * inherit the mask, and only this loop reads the signalfd. */
 	if (cp_loop_init(&s->lp, RING_ENTRIES)) {
 		ret = CP_EXIT_FAIL;
 		goto out_dir;
@@ -159,45 +366,78 @@ int cp_serve(const struct cp_opts *o)
 		ret = CP_EXIT_NET;
 		goto out_loop;
 	}
-	printf(CP_PROG ": serve: listening on %s:%u, storing into %s\n", host, port, o->dir);
+	if (nthreads > 1) {
+		rc = start_groups(s, nthreads);
+		if (rc) {
+			cp_log("serve: cannot start %u threads: %s", nthreads, strerror(-rc));
+			rr_listener_destroy(s->l);
+			stop_groups(a);
+			ret = CP_EXIT_FAIL;
+			goto out_loop;
+		}
+		printf(CP_PROG ": serve: listening on %s:%u, storing into %s, %u threads\n", host,
+		       port, o->dir, nthreads);
+	} else {
+		printf(CP_PROG ": serve: listening on %s:%u, storing into %s\n", host, port,
+		       o->dir);
+	}
 	fflush(stdout);
 	rc = cp_loop_run(&s->lp);
-	ret = rc ? CP_EXIT_FAIL : s->result;
+	pthread_mutex_lock(&a->mu);
+	ret = rc ? CP_EXIT_FAIL : a->result;
+	pthread_mutex_unlock(&a->mu);
+	/* The listener before its groups: until then it may place requests
+	 * on them. */
 	rr_listener_destroy(s->l);
-	/* A second signal stops the loop early: still end every connection
-	 * (temp files removed, MRs deregistered) before the bridge goes. */
-	if (s->conns) {
-		uint64_t end = cp_now_ns() + 10000000000ull;
-
-		s->closing = true;
-		for (struct rx *r = s->conns; r; r = rx_next(r))
-			rx_abort(r, "receiver exiting");
-		while (s->conns && cp_now_ns() < end && cp_loop_pass(&s->lp, 100) >= 0)
-			serve_poll(&s->lp);
-		if (s->conns)
-			cp_log("serve: connections still open at exit");
-		for (struct rx *r = s->conns; r; r = rx_next(r))
-			rx_free_windows(r);
-	}
+	atomic_store(&a->exit, true);
+	serve_drain(s);
+	stop_groups(a);
 out_loop:
 	cp_loop_fini(&s->lp);
 out_dir:
 	close(s->dirfd);
 	sum.exit_code = ret;
-	sum.files = s->files;
-	sum.bytes = s->bytes;
-	sum.checksum = s->last_checksum;
+	sum.files = a->files;
+	sum.bytes = a->bytes;
+	sum.checksum = a->last_checksum;
 	sum.connections = s->ended;
 	sum.refused = s->refused;
 	sum.chunks = s->chunks;
 	sum.failures = s->failures;
-	sum.start_ns = s->first_ns ? s->first_ns : s->start_ns;
+	thread_conns[0] = s->ended;
+	for (unsigned int i = 0; i < a->ngroups; i++) {
+		struct serve *g = a->groups[i];
+
+		sum.connections += g->ended;
+		sum.refused += g->refused;
+		sum.chunks += g->chunks;
+		sum.failures += g->failures;
+		thread_conns[i] = g->ended;
+	}
+	sum.start_ns = a->first_ns ? a->first_ns : start_ns;
+	sum.threads = nthreads;
+	sum.thread_conns = thread_conns;
+	if (nthreads > 1 && !o->quiet && a->ngroups == nthreads) {
+		char line[512];
+		size_t len = 0;
+
+		for (unsigned int i = 0; i < nthreads && len < sizeof(line); i++)
+			len += (size_t)snprintf(line + len, sizeof(line) - len, " %u",
+						thread_conns[i]);
+		cp_log("serve: connections per thread:%s", line);
+	}
 	if (o->json) {
 		rc = cp_json_write(o->json, &sum);
 		if (rc)
 			cp_log("serve: writing %s: %s", o->json, strerror(-rc));
 	}
 out_free:
+	for (unsigned int i = 0; i < a->ngroups; i++)
+		free(a->groups[i]);
+	free(a->groups);
+	pthread_mutex_destroy(&a->mu);
+	free(thread_conns);
+	free(a);
 	free(s);
 	return ret;
 }
