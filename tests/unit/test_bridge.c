@@ -610,7 +610,9 @@ Test(modes, adaptive_backs_off_when_gaps_outlast_the_window)
 	cr_assert_eq(rr_cq_set_mode(f.cq[0], RR_WAIT_HYBRID_FIXED, 5000), 0);
 	pass(&f, 1);
 	spun = rounds_spun(&f, 100);
-	cr_assert_eq(spun, 100, "fixed: %u of 100 rounds spun", spun);
+	/* Every fixed window spins, but for a pass stalled past its 5 ms (a
+	 * loaded host, an SQPOLL thread waited for): CI saw 99 of 100 once. */
+	cr_assert_geq(spun, 90, "fixed: %u of 100 rounds spun", spun);
 
 	/* A first full window ends empty. The CQ is still armed from before,
 	 * so wait for a pass that polls nothing rather than for an arm. */
