@@ -495,6 +495,28 @@ typedef void (*rr_ep_cb)(rr_ep *ep, int status, void *data);
  */
 typedef void (*rr_accept_cb)(rr_listener *l, rr_ep *ep, void *data);
 
+/** Flags for rr_ep_opts.flags. */
+enum rr_ep_flags {
+	/** Put the QP on the CQ the bridge shares among all its endpoints
+	 *  on the same device (created with the first, in that endpoint's
+	 *  wait mode, grown as endpoints join; one channel event and one
+	 *  poll serve them all), instead of a CQ of its own. Always so for
+	 *  endpoints a listener places on a group. rr_ep_cq() is then
+	 *  the shared CQ: its mode is every member's. */
+	RR_EP_SHARED_CQ = 1u << 0,
+	/** Give the endpoint a protection domain of its own (isolation: its
+	 *  MRs and windows serve no other QP) instead of the PD the process
+	 *  shares per device. Deregister its MRs and windows before
+	 *  rr_ep_destroy(), which frees the PD. */
+	RR_EP_OWN_PD = 1u << 1,
+	/** Take receives from the bridge's shared receive queue on the
+	 *  endpoint's device (rr_srq_create(), on this bridge, first; else
+	 *  setting up the QP fails with -ENOENT and the connection with it)
+	 *  instead of a receive queue of its own: rr_ep_post_recv() on it
+	 *  fails with -EINVAL, max_recv_wr is ignored. */
+	RR_EP_SRQ = 1u << 2,
+};
+
 /**
  * struct rr_ep_opts - endpoint options; zero means default.
  * @max_send_wr:   send queue depth (default 64).
@@ -552,28 +574,6 @@ typedef void (*rr_accept_cb)(rr_listener *l, rr_ep *ep, void *data);
  *                 -ECANCELED, at the latest in rr_ep_destroy(). May be NULL.
  * @data:          the endpoint's application data (rr_ep_data()).
  */
-/** Flags for rr_ep_opts.flags. */
-enum rr_ep_flags {
-	/** Put the QP on the CQ the bridge shares among all its endpoints
-	 *  on the same device (created with the first, in that endpoint's
-	 *  wait mode, grown as endpoints join; one channel event and one
-	 *  poll serve them all), instead of a CQ of its own. The default
-	 *  for endpoints a listener places on a group. rr_ep_cq() is then
-	 *  the shared CQ: its mode is every member's. */
-	RR_EP_SHARED_CQ = 1u << 0,
-	/** Give the endpoint a protection domain of its own (isolation: its
-	 *  MRs and windows serve no other QP) instead of the PD the process
-	 *  shares per device. Deregister its MRs and windows before
-	 *  rr_ep_destroy(), which frees the PD. */
-	RR_EP_OWN_PD = 1u << 1,
-	/** Take receives from the bridge's shared receive queue on the
-	 *  endpoint's device (rr_srq_create(), on this bridge, first; else
-	 *  setting up the QP fails with -ENOENT and the connection with it)
-	 *  instead of a receive queue of its own: rr_ep_post_recv() on it
-	 *  fails with -EINVAL, max_recv_wr is ignored. */
-	RR_EP_SRQ = 1u << 2,
-};
-
 struct rr_ep_opts {
 	uint32_t max_send_wr;
 	uint32_t max_recv_wr;
@@ -753,8 +753,10 @@ int rr_srq_create(rr_bridge *b, struct ibv_context *ctx, uint32_t max_wr, rr_srq
 
 /**
  * rr_srq_post_recv() - post a receive on an SRQ; @cb is called exactly
- * once, with the endpoint whose QP took it, or with a NULL endpoint and
- * -ECANCELED when the SRQ is destroyed first.
+ * once, with the endpoint whose QP took it; or with a NULL endpoint:
+ * with -ECANCELED when the SRQ is destroyed first, or with its own status
+ * when the endpoint whose QP took it was destroyed before the completion
+ * was handed out.
  *
  * Return: 0, -EINVAL (bad argument, or buffer outside @mr), -ENOBUFS (it
  * holds max_wr already), -ENODEV, or the errno of ibv_post_srq_recv();

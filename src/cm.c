@@ -503,6 +503,12 @@ static void cm_ready(void *ctx, int revents)
 		}
 		req.private_data = NULL;
 
+		/* Whose it is, read before the acknowledgement: an id placed
+		 * on a group (context NULL) belongs to the group's thread as
+		 * soon as this event is acknowledged (rdma_migrate_id() waits
+		 * for that), and must not be touched here afterwards. */
+		void *owner = type == RDMA_CM_EVENT_CONNECT_REQUEST ? NULL : id->context;
+
 		/* Acknowledge before acting: destroying an id waits for the
 		 * acknowledgement of its events. */
 		rdma_ack_cm_event(ev);
@@ -511,12 +517,12 @@ static void cm_ready(void *ctx, int revents)
 			on_connect_request(cm, listen_id->context, id, &req, pdata, plen);
 			continue;
 		}
-		if (!id->context)
+		if (!owner)
 			continue;
-		if (*(uint32_t *)id->context == RR__OBJ_EP)
-			ep_event(cm, id->context, type, pdata, plen);
-		else if (*(uint32_t *)id->context == RR__OBJ_LISTENER)
-			listener_event(id->context, type);
+		if (*(uint32_t *)owner == RR__OBJ_EP)
+			ep_event(cm, owner, type, pdata, plen);
+		else if (*(uint32_t *)owner == RR__OBJ_LISTENER)
+			listener_event(owner, type);
 	}
 }
 

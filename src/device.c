@@ -229,8 +229,11 @@ int rr__devices_hear_others(struct rr__devices *set)
 {
 	int rc = rr__ring_bell_open(set->ring, devices_bell, set);
 
-	if (!rc)
+	if (!rc) {
+		pthread_mutex_lock(&shared_lock); /* read by forward() elsewhere */
 		set->hears = true;
+		pthread_mutex_unlock(&shared_lock);
+	}
 	return rc;
 }
 
@@ -238,7 +241,9 @@ void rr__devices_stop_hearing(struct rr__devices *set)
 {
 	if (set->hears)
 		rr__ring_bell_close(set->ring, devices_bell, set);
+	pthread_mutex_lock(&shared_lock);
 	set->hears = false;
+	pthread_mutex_unlock(&shared_lock);
 }
 
 /* The device of ctx if it is set up, without a reference; NULL if not. */

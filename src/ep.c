@@ -209,12 +209,13 @@ static uint32_t qp_hash(uint32_t qp_num, uint32_t cap)
 	return (qp_num * 2654435761u) & (cap - 1);
 }
 
-static rr_ep *qpmap_find(const struct rr__qpmap *m, uint32_t qp_num)
+/* QP numbers are unique per device only: the CQ tells devices apart. */
+static rr_ep *qpmap_find(const struct rr__qpmap *m, uint32_t qp_num, const struct rr__shcq *sh)
 {
 	if (!m->cap)
 		return NULL;
 	for (uint32_t i = qp_hash(qp_num, m->cap); m->slots[i]; i = (i + 1) & (m->cap - 1))
-		if (m->slots[i]->qp_num == qp_num)
+		if (m->slots[i]->qp_num == qp_num && m->slots[i]->shared == sh)
 			return m->slots[i];
 	return NULL;
 }
@@ -320,12 +321,22 @@ static void ep_on_wc(rr_cq *cq, const struct ibv_wc *wc, void *data)
 static void shared_on_wc(rr_cq *cq, const struct ibv_wc *wc, void *data)
 {
 	struct rr__shcq *sh = data;
-	rr_ep *ep = qpmap_find(&sh->set->qps, wc->qp_num);
+	rr_ep *ep = qpmap_find(&sh->set->qps, wc->qp_num, sh);
+	struct rr_srq *srq;
+	struct rr__req *req;
 
-	if (ep)
+	if (ep) {
 		ep_on_wc(cq, wc, ep);
+		return;
+	}
+	/* Its endpoint is gone, flushed (a callback destroyed it after this
+	 * batch was polled). An SRQ receive was never its own: it still has
+	 * its one completion to get, with no endpoint. */
+	srq = rr__srq_find(sh->set, sh->dev);
+	req = rr__srq_req_of_wc(srq, wc);
+	if (req)
+		rr__srq_complete(srq, req, NULL, wc);
 }
-
 /* Count an SRQ's depth once in the shared CQ its receives complete on. */
 static int srq_cq_need(rr_ep *ep)
 {
@@ -438,6 +449,13 @@ static void shared_cq_leave(rr_ep *ep)
 	sh->need -= (int)(ep->opts.max_send_wr + ep->opts.max_recv_wr);
 	if (--sh->users)
 		return;
+	/* An SRQ whose depth was counted here counts it again in the next. */
+	for (struct rr__list *l = sh->set->srqs.next; l != &sh->set->srqs; l = l->next) {
+		struct rr_srq *srq = rr__container_of(l, struct rr_srq, link);
+
+		if (srq->counted == sh)
+			srq->counted = NULL;
+	}
 	rr__list_del(&sh->link);
 	rr_cq_destroy(sh->cq);
 	rr__device_put(sh->dev);

@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
@@ -87,6 +88,50 @@ int rr__ring_init(struct rr__ring *r, struct io_uring *io, bool multishot,
 	return 0;
 }
 
+/*
+ * The rings of the process whose bells are open, by uid: a ring drops its
+ * copies of a peer's descriptors once that peer is gone, so a bridge that
+ * outlives many groups keeps neither their fds nor their rings alive.
+ */
+static pthread_mutex_t bells_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t *live_bells;
+static uint32_t nlive, live_cap;
+
+static void bell_live(uint64_t uid, bool live)
+{
+	pthread_mutex_lock(&bells_lock);
+	if (!live) {
+		for (uint32_t i = 0; i < nlive; i++)
+			if (live_bells[i] == uid)
+				live_bells[i] = live_bells[--nlive];
+	} else {
+		if (nlive == live_cap) {
+			uint32_t cap = live_cap * 2 + 16;
+			uint64_t *l = realloc(live_bells, cap * sizeof(*l));
+
+			if (l) {
+				live_bells = l;
+				live_cap = cap;
+			}
+		}
+		/* Without room it counts as gone: its peers only reopen it. */
+		if (nlive < live_cap)
+			live_bells[nlive++] = uid;
+	}
+	pthread_mutex_unlock(&bells_lock);
+}
+
+static bool bell_is_live(uint64_t uid)
+{
+	bool live = false;
+
+	pthread_mutex_lock(&bells_lock);
+	for (uint32_t i = 0; i < nlive && !live; i++)
+		live = live_bells[i] == uid;
+	pthread_mutex_unlock(&bells_lock);
+	return live;
+}
+
 /* Everyone listening to the bell; a handler may stop listening meanwhile. */
 static void ring_bell_fns(struct rr__ring *r)
 {
@@ -110,16 +155,20 @@ void rr__ring_fini(struct rr__ring *r)
 	for (uint32_t i = 0; i < r->nmsgs; i++)
 		bell_write(r->peers[r->msgs[i]].efd);
 	for (uint32_t i = 0; i < r->npeers; i++) {
-		close(r->peers[i].ring_fd);
-		close(r->peers[i].efd);
+		if (r->peers[i].ring_fd >= 0) {
+			close(r->peers[i].ring_fd);
+			close(r->peers[i].efd);
+		}
 	}
 	free(r->peers);
 	free(r->msgs);
 	r->peers = NULL;
 	r->msgs = NULL;
 	r->npeers = r->nmsgs = 0;
-	if (r->bell_efd >= 0)
+	if (r->bell_efd >= 0) {
+		bell_live(r->uid, false);
 		close(r->bell_efd);
+	}
 	r->bell_efd = -1;
 	for (uint32_t i = 0; i < r->nslots; i++)
 		free(r->slots[i].ts);
@@ -361,6 +410,7 @@ static void flush_msgs(struct rr__ring *r)
 		io_uring_prep_msg_ring(sqe, p->ring_fd, 0, rr__ud(RR__UD_MSG, p->inst, 0, 0), 0);
 		io_uring_sqe_set_data64(sqe, rr__ud(RR__UD_MSG_SENT, r->inst, 0, idx));
 		r->msgs_inflight++;
+		r->peers[idx].inflight++;
 		done++;
 	}
 	if (done) {
@@ -500,7 +550,9 @@ enum rr__ud_kind rr__ring_cqe(struct rr__ring *r, const struct io_uring_cqe *cqe
 	if (kind == RR__UD_MSG_SENT) {
 		if (r->msgs_inflight)
 			r->msgs_inflight--;
-		if (cqe->res < 0 && idx < r->npeers) {
+		if (idx < r->npeers && r->peers[idx].inflight)
+			r->peers[idx].inflight--;
+		if (cqe->res < 0 && idx < r->npeers && r->peers[idx].efd >= 0) {
 			/* Not delivered: ring the peer's eventfd instead. */
 			if (cqe->res == -EINVAL || cqe->res == -EOPNOTSUPP)
 				r->msg_ring = 0;
@@ -565,6 +617,7 @@ int rr__ring_bell_open(struct rr__ring *r, void (*fn)(void *ctx), void *ctx)
 		if (r->bell_efd < 0)
 			return -errno;
 		r->bell_ring_fd = r->io->ring_fd;
+		bell_live(r->uid, true);
 	}
 	if (r->bell_slot == RR__NO_SLOT) {
 		rc = rr__poll_add(r, r->bell_efd, bell_ready, r, &r->bell_slot);
@@ -591,29 +644,52 @@ void rr__ring_bell_close(struct rr__ring *r, void (*fn)(void *ctx), void *ctx)
 	r->bell_slot = RR__NO_SLOT;
 }
 
+/* Let go of peers whose ring is gone and to which nothing is on its way. */
+static void prune_peers(struct rr__ring *r)
+{
+	for (uint32_t i = 0; i < r->npeers; i++) {
+		struct rr__peer *p = &r->peers[i];
+		bool owed = false;
+
+		for (uint32_t k = 0; k < r->nmsgs; k++)
+			owed |= r->msgs[k] == i;
+		if (p->ring_fd < 0 || owed || p->inflight || bell_is_live(p->uid))
+			continue;
+		close(p->ring_fd);
+		close(p->efd);
+		p->ring_fd = p->efd = -1;
+	}
+}
+
 int rr__ring_peer_add(struct rr__ring *r, const struct rr__ring *target, uint32_t *peer)
 {
 	struct rr__peer p = {.inst = target->inst, .uid = target->uid};
 	struct rr__peer *peers;
-	uint32_t *msgs;
+	uint32_t *msgs, slot = r->npeers;
 	int rc;
 
 	if (target->bell_efd < 0)
 		return -EINVAL;
 	for (uint32_t i = 0; i < r->npeers; i++) {
-		if (r->peers[i].uid == target->uid) {
+		if (r->peers[i].uid == target->uid && r->peers[i].ring_fd >= 0) {
 			*peer = i;
 			return 0;
 		}
 	}
-	peers = realloc(r->peers, (r->npeers + 1) * sizeof(*peers));
-	if (!peers)
-		return -ENOMEM;
-	r->peers = peers;
-	msgs = realloc(r->msgs, (r->npeers + 1) * sizeof(*msgs));
-	if (!msgs)
-		return -ENOMEM;
-	r->msgs = msgs;
+	prune_peers(r);
+	for (uint32_t i = 0; i < r->npeers && slot == r->npeers; i++)
+		if (r->peers[i].ring_fd < 0)
+			slot = i; /* a gone peer's place */
+	if (slot == r->npeers) {
+		peers = realloc(r->peers, (r->npeers + 1) * sizeof(*peers));
+		if (!peers)
+			return -ENOMEM;
+		r->peers = peers;
+		msgs = realloc(r->msgs, (r->npeers + 1) * sizeof(*msgs));
+		if (!msgs)
+			return -ENOMEM;
+		r->msgs = msgs;
+	}
 	p.ring_fd = fcntl(target->bell_ring_fd, F_DUPFD_CLOEXEC, 0);
 	if (p.ring_fd < 0)
 		return -errno;
@@ -623,8 +699,10 @@ int rr__ring_peer_add(struct rr__ring *r, const struct rr__ring *target, uint32_
 		close(p.ring_fd);
 		return rc;
 	}
-	r->peers[r->npeers] = p;
-	*peer = r->npeers++;
+	r->peers[slot] = p;
+	if (slot == r->npeers)
+		r->npeers++;
+	*peer = slot;
 	return 0;
 }
 
@@ -649,7 +727,7 @@ static bool msg_ring_works(struct rr__ring *r)
 
 void rr__ring_peer_ring(struct rr__ring *r, uint32_t peer)
 {
-	if (peer >= r->npeers)
+	if (peer >= r->npeers || r->peers[peer].ring_fd < 0)
 		return;
 	if (!msg_ring_works(r)) {
 		bell_write(r->peers[peer].efd);

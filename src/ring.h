@@ -67,12 +67,14 @@ struct rr__poll;
 #define RR__BELL_FNS 2
 
 /* How this ring reaches another ring's bell: duplicates of its ring fd and
- * eventfd, so a descriptor we write to is always ours to write to. */
+ * eventfd, so a descriptor we write to is always ours to write to; both
+ * -1 once that ring is gone and let go of (its place may be reused). */
 struct rr__peer {
 	int ring_fd;
 	int efd;
 	uint32_t inst;
 	uint64_t uid;
+	unsigned int inflight; /* its MSG_RINGs whose CQE has not come */
 };
 
 struct rr__ring {

@@ -4,6 +4,7 @@
  * group it placed a connection on: by IORING_OP_MSG_RING, or through the
  * target's eventfd when MSG_RING is missing or refused.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <string.h>
 
@@ -129,4 +130,41 @@ Test(bell, msg_ring_wakes_the_other_ring)
 Test(bell, eventfd_wakes_the_other_ring_without_msg_ring)
 {
 	ring_once(false);
+}
+
+static int count_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	int n = 0;
+
+	cr_assert_not_null(d);
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n;
+}
+
+/* A ring that outlives the rings it rang lets go of their descriptors
+ * (and so of the rings themselves) when it next meets a new one. */
+Test(bell, a_gone_peer_is_let_go)
+{
+	struct side a, b, c;
+	uint32_t pb, pc;
+	int fds;
+
+	open_side(&a);
+	open_side(&b);
+	cr_assert_eq(rr__ring_bell_open(&b.r, rung, &b), 0);
+	cr_assert_eq(rr__ring_peer_add(&a.r, &b.r, &pb), 0);
+	fds = count_fds();
+	close_side(&b); /* its ring fd and eventfd: a still holds copies */
+	open_side(&c);
+	cr_assert_eq(rr__ring_bell_open(&c.r, rung, &c), 0);
+	cr_assert_eq(rr__ring_peer_add(&a.r, &c.r, &pc), 0);
+	cr_expect_eq(count_fds(), fds, "descriptors: %d, then %d with b's copies kept", fds,
+		     count_fds());
+	cr_expect_eq(pc, pb, "the gone peer's place is reused");
+	rr__ring_peer_ring(&a.r, pb == pc ? UINT32_MAX : pb); /* a gone peer: nothing */
+	close_side(&c);
+	close_side(&a);
 }
