@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
- * Endpoints: an RC QP on a private CQ plus the requests posted on it.
+ * Endpoints: an RC QP on a private CQ, or on the CQ the bridge shares among
+ * its endpoints on a device, plus the requests posted on it; and the
+ * bridge's shared receive queues (at the end).
  *
  * Each posted work request takes a slot from the endpoint's request pool
  * (sized to the queue depths, so posting never allocates) and sits on the
@@ -13,6 +15,13 @@
 #include <string.h>
 
 #include "ep.h"
+
+/* Shared receive queues, at the end of the file. */
+static struct rr_srq *srq_find(struct rr__eps *set, struct rr__device *dev);
+static struct rr__req *srq_req_of_wc(struct rr_srq *srq, const struct ibv_wc *wc);
+static void srq_complete(struct rr_srq *srq, struct rr__req *req, rr_ep *ep,
+			 const struct ibv_wc *wc);
+static void srqs_fini(struct rr__eps *set);
 
 #define DEFAULT_DEPTH	   64
 #define SHARED_CQ_MIN_SIZE 1024
@@ -78,7 +87,7 @@ int rr__ep_qp_ready(rr_ep *ep)
 }
 
 /* The one completion of a request. */
-void rr__fill_completion(struct rr_completion *c, const struct ibv_wc *wc)
+static void fill_completion(struct rr_completion *c, const struct ibv_wc *wc)
 {
 	memset(c, 0, sizeof(*c));
 	if (wc) {
@@ -102,7 +111,7 @@ static void complete(rr_ep *ep, struct rr__req *req, const struct ibv_wc *wc)
 	rr_req_cb cb = req->cb;
 	void *data = req->data;
 
-	rr__fill_completion(&c, wc);
+	fill_completion(&c, wc);
 	/* The provider names a type 2 window by the key it holds now: the
 	 * next bind must present the key this one gave it. Not once destroy
 	 * began: the window may be freed already (rxe needs that first). */
@@ -166,9 +175,9 @@ static void drained_wc(void *ctx, const struct ibv_wc *wc)
 	struct rr__req *req = req_of_wc(ep, wc);
 
 	if (!req) {
-		req = rr__srq_req_of_wc(ep->srq, wc);
+		req = srq_req_of_wc(ep->srq, wc);
 		if (req)
-			rr__srq_complete(ep->srq, req, ep, wc);
+			srq_complete(ep->srq, req, ep, wc);
 		return;
 	}
 	if (!req->is_recv)
@@ -287,7 +296,7 @@ static void ep_on_wc(rr_cq *cq, const struct ibv_wc *wc, void *data)
 	struct rr__req *req = req_of_wc(ep, wc);
 
 	if (!req)
-		req = rr__srq_req_of_wc(ep->srq, wc);
+		req = srq_req_of_wc(ep->srq, wc);
 	if (!req)
 		return;
 	if (!req->is_recv)
@@ -311,7 +320,7 @@ static void ep_on_wc(rr_cq *cq, const struct ibv_wc *wc, void *data)
 	if (req->ep)
 		complete(ep, req, wc);
 	else
-		rr__srq_complete(ep->srq, req, ep, wc);
+		srq_complete(ep->srq, req, ep, wc);
 	release_if_done(ep);
 }
 
@@ -332,10 +341,10 @@ static void shared_on_wc(rr_cq *cq, const struct ibv_wc *wc, void *data)
 	/* Its endpoint is gone, flushed (a callback destroyed it after this
 	 * batch was polled). An SRQ receive was never its own: it still has
 	 * its one completion to get, with no endpoint. */
-	srq = rr__srq_find(sh->set, sh->dev);
-	req = rr__srq_req_of_wc(srq, wc);
+	srq = srq_find(sh->set, sh->dev);
+	req = srq_req_of_wc(srq, wc);
 	if (req)
-		rr__srq_complete(srq, req, NULL, wc);
+		srq_complete(srq, req, NULL, wc);
 }
 /* Count an SRQ's depth once in the shared CQ its receives complete on. */
 static int srq_cq_need(rr_ep *ep)
@@ -481,7 +490,7 @@ void rr__eps_fini(struct rr__eps *set)
 {
 	while (!rr__list_empty(&set->eps))
 		rr_ep_destroy(rr__container_of(set->eps.next, rr_ep, link));
-	rr__srqs_fini(set);
+	srqs_fini(set);
 	free(set->qps.slots);
 	set->qps = (struct rr__qpmap){0};
 }
@@ -536,7 +545,7 @@ int rr__ep_setup_qp(rr_ep *ep)
 	if (rc)
 		return rc;
 	if (ep->opts.flags & RR_EP_SRQ) {
-		ep->srq = rr__srq_find(ep->set, ep->dev);
+		ep->srq = srq_find(ep->set, ep->dev);
 		if (!ep->srq)
 			return -ENOENT;
 		ep->srq->users++;
@@ -858,7 +867,7 @@ int rr_mr_dereg(struct ibv_mr *mr)
 	return rc ? -rc : 0;
 }
 
-int rr__check_buf(struct ibv_mr *mr, const void *buf, size_t len)
+static int check_buf(struct ibv_mr *mr, const void *buf, size_t len)
 {
 	uintptr_t p = (uintptr_t)buf, start, end;
 
@@ -951,7 +960,7 @@ static int post_send_wr(rr_ep *ep, enum ibv_wr_opcode opcode, const void *buf, u
 
 	if (!ep || !cb)
 		return -EINVAL;
-	rc = rr__check_buf(mr, buf, len);
+	rc = check_buf(mr, buf, len);
 	if (!rc)
 		rc = can_post_send(ep);
 	if (rc)
@@ -1009,7 +1018,7 @@ int rr_ep_post_bind_mw(rr_ep *ep, struct ibv_mw *mw, uint32_t rkey, struct ibv_m
 	/* The key's index part names the window; only its low byte may change. */
 	if ((rkey ^ mw->rkey) & ~0xffu)
 		return -EINVAL;
-	rc = rr__check_buf(mr, addr, len);
+	rc = check_buf(mr, addr, len);
 	if (!rc)
 		rc = can_post_send(ep);
 	if (rc)
@@ -1070,7 +1079,7 @@ int rr_ep_post_recv(rr_ep *ep, void *buf, uint32_t len, struct ibv_mr *mr, rr_re
 
 	if (!ep || !cb || ep->srq)
 		return -EINVAL;
-	rc = rr__check_buf(mr, buf, len);
+	rc = check_buf(mr, buf, len);
 	if (rc)
 		return rc;
 	if (ep->destroy_pending || !ep->id || !ep->id->qp || ep->state == RR__EP_ERROR ||
@@ -1140,5 +1149,179 @@ void rr__eps_async(struct rr__eps *set, struct rr__device *dev, const struct ibv
 		break;
 	default:
 		break;
+	}
+}
+
+/* ---- shared receive queues ---- */
+
+/*
+ * Shared receive queues: receives posted once
+ * for every endpoint of the bridge on one device that joins (RR_EP_SRQ).
+ * A receive completes on the CQ of the QP that took it and is handed to
+ * that endpoint; receives still posted when the SRQ goes complete with
+ * -ECANCELED and no endpoint.
+ */
+
+static struct rr_srq *srq_find(struct rr__eps *set, struct rr__device *dev)
+{
+	for (struct rr__list *l = set->srqs.next; l != &set->srqs; l = l->next) {
+		struct rr_srq *srq = rr__container_of(l, struct rr_srq, link);
+
+		if (srq->dev == dev && !srq->destroy_pending)
+			return srq;
+	}
+	return NULL;
+}
+
+static struct rr__req *srq_req_of_wc(struct rr_srq *srq, const struct ibv_wc *wc)
+{
+	struct rr__req *req = (struct rr__req *)(uintptr_t)wc->wr_id;
+
+	if (!srq || req < srq->reqs || req >= srq->reqs + srq->max_wr || !req->cb)
+		return NULL;
+	return req;
+}
+
+static void srq_free(struct rr_srq *srq)
+{
+	free(srq->reqs);
+	free(srq);
+}
+
+static void srq_complete(struct rr_srq *srq, struct rr__req *req, rr_ep *ep,
+			 const struct ibv_wc *wc)
+{
+	struct rr_completion c;
+	rr_req_cb cb = req->cb;
+	void *data = req->data;
+
+	fill_completion(&c, wc);
+	rr__list_del(&req->link);
+	req->cb = NULL;
+	req->data = NULL;
+	rr__list_add_tail(&srq->free_reqs, &req->link);
+	srq->in_callback++;
+	if (ep)
+		ep->in_callback++;
+	cb(ep, &c, data);
+	if (ep)
+		ep->in_callback--;
+	srq->in_callback--;
+	/* Destroyed from that callback: its flush is over, free it now. */
+	if (srq->destroy_pending && !srq->in_callback && !srq->srq)
+		srq_free(srq);
+}
+
+int rr__srq_create(struct rr__eps *set, struct ibv_context *ctx, uint32_t max_wr, rr_srq **out)
+{
+	struct ibv_srq_init_attr attr = {.attr = {.max_wr = max_wr, .max_sge = 1}};
+	struct rr_srq *srq;
+	int rc;
+
+	srq = calloc(1, sizeof(*srq));
+	if (!srq)
+		return -ENOMEM;
+	srq->set = set;
+	rr__list_init(&srq->free_reqs);
+	rr__list_init(&srq->outstanding);
+	rc = rr__device_get(set->devs, ctx, &srq->dev);
+	if (rc)
+		goto err_free;
+	if (srq_find(set, srq->dev)) {
+		rc = -EEXIST;
+		goto err_put;
+	}
+	srq->srq = ibv_create_srq(srq->dev->pd, &attr);
+	if (!srq->srq) {
+		rc = errno ? -errno : -ENOMEM;
+		goto err_put;
+	}
+	/* The provider may round the depth up: every slot gets a request. */
+	srq->max_wr = attr.attr.max_wr > max_wr ? attr.attr.max_wr : max_wr;
+	srq->reqs = calloc(srq->max_wr, sizeof(*srq->reqs));
+	if (!srq->reqs) {
+		rc = -ENOMEM;
+		goto err_srq;
+	}
+	for (uint32_t i = 0; i < srq->max_wr; i++) {
+		srq->reqs[i].is_recv = true;
+		rr__list_add_tail(&srq->free_reqs, &srq->reqs[i].link);
+	}
+	rr__list_add_tail(&set->srqs, &srq->link);
+	*out = srq;
+	return 0;
+
+err_srq:
+	ibv_destroy_srq(srq->srq);
+err_put:
+	rr__device_put(srq->dev);
+err_free:
+	free(srq);
+	return rc;
+}
+
+int rr_srq_post_recv(rr_srq *srq, void *buf, uint32_t len, struct ibv_mr *mr, rr_req_cb cb,
+		     void *data)
+{
+	struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = len, .lkey = mr ? mr->lkey : 0};
+	struct ibv_recv_wr wr = {.sg_list = &sge, .num_sge = 1}, *bad;
+	struct rr__req *req;
+	int rc;
+
+	if (!srq || !cb || srq->destroy_pending)
+		return -EINVAL;
+	rc = check_buf(mr, buf, len);
+	if (rc)
+		return rc;
+	if (srq->dev->dead)
+		return -ENODEV;
+	if (rr__list_empty(&srq->free_reqs))
+		return -ENOBUFS;
+	req = rr__container_of(srq->free_reqs.next, struct rr__req, link);
+	wr.wr_id = (uintptr_t)req;
+	rc = ibv_post_srq_recv(srq->srq, &wr, &bad);
+	if (rc)
+		return rc > 0 ? -rc : -EIO; /* a failed post never calls back */
+	rr__list_del(&req->link);
+	req->cb = cb;
+	req->data = data;
+	rr__list_add_tail(&srq->outstanding, &req->link);
+	return 0;
+}
+
+int rr_srq_destroy(rr_srq *srq)
+{
+	if (!srq || srq->destroy_pending)
+		return 0;
+	if (srq->users)
+		return -EBUSY;
+	srq->destroy_pending = true;
+	rr__list_del(&srq->link);
+	ibv_destroy_srq(srq->srq);
+	srq->srq = NULL;
+	srq->in_callback++;
+	while (!rr__list_empty(&srq->outstanding))
+		srq_complete(srq, rr__container_of(srq->outstanding.next, struct rr__req, link),
+			     NULL, NULL);
+	srq->in_callback--;
+	rr__device_put(srq->dev);
+	srq->dev = NULL;
+	if (!srq->in_callback)
+		srq_free(srq);
+	return 0;
+}
+
+rr_srq *rr_ep_srq(rr_ep *ep)
+{
+	return ep ? ep->srq : NULL;
+}
+
+static void srqs_fini(struct rr__eps *set)
+{
+	while (!rr__list_empty(&set->srqs)) {
+		struct rr_srq *srq = rr__container_of(set->srqs.next, struct rr_srq, link);
+
+		srq->users = 0; /* its endpoints are gone */
+		rr_srq_destroy(srq);
 	}
 }

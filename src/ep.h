@@ -117,7 +117,7 @@ struct rr_ep {
 	void *group_accept_data;
 };
 
-/* A shared receive queue (srq.c): receives posted once, taken by whichever
+/* A shared receive queue: receives posted once, taken by whichever
  * QP of the bridge on its device receives first. */
 struct rr_srq {
 	struct rr__eps *set;
@@ -133,19 +133,7 @@ struct rr_srq {
 	struct rr__list link; /* set->srqs */
 };
 
-/* The bridge's SRQ on dev, or NULL. */
-struct rr_srq *rr__srq_find(struct rr__eps *set, struct rr__device *dev);
-/* The outstanding SRQ receive a work completion is for, or NULL. */
-struct rr__req *rr__srq_req_of_wc(struct rr_srq *srq, const struct ibv_wc *wc);
-/* Its one completion: for @ep, or NULL once its QP is gone. */
-void rr__srq_complete(struct rr_srq *srq, struct rr__req *req, rr_ep *ep, const struct ibv_wc *wc);
-/* Teardown, after the endpoints: every SRQ left, its receives flushed. */
-void rr__srqs_fini(struct rr__eps *set);
 int rr__srq_create(struct rr__eps *set, struct ibv_context *ctx, uint32_t max_wr, rr_srq **out);
-/* A buffer inside the MR; 0 or -EINVAL. */
-int rr__check_buf(struct ibv_mr *mr, const void *buf, size_t len);
-/* The completion a work completion (NULL: a flush of the library's) reports. */
-void rr__fill_completion(struct rr_completion *c, const struct ibv_wc *wc);
 
 void rr__eps_init(struct rr__eps *set, struct rr__ring *ring, struct rr__cqs *cqs,
 		  struct rr__devices *devs);
