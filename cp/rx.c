@@ -830,7 +830,10 @@ static int post_recv(struct rx *r, uint8_t *buf)
 
 	if (!rc)
 		r->recvs_posted++;
-	return rc;
+	/* -ENOTCONN: the connection is ending, and what arrived before the
+	 * end is being handed out first (a sender's ABORT may be next);
+	 * on_disconnect follows and says how it ended. */
+	return rc == -ENOTCONN ? 0 : rc;
 }
 
 static void recv_done(rr_ep *ep, const struct rr_completion *c, void *data)

@@ -520,7 +520,9 @@ static void recv_done(rr_ep *ep, const struct rr_completion *c, void *data)
 	if (t->state == TX_CLOSING || t->down)
 		return;
 	rc = rr_ep_post_recv(ep, buf, CP_MSG_MAX, t->ctl_mr, recv_done, buf);
-	if (rc)
+	/* -ENOTCONN: the connection is ending and what came before the end
+	 * is being handed out; on_disconnect follows and says how it ended. */
+	if (rc && rc != -ENOTCONN)
 		tx_fail(t, CP_EXIT_NET, 0, "cannot repost a receive: %s", strerror(-rc));
 }
 
