@@ -89,7 +89,7 @@ static void pending_dropped(rr_ep *ep)
 
 /* A request placed on a group, on its way there. */
 struct rr__handoff {
-	struct rr__handoff *next;
+	struct rr__inbox_node node; /* on the group's cm->inbox */
 	struct rdma_cm_id *id;
 	struct rdma_conn_param req; /* its private data: peer[] */
 	struct rr_ep_opts opts;	    /* its private data: pdata[] */
@@ -156,9 +156,7 @@ static void place(rr_listener *l, rr_ep *ep, struct rdma_cm_id *id,
 	ep->id = NULL;
 	rr_ep_destroy(ep);
 	atomic_fetch_add(&g->cm->conns, 1);
-	h->next = atomic_load(&g->cm->inbox);
-	while (!atomic_compare_exchange_weak(&g->cm->inbox, &h->next, h)) {
-	}
+	rr__inbox_push(&g->cm->inbox, &h->node);
 	rr__ring_peer_ring(l->cm->ring, g->peer);
 }
 
@@ -278,35 +276,19 @@ drop:
 	rr_ep_destroy(ep);
 }
 
-/* Take every request placed here, oldest first. */
-static struct rr__handoff *take_inbox(struct rr__cm *cm)
-{
-	struct rr__handoff *h = atomic_exchange(&cm->inbox, NULL), *old = NULL;
-
-	while (h) {
-		struct rr__handoff *next = h->next;
-
-		h->next = old;
-		old = h;
-		h = next;
-	}
-	return old;
-}
-
 static void inbox_ready(void *ctx)
 {
 	struct rr__cm *cm = ctx;
-	struct rr__handoff *h = take_inbox(cm);
+	struct rr__inbox_node *n = rr__inbox_take(&cm->inbox);
 
-	while (h) {
-		struct rr__handoff *next = h->next;
+	while (n) {
+		struct rr__handoff *h = rr__container_of(n, struct rr__handoff, node);
 
+		n = n->next;
 		adopt(cm, h);
 		free(h);
-		h = next;
 	}
 }
-
 int rr__cm_group_open(struct rr__cm *cm)
 {
 	int rc = rr__ring_bell_open(cm->ring, inbox_ready, cm);

@@ -28,7 +28,7 @@ struct rr__cm {
 	/* As a group: connection requests listeners on other threads placed
 	 * here, pushed by them, taken by this thread when its bell rings. */
 	bool group;
-	_Atomic(struct rr__handoff *) inbox;
+	rr__inbox inbox;   /* of struct rr__handoff */
 	atomic_uint conns; /* placed here and not yet destroyed */
 };
 

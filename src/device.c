@@ -27,7 +27,7 @@ struct shared_dev {
 
 /* An async event on its way to another bridge's device. */
 struct rr__async_msg {
-	struct rr__async_msg *next;
+	struct rr__inbox_node node; /* on the device's inbox */
 	struct ibv_async_event ev;
 };
 
@@ -78,13 +78,19 @@ static void shared_put(struct shared_dev *s)
 	pthread_mutex_unlock(&shared_lock);
 }
 
-static void free_msgs(struct rr__async_msg *m)
+/* Each event left in the inbox, oldest first, to fn (if any), then freed. */
+static void take_msgs(struct rr__device *dev,
+		      void (*fn)(struct rr__device *dev, const struct ibv_async_event *ev))
 {
-	while (m) {
-		struct rr__async_msg *next = m->next;
+	struct rr__inbox_node *n = rr__inbox_take(&dev->inbox);
 
+	while (n) {
+		struct rr__async_msg *m = rr__container_of(n, struct rr__async_msg, node);
+
+		n = n->next;
+		if (fn)
+			fn(dev, &m->ev);
 		free(m);
-		m = next;
 	}
 }
 
@@ -104,7 +110,7 @@ static void device_free(struct rr__device *dev)
 	pthread_mutex_lock(&shared_lock);
 	rr__list_del(&dev->peer_link);
 	pthread_mutex_unlock(&shared_lock);
-	free_msgs(atomic_exchange(&dev->inbox, NULL));
+	take_msgs(dev, NULL);
 	rr__list_del(&dev->link);
 	rr__poll_close(dev->set->ring, dev->async_slot);
 	dev->channel->ncqs = 0;
@@ -162,9 +168,7 @@ static void forward(struct rr__device *dev, const struct ibv_async_event *ev)
 		if (!m)
 			continue; /* that group misses it: no worse than before */
 		m->ev = *ev;
-		m->next = atomic_load(&to->inbox);
-		while (!atomic_compare_exchange_weak(&to->inbox, &m->next, m)) {
-		}
+		rr__inbox_push(&to->inbox, &m->node);
 		rr__ring_peer_ring(dev->set->ring, peer);
 	}
 	pthread_mutex_unlock(&shared_lock);
@@ -203,23 +207,9 @@ static void devices_bell(void *ctx)
 
 	while (l != &set->devices) {
 		struct rr__device *dev = rr__container_of(l, struct rr__device, link);
-		struct rr__async_msg *m = atomic_exchange(&dev->inbox, NULL), *old = NULL;
 
-		while (m) { /* oldest first */
-			struct rr__async_msg *next = m->next;
-
-			m->next = old;
-			old = m;
-			m = next;
-		}
 		dev->refs++;
-		while (old) {
-			struct rr__async_msg *next = old->next;
-
-			handle_async(dev, &old->ev);
-			free(old);
-			old = next;
-		}
+		take_msgs(dev, handle_async);
 		l = l->next;
 		rr__device_put(dev); /* may free it: l is read first */
 	}

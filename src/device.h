@@ -32,7 +32,6 @@ struct rr__devices {
 };
 
 struct shared_dev;
-struct rr__async_msg;
 
 struct rr__device {
 	struct rr__list link;
@@ -41,8 +40,8 @@ struct rr__device {
 	struct ibv_pd *pd;   /* the process's PD of ctx, counted */
 	rr_channel *channel; /* shared completion channel */
 	struct shared_dev *shared;
-	struct rr__list peer_link;	       /* shared->devs */
-	_Atomic(struct rr__async_msg *) inbox; /* events others read for us */
+	struct rr__list peer_link; /* shared->devs */
+	rr__inbox inbox;	   /* events others read for us (struct rr__async_msg) */
 	uint32_t async_slot;
 	unsigned int refs;
 	bool dead;			  /* DEVICE_FATAL or removal seen */
