@@ -160,6 +160,9 @@ const char *op_name(enum op o);
 int op_parse(const char *name, enum op *out);
 
 /* conn.c: rdma_cm connections on one CQ the strategy waits on. */
+/* The bench's ring: the cheapest task_work mode the kernel has; its
+ * flags in *flags (may be NULL). 0 or -errno. */
+int bench_ring_init(struct io_uring *ring, unsigned int *flags);
 int side_listen(struct bside *s, const char *addr, uint16_t port, uint16_t *bound);
 int side_accept(struct bside *s, struct bench_cfg *cfg, unsigned int timeout_s);
 int side_connect(struct bside *s, const struct bench_cfg *cfg, unsigned int retry_s);

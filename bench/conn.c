@@ -76,8 +76,8 @@ static void on_bridge_wc(rr_cq *cq, const struct ibv_wc *wc, void *data)
 
 /* io_uring for the bridge: the cheapest task_work mode the kernel has,
  * with TASKRUN_FLAG so a spinning pass enters the kernel only when the
- * kernel has completions to run. */
-static int ring_init(struct bside *s)
+ * kernel has completions to run (RR_BENCH_RING_FLAGS: these flags only). */
+int bench_ring_init(struct io_uring *ring, unsigned int *flags)
 {
 	static const unsigned int tries[] = {
 		IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_TASKRUN_FLAG,
@@ -88,15 +88,23 @@ static int ring_init(struct bside *s)
 	for (unsigned int i = 0; i < 3; i++) {
 		unsigned int fl = env ? (unsigned int)strtoul(env, NULL, 0) : tries[i];
 
-		rc = io_uring_queue_init(256, &s->ring, fl);
+		rc = io_uring_queue_init(256, ring, fl);
 		if (!rc) {
-			s->ring_flags = fl;
-			s->ring_ready = true;
+			if (flags)
+				*flags = fl;
 			return 0;
 		}
 		if (env)
 			break;
 	}
+	return rc;
+}
+
+static int ring_init(struct bside *s)
+{
+	int rc = bench_ring_init(&s->ring, &s->ring_flags);
+
+	s->ring_ready = !rc;
 	return rc;
 }
 

@@ -301,24 +301,6 @@ static int on_request(rr_listener *l, rr_ep *ep, const void *pdata, size_t len, 
 	return 0;
 }
 
-/* The ring flags of conn.c's ring_init(): the cheapest task_work mode. */
-static int ring_setup(struct io_uring *ring)
-{
-	static const unsigned int tries[] = {
-		IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_TASKRUN_FLAG,
-		IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG, 0};
-	const char *env = getenv("RR_BENCH_RING_FLAGS");
-	int rc = -EINVAL;
-
-	for (unsigned int i = 0; i < 3; i++) {
-		rc = io_uring_queue_init(256, ring,
-					 env ? (unsigned int)strtoul(env, NULL, 0) : tries[i]);
-		if (!rc || env)
-			break;
-	}
-	return rc;
-}
-
 static void group_stats(struct group *g)
 {
 	struct rr_bridge_stats st;
@@ -338,7 +320,7 @@ static void *group_main(void *arg)
 	g->tid = (int)syscall(SYS_gettid);
 	/* Its ring is made here: a SINGLE_ISSUER ring belongs to the thread
 	 * that created it. */
-	rc = ring_setup(&g->ring);
+	rc = bench_ring_init(&g->ring, NULL);
 	if (!rc) {
 		rc = rr_bridge_create(&g->b, &g->ring, &bo);
 		if (rc)
@@ -418,7 +400,7 @@ static int setup(const struct bench_cfg *known, const char *addr, int port_fd)
 	uint16_t port;
 	int rc;
 
-	rc = ring_setup(&SV->ring);
+	rc = bench_ring_init(&SV->ring, NULL);
 	if (rc)
 		return rc;
 	SV->ring_ready = true;
