@@ -10,13 +10,26 @@
  * between the last poll and the arm raised no event and would otherwise be
  * stranded until the next one.
  *
+ * Where the provider needs no call per event (its cq_event op is empty, as
+ * on rxe and siw) and the ring's task work runs on our thread (not SQPOLL),
+ * the channel is read through the ring instead: an IORING_OP_READ of one
+ * event at a time, so the CQE names the CQ and no read(2) is made — a
+ * wake-up costs the io_uring_enter the loop makes anyway and the arm.
+ * The one subtlety: a READ may hold an event the kernel counts as read
+ * before its CQE reaches us; a CQ's destroy settles the READ and counts
+ * such an event, or ibv_destroy_cq() would wait for its ack forever.
+ *
  * CQs that must be polled without an event — busy mode, hybrid mode inside
  * its spin window, CQs cut short by the budget and CQs of a channel whose
  * poll failed — sit on the active list and are polled once per loop pass.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
+#include <string.h>
+
+#include <rdma/ib_user_verbs.h>
 
 #include "cq.h"
 
@@ -68,6 +81,16 @@ static void disarm(rr_cq *cq)
 }
 
 static void window_hit(rr_cq *cq);
+
+/* cq's event was read: it is no longer armed; ack in batches. */
+static void took_event(rr_cq *cq)
+{
+	cq->set->stats->cq_events++;
+	cq->unacked++;
+	disarm(cq);
+	if (cq->unacked >= cq->set->ack_batch)
+		ack(cq);
+}
 
 /* Hand out up to `budget` work completions; *more when the budget ran out. */
 static unsigned int cq_poll(rr_cq *cq, unsigned int budget, bool *more)
@@ -513,11 +536,7 @@ static void channel_ready(void *ctx, int revents)
 		}
 		rr_cq *cq = cctx;
 
-		set->stats->cq_events++;
-		cq->unacked++;
-		disarm(cq);
-		if (cq->unacked >= set->ack_batch)
-			ack(cq);
+		took_event(cq);
 		/* Queue it once; a CQ already on the active list is polled there. */
 		if (!cq->evented && !cq->active) {
 			cq->evented = true;
@@ -545,6 +564,76 @@ static void channel_ready(void *ctx, int revents)
 	}
 }
 
+/* One event read by the ring: its CQE names the CQ. */
+static void channel_event(void *ctx, int res, void *data)
+{
+	rr_channel *ch = ctx;
+	struct rr__cqs *set = ch->set;
+	struct ib_uverbs_comp_event_desc ev;
+	rr_cq *cq;
+
+	if (res == -EAGAIN) {
+		/* This kernel does not wait for the fd: poll and read it. */
+		ch->ring_reads = false;
+		ch->slot = RR__NO_SLOT;
+		if (!rr__poll_add(set->ring, ch->ch->fd, channel_ready, ch, &ch->slot))
+			return;
+	}
+	if (res == (int)sizeof(ev)) {
+		memcpy(&ev, data, sizeof(ev));
+		if (!ev.cq_handle)
+			return; /* claimed by the destroy of its CQ */
+		cq = ((struct ibv_cq *)(uintptr_t)ev.cq_handle)->cq_context;
+		took_event(cq);
+		if (!cq->active)
+			service(cq); /* an active CQ is polled on the pass */
+		return;
+	}
+	/* The device is gone (-EIO) or the read makes no sense: poll the
+	 * CQs instead, as for a failed read(2). */
+	if (res >= 0)
+		rr__poll_close(set->ring, ch->slot);
+	set->stats->poll_failures++;
+	channel_lost(ch);
+}
+
+/* A READ may hold cq's event, read by the kernel but not yet handed to us:
+ * count it as read (and poll the CQ, should the destroy fail). */
+static void claim_event(rr_cq *cq)
+{
+	struct ib_uverbs_comp_event_desc ev;
+	void *buf;
+
+	if (!cq->ch->ring_reads || !(buf = rr__read_settle(cq->set->ring, cq->ch->slot)))
+		return;
+	memcpy(&ev, buf, sizeof(ev));
+	if (ev.cq_handle != (uintptr_t)cq->cq)
+		return;
+	memset(buf, 0, sizeof(ev));
+	took_event(cq);
+	set_active(cq, true);
+	rr__ring_want_kick(cq->set->ring);
+}
+
+/*
+ * Must the provider see each event through ibv_get_cq_event()? mlx4, mlx5
+ * and others count arms in their cq_event op. libibverbs gives providers
+ * without one its own empty op, and the compatibility pointer in
+ * ibv_context_ops shows which: an op inside libibverbs.so itself (a shared
+ * object of its own, so no provider is linked into it) is that empty one.
+ */
+static bool counts_events(struct ibv_context *ctx)
+{
+	void *op = (void *)ctx->ops._compat_cq_event;
+	Dl_info mine, its;
+
+	if (!op)
+		return false;
+	if (!dladdr((void *)ibv_get_cq_event, &mine) || !dladdr(op, &its) || !mine.dli_fname)
+		return true;
+	return its.dli_fbase != mine.dli_fbase || !strstr(mine.dli_fname, "libibverbs.so");
+}
+
 int rr__channel_create(struct rr__cqs *set, struct ibv_context *ctx, rr_channel **out)
 {
 	rr_channel *ch;
@@ -564,7 +653,13 @@ int rr__channel_create(struct rr__cqs *set, struct ibv_context *ctx, rr_channel 
 	rc = rr__set_nonblock(ch->ch->fd);
 	if (rc)
 		goto err_channel;
-	rc = rr__poll_add(set->ring, ch->ch->fd, channel_ready, ch, &ch->slot);
+	ch->ring_reads =
+		set->ring_reads && !counts_events(ctx) && rr__ring_can_settle(set->ring);
+	if (ch->ring_reads)
+		rc = rr__read_add(set->ring, ch->ch->fd, sizeof(struct ib_uverbs_comp_event_desc),
+				  channel_event, ch, &ch->slot);
+	else
+		rc = rr__poll_add(set->ring, ch->ch->fd, channel_ready, ch, &ch->slot);
 	if (rc)
 		goto err_channel;
 	rr__list_add_tail(&set->channels, &ch->link);
@@ -668,6 +763,7 @@ int rr_cq_destroy(rr_cq *cq)
 	if (!cq || cq->destroy_deferred)
 		return 0;
 	/* Unacknowledged events would make ibv_destroy_cq() wait forever. */
+	claim_event(cq);
 	ack(cq);
 	rc = ibv_destroy_cq(cq->cq); /* returns the errno value */
 	if (rc)

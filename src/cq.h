@@ -15,6 +15,7 @@ struct rr__cqs {
 	struct rr__ring *ring;
 	struct rr_bridge_stats *stats;
 	unsigned int cq_batch, budget, ack_batch;
+	bool ring_reads; /* channels may be read through the ring (see cq.c) */
 	struct rr__list channels;
 	struct rr__list cqs;
 	struct rr__list active; /* CQs polled every pass */
@@ -28,6 +29,7 @@ struct rr_channel {
 	unsigned int narmed;   /* its CQs armed: the most events it can hold */
 	struct rr__list armed; /* those CQs */
 	bool deaf;	       /* its poll failed for good: its CQs are polled */
+	bool ring_reads;       /* slot is an IORING_OP_READ of its events */
 	struct rr__list link;
 };
 

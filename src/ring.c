@@ -4,6 +4,10 @@
  * rdma_cm event channel, device async fds) and every timer is one slot with
  * a POLL_ADD (or TIMEOUT) in the application's ring.
  *
+ * A read slot keeps one IORING_OP_READ of its fd in flight instead: the
+ * kernel polls the fd and reads it, so readiness and data arrive in one
+ * CQE and no read(2) is made. It is submitted again after each CQE.
+ *
  * Multishot polls stay armed across CQEs; a CQE without IORING_CQE_F_MORE
  * means the kernel ended the poll (CQ overflow, cancellation, error) and the
  * slot is armed again unless it is closing. Single-shot polls (old kernels,
@@ -21,6 +25,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -36,6 +41,7 @@ struct rr__poll {
 	uint32_t gen;
 	bool in_use;
 	bool is_timer;
+	bool is_read;
 	bool armed;		      /* its POLL_ADD/TIMEOUT is in the SQ or the kernel */
 	bool closing;		      /* freed at the terminal CQE */
 	bool queued;		      /* on the owed queue (entries may be stale: see want) */
@@ -43,6 +49,9 @@ struct rr__poll {
 	unsigned int errors;	      /* consecutive failed polls */
 	struct __kernel_timespec *ts; /* timers: heap, the table may move */
 	rr__poll_fn fn;
+	rr__read_fn rfn;	      /* read slots */
+	uint8_t *buf;		      /* read slots: heap, the kernel writes it */
+	uint32_t len;
 	void *ctx;
 	uint32_t next_free;
 	uint32_t next_owed;
@@ -84,7 +93,8 @@ int rr__ring_init(struct rr__ring *r, struct io_uring *io, bool multishot,
 			       .bell_ring_fd = -1,
 			       .bell_efd = -1,
 			       .bell_slot = RR__NO_SLOT,
-			       .msg_ring = -1};
+			       .msg_ring = -1,
+			       .sync_cancel = -1};
 	return 0;
 }
 
@@ -170,8 +180,13 @@ void rr__ring_fini(struct rr__ring *r)
 		close(r->bell_efd);
 	}
 	r->bell_efd = -1;
-	for (uint32_t i = 0; i < r->nslots; i++)
+	for (uint32_t i = 0; i < r->nslots; i++) {
 		free(r->slots[i].ts);
+		/* A READ the teardown gave up waiting for may still write
+		 * its buffer: leave that one to the kernel. */
+		if (!r->slots[i].armed)
+			free(r->slots[i].buf);
+	}
 	free(r->slots);
 	r->slots = NULL;
 	r->nslots = 0;
@@ -237,6 +252,10 @@ static void release(struct rr__ring *r, uint32_t idx)
 
 	free(p->ts);
 	p->ts = NULL;
+	free(p->buf);
+	p->buf = NULL;
+	p->is_read = false;
+	p->rfn = NULL;
 	p->is_timer = false;
 	p->in_use = false;
 	p->armed = false;
@@ -286,6 +305,71 @@ int rr__timer_add(struct rr__ring *r, unsigned int ms, rr__poll_fn fn, void *ctx
 	*slot_out = idx;
 	rr__ring_flush(r);
 	return 0;
+}
+
+int rr__read_add(struct rr__ring *r, int fd, uint32_t len, rr__read_fn fn, void *ctx,
+		 uint32_t *slot_out)
+{
+	uint8_t *buf;
+	uint32_t idx;
+	int rc;
+
+	if (!len || len > RR__READ_MAX)
+		return -EINVAL;
+	buf = calloc(1, RR__READ_MAX);
+	if (!buf)
+		return -ENOMEM;
+	if (r->free_slot == RR__NO_SLOT && (rc = grow(r))) {
+		free(buf);
+		return rc;
+	}
+	idx = take_slot(r, NULL, ctx, fd);
+	r->slots[idx].is_read = true;
+	r->slots[idx].rfn = fn;
+	r->slots[idx].buf = buf;
+	r->slots[idx].len = len;
+	owe(r, idx, WANT_ARM);
+	*slot_out = idx;
+	rr__ring_flush(r);
+	return 0;
+}
+
+static int sync_cancel(struct rr__ring *r, uint64_t ud)
+{
+	struct io_uring_sync_cancel_reg reg = {.addr = ud, .fd = -1};
+
+	/* Generous: it waits only for task work already queued to run. */
+	reg.timeout.tv_sec = 2;
+	return io_uring_register_sync_cancel(r->io, &reg);
+}
+
+bool rr__ring_can_settle(struct rr__ring *r)
+{
+	if (r->sync_cancel < 0) {
+		/* Nothing carries this user_data: a kernel that has the
+		 * call says -ENOENT. */
+		uint64_t none = rr__ud(RR__UD_CANCEL, r->inst, 0, RR__MAX_SLOTS - 1);
+
+		r->sync_cancel = sync_cancel(r, none) == -ENOENT;
+	}
+	return r->sync_cancel > 0;
+}
+
+void *rr__read_settle(struct rr__ring *r, uint32_t idx)
+{
+	struct rr__poll *p;
+
+	if (idx >= r->nslots || !r->slots[idx].in_use || !r->slots[idx].is_read)
+		return NULL;
+	p = &r->slots[idx];
+	if (!p->armed)
+		return NULL; /* its last CQE was handled: nothing in flight */
+	/* Cancelled, not found (completed, or not submitted yet: it then
+	 * reads only after the caller's next syscalls), or it gave up: in
+	 * every case the READ cannot complete before the caller's next
+	 * syscall, on this thread, runs its task work. */
+	sync_cancel(r, rr__ud(RR__UD_POLL, r->inst, p->gen, idx));
+	return p->buf;
 }
 
 void rr__poll_close(struct rr__ring *r, uint32_t idx)
@@ -347,15 +431,21 @@ static void prep(struct rr__ring *r, struct io_uring_sqe *sqe, uint32_t idx, uin
 	if (what == WANT_CANCEL) {
 		if (p->is_timer)
 			io_uring_prep_timeout_remove(sqe, self, 0);
+		else if (p->is_read)
+			io_uring_prep_cancel64(sqe, self, 0);
 		else
 			io_uring_prep_poll_remove(sqe, self);
 		io_uring_sqe_set_data64(sqe, rr__ud(RR__UD_CANCEL, r->inst, p->gen, idx));
 		r->cancels++;
 		return;
 	}
-	if (p->is_timer)
+	if (p->is_timer) {
 		io_uring_prep_timeout(sqe, p->ts, 0, 0);
-	else if (r->multishot)
+	} else if (p->is_read) {
+		/* Zero: what a settle finds there was read by this READ. */
+		memset(p->buf, 0, RR__READ_MAX);
+		io_uring_prep_read(sqe, p->fd, p->buf, p->len, (uint64_t)-1);
+	} else if (r->multishot)
 		io_uring_prep_poll_multishot(sqe, p->fd, POLLIN);
 	else
 		io_uring_prep_poll_add(sqe, p->fd, POLLIN);
@@ -481,6 +571,34 @@ static void cancel_cqe(struct rr__ring *r, uint32_t idx, const struct io_uring_c
 	owe(r, idx, WANT_CANCEL);
 }
 
+static void read_cqe(struct rr__ring *r, uint32_t idx, const struct io_uring_cqe *cqe)
+{
+	struct rr__poll *p = &r->slots[idx];
+	rr__read_fn fn = p->rfn;
+	void *ctx = p->ctx;
+
+	if (cqe->res >= 0) {
+		fn(ctx, cqe->res, p->buf);
+		p = &r->slots[idx]; /* the handler may have moved the table */
+		if (p->in_use && p->is_read)
+			memset(p->buf, 0, RR__READ_MAX); /* handed out: not a settle's */
+	} else if (cqe->res != -ECANCELED && cqe->res != -EINTR) {
+		/* -EAGAIN here means this kernel does not wait for the fd:
+		 * re-submitting would spin. The owner picks another way. */
+		release(r, idx);
+		fn(ctx, cqe->res, NULL);
+		return;
+	}
+	if (!p->in_use || p->armed || (p->want & WANT_ARM))
+		return;
+	if (p->closing) {
+		release(r, idx);
+		return;
+	}
+	r->stats->rearms++;
+	owe(r, idx, WANT_ARM);
+}
+
 static void poll_cqe(struct rr__ring *r, uint32_t idx, const struct io_uring_cqe *cqe)
 {
 	struct rr__poll *p = &r->slots[idx];
@@ -500,6 +618,10 @@ static void poll_cqe(struct rr__ring *r, uint32_t idx, const struct io_uring_cqe
 		ctx = p->ctx;
 		release(r, idx);
 		fn(ctx, cqe->res == -ETIME ? -ETIME : cqe->res);
+		return;
+	}
+	if (p->is_read) {
+		read_cqe(r, idx, cqe);
 		return;
 	}
 	if (cqe->res >= 0) {

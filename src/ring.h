@@ -19,8 +19,8 @@
  * slot's current use from its earlier ones.
  */
 enum rr__ud_kind {
-	RR__UD_POLL = 1,     /* a slot's POLL_ADD or TIMEOUT */
-	RR__UD_CANCEL = 2,   /* the POLL_REMOVE / TIMEOUT_REMOVE of a slot */
+	RR__UD_POLL = 1,     /* a slot's POLL_ADD, TIMEOUT or READ */
+	RR__UD_CANCEL = 2,   /* the POLL_REMOVE / TIMEOUT_REMOVE / ASYNC_CANCEL of a slot */
 	RR__UD_KICK = 3,     /* NOP: come back for busy/hybrid/backlogged CQs */
 	RR__UD_MSG = 4,	     /* another thread rang this ring's bell (MSG_RING) */
 	RR__UD_MSG_SENT = 5, /* our MSG_RING SQE completed; slot = the peer */
@@ -61,6 +61,9 @@ static inline uint32_t rr__ud_slot(uint64_t ud)
  * alive (the slot is then gone). Must drain the fd: polls may be
  * edge-like. */
 typedef void (*rr__poll_fn)(void *ctx, int revents);
+/* A read slot's result: res bytes of data (res >= 0), or a negative errno
+ * after which the slot is gone (data NULL). data is valid during the call. */
+typedef void (*rr__read_fn)(void *ctx, int res, void *data);
 
 struct rr__poll;
 
@@ -104,6 +107,7 @@ struct rr__ring {
 	} bell_fns[RR__BELL_FNS];
 	/* Bells of other rings this one rings, and MSG_RINGs owed to them. */
 	int msg_ring; /* MSG_RING: -1 not probed yet, 0 absent or refused, 1 works */
+	int sync_cancel; /* IORING_REGISTER_SYNC_CANCEL: -1 not probed, 0 no, 1 yes */
 	struct rr__peer *peers;
 	uint32_t npeers;
 	uint32_t *msgs; /* peers owing a MSG_RING SQE, each once */
@@ -121,7 +125,29 @@ int rr__poll_add(struct rr__ring *r, int fd, rr__poll_fn fn, void *ctx, uint32_t
 /* A one-shot timer: fn(ctx, -ETIME) after ms, never after rr__poll_close(). */
 int rr__timer_add(struct rr__ring *r, unsigned int ms, rr__poll_fn fn, void *ctx,
 		  uint32_t *slot_out);
-/* Stop a poll or timer; its fn is never called again. RR__NO_SLOT is fine. */
+/*
+ * Read fd through the ring: an IORING_OP_READ of len bytes (at most
+ * RR__READ_MAX) into a buffer the slot owns, submitted again after each
+ * result, so a readable fd costs no read(2) of ours. The fd must be
+ * pollable and O_NONBLOCK (io_uring then waits by polling it). Only for
+ * rings whose task work runs on the owner's thread (not SQPOLL): see
+ * rr__read_settle().
+ */
+#define RR__READ_MAX 16
+int rr__read_add(struct rr__ring *r, int fd, uint32_t len, rr__read_fn fn, void *ctx,
+		 uint32_t *slot_out);
+/*
+ * Make a read slot's buffer final: cancel its READ at once (a synchronous
+ * cancel, one syscall) unless it completed already. Returns the buffer
+ * holding what a completed READ read and whose CQE is not handled yet
+ * (zero bytes if none), or NULL when nothing is in flight. The caller may
+ * claim the data by zeroing it; the CQE then brings zeros. The READ is
+ * submitted again after its CQE.
+ */
+void *rr__read_settle(struct rr__ring *r, uint32_t slot);
+/* Can rr__read_settle() work on this ring (kernel 6.0+)? Probed once. */
+bool rr__ring_can_settle(struct rr__ring *r);
+/* Stop a poll, timer or read; its fn is never called again. RR__NO_SLOT is fine. */
 void rr__poll_close(struct rr__ring *r, uint32_t slot);
 
 /* Handle a CQE carrying this ring's tag: the kind handled, or 0 for a

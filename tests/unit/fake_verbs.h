@@ -4,6 +4,11 @@
  * channel is a pipe (one byte per event, so the fd is readable exactly while
  * events are pending, like the real one), a CQ is a queue of fake work
  * completions that raises an event when it is armed, as hardware does.
+ *
+ * fake_ctx's provider has a cq_event op (as mlx5's), so the library reads
+ * its channels with ibv_get_cq_event(). fake_ctx_rr's has none (as rxe's):
+ * its channels carry what the kernel's do, one 8-byte CQ handle per event,
+ * and the library may read them through the ring.
  */
 #ifndef RR_TESTS_FAKE_VERBS_H
 #define RR_TESTS_FAKE_VERBS_H
@@ -37,12 +42,13 @@ struct fake_channel {
 	struct ibv_comp_channel ch; /* first */
 	int wfd;
 	int fail_errno; /* reads fail with this while events wait (0: no) */
+	bool handles;	/* fake_ctx_rr's: the pipe carries CQ handles */
 	struct fake_cq *fired[FAKE_MAX_WC];
 	unsigned int head, tail;
 };
 
-/* The device context whose ops the fakes provide. */
-extern struct ibv_context fake_ctx;
+/* The device contexts whose ops the fakes provide. */
+extern struct ibv_context fake_ctx, fake_ctx_rr;
 
 /* Unacknowledged events found by the last ibv_destroy_cq() (should be 0). */
 extern unsigned int fake_unacked_at_destroy;

@@ -82,7 +82,8 @@ static void init_ring(struct io_uring *ring, unsigned int entries)
 	cr_assert_eq(rc, 0);
 }
 
-static void setup_fx(struct fixture *f, const struct rr_bridge_opts *o, enum rr_wait_mode mode)
+static void setup_on(struct fixture *f, const struct rr_bridge_opts *o, enum rr_wait_mode mode,
+		     struct ibv_context *ctx)
 {
 	struct rr_bridge_opts opts = o ? *o : (struct rr_bridge_opts){0};
 	/* A spin window wide enough for valgrind's pace. */
@@ -93,11 +94,17 @@ static void setup_fx(struct fixture *f, const struct rr_bridge_opts *o, enum rr_
 		opts.on_app_cqe = on_app;
 	init_ring(&f->ring, 64);
 	cr_assert_eq(rr_bridge_create(&f->b, &f->ring, &opts), 0);
-	cr_assert_eq(rr_channel_create(f->b, &fake_ctx, &f->ch), 0);
+	cr_assert_eq(rr_channel_create(f->b, ctx, &f->ch), 0);
 	for (int i = 0; i < 2; i++) {
 		co.data = (void *)(uintptr_t)i;
-		cr_assert_eq(rr_cq_create(f->b, f->ch, &fake_ctx, &co, &f->cq[i]), 0);
+		cr_assert_eq(rr_cq_create(f->b, f->ch, ctx, &co, &f->cq[i]), 0);
 	}
+}
+
+/* On fake_ctx: channels read with ibv_get_cq_event(). */
+static void setup_fx(struct fixture *f, const struct rr_bridge_opts *o, enum rr_wait_mode mode)
+{
+	setup_on(f, o, mode, &fake_ctx);
 }
 
 static struct fake_cq *fcq(struct fixture *f, int i)
@@ -849,4 +856,115 @@ Test(teardown, cancel_of_a_firing_poll_is_asked_again)
 	cr_assert_geq(st.cancel_retries, 1, "the cancel met a firing poll and was asked again");
 	cr_assert_eq(rr_bridge_destroy(b), 0);
 	io_uring_queue_exit(&ring);
+}
+
+/* ---- channels read through the ring (fake_ctx_rr: no cq_event op) ---- */
+
+static bool sqpoll(void)
+{
+	return ring_flags() & IORING_SETUP_SQPOLL;
+}
+
+Test(ring_read, events_arrive_in_cqes_without_a_read)
+{
+	struct rr_bridge_stats st;
+	struct fixture f;
+	unsigned int reads0;
+
+	setup_on(&f, NULL, RR_WAIT_EVENT, &fake_ctx_rr);
+	reads0 = fake_event_reads;
+	for (unsigned int i = 0; i < 40; i++) {
+		fake_complete(fcq(&f, (int)(i % 2)), 1, i);
+		pass_until(&f, &L.n, i + 1);
+	}
+	cr_assert_eq(L.n, 40);
+	for (unsigned int i = 0; i < 40; i++)
+		cr_assert_eq(L.id[i], i, "completion %u out of order", i);
+	rr_bridge_get_stats(f.b, &st);
+	cr_assert_eq(st.cq_events, fcq(&f, 0)->events + fcq(&f, 1)->events);
+	if (sqpoll())
+		cr_assert_gt(fake_event_reads - reads0, 0, "SQPOLL rings read with read(2)");
+	else
+		cr_assert_eq(fake_event_reads - reads0, 0, "%u read(2)s of the channel",
+			     fake_event_reads - reads0);
+	teardown_fx(&f);
+}
+
+/* Until a CQE of the channel is in the CQ ring, unhandled. */
+static void complete_unhandled(struct fixture *f)
+{
+	uint64_t ud = channel_ud(f);
+
+	for (int i = 0; i < 2000; i++) {
+		struct io_uring_cqe *cqe;
+		unsigned int head;
+
+		io_uring_submit_and_get_events(&f->ring);
+		io_uring_for_each_cqe(&f->ring, head, cqe)
+			if (cqe->user_data == ud)
+				return;
+		usleep(500);
+	}
+	cr_assert_fail("the channel's CQE never came");
+}
+
+Test(ring_read, destroy_counts_an_event_read_but_not_handed_out)
+{
+	struct fixture f;
+
+	setup_on(&f, NULL, RR_WAIT_EVENT, &fake_ctx_rr);
+	pass(&f, 2); /* the READ (or poll) is in the kernel */
+	fake_complete(fcq(&f, 0), 1, 7);
+	/* The kernel reads the event; its CQE waits in the ring. */
+	complete_unhandled(&f);
+	cr_assert_eq(rr_cq_destroy(f.cq[0]), 0);
+	cr_assert_eq(fake_unacked_at_destroy, 0,
+		     "the event the ring read was not acknowledged: ibv_destroy_cq() would wait");
+	/* The CQE comes now, claimed: the other CQ is still heard. */
+	pass(&f, 3);
+	fake_complete(fcq(&f, 1), 1, 9);
+	pass_until(&f, &L.wcs[1], 1);
+	cr_assert_eq(L.wcs[1], 1);
+	cr_assert_eq(L.wcs[0], 0);
+	teardown_fx(&f);
+}
+
+Test(ring_read, the_flag_keeps_read_syscalls)
+{
+	struct rr_bridge_opts o = {.flags = RR_BRIDGE_NO_RING_READ};
+	struct fixture f;
+	unsigned int reads0;
+
+	setup_on(&f, &o, RR_WAIT_EVENT, &fake_ctx_rr);
+	reads0 = fake_event_reads;
+	for (unsigned int i = 0; i < 10; i++) {
+		fake_complete(fcq(&f, 0), 1, i);
+		pass_until(&f, &L.wcs[0], i + 1);
+	}
+	cr_assert_eq(L.wcs[0], 10);
+	cr_assert_geq(fake_event_reads - reads0, 10);
+	teardown_fx(&f);
+}
+
+Test(ring_read, a_channel_that_ends_is_polled_around)
+{
+	struct rr_bridge_stats st;
+	struct fake_channel *ch;
+	struct fixture f;
+
+	if (sqpoll())
+		cr_skip_test("SQPOLL rings read channels with read(2)");
+	setup_on(&f, NULL, RR_WAIT_EVENT, &fake_ctx_rr);
+	pass(&f, 2);
+	/* The READ finds the end of the file: no event can come again. */
+	ch = (struct fake_channel *)f.ch->ch;
+	close(ch->wfd);
+	ch->wfd = -1;
+	pass(&f, 2);
+	fake_complete(fcq(&f, 0), 1, 5);
+	pass_until(&f, &L.wcs[0], 1);
+	cr_assert_eq(L.wcs[0], 1, "a CQ of the ended channel went deaf");
+	rr_bridge_get_stats(f.b, &st);
+	cr_assert_geq(st.poll_failures, 1);
+	teardown_fx(&f);
 }
