@@ -310,10 +310,15 @@ static void group_stats(struct group *g)
 	atomic_store_explicit(&g->wakeups, st.cq_events, memory_order_relaxed);
 }
 
+static unsigned int bridge_flags(void)
+{
+	return SV->cfg.no_ring_read ? RR_BRIDGE_NO_RING_READ : 0;
+}
+
 static void *group_main(void *arg)
 {
 	struct group *g = arg;
-	struct rr_bridge_opts bo = {.flags = RR_BRIDGE_GROUP};
+	struct rr_bridge_opts bo = {.flags = RR_BRIDGE_GROUP | bridge_flags()};
 	int rc;
 
 	cur_group = g;
@@ -397,6 +402,7 @@ static int setup(const struct bench_cfg *known, const char *addr, int port_fd)
 				.signal_every = c->signal_every,
 				.on_qp_ready = on_qp_ready,
 				.on_disconnect = on_down};
+	struct rr_bridge_opts bo = {.flags = bridge_flags()};
 	uint16_t port;
 	int rc;
 
@@ -404,7 +410,7 @@ static int setup(const struct bench_cfg *known, const char *addr, int port_fd)
 	if (rc)
 		return rc;
 	SV->ring_ready = true;
-	rc = rr_bridge_create(&SV->b, &SV->ring, NULL);
+	rc = rr_bridge_create(&SV->b, &SV->ring, &bo);
 	if (!rc)
 		rc = rr_listen(SV->b, addr, 0, &eo, no_accept, SV, &SV->l);
 	if (rc)

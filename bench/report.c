@@ -87,6 +87,15 @@ static const char *spin_name(const struct result *x)
 	return x->cfg.spin_fixed ? "fixed" : "adaptive";
 }
 
+/* Whether bridges could read channels through the ring; null where no
+ * bridge waits (busy, thread, epoll, reference rows). */
+static const char *ring_read_json(const struct result *x)
+{
+	if (x->reference || (x->cfg.strat != S_URING && x->cfg.strat != S_HYBRID))
+		return "null";
+	return x->cfg.no_ring_read ? "false" : "true";
+}
+
 static const char *spin_json(const struct result *x)
 {
 	const char *n = spin_name(x);
@@ -149,11 +158,11 @@ int report_json(const char *path, const struct result *r, int n)
 		fprintf(f,
 			"  {\"strategy\": \"%s\", \"workload\": \"%s\", \"op\": \"%s\", "
 			"\"msg_size\": %u, \"qd\": %u, \"conns\": %u, \"iters\": %ld, "
-			"\"idle_ms\": %u, \"spin_us\": %u, \"spin\": %s, "
+			"\"idle_ms\": %u, \"spin_us\": %u, \"spin\": %s, \"ring_read\": %s, "
 			"\"signal_every\": %u, \"reference\": %s, \"threads\": %u, ",
 			x->name, workload_name(x->cfg.wl), op_name(x->cfg.op), x->cfg.msg_size,
 			x->cfg.qd, x->cfg.conns, idle ? 0 : x->cfg.iters, idle ? x->cfg.idle_ms : 0,
-			x->cfg.spin_us, spin_json(x), x->cfg.signal_every,
+			x->cfg.spin_us, spin_json(x), ring_read_json(x), x->cfg.signal_every,
 			x->reference ? "true" : "false", x->threads ? x->threads : 1);
 		groups_json(f, x, ops);
 		num(f, "p50_us", x->has_latency, x->p50, ", ");
@@ -189,7 +198,8 @@ int report_csv(const char *path, const struct result *r, int n)
 
 	if (!f)
 		return -errno;
-	fprintf(f, "strategy,workload,op,msg_size,qd,conns,iters,idle_ms,spin_us,spin,signal_every,"
+	fprintf(f, "strategy,workload,op,msg_size,qd,conns,iters,idle_ms,spin_us,spin,ring_read,"
+		   "signal_every,"
 		   "reference,threads,group_conns,group_cpu_us_per_op,"
 		   "p50_us,p99_us,p999_us,max_us,ops_per_s,cpu_us_per_op,client_cpu_us_per_op,"
 		   "server_cpu_us_per_op,syscalls_per_op,"
@@ -198,10 +208,13 @@ int report_csv(const char *path, const struct result *r, int n)
 		const struct result *x = &r[i];
 		bool ops = x->has_latency && !x->reference, idle = x->cfg.wl == W_IDLE;
 
-		fprintf(f, "%s,%s,%s,%u,%u,%u,%ld,%u,%u,%s,%u,%d,%u,", x->name,
+		const char *rread = ring_read_json(x);
+
+		fprintf(f, "%s,%s,%s,%u,%u,%u,%ld,%u,%u,%s,%s,%u,%d,%u,", x->name,
 			workload_name(x->cfg.wl), op_name(x->cfg.op), x->cfg.msg_size, x->cfg.qd,
 			x->cfg.conns, idle ? 0 : x->cfg.iters, idle ? x->cfg.idle_ms : 0,
-			x->cfg.spin_us, spin_name(x), x->cfg.signal_every, x->reference,
+			x->cfg.spin_us, spin_name(x), strcmp(rread, "null") ? rread : "",
+			x->cfg.signal_every, x->reference,
 			x->threads ? x->threads : 1);
 		groups_csv(f, x, ops);
 		cell(f, x->has_latency, x->p50, ",");

@@ -18,7 +18,7 @@ iters=120
 	--json "$out/b.json" --csv "$out/b.csv" --timeout 120 >"$out/table" 2>&1
 rc=$?
 "$bench" --addr "$addr" --iters $iters --strategies hybrid --workloads pingpong --ops send \
-	--spin-fixed --json "$out/f.json" --timeout 120 >>"$out/table" 2>&1 || rc=$?
+	--spin-fixed --no-ring-read --json "$out/f.json" --timeout 120 >>"$out/table" 2>&1 || rc=$?
 "$bench" --addr "$addr" --iters $iters --strategies uring,hybrid --workloads conns --conns 5 \
 	--threads 1,2 --json "$out/g.json" --csv "$out/g.csv" --timeout 120 >>"$out/table" 2>&1 || rc=$?
 "$bench" --addr "$addr" --strategies busy,uring --threads 2 --workloads conns >"$out/refused" 2>&1
@@ -56,7 +56,7 @@ want = [(s, w, o, q, c) for (w, o, q, c) in runs for s in strats] + \
 got = [(r.get("strategy"), r.get("workload"), r.get("op"), r.get("qd"), r.get("conns")) for r in recs]
 check(got == want, f"one record per strategy and run, in order ({len(got)} of {len(want)})")
 fields = ["strategy", "workload", "op", "msg_size", "qd", "conns", "iters", "idle_ms", "spin_us",
-          "spin", "signal_every", "reference", "threads", "group_conns", "group_cpu_us_per_op",
+          "spin", "ring_read", "signal_every", "reference", "threads", "group_conns", "group_cpu_us_per_op",
           "p50_us", "p99_us", "p999_us", "max_us", "ops_per_s", "cpu_us_per_op",
           "client_cpu_us_per_op", "server_cpu_us_per_op", "syscalls_per_op",
           "ctx_switches_per_op", "wcs_per_wakeup", "cpu_pct_per_side", "file_mb_per_s"]
@@ -69,6 +69,8 @@ for r in recs:
         check(r.get("group_conns") == [r.get("conns")], f"{name}: its one thread served every connection")
     check(r.get("spin") == ("adaptive" if r.get("strategy") == "hybrid" and not r.get("reference") else None),
           f"{name}: spin is hybrid's adaptive window, null elsewhere")
+    check(r.get("ring_read") == (True if r.get("strategy") in ("uring", "hybrid") and not r.get("reference") else None),
+          f"{name}: ring_read true where a bridge waits, null elsewhere")
     if r.get("strategy") == "file-only":
         check(r.get("reference") is True and (r.get("file_mb_per_s") or 0) > 0
               and r.get("p50_us") is None, f"{name}: a reference row with file MB/s only")
@@ -109,6 +111,7 @@ except Exception as e:
     fixed = []
 check(len(fixed) == 1 and fixed[0].get("strategy") == "hybrid" and fixed[0].get("spin") == "fixed"
       and fixed[0].get("iters") == iters, "--spin-fixed: one hybrid record with the fixed window")
+check(len(fixed) == 1 and fixed[0].get("ring_read") is False, "--no-ring-read: said in the record")
 stuck = open(sys.argv[7]).read()
 check(int(sys.argv[8]) != 0 and "busy pingpong timed out" in stuck,
       "a run past its watchdog is stopped and reported: " + stuck.replace("\n", " | ")[-600:])
