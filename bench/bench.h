@@ -36,7 +36,7 @@ struct bench_cfg {
 	uint32_t idle_ms;
 	unsigned int spin_us;
 	bool spin_fixed;	   /* hybrid: RR_WAIT_HYBRID_FIXED */
-	bool no_ring_read;	   /* bridges: RR_BRIDGE_NO_RING_READ */
+	bool ring_read;		   /* bridges: RR_BRIDGE_RING_READ */
 	unsigned int signal_every; /* a send in N asks for a completion */
 	unsigned int timeout_s;	   /* the server side's own watchdog */
 	const char *addr;

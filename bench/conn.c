@@ -37,7 +37,7 @@ struct hello {
 	uint32_t conn;
 	uint32_t timeout_s;
 	uint8_t spin_fixed;
-	uint8_t no_ring_read;
+	uint8_t ring_read;
 } __attribute__((packed));
 
 static int wait_cm(struct bside *s, enum rdma_cm_event_type want, struct cmsync_event *ev)
@@ -152,7 +152,7 @@ static int make_cq(struct bside *s, struct ibv_context *ctx)
 					.spin_us = s->cfg.spin_us};
 		struct rr_bridge_opts bo = {.on_app_cqe = filer_on_cqe,
 					    .data = s,
-					    .flags = s->cfg.no_ring_read ? RR_BRIDGE_NO_RING_READ : 0};
+					    .flags = s->cfg.ring_read ? RR_BRIDGE_RING_READ : 0};
 		int rc = ring_init(s);
 
 		if (!rc)
@@ -244,7 +244,7 @@ static void hello_fill(struct hello *h, const struct bside *s, uint32_t conn)
 	h->idle_ms = s->cfg.idle_ms;
 	h->spin_us = s->cfg.spin_us;
 	h->spin_fixed = s->cfg.spin_fixed;
-	h->no_ring_read = s->cfg.no_ring_read;
+	h->ring_read = s->cfg.ring_read;
 	h->signal_every = (uint8_t)s->cfg.signal_every;
 	h->timeout_s = s->cfg.timeout_s;
 	h->conn = conn;
@@ -270,7 +270,7 @@ static int hello_cfg(const struct hello *h, struct bench_cfg *cfg)
 	cfg->idle_ms = h->idle_ms;
 	cfg->spin_us = h->spin_us ? h->spin_us : 200;
 	cfg->spin_fixed = h->spin_fixed != 0;
-	cfg->no_ring_read = h->no_ring_read != 0;
+	cfg->ring_read = h->ring_read != 0;
 	cfg->signal_every = h->signal_every ? h->signal_every : 1;
 	cfg->timeout_s = h->timeout_s;
 	return 0;

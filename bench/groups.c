@@ -312,7 +312,7 @@ static void group_stats(struct group *g)
 
 static unsigned int bridge_flags(void)
 {
-	return SV->cfg.no_ring_read ? RR_BRIDGE_NO_RING_READ : 0;
+	return SV->cfg.ring_read ? RR_BRIDGE_RING_READ : 0;
 }
 
 static void *group_main(void *arg)

@@ -35,7 +35,7 @@ struct opts {
 	uint32_t qd, msg_size, idle_ms;
 	long iters; /* 0: per-workload defaults */
 	unsigned int spin_us;
-	bool spin_fixed, no_ring_read;
+	bool spin_fixed, ring_read;
 	unsigned int signal_every;
 	bool quick, server, perftest, force_lab;
 	int hosts, timeout_s;
@@ -63,8 +63,8 @@ static void usage(FILE *out)
 		"  --idle-ms MS       idle: how long to wait (default 10000)\n"
 		"  --spin-us US       hybrid: longest spin window (default 200)\n"
 		"  --spin-fixed       hybrid: always spin --spin-us (default: adapt)\n"
-		"  --no-ring-read     uring, hybrid: read completion channels with read(2)\n"
-		"                     (RR_BRIDGE_NO_RING_READ), never through the ring\n"
+		"  --ring-read        uring, hybrid: read completion channels through the\n"
+		"                     ring (RR_BRIDGE_RING_READ), not with read(2)\n"
 		"  --signal-every N   one message send in N asks for a completion, in\n"
 		"                     every strategy (default 16; 1: all)\n"
 		"  --quick            a short run (about a minute in the lab)\n"
@@ -159,7 +159,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 					   {"spin-us", required_argument, NULL, 'w'},
 					   {"signal-every", required_argument, NULL, 'g'},
 					   {"spin-fixed", no_argument, NULL, 'F'},
-					   {"no-ring-read", no_argument, NULL, 'D'},
+					   {"ring-read", no_argument, NULL, 'D'},
 					   {"quick", no_argument, NULL, 'q'},
 					   {"json", required_argument, NULL, 'j'},
 					   {"csv", required_argument, NULL, 'c'},
@@ -232,7 +232,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			o->spin_fixed = true;
 			break;
 		case 'D':
-			o->no_ring_read = true;
+			o->ring_read = true;
 			break;
 		case 'g':
 			v = num_arg(optarg, 1, 64);
@@ -331,7 +331,7 @@ static int plan(const struct opts *o, struct bench_cfg *runs, int max)
 						r->idle_ms = wl == W_IDLE ? o->idle_ms : 0;
 						r->spin_us = o->spin_us;
 						r->spin_fixed = o->spin_fixed;
-						r->no_ring_read = o->no_ring_read;
+						r->ring_read = o->ring_read;
 						r->signal_every = o->signal_every;
 						r->timeout_s = (unsigned int)o->timeout_s;
 					}

@@ -93,7 +93,7 @@ static const char *ring_read_json(const struct result *x)
 {
 	if (x->reference || (x->cfg.strat != S_URING && x->cfg.strat != S_HYBRID))
 		return "null";
-	return x->cfg.no_ring_read ? "false" : "true";
+	return x->cfg.ring_read ? "true" : "false";
 }
 
 static const char *spin_json(const struct result *x)
@@ -214,8 +214,7 @@ int report_csv(const char *path, const struct result *r, int n)
 			workload_name(x->cfg.wl), op_name(x->cfg.op), x->cfg.msg_size, x->cfg.qd,
 			x->cfg.conns, idle ? 0 : x->cfg.iters, idle ? x->cfg.idle_ms : 0,
 			x->cfg.spin_us, spin_name(x), strcmp(rread, "null") ? rread : "",
-			x->cfg.signal_every, x->reference,
-			x->threads ? x->threads : 1);
+			x->cfg.signal_every, x->reference, x->threads ? x->threads : 1);
 		groups_csv(f, x, ops);
 		cell(f, x->has_latency, x->p50, ",");
 		cell(f, x->has_latency, x->p99, ",");

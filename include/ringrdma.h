@@ -142,11 +142,12 @@ enum rr_bridge_flags {
 	/** Ring groups' bells through their eventfd only, never with
 	 *  IORING_OP_MSG_RING (used where the kernel has it, 5.18+). */
 	RR_BRIDGE_NO_MSG_RING = 1u << 2,
-	/** Wait for completion channels with a poll and read their events
-	 *  with read(2), never with IORING_OP_READ (which the bridge uses
-	 *  where the provider allows it and the ring is not SQPOLL; see
-	 *  ringrdma(7), CQ DISPATCH AND RE-ARMING). */
-	RR_BRIDGE_NO_RING_READ = 1u << 3,
+	/** Read completion channels through the ring (IORING_OP_READ)
+	 *  instead of polling them and reading with read(2): one syscall
+	 *  fewer per wake-up, more kernel work. Only where the provider
+	 *  needs no call per event (rxe, siw) and the ring is not SQPOLL;
+	 *  elsewhere ignored. See ringrdma(7), CQ DISPATCH AND RE-ARMING. */
+	RR_BRIDGE_RING_READ = 1u << 3,
 };
 
 /**

@@ -62,8 +62,8 @@ int rr_bridge_create(rr_bridge **out, struct io_uring *ring, const struct rr_bri
 		     b->opts.ack_batch);
 	/* SQPOLL's thread completes READs while ours destroys a CQ: the
 	 * settle in cq.c could not tell what they read. */
-	b->cqs.ring_reads = !(b->opts.flags & RR_BRIDGE_NO_RING_READ) &&
-			    !(ring->flags & IORING_SETUP_SQPOLL);
+	b->cqs.ring_reads =
+		(b->opts.flags & RR_BRIDGE_RING_READ) && !(ring->flags & IORING_SETUP_SQPOLL);
 	rr__devices_init(&b->devs, &b->ring, &b->cqs, &b->stats, on_async, b);
 	rr__eps_init(&b->eps, &b->ring, &b->cqs, &b->devs);
 	rr__cm_init(&b->cm, &b->ring, &b->devs, &b->eps, &b->stats);

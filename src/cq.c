@@ -10,11 +10,14 @@
  * between the last poll and the arm raised no event and would otherwise be
  * stranded until the next one.
  *
- * Where the provider needs no call per event (its cq_event op is empty, as
- * on rxe and siw) and the ring's task work runs on our thread (not SQPOLL),
- * the channel is read through the ring instead: an IORING_OP_READ of one
- * event at a time, so the CQE names the CQ and no read(2) is made — a
- * wake-up costs the io_uring_enter the loop makes anyway and the arm.
+ * With RR_BRIDGE_RING_READ, where the provider needs no call per event
+ * (its cq_event op is empty, as on rxe and siw) and the ring's task work
+ * runs on our thread (not SQPOLL), the channel is read through the ring
+ * instead: an IORING_OP_READ of one event at a time, so the CQE names the
+ * CQ and no read(2) is made — a wake-up costs the io_uring_enter the loop
+ * makes anyway and the arm. The kernel then polls the fd again and retries
+ * the read on every wake-up, which costs more than the read(2) saves on
+ * rxe under TCG (ringrdma(7)), so it is not the default.
  * The one subtlety: a READ may hold an event the kernel counts as read
  * before its CQE reaches us; a CQ's destroy settles the READ and counts
  * such an event, or ibv_destroy_cq() would wait for its ack forever.
@@ -653,8 +656,7 @@ int rr__channel_create(struct rr__cqs *set, struct ibv_context *ctx, rr_channel 
 	rc = rr__set_nonblock(ch->ch->fd);
 	if (rc)
 		goto err_channel;
-	ch->ring_reads =
-		set->ring_reads && !counts_events(ctx) && rr__ring_can_settle(set->ring);
+	ch->ring_reads = set->ring_reads && !counts_events(ctx) && rr__ring_can_settle(set->ring);
 	if (ch->ring_reads)
 		rc = rr__read_add(set->ring, ch->ch->fd, sizeof(struct ib_uverbs_comp_event_desc),
 				  channel_event, ch, &ch->slot);

@@ -49,8 +49,8 @@ struct rr__poll {
 	unsigned int errors;	      /* consecutive failed polls */
 	struct __kernel_timespec *ts; /* timers: heap, the table may move */
 	rr__poll_fn fn;
-	rr__read_fn rfn;	      /* read slots */
-	uint8_t *buf;		      /* read slots: heap, the kernel writes it */
+	rr__read_fn rfn; /* read slots */
+	uint8_t *buf;	 /* read slots: heap, the kernel writes it */
 	uint32_t len;
 	void *ctx;
 	uint32_t next_free;

@@ -106,7 +106,7 @@ struct rr__ring {
 		void *ctx;
 	} bell_fns[RR__BELL_FNS];
 	/* Bells of other rings this one rings, and MSG_RINGs owed to them. */
-	int msg_ring; /* MSG_RING: -1 not probed yet, 0 absent or refused, 1 works */
+	int msg_ring;	 /* MSG_RING: -1 not probed yet, 0 absent or refused, 1 works */
 	int sync_cancel; /* IORING_REGISTER_SYNC_CANCEL: -1 not probed, 0 no, 1 yes */
 	struct rr__peer *peers;
 	uint32_t npeers;

@@ -18,7 +18,7 @@ iters=120
 	--json "$out/b.json" --csv "$out/b.csv" --timeout 120 >"$out/table" 2>&1
 rc=$?
 "$bench" --addr "$addr" --iters $iters --strategies hybrid --workloads pingpong --ops send \
-	--spin-fixed --no-ring-read --json "$out/f.json" --timeout 120 >>"$out/table" 2>&1 || rc=$?
+	--spin-fixed --ring-read --json "$out/f.json" --timeout 120 >>"$out/table" 2>&1 || rc=$?
 "$bench" --addr "$addr" --iters $iters --strategies uring,hybrid --workloads conns --conns 5 \
 	--threads 1,2 --json "$out/g.json" --csv "$out/g.csv" --timeout 120 >>"$out/table" 2>&1 || rc=$?
 "$bench" --addr "$addr" --strategies busy,uring --threads 2 --workloads conns >"$out/refused" 2>&1
@@ -69,8 +69,8 @@ for r in recs:
         check(r.get("group_conns") == [r.get("conns")], f"{name}: its one thread served every connection")
     check(r.get("spin") == ("adaptive" if r.get("strategy") == "hybrid" and not r.get("reference") else None),
           f"{name}: spin is hybrid's adaptive window, null elsewhere")
-    check(r.get("ring_read") == (True if r.get("strategy") in ("uring", "hybrid") and not r.get("reference") else None),
-          f"{name}: ring_read true where a bridge waits, null elsewhere")
+    check(r.get("ring_read") == (False if r.get("strategy") in ("uring", "hybrid") and not r.get("reference") else None),
+          f"{name}: ring_read false where a bridge waits, null elsewhere")
     if r.get("strategy") == "file-only":
         check(r.get("reference") is True and (r.get("file_mb_per_s") or 0) > 0
               and r.get("p50_us") is None, f"{name}: a reference row with file MB/s only")
@@ -111,7 +111,7 @@ except Exception as e:
     fixed = []
 check(len(fixed) == 1 and fixed[0].get("strategy") == "hybrid" and fixed[0].get("spin") == "fixed"
       and fixed[0].get("iters") == iters, "--spin-fixed: one hybrid record with the fixed window")
-check(len(fixed) == 1 and fixed[0].get("ring_read") is False, "--no-ring-read: said in the record")
+check(len(fixed) == 1 and fixed[0].get("ring_read") is True, "--ring-read: said in the record")
 stuck = open(sys.argv[7]).read()
 check(int(sys.argv[8]) != 0 and "busy pingpong timed out" in stuck,
       "a run past its watchdog is stopped and reported: " + stuck.replace("\n", " | ")[-600:])

@@ -50,7 +50,7 @@ static void run_connect(const char *host, uint16_t port, struct conn_result *r, 
 	struct rr_ep_opts o = {.data = r, .connect_timeout_ms = 3000};
 
 	cr_assert_eq(rr_test_ring_init(&ring, 64), 0);
-	cr_assert_eq(rr_bridge_create(&b, &ring, NULL), 0);
+	cr_assert_eq(rr_bridge_create(&b, &ring, rr_test_bridge_opts()), 0);
 	*sync_rc = rr_connect(b, host, port, &o, record_connect, &ep);
 	if (*sync_rc == 0) {
 		cr_assert_eq(bp_run_pred(b, called, r, wait_ms), 0, "no connect callback");
@@ -197,7 +197,7 @@ static int run_victim(const char *addr, int port_fd)
 	rr_listener *l;
 	uint16_t port;
 
-	if (rr_test_ring_init(&ring, 64) || rr_bridge_create(&b, &ring, NULL) ||
+	if (rr_test_ring_init(&ring, 64) || rr_bridge_create(&b, &ring, rr_test_bridge_opts()) ||
 	    rr_listen(b, addr, 0, NULL, victim_accept, NULL, &l))
 		return 1;
 	port = rr_listener_port(l);
@@ -298,7 +298,7 @@ Test(faults, peer_killed_mid_stream)
 	close(pfd[1]);
 	cr_assert_eq(read(pfd[0], &port, sizeof(port)), (ssize_t)sizeof(port), "victim failed");
 	cr_assert_eq(rr_test_ring_init(&ring, 64), 0);
-	cr_assert_eq(rr_bridge_create(&b, &ring, NULL), 0);
+	cr_assert_eq(rr_bridge_create(&b, &ring, rr_test_bridge_opts()), 0);
 	cr_assert_eq(rr_connect(b, addr, port, &o, on_stream_connect, &s.ep), 0);
 	cr_assert_eq(bp_run_pred(b, is_connected, &s, 20000), 0);
 	cr_assert_eq(s.connect_status, 0);
@@ -368,7 +368,7 @@ Test(faults, thousand_connect_abort_destroy_cycles, .timeout = 600)
 	long rss0 = 0;
 
 	cr_assert_eq(rr_test_ring_init(&ring, 128), 0);
-	cr_assert_eq(rr_bridge_create(&b, &ring, NULL), 0);
+	cr_assert_eq(rr_bridge_create(&b, &ring, rr_test_bridge_opts()), 0);
 	cr_assert_eq(rr_listen(b, addr, 0, &o, cyc_accept, &c, &l), 0);
 	for (int i = 0; i < 1000; i++) {
 		rr_ep *ep;
@@ -503,7 +503,8 @@ static void *pp_server(void *arg)
 	struct rr_ep_opts o = {.mode = s->mode, .spin_us = 2};
 	rr_listener *l;
 
-	if (rr_test_ring_init(&s->ring, 64) || rr_bridge_create(&s->b, &s->ring, NULL) ||
+	if (rr_test_ring_init(&s->ring, 64) ||
+	    rr_bridge_create(&s->b, &s->ring, rr_test_bridge_opts()) ||
 	    rr_listen(s->b, s->addr, 0, &o, pp_accept, s, &l)) {
 		s->failed++;
 		l = NULL;
@@ -556,7 +557,7 @@ static void pingpong_two_threads(enum rr_wait_mode mode)
 		pthread_cond_wait(&cond, &lock);
 	pthread_mutex_unlock(&lock);
 	cr_assert_eq(rr_test_ring_init(&cli.ring, 64), 0);
-	cr_assert_eq(rr_bridge_create(&cli.b, &cli.ring, NULL), 0);
+	cr_assert_eq(rr_bridge_create(&cli.b, &cli.ring, rr_test_bridge_opts()), 0);
 	cr_assert_eq(rr_connect(cli.b, cli.addr, port, &o, pp_connected, &cli.ep), 0);
 	/* A lost wake-up on either side stops the ping-pong for good. */
 	rc = bp_run_pred(cli.b, pp_done, &cli, 240000);
@@ -661,7 +662,7 @@ Test(faults, first_sends_meet_receives_and_precede_disconnect)
 
 	memset(&O, 0, sizeof(O));
 	cr_assert_eq(rr_test_ring_init(&ring, 64), 0);
-	cr_assert_eq(rr_bridge_create(&b, &ring, NULL), 0);
+	cr_assert_eq(rr_bridge_create(&b, &ring, rr_test_bridge_opts()), 0);
 	cr_assert_eq(rr_listen(b, addr, 0, &so, o_accept, NULL, &l), 0);
 	/* Server memory exists before any client does. */
 	cr_assert_eq(rr_listener_reg_mr(l, O.srv_buf, sizeof(O.srv_buf), 0, &O.srv_mr), 0);
@@ -724,7 +725,7 @@ Test(faults, destroy_in_on_qp_ready_abandons_both_sides)
 
 	memset(&Q, 0, sizeof(Q));
 	cr_assert_eq(rr_test_ring_init(&ring, 64), 0);
-	cr_assert_eq(rr_bridge_create(&b, &ring, NULL), 0);
+	cr_assert_eq(rr_bridge_create(&b, &ring, rr_test_bridge_opts()), 0);
 	cr_assert_eq(rr_listen(b, addr, 0, &so, q_accept, NULL, &l), 0);
 	/* Passive side abandons: the client hears a clear error. */
 	cr_assert_eq(rr_connect(b, addr, rr_listener_port(l), &co, q_connect, &cli), 0);

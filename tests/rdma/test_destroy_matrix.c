@@ -421,7 +421,8 @@ static void check_reqs(struct req *r, int n)
 
 static void run_case(enum where where, enum what what)
 {
-	struct rr_bridge_opts bo = {.on_app_cqe = on_app_cqe, .data = &D.t_bridge};
+	struct rr_bridge_opts bo = {
+		.on_app_cqe = on_app_cqe, .data = &D.t_bridge, .flags = rr_test_bridge_flags()};
 	struct rr_ep_opts so = {.max_recv_wr = NREQ,
 				.on_qp_ready = srv_qp_ready,
 				.on_disconnect = srv_down,

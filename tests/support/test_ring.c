@@ -16,6 +16,19 @@ unsigned int rr_test_ring_flags(void)
 	return env_uint("RR_TEST_RING_FLAGS", 0);
 }
 
+unsigned int rr_test_bridge_flags(void)
+{
+	return env_uint("RR_TEST_BRIDGE_FLAGS", 0);
+}
+
+const struct rr_bridge_opts *rr_test_bridge_opts(void)
+{
+	static struct rr_bridge_opts o;
+
+	o.flags = rr_test_bridge_flags();
+	return &o;
+}
+
 int rr_test_ring_init(struct io_uring *ring, unsigned int default_entries)
 {
 	/* No skip on an old kernel: a flavour that cannot be set up fails. */

@@ -6,6 +6,8 @@
  *                       0x2 (SQPOLL); the same variable as the unit suite's.
  *   RR_TEST_SQ_ENTRIES  SQ size instead of the test's own, e.g. 8 so that
  *                       the bridge meets a full SQ.
+ *   RR_TEST_BRIDGE_FLAGS rr_bridge_opts.flags the tests' bridges add, e.g.
+ *                       8 (RR_BRIDGE_RING_READ).
  * tests/meson.build runs the bridge tests once per flavour.
  */
 #ifndef RR_TESTS_TEST_RING_H
@@ -13,9 +15,15 @@
 
 #include <liburing.h>
 
+#include "ringrdma.h"
+
 /* io_uring_queue_init() with the flavour's flags and size; 0 or -errno. */
 int rr_test_ring_init(struct io_uring *ring, unsigned int default_entries);
 /* The flags the flavour asks for (0 without RR_TEST_RING_FLAGS). */
 unsigned int rr_test_ring_flags(void);
+/* Bridge flags the flavour adds (0 without RR_TEST_BRIDGE_FLAGS), and
+ * bridge options with only those. */
+unsigned int rr_test_bridge_flags(void);
+const struct rr_bridge_opts *rr_test_bridge_opts(void);
 
 #endif

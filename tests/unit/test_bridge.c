@@ -860,6 +860,8 @@ Test(teardown, cancel_of_a_firing_poll_is_asked_again)
 
 /* ---- channels read through the ring (fake_ctx_rr: no cq_event op) ---- */
 
+static const struct rr_bridge_opts ring_read = {.flags = RR_BRIDGE_RING_READ};
+
 static bool sqpoll(void)
 {
 	return ring_flags() & IORING_SETUP_SQPOLL;
@@ -871,7 +873,7 @@ Test(ring_read, events_arrive_in_cqes_without_a_read)
 	struct fixture f;
 	unsigned int reads0;
 
-	setup_on(&f, NULL, RR_WAIT_EVENT, &fake_ctx_rr);
+	setup_on(&f, &ring_read, RR_WAIT_EVENT, &fake_ctx_rr);
 	reads0 = fake_event_reads;
 	for (unsigned int i = 0; i < 40; i++) {
 		fake_complete(fcq(&f, (int)(i % 2)), 1, i);
@@ -912,7 +914,7 @@ Test(ring_read, destroy_counts_an_event_read_but_not_handed_out)
 {
 	struct fixture f;
 
-	setup_on(&f, NULL, RR_WAIT_EVENT, &fake_ctx_rr);
+	setup_on(&f, &ring_read, RR_WAIT_EVENT, &fake_ctx_rr);
 	pass(&f, 2); /* the READ (or poll) is in the kernel */
 	fake_complete(fcq(&f, 0), 1, 7);
 	/* The kernel reads the event; its CQE waits in the ring. */
@@ -929,13 +931,13 @@ Test(ring_read, destroy_counts_an_event_read_but_not_handed_out)
 	teardown_fx(&f);
 }
 
-Test(ring_read, the_flag_keeps_read_syscalls)
+/* Ten events on the channel of ctx: each read with ibv_get_cq_event(). */
+static void read_with_syscalls(const struct rr_bridge_opts *o, struct ibv_context *ctx)
 {
-	struct rr_bridge_opts o = {.flags = RR_BRIDGE_NO_RING_READ};
 	struct fixture f;
 	unsigned int reads0;
 
-	setup_on(&f, &o, RR_WAIT_EVENT, &fake_ctx_rr);
+	setup_on(&f, o, RR_WAIT_EVENT, ctx);
 	reads0 = fake_event_reads;
 	for (unsigned int i = 0; i < 10; i++) {
 		fake_complete(fcq(&f, 0), 1, i);
@@ -946,6 +948,12 @@ Test(ring_read, the_flag_keeps_read_syscalls)
 	teardown_fx(&f);
 }
 
+Test(ring_read, read_syscalls_without_the_flag_or_where_the_provider_counts_events)
+{
+	read_with_syscalls(NULL, &fake_ctx_rr);
+	read_with_syscalls(&ring_read, &fake_ctx); /* its cq_event op must see each event */
+}
+
 Test(ring_read, a_channel_that_ends_is_polled_around)
 {
 	struct rr_bridge_stats st;
@@ -954,7 +962,7 @@ Test(ring_read, a_channel_that_ends_is_polled_around)
 
 	if (sqpoll())
 		cr_skip_test("SQPOLL rings read channels with read(2)");
-	setup_on(&f, NULL, RR_WAIT_EVENT, &fake_ctx_rr);
+	setup_on(&f, &ring_read, RR_WAIT_EVENT, &fake_ctx_rr);
 	pass(&f, 2);
 	/* The READ finds the end of the file: no event can come again. */
 	ch = (struct fake_channel *)f.ch->ch;
