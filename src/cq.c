@@ -95,33 +95,56 @@ static void took_event(rr_cq *cq)
 		ack(cq);
 }
 
+/*
+ * Hand out the oldest completion the CQ keeps: the rest of the batch being
+ * handed out, then what another QP's teardown took out of the CQ; both are
+ * older than what is still in the CQ. False if none is kept.
+ */
+static bool hand_out_kept(rr_cq *cq)
+{
+	struct ibv_wc w;
+
+	if (cq->batch_head < cq->nbatch) {
+		w = cq->batch[cq->batch_head++];
+	} else if (cq->stash_head < cq->nstash) {
+		w = cq->stash[cq->stash_head++];
+		if (cq->stash_head == cq->nstash)
+			cq->stash_head = cq->nstash = 0;
+	} else {
+		return false;
+	}
+	cq->set->stats->wcs++;
+	cq->on_wc(cq, &w, cq->data);
+	return true;
+}
+
 /* Hand out up to `budget` work completions; *more when the budget ran out. */
 static unsigned int cq_poll(rr_cq *cq, unsigned int budget, bool *more)
 {
 	struct rr__cqs *set = cq->set;
-	struct ibv_wc wc[256];
 	unsigned int total = 0;
+	bool drained = false;
 	int n, want;
 
 	*more = false;
 	cq->dispatch_depth++;
 	while (total < budget) {
-		/* Completions another QP's teardown took out of the CQ are
-		 * older than what is still in it: they go first. */
-		if (cq->stash_head < cq->nstash) {
-			struct ibv_wc w = cq->stash[cq->stash_head++];
-
-			if (cq->stash_head == cq->nstash)
-				cq->stash_head = cq->nstash = 0;
-			set->stats->wcs++;
+		if (hand_out_kept(cq)) {
 			total++;
-			cq->on_wc(cq, &w, cq->data);
+			/* Destroyed from its own callback: the rest of the
+			 * batch belonged to requests the destroy flushed. */
 			if (cq->destroy_deferred)
 				goto out;
 			continue;
 		}
+		/* A short batch emptied the CQ (what a callback's teardown
+		 * took out of it meanwhile was kept, and handed out above). */
+		if (drained)
+			break;
 		want = (int)(budget - total < set->cq_batch ? budget - total : set->cq_batch);
-		n = ibv_poll_cq(cq->cq, want, wc);
+		/* Into the CQ's own buffer: a QP leaving during a callback
+		 * takes its completions from the rest of the batch first. */
+		n = ibv_poll_cq(cq->cq, want, cq->batch);
 		if (n <= 0) {
 			if (n == 0)
 				set->stats->empty_polls++;
@@ -129,19 +152,9 @@ static unsigned int cq_poll(rr_cq *cq, unsigned int budget, bool *more)
 		}
 		if (cq->spin == RR__SPIN_WINDOW)
 			window_hit(cq);
-		for (int i = 0; i < n; i++) {
-			set->stats->wcs++;
-			cq->on_wc(cq, &wc[i], cq->data);
-			/* Destroyed from its own callback: the rest of the
-			 * batch belonged to requests the destroy flushed. */
-			if (cq->destroy_deferred)
-				goto out;
-		}
-		total += (unsigned int)n;
-		/* A short batch emptied the CQ, unless a callback's teardown
-		 * took more out of it meanwhile. */
-		if (n < want && cq->stash_head == cq->nstash)
-			break;
+		cq->batch_head = 0;
+		cq->nbatch = (uint32_t)n;
+		drained = n < want;
 	}
 	*more = total >= budget;
 out:
@@ -335,6 +348,7 @@ static bool is_hybrid(const rr_cq *cq)
 
 static void cq_free(rr_cq *cq)
 {
+	free(cq->batch);
 	free(cq->stash);
 	free(cq);
 }
@@ -431,45 +445,60 @@ unsigned int rr__cq_poll_active(struct rr__cqs *set)
 	return n;
 }
 
+static int keep(struct ibv_wc **arr, uint32_t *n, uint32_t *cap, const struct ibv_wc *wc)
+{
+	if (*n == *cap) {
+		uint32_t c = *cap ? *cap * 2 : 64;
+		struct ibv_wc *a = realloc(*arr, c * sizeof(*a));
+
+		if (!a)
+			return -ENOMEM;
+		*arr = a;
+		*cap = c;
+	}
+	(*arr)[(*n)++] = *wc;
+	return 0;
+}
+
 int rr__cq_take_qp(rr_cq *cq, uint32_t qp_num, void (*fn)(void *ctx, const struct ibv_wc *wc),
 		   void *ctx)
 {
-	struct ibv_wc wc[32];
-	uint32_t keep = cq->stash_head, i;
+	struct ibv_wc wc[32], *mine = NULL;
+	uint32_t nmine = 0, cap = 0, k, i;
 	int n, rc = 0;
 
-	/* fn's callbacks may destroy the CQ: freed once this unwinds. */
-	cq->dispatch_depth++;
-	/* Kept earlier, but this QP's: handed out now, the rest stay in order. */
-	for (i = cq->stash_head; i < cq->nstash && !cq->destroy_deferred; i++) {
-		if (cq->stash[i].qp_num == qp_num)
-			fn(ctx, &cq->stash[i]);
-		else
-			cq->stash[keep++] = cq->stash[i];
+	/*
+	 * Take this QP's completions, oldest first: from the rest of the
+	 * batch being handed out, from those kept earlier, from the CQ (the
+	 * others stay, in order). All are taken before any goes to fn,
+	 * whose callbacks may take another QP's from the same CQ.
+	 */
+	for (i = k = cq->batch_head; i < cq->nbatch; i++) {
+		if (cq->batch[i].qp_num != qp_num)
+			cq->batch[k++] = cq->batch[i];
+		else if (keep(&mine, &nmine, &cap, &cq->batch[i]))
+			rc = -ENOMEM; /* this one is lost: say so */
 	}
-	if (cq->destroy_deferred)
-		goto out;
-	cq->nstash = keep;
+	cq->nbatch = k;
+	for (i = k = cq->stash_head; i < cq->nstash; i++) {
+		if (cq->stash[i].qp_num != qp_num)
+			cq->stash[k++] = cq->stash[i];
+		else if (keep(&mine, &nmine, &cap, &cq->stash[i]))
+			rc = -ENOMEM;
+	}
+	cq->nstash = k;
+	if (cq->stash_head == cq->nstash)
+		cq->stash_head = cq->nstash = 0;
 	while ((n = ibv_poll_cq(cq->cq, 32, wc)) > 0) {
-		for (int k = 0; k < n; k++) {
-			if (wc[k].qp_num == qp_num) {
-				fn(ctx, &wc[k]);
-				if (cq->destroy_deferred)
-					goto out;
-				continue;
-			}
-			if (cq->nstash == cq->stash_cap) {
-				uint32_t cap = cq->stash_cap ? cq->stash_cap * 2 : 64;
-				struct ibv_wc *st = realloc(cq->stash, cap * sizeof(*st));
+		for (int j = 0; j < n; j++) {
+			int err;
 
-				if (!st) {
-					rc = -ENOMEM; /* this one is lost: say so */
-					continue;
-				}
-				cq->stash = st;
-				cq->stash_cap = cap;
-			}
-			cq->stash[cq->nstash++] = wc[k];
+			if (wc[j].qp_num != qp_num)
+				err = keep(&cq->stash, &cq->nstash, &cq->stash_cap, &wc[j]);
+			else
+				err = keep(&mine, &nmine, &cap, &wc[j]);
+			if (err)
+				rc = -ENOMEM;
 		}
 	}
 	if (cq->stash_head < cq->nstash) {
@@ -477,8 +506,12 @@ int rr__cq_take_qp(rr_cq *cq, uint32_t qp_num, void (*fn)(void *ctx, const struc
 		set_active(cq, true);
 		rr__ring_want_kick(cq->set->ring);
 	}
-out:
+	/* fn's callbacks may destroy the CQ: freed once this unwinds. */
+	cq->dispatch_depth++;
+	for (i = 0; i < nmine && !cq->destroy_deferred; i++)
+		fn(ctx, &mine[i]);
 	cq->dispatch_depth--;
+	free(mine);
 	reap_deferred(cq);
 	return rc;
 }
@@ -701,6 +734,11 @@ int rr__cq_create(struct rr__cqs *set, rr_channel *ch, struct ibv_context *ctx,
 	cq = calloc(1, sizeof(*cq));
 	if (!cq)
 		return -ENOMEM;
+	cq->batch = calloc(set->cq_batch, sizeof(*cq->batch));
+	if (!cq->batch) {
+		free(cq);
+		return -ENOMEM;
+	}
 	cq->set = set;
 	cq->ch = ch;
 	cq->mode = opts->mode;
@@ -713,7 +751,7 @@ int rr__cq_create(struct rr__cqs *set, rr_channel *ch, struct ibv_context *ctx,
 	cq->cq = ibv_create_cq(ctx, opts->cqe > 0 ? opts->cqe : 256, cq, ch->ch, 0);
 	if (!cq->cq) {
 		rc = errno ? -errno : -ENOMEM;
-		free(cq);
+		cq_free(cq);
 		return rc;
 	}
 	if (cq->mode == RR_WAIT_BUSY || ch->deaf) {
@@ -723,7 +761,7 @@ int rr__cq_create(struct rr__cqs *set, rr_channel *ch, struct ibv_context *ctx,
 		rc = arm(cq);
 		if (rc) {
 			ibv_destroy_cq(cq->cq);
-			free(cq);
+			cq_free(cq);
 			return rc;
 		}
 	}

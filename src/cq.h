@@ -74,6 +74,9 @@ struct rr_cq {
 	struct rr__list armed_link;  /* ch->armed */
 	struct rr__list link;	     /* set->cqs */
 	unsigned int dispatch_depth; /* >0 while handing out its WCs */
+	/* The batch being handed out (set->cq_batch entries). */
+	struct ibv_wc *batch;
+	uint32_t batch_head, nbatch;
 	/* Work completions taken out by rr__cq_take_qp() for other QPs. */
 	struct ibv_wc *stash;
 	uint32_t stash_head, nstash, stash_cap;
@@ -93,10 +96,11 @@ int rr__cq_create(struct rr__cqs *set, rr_channel *ch, struct ibv_context *ctx,
 
 /*
  * A CQ shared by several QPs, one of which is going: poll the CQ empty
- * now, hand that QP's work completions (kept ones too) to fn, and keep
- * the others, in order, for the next dispatch, which comes on the next
- * pass. Afterwards no completion of that QP is left anywhere. -ENOMEM if
- * one could not be kept (it is then lost).
+ * now, hand that QP's work completions to fn in order (those left in the
+ * batch a dispatch is handing out, then those kept earlier, then the
+ * CQ's), and keep the others, in order, for the dispatch under way or the
+ * next one. Afterwards no completion of that QP is left anywhere. -ENOMEM
+ * if one could not be kept (it is then lost).
  */
 int rr__cq_take_qp(rr_cq *cq, uint32_t qp_num, void (*fn)(void *ctx, const struct ibv_wc *wc),
 		   void *ctx);

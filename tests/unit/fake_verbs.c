@@ -89,6 +89,7 @@ static int fake_poll_cq(struct ibv_cq *cq, int num, struct ibv_wc *wc)
 	while (n < num && fc->head != fc->tail) {
 		memset(&wc[n], 0, sizeof(wc[n]));
 		wc[n].wr_id = fc->wr_ids[fc->head++ % FAKE_MAX_WC];
+		wc[n].qp_num = (uint32_t)(wc[n].wr_id >> 32);
 		wc[n].status = IBV_WC_SUCCESS;
 		wc[n].opcode = IBV_WC_SEND;
 		n++;

@@ -59,8 +59,8 @@ static inline struct fake_cq *fake_cq_of(struct ibv_cq *cq)
 	return (struct fake_cq *)cq;
 }
 
-/* n new work completions with wr_id first, first+1, ...; raises an event if
- * the CQ is armed. */
+/* n new work completions with wr_id first, first+1, ... (qp_num: the
+ * wr_id's upper 32 bits); raises an event if the CQ is armed. */
 void fake_complete(struct fake_cq *cq, unsigned int n, uint64_t first);
 /* Raise the events a late_event CQ owes. */
 void fake_raise_late(struct fake_cq *cq);

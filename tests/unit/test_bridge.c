@@ -976,3 +976,68 @@ Test(ring_read, a_channel_that_ends_is_polled_around)
 	cr_assert_geq(st.poll_failures, 1);
 	teardown_fx(&f);
 }
+
+/* ---- a shared CQ: one QP's completions taken out as it leaves ---- */
+
+static struct {
+	rr_cq *cq;
+	uint64_t taken[16], after[16];
+	unsigned int ntaken, nafter;
+	bool took;
+} T;
+
+#define QP_A (1ull << 32) /* qp_num 1 in the fake's wr_id */
+#define QP_X (2ull << 32)
+
+static void took_one(void *ctx, const struct ibv_wc *wc)
+{
+	if (T.ntaken < 16)
+		T.taken[T.ntaken++] = wc->wr_id;
+}
+
+/* X's completion makes A leave, as an endpoint destroyed from a callback. */
+static void on_wc_take(rr_cq *cq, const struct ibv_wc *wc, void *data)
+{
+	if (T.took && T.nafter < 16)
+		T.after[T.nafter++] = wc->wr_id;
+	if (wc->wr_id == (QP_X | 1)) {
+		T.took = true;
+		cr_assert_eq(rr__cq_take_qp(T.cq, 1, took_one, NULL), 0);
+	}
+}
+
+Test(shared_cq, a_qp_leaving_mid_batch_takes_its_completions_in_order)
+{
+	/* Three completions per poll: the batch is X1 A1 A2, the CQ keeps A3
+	 * and X2. */
+	struct rr_bridge_opts o = {.cq_batch = 3, .on_app_cqe = on_app};
+	struct rr_cq_opts co = {.mode = RR_WAIT_EVENT, .on_wc = on_wc_take};
+	struct io_uring ring;
+	rr_channel *ch;
+	rr_bridge *b;
+
+	memset(&T, 0, sizeof(T));
+	init_ring(&ring, 64);
+	cr_assert_eq(rr_bridge_create(&b, &ring, &o), 0);
+	cr_assert_eq(rr_channel_create(b, &fake_ctx, &ch), 0);
+	cr_assert_eq(rr_cq_create(b, ch, &fake_ctx, &co, &T.cq), 0);
+	cr_assert_geq(rr_bridge_run_once(b, 0), 0);
+	fake_complete(fake_cq_of(rr_cq_ibv(T.cq)), 1, QP_X | 1);
+	fake_complete(fake_cq_of(rr_cq_ibv(T.cq)), 3, QP_A | 1);
+	fake_complete(fake_cq_of(rr_cq_ibv(T.cq)), 1, QP_X | 2);
+	for (int i = 0; i < 250 && T.nafter < 1; i++) {
+		cr_assert_geq(rr_bridge_run_once(b, 20), 0);
+		for (int k = 0; k < 2000 && io_uring_sq_ready(&ring); k++)
+			usleep(100);
+	}
+	cr_assert_eq(T.ntaken, 3, "A's completions taken: %u", T.ntaken);
+	for (unsigned int i = 0; i < 3; i++)
+		cr_assert_eq(T.taken[i], QP_A | (i + 1), "A's completion %u came as %#llx", i + 1,
+			     (unsigned long long)T.taken[i]);
+	cr_assert_eq(T.nafter, 1, "%u completions after A left", T.nafter);
+	cr_assert_eq(T.after[0], QP_X | 2, "after A left: %#llx", (unsigned long long)T.after[0]);
+	cr_assert_eq(rr_cq_destroy(T.cq), 0);
+	cr_assert_eq(rr_channel_destroy(ch), 0);
+	cr_assert_eq(rr_bridge_destroy(b), 0);
+	io_uring_queue_exit(&ring);
+}
