@@ -24,6 +24,8 @@ enum cp_exit {
 	CP_EXIT_INTERRUPTED = 130, /* SIGINT or SIGTERM */
 };
 
+#define CP_SEND_CONNS_MAX 16
+
 struct cp_opts {
 	/* serve */
 	const char *listen;
@@ -39,6 +41,7 @@ struct cp_opts {
 	int nfiles;
 	const char *as; /* remote name of the single FILE */
 	uint64_t rate;	/* bytes per second, 0: unlimited */
+	unsigned int conns; /* connections side by side (0: 1) */
 	/* proxy */
 	const char *tcp_listen;
 	const char *prefix;

@@ -52,6 +52,8 @@ static void usage(FILE *f)
 	      "send: copy FILEs to a serve peer\n"
 	      "  --as NAME            name of the single FILE on the receiver\n"
 	      "  --limit-rate BYTES   at most BYTES per second (suffix K, M, G)\n"
+	      "  --conns N            send over N connections side by side, each file over\n"
+	      "                       one (default 1; each holds chunk x window bytes)\n"
 	      "  --progress, --no-progress   force the progress line on or off\n"
 	      "proxy: forward each TCP client's byte stream to a serve peer as a file\n"
 	      "  --tcp-listen ADDR:PORT   TCP address to accept clients on\n"
@@ -141,7 +143,7 @@ enum {
 	OPT_LISTEN = 256, OPT_DIR, OPT_FORCE, OPT_COUNT, OPT_MAX_CONNS, OPT_AS, OPT_RATE,
 	OPT_PROGRESS, OPT_NO_PROGRESS, OPT_TCP_LISTEN, OPT_TO, OPT_PREFIX, OPT_CHUNK, OPT_WINDOW,
 	OPT_TOKEN, OPT_TIMEOUT, OPT_JSON, OPT_QUIET, OPT_MAX_PENDING, OPT_HELLO_TIMEOUT,
-	OPT_MAX_CLIENTS, OPT_DIRECT, OPT_THREADS,
+	OPT_MAX_CLIENTS, OPT_DIRECT, OPT_THREADS, OPT_CONNS,
 };
 
 static const struct option long_opts[] = {
@@ -168,6 +170,7 @@ static const struct option long_opts[] = {
 	{"hello-timeout", required_argument, NULL, OPT_HELLO_TIMEOUT},
 	{"max-clients", required_argument, NULL, OPT_MAX_CLIENTS},
 	{"threads", required_argument, NULL, OPT_THREADS},
+	{"conns", required_argument, NULL, OPT_CONNS},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
 };
@@ -223,6 +226,12 @@ static int parse_opts(int argc, char **argv, struct cp_opts *o, unsigned int *se
 			if (parse_u64(optarg, 1, CP_THREADS_MAX, &v))
 				return bad_value("threads", optarg, "want 1 to " CP_STR(CP_THREADS_MAX));
 			o->threads = (unsigned int)v;
+			break;
+		case OPT_CONNS:
+			if (parse_u64(optarg, 1, CP_SEND_CONNS_MAX, &v))
+				return bad_value("conns", optarg,
+						 "want 1 to " CP_STR(CP_SEND_CONNS_MAX));
+			o->conns = (unsigned int)v;
 			break;
 		case OPT_MAX_CLIENTS:
 			if (parse_u64(optarg, 1, 4096, &v))
@@ -330,7 +339,7 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(mode, "send")) {
 		if (only(seen, COMMON | B(OPT_AS) | B(OPT_RATE) | B(OPT_PROGRESS) |
-				       B(OPT_NO_PROGRESS), mode))
+				       B(OPT_NO_PROGRESS) | B(OPT_CONNS), mode))
 			goto bad;
 		if (argc - optind < 2) {
 			fprintf(stderr, CP_PROG ": send needs FILE... and ADDR:PORT\n");

@@ -1,5 +1,9 @@
 // SPDX-License-Identifier: MIT
-/* ringrdma-cp send FILE... ADDR:PORT: every file over one connection, in order. */
+/*
+ * ringrdma-cp send FILE... ADDR:PORT: the files in order over one connection,
+ * or over --conns N side by side, each taking the next file when its last
+ * one is stored.
+ */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -14,57 +18,81 @@
 
 #define RING_ENTRIES 512
 
+struct sender;
+
+/* One connection; its files go one at a time, the connections' side by side. */
+struct sconn {
+	struct sender *s;
+	struct tx *t;
+	int fd;		/* the file being sent on it */
+	uint64_t acked; /* tx_bytes() when it ended */
+	uint64_t chunks;
+};
+
 struct sender {
 	struct cp_loop lp;
 	const struct cp_opts *o;
-	struct tx *t;
+	struct cp_opts conn_opts; /* o, with each connection's share of the rate */
+	struct sconn c[CP_SEND_CONNS_MAX];
+	unsigned int nconns, live;
 	int next_file;
-	int fd; /* the file being sent */
-	uint64_t total, files, bytes, last_sum, chunks;
+	uint64_t total, files, bytes, last_sum;
 	struct cp_progress prog;
-	int result;
+	int result; /* the first connection that failed says it */
 	char msg[256];
 };
 
 static bool next_file(struct tx *t, struct tx_src *src, void *data)
 {
-	struct sender *s = data;
+	struct sconn *c = data;
+	struct sender *s = c->s;
 	const char *path, *base;
 	struct stat sb;
 
-	if (s->fd >= 0)
-		close(s->fd); /* its FILE_DONE came: no read of it is in flight */
-	s->fd = -1;
+	if (c->fd >= 0)
+		close(c->fd); /* its FILE_DONE came: no read of it is in flight */
+	c->fd = -1;
 	if (s->next_file == s->o->nfiles)
 		return false;
 	path = s->o->files[s->next_file++];
-	s->fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (s->fd < 0 || fstat(s->fd, &sb)) {
+	c->fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (c->fd < 0 || fstat(c->fd, &sb)) {
 		snprintf(s->msg, sizeof(s->msg), "cannot open %s: %s", path, strerror(errno));
 		tx_abort(t, CP_EXIT_LOCAL_IO, s->msg);
 		return false;
 	}
 	base = strrchr(path, '/');
 	base = base ? base + 1 : path;
-	src->fd = s->fd;
+	src->fd = c->fd;
 	src->size = (uint64_t)sb.st_size;
 	src->label = path;
 	snprintf(src->name, sizeof(src->name), "%s", s->o->as ? s->o->as : base);
 	return true;
 }
 
+/* Bytes the receiver acknowledged, over every connection. */
+static uint64_t acked(const struct sender *s)
+{
+	uint64_t n = 0;
+
+	for (unsigned int i = 0; i < s->nconns; i++)
+		n += s->c[i].t ? tx_bytes(s->c[i].t) : s->c[i].acked;
+	return n;
+}
+
 static void file_done(struct tx *t, const struct tx_src *src, uint64_t bytes, uint64_t sum,
 		      void *data)
 {
 	char l[CP_ESC_LEN(256)], n[CP_ESC_LEN(CP_NAME_MAX)];
-	struct sender *s = data;
+	struct sconn *c = data;
+	struct sender *s = c->s;
 
 	s->files++;
-	s->chunks = tx_chunks(t);
+	c->chunks = tx_chunks(t);
 	s->bytes += bytes;
 	s->last_sum = sum;
 	if (!s->o->quiet) {
-		cp_progress_update(&s->prog, tx_bytes(t), false);
+		cp_progress_update(&s->prog, acked(s), false);
 		if (s->prog.drawn)
 			fputs("\r\033[K", stderr);
 		printf(CP_PROG ": sent %s as %s: %llu bytes, xxh3 %016llx\n",
@@ -74,27 +102,54 @@ static void file_done(struct tx *t, const struct tx_src *src, uint64_t bytes, ui
 	}
 }
 
+/* Poll every live connection; a failure ends the others. */
+static void poll_conns(struct sender *s)
+{
+	for (unsigned int i = 0; i < s->nconns; i++) {
+		struct sconn *c = &s->c[i];
+		char msg[256];
+		int result = 0;
+
+		if (!c->t)
+			continue;
+		c->acked = tx_bytes(c->t);
+		c->chunks = tx_chunks(c->t);
+		if (tx_poll(c->t, &result, msg, sizeof(msg)) != TX_ENDED)
+			continue;
+		c->t = NULL;
+		s->live--;
+		if (!result || s->result)
+			continue;
+		s->result = result;
+		snprintf(s->msg, sizeof(s->msg), "%s", msg);
+		for (unsigned int k = 0; k < s->nconns; k++)
+			if (s->c[k].t)
+				tx_abort(s->c[k].t, result, "another connection failed");
+	}
+}
+
 static void send_poll(struct cp_loop *lp)
 {
 	struct sender *s = (struct sender *)lp;
 
-	if (!s->t)
+	if (!s->live)
 		return;
-	if (tx_poll(s->t, &s->result, s->msg, sizeof(s->msg)) == TX_ENDED) {
-		s->t = NULL;
+	poll_conns(s);
+	if (!s->live) {
 		lp->stop = true;
 		return;
 	}
 	if (!s->o->quiet)
-		cp_progress_update(&s->prog, tx_bytes(s->t), false);
+		cp_progress_update(&s->prog, acked(s), false);
 }
 
 static void send_signal(struct cp_loop *lp, int signo)
 {
 	struct sender *s = (struct sender *)lp;
 
-	if (s->t)
-		tx_abort(s->t, CP_EXIT_INTERRUPTED, "sender interrupted");
+	for (unsigned int i = 0; i < s->nconns; i++)
+		if (s->c[i].t)
+			tx_abort(s->c[i].t, CP_EXIT_INTERRUPTED, "sender interrupted");
 }
 
 /* Every file must be a readable regular file before anything moves. */
@@ -136,7 +191,15 @@ int cp_send(const struct cp_opts *o)
 		return CP_EXIT_FAIL;
 	}
 	s->o = o;
-	s->fd = -1;
+	/* No more connections than files: each would only say goodbye. */
+	s->nconns = o->conns ? o->conns : 1;
+	if (s->nconns > (unsigned int)o->nfiles)
+		s->nconns = (unsigned int)o->nfiles;
+	for (unsigned int i = 0; i < CP_SEND_CONNS_MAX; i++)
+		s->c[i] = (struct sconn){.s = s, .fd = -1};
+	s->conn_opts = *o;
+	if (o->rate)
+		s->conn_opts.rate = o->rate / s->nconns ? o->rate / s->nconns : 1;
 	ret = check_files(s);
 	if (ret)
 		goto out;
@@ -147,38 +210,45 @@ int cp_send(const struct cp_opts *o)
 	s->lp.poll = send_poll;
 	s->lp.on_signal = send_signal;
 	cp_progress_init(&s->prog, o->quiet ? 0 : o->progress, s->total);
-	h.data = s;
-	s->t = tx_start(&s->lp, o, host, port, &h);
-	if (!s->t) {
-		cp_log("send: out of memory");
-		ret = CP_EXIT_FAIL;
-		goto out_loop;
+	for (unsigned int i = 0; i < s->nconns; i++) {
+		h.data = &s->c[i];
+		s->c[i].t = tx_start(&s->lp, &s->conn_opts, host, port, &h);
+		if (!s->c[i].t) {
+			cp_log("send: out of memory");
+			ret = CP_EXIT_FAIL;
+			for (unsigned int k = 0; k < i; k++)
+				tx_abort(s->c[k].t, CP_EXIT_FAIL, "out of memory");
+			break;
+		}
+		s->live++;
 	}
-	rc = cp_loop_run(&s->lp);
-	if (s->t) {
-		/* The loop broke: still end the connection before the bridge. */
-		tx_abort(s->t, CP_EXIT_FAIL, "event loop failed");
-		while (tx_poll(s->t, &s->result, s->msg, sizeof(s->msg)) == TX_ALIVE &&
-		       cp_loop_pass(&s->lp, 100) >= 0)
-			;
+	rc = s->live == s->nconns ? cp_loop_run(&s->lp) : -1;
+	if (s->live) {
+		/* The loop broke: still end the connections before the bridge. */
+		for (unsigned int i = 0; i < s->nconns; i++)
+			if (s->c[i].t)
+				tx_abort(s->c[i].t, CP_EXIT_FAIL, "event loop failed");
+		while (s->live && cp_loop_pass(&s->lp, 100) >= 0)
+			poll_conns(s);
 	}
-	ret = rc ? CP_EXIT_FAIL : s->result;
+	ret = ret ? ret : rc ? CP_EXIT_FAIL : s->result;
 	if (!o->quiet && s->prog.drawn)
 		cp_progress_update(&s->prog, s->bytes, true);
 	if (ret)
 		cp_log("send: %s", s->msg[0] ? s->msg : "failed");
-out_loop:
 	cp_loop_fini(&s->lp);
 out:
-	if (s->fd >= 0)
-		close(s->fd);
+	for (unsigned int i = 0; i < CP_SEND_CONNS_MAX; i++)
+		if (s->c[i].fd >= 0)
+			close(s->c[i].fd);
 	sum.exit_code = ret;
 	sum.error = ret && s->msg[0] ? s->msg : NULL;
 	sum.files = s->files;
-	sum.chunks = s->chunks;
+	for (unsigned int i = 0; i < s->nconns; i++)
+		sum.chunks += s->c[i].chunks;
 	sum.bytes = s->bytes;
 	sum.checksum = s->last_sum;
-	sum.connections = 1;
+	sum.connections = s->nconns;
 	sum.failures = ret != 0;
 	sum.chunk = o->chunk;
 	sum.window = o->window;

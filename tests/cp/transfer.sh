@@ -1,15 +1,16 @@
 #!/bin/bash
 # ringrdma-cp end to end in the lab: the edge sizes around a 64 KiB chunk
 # and 64 MiB of random data in one run, many small files in one run,
-# byte-for-byte; then 16 MiB and 256 MiB transfers whose peak RSS on both
+# byte-for-byte, and the same files over four connections side by side;
+# then 16 MiB and 256 MiB transfers whose peak RSS on both
 # sides must be within a few MiB of each other (memory bounded by the
 # window, not by the file).
 #   transfer.sh PATH/TO/ringrdma-cp
 CP=${1:?usage: transfer.sh PATH/TO/ringrdma-cp}
-. "$(dirname "$0")/lib.sh" 9
+. "$(dirname "$0")/lib.sh" 11
 PORT=7500 CHUNK=65536
 
-mkdir -p "$T/src" "$T/dst" "$T/many" "$T/dst2" "$T/big" "$T/dst3"
+mkdir -p "$T/src" "$T/dst" "$T/many" "$T/dst2" "$T/big" "$T/dst3" "$T/dst4"
 sizes="0 1 4095 4096 $((CHUNK - 1)) $CHUNK $((CHUNK + 1)) $((64 << 20))"
 files=()
 for s in $sizes; do
@@ -61,6 +62,36 @@ ok=0
 [ "$crc" = 0 ] && [ "$src" = 0 ] && [ "$bad" = 0 ] && ok=1
 result $ok "40 files in one run, 4 KiB chunks, window 4 (exit $crc/$src, $bad differ)"
 [ $ok = 1 ] || show "$T/c2.err" "$T/s2.err"
+
+# --conns 4: four connections, each taking the next file when its last is
+# stored; the receiver counts four authenticated connections.
+start_serve s4 $((PORT + 3)) --dir "$T/dst4" --count 4 --json "$T/s4.json"
+timeout 300 "$CP" send --conns 4 --chunk 4K --window 4 --json "$T/c4.json" "${many[@]}" \
+	"$ADDR:$((PORT + 3))" >"$T/c4.out" 2>"$T/c4.err"
+crc=$?
+wait_pid "$SERVE_PID" 60
+src=$?
+bad=0
+for i in $(seq 40); do cmp -s "$T/many/m$i" "$T/dst4/m$i" || bad=$((bad + 1)); done
+ok=0
+[ "$crc" = 0 ] && [ "$src" = 0 ] && [ "$bad" = 0 ] &&
+	[ "$(json_field "$T/c4.json" connections)" = 4 ] && [ "$(json_field "$T/c4.json" files)" = 40 ] &&
+	[ "$(json_field "$T/s4.json" files)" = 40 ] && ok=1
+result $ok "40 files over --conns 4 (exit $crc/$src, $bad differ, $(json_field "$T/c4.json" connections) connections)"
+[ $ok = 1 ] || show "$T/c4.err" "$T/s4.err"
+# Two of the four refused ("busy"): send fails as refused, at once, and
+# ends the two admitted connections (serve counts them and exits).
+rm -rf "$T/dst4" && mkdir "$T/dst4"
+start_serve s5 $((PORT + 4)) --dir "$T/dst4" --count 2 --max-conns 2
+timeout 120 "$CP" send --conns 4 --chunk 4K --window 4 "${many[@]}" "$ADDR:$((PORT + 4))" \
+	>"$T/c5.out" 2>"$T/c5.err"
+crc=$?
+wait_pid "$SERVE_PID" 60
+src=$?
+ok=0
+[ "$crc" = 5 ] && [ "$src" != 124 ] && grep -q busy "$T/c5.err" && ok=1
+result $ok "send --conns 4 with two refused as busy: exit 5, serve ended (exit $crc/$src)"
+[ $ok = 1 ] || show "$T/c5.err" "$T/s5.err"
 
 # Peak RSS: same window, 16x the data.
 rss_run() { # SIZE_MIB TAG
