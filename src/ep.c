@@ -186,29 +186,19 @@ static void drained_wc(void *ctx, const struct ibv_wc *wc)
 		complete(ep, req, wc);
 }
 
-/* Hand out the work completions already in the endpoint's CQ. A callback
- * may destroy the endpoint meanwhile: the destroy then completes the rest,
- * and completions it handled are no longer outstanding here. */
+/*
+ * Hand out the work completions of the endpoint's QP not handed out yet,
+ * in order: those left in a batch a dispatch of the CQ is handing out (a
+ * callback in it destroyed this endpoint), then those still in the CQ; on
+ * a shared CQ, only this QP's. A callback may destroy the endpoint, or
+ * another one on the same CQ (its take then finds a consistent CQ): the
+ * destroy completes the rest, and completions it handled are no longer
+ * outstanding here.
+ */
 static void drain_cq(rr_ep *ep)
 {
-	static __thread bool taking;
-	struct ibv_wc wc[32];
-	int n;
-
-	if (ep->shared) {
-		/* Only this QP's; a take already running (a callback of it
-		 * destroyed this endpoint) polls the CQ empty itself. */
-		if (!taking) {
-			taking = true;
-			rr__cq_take_qp(ep->cq, ep->qp_num, drained_wc, ep);
-			taking = false;
-		}
-		return;
-	}
-	while (ep->cq && (n = ibv_poll_cq(rr_cq_ibv(ep->cq), 32, wc)) > 0) {
-		for (int i = 0; i < n; i++)
-			drained_wc(ep, &wc[i]);
-	}
+	if (ep->cq)
+		rr__cq_take_qp(ep->cq, ep->qp_num, drained_wc, ep);
 }
 
 /* ---- endpoints on shared CQs, by QP number ---- */
@@ -597,8 +587,8 @@ int rr__ep_setup_qp(rr_ep *ep)
 	attr.cap.max_inline_data = ep->opts.max_inline;
 	if (rdma_create_qp(ep->id, ep->own_pd ? ep->own_pd : ep->dev->pd, &attr))
 		return errno ? -errno : -ENOMEM;
+	ep->qp_num = ep->id->qp->qp_num; /* drain_cq() takes this QP's */
 	if (ep->shared) {
-		ep->qp_num = ep->id->qp->qp_num;
 		rc = qpmap_add(&ep->set->qps, ep);
 		if (rc) {
 			rdma_destroy_qp(ep->id);

@@ -79,7 +79,7 @@ struct rr_ep {
 	rr_cq *cq;
 	struct rr__shcq *shared;   /* cq is shared: this is it */
 	struct rr_srq *srq;	   /* RR_EP_SRQ: receives come from it */
-	uint32_t qp_num;	   /* on a shared CQ: its key in set->qps */
+	uint32_t qp_num;	   /* its QP's; on a shared CQ its key in set->qps */
 	struct ibv_pd *own_pd;	   /* RR_EP_OWN_PD */
 	atomic_uint *counter;	   /* decremented once when destroyed */
 	struct rr__list down_link; /* shared->downs */

@@ -368,7 +368,14 @@ void *rr__read_settle(struct rr__ring *r, uint32_t idx)
 	 * reads only after the caller's next syscalls), or it gave up: in
 	 * every case the READ cannot complete before the caller's next
 	 * syscall, on this thread, runs its task work. */
-	sync_cancel(r, rr__ud(RR__UD_POLL, r->inst, p->gen, idx));
+	/* 0: cancelled; -ENOENT: completed or not submitted. Anything else
+	 * (a signal, a READ busy elsewhere) is asked again. */
+	for (int tries = 0; tries < 8; tries++) {
+		int rc = sync_cancel(r, rr__ud(RR__UD_POLL, r->inst, p->gen, idx));
+
+		if (!rc || rc == -ENOENT)
+			break;
+	}
 	return p->buf;
 }
 
@@ -578,10 +585,14 @@ static void read_cqe(struct rr__ring *r, uint32_t idx, const struct io_uring_cqe
 	void *ctx = p->ctx;
 
 	if (cqe->res >= 0) {
+		uint32_t gen = p->gen;
+
 		fn(ctx, cqe->res, p->buf);
 		p = &r->slots[idx]; /* the handler may have moved the table */
-		if (p->in_use && p->is_read)
-			memset(p->buf, 0, RR__READ_MAX); /* handed out: not a settle's */
+		/* Handed out: not a settle's. Unless the slot went to a new
+		 * read meanwhile, whose buffer may hold an event already. */
+		if (p->in_use && p->gen == gen)
+			memset(p->buf, 0, RR__READ_MAX);
 	} else if (cqe->res != -ECANCELED && cqe->res != -EINTR) {
 		/* -EAGAIN here means this kernel does not wait for the fd:
 		 * re-submitting would spin. The owner picks another way. */

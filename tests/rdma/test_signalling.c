@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <criterion/criterion.h>
 
@@ -21,6 +22,10 @@ struct rec {
 	int order[MSGS];
 	int n;
 	int recvs;
+	/* destroy_from_callbacks: the endpoints the first two send
+	 * callbacks destroy, and the receives' outcomes. */
+	rr_ep **kill[2];
+	int recv_calls[MSGS], recv_status[MSGS];
 };
 
 static struct rec R;
@@ -38,12 +43,24 @@ static void on_send(rr_ep *ep, const struct rr_completion *c, void *data)
 	R.n++;
 	if (c->status == 0)
 		cr_assert_eq(c->opcode, IBV_WC_SEND);
+	if (R.n <= 2 && R.kill[R.n - 1] && *R.kill[R.n - 1]) {
+		rr_ep *victim = *R.kill[R.n - 1];
+
+		*R.kill[R.n - 1] = NULL;
+		rr_ep_destroy(victim);
+	}
 }
 
 static void on_recv(rr_ep *ep, const struct rr_completion *c, void *data)
 {
+	int i = (int)(uintptr_t)data;
+
 	if (c->status == 0)
 		R.recvs++;
+	if (i >= 0 && i < MSGS) {
+		R.recv_calls[i]++;
+		R.recv_status[i] = c->status;
+	}
 }
 
 static bool all_sent(void *arg)
@@ -51,9 +68,11 @@ static bool all_sent(void *arg)
 	return R.n >= *(int *)arg;
 }
 
-static void open_pair(struct bridge_pair *p, struct ibv_mr **mr, unsigned int every)
+static void open_pair_flags(struct bridge_pair *p, struct ibv_mr **mr, unsigned int every,
+			    unsigned int flags)
 {
-	struct rr_ep_opts o = {.max_send_wr = 64, .max_recv_wr = 64, .signal_every = every};
+	struct rr_ep_opts o = {
+		.max_send_wr = 64, .max_recv_wr = 64, .signal_every = every, .flags = flags};
 	const char *addr = rr_test_require_rdma();
 	int rc;
 
@@ -61,6 +80,11 @@ static void open_pair(struct bridge_pair *p, struct ibv_mr **mr, unsigned int ev
 	rc = bp_open(p, addr, &o);
 	cr_assert_eq(rc, 0, "bp_open: %s", strerror(-rc));
 	cr_assert_eq(rr_ep_reg_mr(p->cli.ep, buf, sizeof(buf), 0, mr), 0);
+}
+
+static void open_pair(struct bridge_pair *p, struct ibv_mr **mr, unsigned int every)
+{
+	open_pair_flags(p, mr, every, 0);
 }
 
 static void post_sends(struct bridge_pair *p, struct ibv_mr *mr, int from, int to)
@@ -158,4 +182,55 @@ Test(signalling, unsignalled_sends_complete_once_on_peer_disconnect)
 		cr_assert(R.status[i] == -ECANCELED || R.status[i] == 0, "status %d", R.status[i]);
 	rr_mr_dereg(mr);
 	bp_close(&p);
+}
+
+/*
+ * The first send callback destroys its endpoint while its other sends'
+ * completions wait in the same batch, and the second (handed out by that
+ * destroy) destroys the server, whose receives' completions are in the
+ * batch too (or, apart, in its own CQ). Everything had completed on the
+ * wire: each request is a real outcome, handed out once, in order, with
+ * its status, none as cancelled.
+ */
+static void destroy_from_callbacks(unsigned int flags)
+{
+	struct bridge_pair p;
+	struct ibv_mr *mr;
+	int want = 8;
+
+	open_pair_flags(&p, &mr, 1, flags);
+	for (int i = 0; i < 8; i++)
+		cr_assert_eq(rr_ep_post_recv(p.srv.ep, buf + (MSGS + i) * SIZE, SIZE, mr, on_recv,
+					     (void *)(uintptr_t)i),
+			     0);
+	post_sends(&p, mr, 0, 8);
+	/* Not dispatched: every completion lands in the CQ (a generous
+	 * wait for rxe), so one poll takes them all into one batch. */
+	usleep(1000 * 1000);
+	R.kill[0] = &p.cli.ep;
+	R.kill[1] = &p.srv.ep;
+	cr_assert_eq(bp_run_pred(p.b, all_sent, &want, 20000), 0, "sends did not complete");
+	check_once_in_order(8);
+	for (int i = 0; i < 8; i++)
+		cr_assert_eq(R.status[i], 0, "send %d: status %d after its endpoint's destroy", i,
+			     R.status[i]);
+	for (int i = 0; i < 8; i++) {
+		cr_assert_eq(R.recv_calls[i], 1, "receive %d: %d callbacks", i, R.recv_calls[i]);
+		cr_assert_eq(R.recv_status[i], 0, "receive %d: status %d after the server's destroy",
+			     i, R.recv_status[i]);
+	}
+	cr_assert_null(p.cli.ep);
+	cr_assert_null(p.srv.ep);
+	rr_mr_dereg(mr);
+	bp_close(&p);
+}
+
+Test(signalling, destroy_from_callbacks_keeps_real_outcomes_private_cq)
+{
+	destroy_from_callbacks(0);
+}
+
+Test(signalling, destroy_from_callbacks_keeps_real_outcomes_shared_cq)
+{
+	destroy_from_callbacks(RR_EP_SHARED_CQ);
 }
