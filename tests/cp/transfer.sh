@@ -51,13 +51,22 @@ for i in $(seq 40); do
 	head -c $((i * 777)) /dev/urandom >"$T/many/m$i"
 	many+=("$T/many/m$i")
 done
-start_serve s2 $((PORT + 1)) --dir "$T/dst2" --count 1
-timeout 300 "$CP" send --chunk 4K --window 4 "${many[@]}" "$ADDR:$((PORT + 1))" >"$T/c2.out" 2>"$T/c2.err"
-crc=$?
-wait_pid "$SERVE_PID" 60
-src=$?
-bad=0
-for i in $(seq 40); do cmp -s "$T/many/m$i" "$T/dst2/m$i" || bad=$((bad + 1)); done
+# send_many TAG PORT DIR SERVE_COUNT [SEND OPTIONS...]: the 40 small files
+# to a serve --count SERVE_COUNT storing in DIR; sets crc, src (exit codes)
+# and bad (files that differ or are missing).
+send_many() {
+	local tag=$1 port=$2 dir=$3 count=$4
+	shift 4
+	start_serve "s$tag" "$port" --dir "$dir" --count "$count" --json "$T/s$tag.json"
+	timeout 300 "$CP" send --chunk 4K --window 4 --json "$T/c$tag.json" "$@" "${many[@]}" \
+		"$ADDR:$port" >"$T/c$tag.out" 2>"$T/c$tag.err"
+	crc=$?
+	wait_pid "$SERVE_PID" 60
+	src=$?
+	bad=0
+	for i in $(seq 40); do cmp -s "$T/many/m$i" "$dir/m$i" || bad=$((bad + 1)); done
+}
+send_many 2 $((PORT + 1)) "$T/dst2" 1
 ok=0
 [ "$crc" = 0 ] && [ "$src" = 0 ] && [ "$bad" = 0 ] && ok=1
 result $ok "40 files in one run, 4 KiB chunks, window 4 (exit $crc/$src, $bad differ)"
@@ -65,14 +74,7 @@ result $ok "40 files in one run, 4 KiB chunks, window 4 (exit $crc/$src, $bad di
 
 # --conns 4: four connections, each taking the next file when its last is
 # stored; the receiver counts four authenticated connections.
-start_serve s4 $((PORT + 3)) --dir "$T/dst4" --count 4 --json "$T/s4.json"
-timeout 300 "$CP" send --conns 4 --chunk 4K --window 4 --json "$T/c4.json" "${many[@]}" \
-	"$ADDR:$((PORT + 3))" >"$T/c4.out" 2>"$T/c4.err"
-crc=$?
-wait_pid "$SERVE_PID" 60
-src=$?
-bad=0
-for i in $(seq 40); do cmp -s "$T/many/m$i" "$T/dst4/m$i" || bad=$((bad + 1)); done
+send_many 4 $((PORT + 3)) "$T/dst4" 4 --conns 4
 ok=0
 [ "$crc" = 0 ] && [ "$src" = 0 ] && [ "$bad" = 0 ] &&
 	[ "$(json_field "$T/c4.json" connections)" = 4 ] && [ "$(json_field "$T/c4.json" files)" = 40 ] &&
