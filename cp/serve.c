@@ -354,7 +354,7 @@ int cp_serve(const struct cp_opts *o)
 	}
 	if (!cp_store_supported(&s->lp)) {
 		cp_log("serve: this kernel's io_uring lacks openat2, statx, linkat, renameat or "
-		       "unlinkat (Linux 5.15 or later has them)");
+		       "unlinkat or close (Linux 5.15 or later has them)");
 		ret = CP_EXIT_FAIL;
 		goto out_loop;
 	}

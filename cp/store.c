@@ -39,8 +39,9 @@ enum step {
 
 bool cp_store_supported(struct cp_loop *lp)
 {
-	static const int ops[] = {IORING_OP_OPENAT2,  IORING_OP_STATX,	  IORING_OP_LINKAT,
-				  IORING_OP_RENAMEAT, IORING_OP_UNLINKAT, IORING_OP_FSYNC};
+	static const int ops[] = {IORING_OP_OPENAT2,  IORING_OP_STATX, IORING_OP_LINKAT,
+				  IORING_OP_RENAMEAT, IORING_OP_UNLINKAT, IORING_OP_FSYNC,
+				  IORING_OP_CLOSE};
 	struct io_uring_probe *p = io_uring_get_probe_ring(&lp->ring);
 	bool ok = p != NULL;
 
@@ -180,6 +181,66 @@ static int queue_pair(struct cp_store *st, int step, int a, int b, bool linked)
 	return 0;
 }
 
+/*
+ * Dropping a file that never got its name goes to an io-wq worker: the
+ * last close of an O_TMPFILE (or the unlink of a temp name) frees the
+ * inode, which waits while its file system is frozen (ext4 under fsfreeze
+ * until the thaw); on the loop thread that would stall every connection.
+ */
+static void drop_fd(struct cp_loop *lp, int fd)
+{
+	struct io_uring_sqe *sqe = cp_loop_sqe(lp, &lp->ignore);
+
+	if (!sqe) {
+		close(fd);
+		return;
+	}
+	io_uring_prep_close(sqe, fd);
+	sqe->flags |= IOSQE_ASYNC;
+}
+
+/* An unlink and the close of its directory after it, in flight together. */
+struct drop_named {
+	struct cp_op op;
+	int left; /* CQEs still to come */
+	char name[NAME_MAX + 1];
+};
+
+static void drop_named_done(struct cp_op *op, int res)
+{
+	struct drop_named *d = (struct drop_named *)op;
+
+	if (--d->left == 0)
+		free(d);
+}
+
+/* Unlink st->tmp, then close st->parentfd (it names the directory until the
+ * unlink ran); the name is copied: @st may be gone before the submit. */
+static void drop_named(struct cp_store *st)
+{
+	struct io_uring *ring = &st->lp->ring;
+	struct drop_named *d = malloc(sizeof(*d));
+	struct io_uring_sqe *sqe;
+
+	if (d && io_uring_sq_space_left(ring) < 2)
+		io_uring_submit(ring);
+	if (!d || io_uring_sq_space_left(ring) < 2) {
+		free(d);
+		unlinkat(st->parentfd, st->tmp, 0);
+		close(st->parentfd);
+		return;
+	}
+	d->op.done = drop_named_done;
+	d->left = 2;
+	snprintf(d->name, sizeof(d->name), "%s", st->tmp);
+	sqe = cp_loop_sqe(st->lp, &d->op);
+	io_uring_prep_unlinkat(sqe, st->parentfd, d->name, 0);
+	/* A hard link: the directory is closed even if the unlink fails. */
+	sqe->flags |= IOSQE_ASYNC | IOSQE_IO_HARDLINK;
+	sqe = cp_loop_sqe(st->lp, &d->op);
+	io_uring_prep_close(sqe, st->parentfd);
+}
+
 static void finish(struct cp_store *st, int code)
 {
 	st->busy = false;
@@ -218,7 +279,7 @@ static int next(struct cp_store *st)
 	case S_STAT_TMP:
 		if (res == 0 && (!st->force || S_ISDIR(st->stx.stx_mode))) {
 			if (st->res[1] >= 0)
-				close(st->res[1]);
+				drop_fd(st->lp, st->res[1]);
 			return fail(st, CP_E_EXISTS, "refusing to replace", st->base, EEXIST);
 		}
 		res = st->res[1]; /* then as for the temp file alone */
@@ -381,11 +442,13 @@ void cp_store_abort(struct cp_store *st)
 {
 	if (st->busy)
 		return;
-	if (st->tmp_named && st->parentfd >= 0)
-		unlinkat(st->parentfd, st->tmp, 0);
+	if (st->tmp_named && st->parentfd >= 0) {
+		drop_named(st);
+		st->parentfd = -1;
+	}
 	st->tmp_named = false;
 	if (st->fd >= 0)
-		close(st->fd);
+		drop_fd(st->lp, st->fd);
 	st->fd = -1;
 	if (st->parentfd >= 0)
 		close(st->parentfd);

@@ -96,7 +96,9 @@ result $ok "thawed: the stalled connection completes, its file intact (exit $crc
 # the last close of its O_TMPFILE comes at once) may hold up the others
 start_serve lost $((PORT + 3)) --dir "$T/root" --count 4 --chunk 64K
 for s in A B; do
-	timeout 120 "$CP" send --limit-rate 1M --as "cold/slow$s" "$T/src/big" "$ADDR:$((PORT + 3))" \
+	# No timeout(1) in between: STOP and KILL must reach the sender itself
+	# (cleanup kills it on every exit path).
+	"$CP" send --limit-rate 1M --as "cold/slow$s" "$T/src/big" "$ADDR:$((PORT + 3))" \
 		>"$T/slow$s.c.out" 2>"$T/slow$s.c.err" &
 	PIDS+=($!)
 	eval "slow$s=$!"
