@@ -52,6 +52,7 @@ int cp_json_write(const char *path, const struct cp_summary *s)
 		for (unsigned int i = 0; i < s->threads; i++)
 			fprintf(f, "%s%u", i ? ", " : "", s->thread_conns[i]);
 		fputs("],\n", f);
+		fprintf(f, "  \"files_ahead\": %llu,\n", (unsigned long long)s->files_ahead);
 	}
 	fprintf(f, "  \"chunk\": %u,\n  \"window\": %u,\n", s->chunk, s->window);
 	fprintf(f, "  \"peak_rss_bytes\": %llu\n}\n", (unsigned long long)cp_peak_rss_bytes());

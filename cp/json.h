@@ -19,6 +19,7 @@ struct cp_summary {
 	uint32_t chunk, window;
 	/* serve: its threads, and the connections each one ended */
 	unsigned int threads;
+	uint64_t files_ahead; /* serve: FILE_STARTs before the last file was stored */
 	const unsigned int *thread_conns;
 };
 

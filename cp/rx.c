@@ -18,10 +18,13 @@
  * A slot is bound and granted again once copied and invalidated; a chunk
  * waits in its slot while every stage is still busy, and while its file
  * is being opened (chunks follow FILE_START without waiting for an
- * answer). Control messages are SEND/RECV with credit: the sender never
- * has more than `window` chunks plus FILE_START, FILE_END and ERROR
- * outstanding, and receives are reposted as each completes, so the
- * receive queue (window + RX_SPARE_RECVS) never runs dry (rxe can stall
+ * answer). The next file may begin once FILE_END came (protocol 4: the
+ * sender does not wait for FILE_DONE, one file ahead at most): its chunks
+ * wait in their slots until the file before is named and its own is open.
+ * Control messages are SEND/RECV with credit: the sender never has more
+ * than `window` chunks plus the last file's FILE_END, FILE_START, FILE_END
+ * and ERROR outstanding, and receives are reposted as each completes, so
+ * the receive queue (window + RX_SPARE_RECVS) never runs dry (rxe can stall
  * for good on RNR).
  */
 #include <arpa/inet.h>
@@ -101,11 +104,20 @@ struct rx {
 	unsigned int io_inflight, writes;
 	struct cp_store st;
 	bool file_active, end_seen;
-	bool committing; /* verified and synced, being named */
+	uint32_t end_seq; /* end_seen: the first seq past this file */
+	bool committing;  /* verified and synced, being named */
 	char name[CP_NAME_MAX + 1];
 	struct cp_hasher hs;
 	uint64_t file_off, end_bytes, end_sum;
 	struct cp_op sync_op;
+	/* The next file, begun after end_seen: the window admits its chunks,
+	 * opened once this one is named (commit_done) */
+	struct {
+		bool on, end_seen;
+		uint32_t end_seq;
+		uint64_t bytes, sum;
+		char name[CP_NAME_MAX + 1];
+	} q;
 };
 
 static void rx_fail(struct rx *r, unsigned int code, int result, const char *fmt, ...)
@@ -385,12 +397,13 @@ static void send_done(rr_ep *ep, const struct rr_completion *c, void *data)
 }
 
 static void finish_file(struct rx *r);
+static void open_file(struct rx *r);
 
 /* FILE_END came, the file is open and every chunk left the window,
  * reached the file and was hashed: on to verifying it. */
 static void maybe_finish(struct rx *r)
 {
-	if (r->state == RX_FILE && r->end_seen && !r->writes && r->released == r->w.next_seq &&
+	if (r->state == RX_FILE && r->end_seen && !r->writes && r->released == r->end_seq &&
 	    cp_hasher_caught_up(&r->hs))
 		finish_file(r);
 }
@@ -418,8 +431,11 @@ static int submit_write(struct rx_stage *st)
  */
 static void stage_chunks(struct rx *r)
 {
-	/* Before the file is open (RX_OPEN) chunks wait in their slots. */
-	while (r->state == RX_FILE && r->released != r->w.next_seq) {
+	/* Before the file is open (RX_OPEN) chunks wait in their slots, and
+	 * those of the next file until it is. */
+	uint32_t upto = r->end_seen ? r->end_seq : r->w.next_seq;
+
+	while (r->state == RX_FILE && r->released != upto) {
 		uint32_t slot = r->released % r->w.window;
 		struct rx_slot *sl = &r->slots[slot];
 		struct rx_stage *st = NULL;
@@ -520,7 +536,7 @@ static void on_chunk(struct rx *r, uint32_t imm, uint32_t len)
 	struct rx_slot *sl;
 	uint32_t slot;
 
-	if ((r->state != RX_OPEN && r->state != RX_FILE) || r->end_seen) {
+	if (!in_file(r) || !r->w.file_open) {
 		rx_fail(r, CP_E_PROTO, CP_EXIT_INTEGRITY, "data chunk %u outside a file", imm);
 		return;
 	}
@@ -579,8 +595,23 @@ static void commit_done(struct cp_store *st, int code)
 		       (unsigned long long)r->end_bytes, (unsigned long long)r->end_sum);
 	r->state = RX_IDLE;
 	r->end_seen = false;
-	if (rx_send(r, &m))
+	if (rx_send(r, &m)) {
 		rx_fail(r, 0, CP_EXIT_NET, "cannot send FILE_DONE");
+		return;
+	}
+	if (r->q.on) {
+		/* The next file began meanwhile: its chunks (and maybe its
+		 * FILE_END) are in; now it gets its file. */
+		r->q.on = false;
+		memcpy(r->name, r->q.name, sizeof(r->name));
+		r->end_seen = r->q.end_seen;
+		r->end_seq = r->q.end_seq;
+		r->end_bytes = r->q.bytes;
+		r->end_sum = r->q.sum;
+		r->file_off = 0;
+		cp_hasher_reset(&r->hs);
+		open_file(r);
+	}
 }
 
 static void sync_done(struct cp_op *op, int res)
@@ -611,12 +642,6 @@ static void finish_file(struct rx *r)
 	uint64_t sum = cp_hasher_digest(&r->hs);
 	struct io_uring_sqe *sqe;
 
-	if (r->end_bytes != r->w.got || (!r->w.stream && r->w.got != r->w.size)) {
-		rx_fail(r, CP_E_CHECKSUM, CP_EXIT_INTEGRITY,
-			"%s: length mismatch (sender says %llu, received %llu)", r->name,
-			(unsigned long long)r->end_bytes, (unsigned long long)r->w.got);
-		return;
-	}
 	if (sum != r->end_sum) {
 		rx_fail(r, CP_E_CHECKSUM, CP_EXIT_INTEGRITY,
 			"%s: checksum mismatch (sender %016llx, received %016llx)", r->name,
@@ -762,28 +787,71 @@ static void open_done(struct cp_store *st, int code)
 	maybe_finish(r);
 }
 
-static void on_start(struct rx *r, const struct cp_msg *m)
+/* Open r->name; its chunks wait in their slots meanwhile. */
+static void open_file(struct rx *r)
 {
-	int code;
+	int code = cp_store_open(&r->st, &r->s->lp, r->s->dirfd, r->name,
+				 (r->s->o->force ? CP_STORE_FORCE : 0) |
+					 (r->s->o->direct ? CP_STORE_DIRECT : 0),
+				 open_done);
 
-	memcpy(r->name, m->start.name, sizeof(r->name));
-	code = cp_store_open(&r->st, &r->s->lp, r->s->dirfd, r->name,
-			     (r->s->o->force ? CP_STORE_FORCE : 0) |
-				     (r->s->o->direct ? CP_STORE_DIRECT : 0),
-			     open_done);
 	if (code) {
 		store_failed(r, code);
 		return;
 	}
 	r->io_inflight++;
 	r->state = RX_OPEN;
-	r->w.file_open = true; /* its chunks may come while it is opened */
+}
+
+/* FILE_START: the window admits the file's chunks from now on. Between
+ * files it is opened at once; after the last file's FILE_END it waits in
+ * r->q until that one is named. */
+static void on_start(struct rx *r, const struct cp_msg *m)
+{
+	r->w.file_open = true; /* its chunks may come before its file is open */
 	r->w.stream = m->start.flags & CP_START_STREAM;
 	r->w.size = m->start.size;
 	r->w.got = 0;
+	if (r->state != RX_IDLE) {
+		r->s->files_ahead++;
+		r->q.on = true;
+		r->q.end_seen = false;
+		memcpy(r->q.name, m->start.name, sizeof(r->q.name));
+		return;
+	}
+	memcpy(r->name, m->start.name, sizeof(r->name));
 	r->file_off = 0;
 	r->end_seen = false;
 	cp_hasher_reset(&r->hs);
+	open_file(r);
+}
+
+/* FILE_END of the file the window admits: every chunk of it came before
+ * (RC keeps the order), so its length is checked now and the window is
+ * free for the next file. */
+static void on_end(struct rx *r, const struct cp_msg *m)
+{
+	const char *name = r->q.on ? r->q.name : r->name;
+
+	if (m->end.bytes != r->w.got || (!r->w.stream && r->w.got != r->w.size)) {
+		rx_fail(r, CP_E_CHECKSUM, CP_EXIT_INTEGRITY,
+			"%s: length mismatch (sender says %llu, received %llu)", name,
+			(unsigned long long)m->end.bytes, (unsigned long long)r->w.got);
+		return;
+	}
+	r->w.file_open = false;
+	if (r->q.on) {
+		r->q.end_seen = true;
+		r->q.end_seq = r->w.next_seq;
+		r->q.bytes = m->end.bytes;
+		r->q.sum = m->end.checksum;
+		return;
+	}
+	r->end_seen = true;
+	r->end_seq = r->w.next_seq;
+	r->end_bytes = m->end.bytes;
+	r->end_sum = m->end.checksum;
+	maybe_finish(r);
 }
 
 static void on_message(struct rx *r, const uint8_t *buf, uint32_t len)
@@ -808,15 +876,11 @@ static void on_message(struct rx *r, const uint8_t *buf, uint32_t len)
 	}
 	if (m.type == CP_HELLO && r->state == RX_HELLO) {
 		on_hello(r, &m);
-	} else if (m.type == CP_FILE_START && r->state == RX_IDLE) {
+	} else if (m.type == CP_FILE_START &&
+		   (r->state == RX_IDLE || (in_file(r) && r->end_seen && !r->q.on))) {
 		on_start(r, &m);
-	} else if (m.type == CP_FILE_END && (r->state == RX_OPEN || r->state == RX_FILE) &&
-		   !r->end_seen) {
-		r->w.file_open = false;
-		r->end_seen = true;
-		r->end_bytes = m.end.bytes;
-		r->end_sum = m.end.checksum;
-		maybe_finish(r);
+	} else if (m.type == CP_FILE_END && in_file(r) && r->w.file_open) {
+		on_end(r, &m);
 	} else {
 		rx_fail(r, CP_E_PROTO, CP_EXIT_INTEGRITY, "unexpected %s", cp_type_name(m.type));
 	}
@@ -1022,7 +1086,8 @@ enum rx_poll_res rx_poll(struct rx *r, int *result)
 		else if (in_file(r))
 			rx_fail(r, 0, CP_EXIT_NET,
 				"sender disconnected during %s after %llu bytes; nothing stored",
-				r->name, (unsigned long long)r->w.got);
+				r->name,
+				(unsigned long long)(r->end_seen ? r->end_bytes : r->w.got));
 		else if (r->state == RX_HELLO)
 			rx_fail(r, 0, CP_EXIT_NET, "connection closed before HELLO");
 		r->state = RX_CLOSING;

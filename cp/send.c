@@ -2,7 +2,7 @@
 /*
  * ringrdma-cp send FILE... ADDR:PORT: the files in order over one connection,
  * or over --conns N side by side, each taking the next file when its last
- * one is stored.
+ * one is sent (one file ahead of the receiver's FILE_DONE).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -20,7 +20,7 @@
 
 struct sender;
 
-/* One connection; its files go one at a time, the connections' side by side. */
+/* One connection; its files go in turn, the connections' side by side. */
 struct sconn {
 	struct sender *s;
 	struct tx *t;
@@ -50,7 +50,7 @@ static bool next_file(struct tx *t, struct tx_src *src, void *data)
 	struct stat sb;
 
 	if (c->fd >= 0)
-		close(c->fd); /* its FILE_DONE came: no read of it is in flight */
+		close(c->fd); /* its FILE_END went: every read of it ended */
 	c->fd = -1;
 	if (s->next_file == s->o->nfiles)
 		return false;

@@ -403,6 +403,7 @@ out_dir:
 	sum.connections = s->ended;
 	sum.refused = s->refused;
 	sum.chunks = s->chunks;
+	sum.files_ahead = s->files_ahead;
 	sum.failures = s->failures;
 	thread_conns[0] = s->ended;
 	for (unsigned int i = 0; i < a->ngroups; i++) {
@@ -411,6 +412,7 @@ out_dir:
 		sum.connections += g->ended;
 		sum.refused += g->refused;
 		sum.chunks += g->chunks;
+		sum.files_ahead += g->files_ahead;
 		sum.failures += g->failures;
 		thread_conns[i] = g->ended;
 	}

@@ -53,6 +53,7 @@ struct serve {
 	bool closing;
 	atomic_bool drained; /* a group: closing and no connection left */
 	uint64_t chunks;
+	uint64_t files_ahead; /* files begun before the one before was stored */
 	/* a group's thread */
 	pthread_t thread;
 	sem_t ready;

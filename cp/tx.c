@@ -14,6 +14,9 @@
  * Our receives: `window` GRANTs at most (one per chunk the receiver copied
  * out of its window) plus one reply and one ERROR, and each is reposted as
  * it completes.
+ * The next file's FILE_START follows a FILE_END at once (protocol 4): its
+ * reads and chunks overlap the receiver's fsync and naming of the last
+ * one. One file ahead at most: its FILE_END waits for the last FILE_DONE.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -23,12 +26,14 @@
 #include "hash.h"
 #include "tx.h"
 
-#define TX_SENDS       4 /* HELLO, FILE_START, FILE_END, ERROR: one at a time */
+/* HELLO or the last file's FILE_END, FILE_START, FILE_END, ERROR */
+#define TX_SENDS       4
 #define TX_SPARE_RECVS 4
 #define FLUSH_MS       3000
 #define CLOSE_MS       5000
 #define CONNECT_MS     15000
 
+/* TX_DATA: a file is being sent; TX_END: none left, the last FILE_DONE is due. */
 enum tx_state { TX_CONNECTING, TX_HELLO, TX_IDLE, TX_DATA, TX_END, TX_CLOSING };
 /* SL_WRITING: posted, maybe not hashed yet; SL_HASHING: written, not hashed. */
 enum slot_state { SL_FREE, SL_READING, SL_FILLED, SL_WRITING, SL_HASHING };
@@ -70,6 +75,9 @@ struct tx {
 
 	struct tx_src src;
 	bool src_eof, stream_reading;
+	bool awaiting;	    /* FILE_END of `done` went, its FILE_DONE is due */
+	struct tx_src done; /* that file */
+	uint64_t done_bytes, done_sum;
 	uint64_t read_off, file_bytes;
 	struct cp_hasher hs;
 	uint64_t file_sum;
@@ -177,6 +185,7 @@ static void send_done(rr_ep *ep, const struct rr_completion *c, void *data)
 }
 
 static void pump(struct tx *t);
+static void next_source(struct tx *t);
 
 static int submit_read(struct tx_slot *sl)
 {
@@ -237,7 +246,8 @@ static void read_done(struct cp_op *op, int res)
 	}
 	if (!res) {
 		sl->state = SL_FREE;
-		tx_fail(t, CP_EXIT_LOCAL_IO, CP_E_ABORT, "%s shrank while being sent", t->src.label);
+		tx_fail(t, CP_EXIT_LOCAL_IO, CP_E_ABORT, "%s shrank while being sent",
+			t->src.label);
 		return;
 	}
 	sl->len += (uint32_t)res;
@@ -323,8 +333,7 @@ static void pump(struct tx *t)
 
 		rc = rr_ep_post_write_imm(t->ep, buf, sl->len, t->data_mr,
 					  t->raddr + (uint64_t)(sl - t->slots) * t->chunk,
-					  t->rkeys[sl - t->slots],
-					  t->next_write, write_done, sl);
+					  t->rkeys[sl - t->slots], t->next_write, write_done, sl);
 		if (rc) {
 			tx_fail(t, CP_EXIT_NET, 0, "RDMA WRITE: %s", strerror(-rc));
 			return;
@@ -349,13 +358,21 @@ static void pump(struct tx *t)
 	    t->next_write != t->next_read || !cp_hasher_caught_up(&t->hs))
 		return;
 	/* Everything is posted and hashed; RC delivers FILE_END after the
-	 * last chunk. */
+	 * last chunk. One file ahead of FILE_DONE at most. */
+	if (t->awaiting)
+		return;
 	t->file_sum = cp_hasher_digest(&t->hs);
 	m.end.bytes = t->file_bytes;
 	m.end.checksum = t->file_sum;
-	t->state = TX_END;
-	if (tx_send(t, &m))
+	if (tx_send(t, &m)) {
 		tx_fail(t, CP_EXIT_NET, 0, "cannot send FILE_END");
+		return;
+	}
+	t->awaiting = true;
+	t->done = t->src;
+	t->done_bytes = t->file_bytes;
+	t->done_sum = t->file_sum;
+	next_source(t);
 }
 
 /* The hashing thread got further: free the buffers it is done with. */
@@ -377,7 +394,13 @@ static void next_source(struct tx *t)
 	memset(&t->src, 0, sizeof(t->src));
 	t->src.fd = -1;
 	if (!t->h.next(t, &t->src, t->h.data)) {
-		t->state = TX_CLOSING; /* all sent: a clean goodbye */
+		if (t->state == TX_CLOSING)
+			return; /* the hook gave up */
+		if (t->awaiting) {
+			t->state = TX_END;
+			return;
+		}
+		t->state = TX_CLOSING; /* all sent and stored: a clean goodbye */
 		t->closing_at = cp_now_ns();
 		disconnect(t);
 		return;
@@ -473,21 +496,26 @@ static void on_message(struct tx *t, const uint8_t *buf, uint32_t len)
 		pump(t);
 		return;
 	case CP_FILE_DONE:
-		if (t->state != TX_END)
+		if (!t->awaiting || (t->state != TX_DATA && t->state != TX_END))
 			break;
-		if (m.end.bytes != t->file_bytes || m.end.checksum != t->file_sum) {
+		if (m.end.bytes != t->done_bytes || m.end.checksum != t->done_sum) {
 			tx_fail(t, CP_EXIT_INTEGRITY, CP_E_PROTO,
 				"receiver confirmed %llu bytes/%016llx for %s, sent %llu/%016llx",
 				(unsigned long long)m.end.bytes, (unsigned long long)m.end.checksum,
-				t->src.label, (unsigned long long)t->file_bytes,
-				(unsigned long long)t->file_sum);
+				t->done.label, (unsigned long long)t->done_bytes,
+				(unsigned long long)t->done_sum);
 			return;
 		}
-		t->state = TX_IDLE;
+		t->awaiting = false;
 		if (t->h.file_done)
-			t->h.file_done(t, &t->src, t->file_bytes, t->file_sum, t->h.data);
-		if (t->state == TX_IDLE)
-			next_source(t);
+			t->h.file_done(t, &t->done, t->done_bytes, t->done_sum, t->h.data);
+		if (t->state == TX_END) {
+			t->state = TX_CLOSING; /* all sent and stored: a clean goodbye */
+			t->closing_at = cp_now_ns();
+			disconnect(t);
+		} else if (t->state == TX_DATA) {
+			pump(t); /* its FILE_END may have waited for this */
+		}
 		return;
 	default:
 		break;
@@ -586,8 +614,8 @@ static void on_down(rr_ep *ep, int status, void *data)
 		t->down_at = cp_now_ns();
 	}
 	if (t->state != TX_CLOSING)
-		tx_fail(t, CP_EXIT_NET, 0, "connection to %s lost%s%s", t->peer,
-			status ? ": " : "", status ? strerror(-status) : "");
+		tx_fail(t, CP_EXIT_NET, 0, "connection to %s lost%s%s", t->peer, status ? ": " : "",
+			status ? strerror(-status) : "");
 }
 
 struct tx *tx_start(struct cp_loop *lp, const struct cp_opts *o, const char *host, uint16_t port,
@@ -626,8 +654,8 @@ struct tx *tx_start(struct cp_loop *lp, const struct cp_opts *o, const char *hos
 	if (rc) {
 		t->ep = NULL;
 		t->down = true;
-		tx_fail(t, rc == -EINVAL ? CP_EXIT_USAGE : CP_EXIT_NET, 0, "cannot connect to %s: %s",
-			t->peer, strerror(-rc));
+		tx_fail(t, rc == -EINVAL ? CP_EXIT_USAGE : CP_EXIT_NET, 0,
+			"cannot connect to %s: %s", t->peer, strerror(-rc));
 	}
 	return t;
 }

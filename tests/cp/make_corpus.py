@@ -9,7 +9,7 @@ import os
 import struct
 import sys
 
-MAGIC, VERSION = 0x50435252, 3
+MAGIC, VERSION = 0x50435252, 4
 
 
 def msg(t, payload, version=VERSION, magic=MAGIC, plen=None):
@@ -39,7 +39,8 @@ def main(out):
         msg(9, b"\x00" * 16),
         msg(1, struct.pack("<IIH", 4096, 3, 0), version=1),
         msg(1, struct.pack("<IIH", 4096, 3, 0), version=2),
-        msg(1, struct.pack("<IIH", 4096, 3, 0), version=4),
+        msg(1, struct.pack("<IIH", 4096, 3, 0), version=3),
+        msg(1, struct.pack("<IIH", 4096, 3, 0), version=5),
         msg(6, struct.pack("<QQ", 1, 2), plen=200),
         b"\x00" * 17,
         b"\xff" * 40,

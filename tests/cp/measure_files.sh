@@ -1,11 +1,13 @@
 #!/bin/bash
 # Not a test: the small-files figures of docs/ringrdma-cp.md in one lab boot.
-#   tools/rdma-lab run -- tests/cp/measure_files.sh build/cp/ringrdma-cp [ROUNDS]
+#   tools/rdma-lab run -- tests/cp/measure_files.sh build/cp/ringrdma-cp [ROUNDS [CP...]]
 # 1,000 random 4 KiB files in the guest's own /tmp sent to a serve whose
 # DIR is there too, over --conns 1, --conns 4, and --conns 4 to
 # serve --threads 2; each run timed with date and checked with diff -r.
-CP=${1:?usage: measure_files.sh PATH/TO/ringrdma-cp [ROUNDS]}
+# Further binaries (an older build, say) run each round too, interleaved.
+CP=${1:?usage: measure_files.sh PATH/TO/ringrdma-cp [ROUNDS [CP...]]}
 ROUNDS=${2:-2}
+shift $(($# < 2 ? $# : 2))
 A=${RDMA_LAB_ADDR:?run it in the lab}
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
@@ -13,23 +15,25 @@ mkdir -p "$T/src"
 for i in $(seq 1000); do head -c 4096 /dev/urandom >"$T/src/f$i"; done
 port=7600
 for _ in $(seq "$ROUNDS"); do
-	for run in 1:1 4:1 4:2; do
-		conns=${run%:*} threads=${run#*:}
-		rm -rf "$T/d" && mkdir "$T/d"
-		port=$((port + 1))
-		"$CP" serve --listen "$A:$port" --dir "$T/d" --count "$conns" --threads "$threads" \
-			--quiet >"$T/s.out" 2>&1 &
-		spid=$!
-		for _ in $(seq 100); do grep -q listening "$T/s.out" && break; sleep 0.1; done
-		t0=$(date +%s%N)
-		"$CP" send --quiet --conns "$conns" "$T"/src/f* "$A:$port" || echo "send failed"
-		t1=$(date +%s%N)
-		wait "$spid"
-		same=no
-		diff -rq "$T/src" "$T/d" >/dev/null && same=yes
-		awk -v c="$conns" -v th="$threads" -v ns=$((t1 - t0)) -v same=$same 'BEGIN {
-			s = ns / 1e9
-			printf "--conns %s, serve --threads %s: %.0f files/s, %.2f ms per file, identical: %s\n",
-				c, th, 1000 / s, s, same }'
+	for bin in "$CP" "$@"; do
+		for run in 1:1 4:1 4:2; do
+			conns=${run%:*} threads=${run#*:}
+			rm -rf "$T/d" && mkdir "$T/d"
+			port=$((port + 1))
+			"$bin" serve --listen "$A:$port" --dir "$T/d" --count "$conns" --threads "$threads" \
+				--quiet >"$T/s.out" 2>&1 &
+			spid=$!
+			for _ in $(seq 100); do grep -q listening "$T/s.out" && break; sleep 0.1; done
+			t0=$(date +%s%N)
+			"$bin" send --quiet --conns "$conns" "$T"/src/f* "$A:$port" || echo "send failed"
+			t1=$(date +%s%N)
+			wait "$spid"
+			same=no
+			diff -rq "$T/src" "$T/d" >/dev/null && same=yes
+			awk -v b="$bin" -v c="$conns" -v th="$threads" -v ns=$((t1 - t0)) -v same=$same 'BEGIN {
+				s = ns / 1e9
+				printf "%s --conns %s, serve --threads %s: %.0f files/s, %.2f ms per file, identical: %s\n",
+					b, c, th, 1000 / s, s, same }'
+		done
 	done
 done

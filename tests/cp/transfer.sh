@@ -7,7 +7,7 @@
 # window, not by the file).
 #   transfer.sh PATH/TO/ringrdma-cp
 CP=${1:?usage: transfer.sh PATH/TO/ringrdma-cp}
-. "$(dirname "$0")/lib.sh" 11
+. "$(dirname "$0")/lib.sh" 12
 PORT=7500 CHUNK=65536
 
 mkdir -p "$T/src" "$T/dst" "$T/many" "$T/dst2" "$T/big" "$T/dst3" "$T/dst4"
@@ -67,13 +67,21 @@ send_many() {
 	for i in $(seq 40); do cmp -s "$T/many/m$i" "$dir/m$i" || bad=$((bad + 1)); done
 }
 send_many 2 $((PORT + 1)) "$T/dst2" 1
+ahead=$(json_field "$T/s2.json" files_ahead)
 ok=0
 [ "$crc" = 0 ] && [ "$src" = 0 ] && [ "$bad" = 0 ] && ok=1
 result $ok "40 files in one run, 4 KiB chunks, window 4 (exit $crc/$src, $bad differ)"
 [ $ok = 1 ] || show "$T/c2.err" "$T/s2.err"
+# One file ahead: the next file's FILE_START follows a FILE_END without
+# waiting for FILE_DONE, so files arrive while the one before is synced
+# and named (that takes ring round trips; FILE_START comes right after).
+ok=0
+[ -n "$ahead" ] && [ "$ahead" -ge 1 ] && [ "$ahead" -le 39 ] && ok=1
+result $ok "one connection keeps its pipeline over file boundaries: $ahead of 39 files began early"
+[ $ok = 1 ] || show "$T/c2.err" "$T/s2.err"
 
 # --conns 4: four connections, each taking the next file when its last is
-# stored; the receiver counts four authenticated connections.
+# sent; the receiver counts four authenticated connections.
 send_many 4 $((PORT + 3)) "$T/dst4" 4 --conns 4
 ok=0
 [ "$crc" = 0 ] && [ "$src" = 0 ] && [ "$bad" = 0 ] &&
