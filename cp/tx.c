@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "hash.h"
+#include "proto.h"
 #include "tx.h"
 
 /* HELLO or the last file's FILE_END, FILE_START, FILE_END, ERROR */
@@ -33,8 +34,10 @@
 #define CLOSE_MS       5000
 #define CONNECT_MS     15000
 
-/* TX_DATA: a file is being sent; TX_END: none left, the last FILE_DONE is due. */
-enum tx_state { TX_CONNECTING, TX_HELLO, TX_IDLE, TX_DATA, TX_END, TX_CLOSING };
+/* TX_DATA: a file is being sent; TX_HOLD: it failed, the ERROR waits for
+ * the last file's FILE_DONE; TX_NEXT: the next file waits for it too;
+ * TX_END: none left, the last FILE_DONE is due. */
+enum tx_state { TX_CONNECTING, TX_HELLO, TX_IDLE, TX_DATA, TX_HOLD, TX_NEXT, TX_END, TX_CLOSING };
 /* SL_WRITING: posted, maybe not hashed yet; SL_HASHING: written, not hashed. */
 enum slot_state { SL_FREE, SL_READING, SL_FILLED, SL_WRITING, SL_HASHING };
 
@@ -75,7 +78,10 @@ struct tx {
 
 	struct tx_src src;
 	bool src_eof, stream_reading;
-	bool awaiting;	    /* FILE_END of `done` went, its FILE_DONE is due */
+	bool awaiting;	 /* FILE_END of `done` went, its FILE_DONE is due */
+	bool in_next;	 /* in h.next: a failure there is the new file's */
+	int held_result; /* TX_HOLD: the failure to report after FILE_DONE */
+	unsigned int held_code;
 	struct tx_src done; /* that file */
 	uint64_t done_bytes, done_sum;
 	uint64_t read_off, file_bytes;
@@ -88,6 +94,8 @@ struct tx {
 
 static void tx_fail(struct tx *t, int result, unsigned int code, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
+static void file_fail(struct tx *t, int result, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 
 uint64_t tx_chunks(const struct tx *t)
 {
@@ -147,9 +155,15 @@ static void tx_fail(struct tx *t, int result, unsigned int code, const char *fmt
 
 	if (t->state == TX_CLOSING)
 		return;
-	va_start(ap, fmt);
-	vsnprintf(t->msg, sizeof(t->msg), fmt, ap);
-	va_end(ap);
+	if (t->state == TX_HOLD) {
+		/* Whatever ends the wait, the held failure came first. */
+		result = t->held_result;
+		code = t->held_code ? t->held_code : code;
+	} else {
+		va_start(ap, fmt);
+		vsnprintf(t->msg, sizeof(t->msg), fmt, ap);
+		va_end(ap);
+	}
 	t->result = result;
 	t->state = TX_CLOSING;
 	t->closing_at = cp_now_ns();
@@ -167,7 +181,35 @@ static void tx_fail(struct tx *t, int result, unsigned int code, const char *fmt
 
 void tx_abort(struct tx *t, int result, const char *why)
 {
-	tx_fail(t, result, CP_E_ABORT, "%s", why);
+	if (t->in_next)
+		file_fail(t, result, "%s", why);
+	else
+		tx_fail(t, result, CP_E_ABORT, "%s", why);
+}
+
+/*
+ * The file being sent failed on our side (it cannot be opened or read).
+ * If the last file is complete on the wire and its FILE_DONE still due,
+ * the ERROR waits for that FILE_DONE (or --timeout, a signal, the
+ * receiver's own ERROR), so the failure of one file never costs the one
+ * before it, as it did not before files overlapped.
+ */
+static void file_fail(struct tx *t, int result, const char *fmt, ...)
+{
+	char msg[sizeof(t->msg)];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (t->state != TX_DATA || !t->awaiting) {
+		tx_fail(t, result, CP_E_ABORT, "%s", msg);
+		return;
+	}
+	memcpy(t->msg, msg, sizeof(t->msg));
+	t->held_result = result;
+	t->held_code = CP_E_ABORT;
+	t->state = TX_HOLD; /* pump() posts nothing more */
 }
 
 static void send_done(rr_ep *ep, const struct rr_completion *c, void *data)
@@ -217,8 +259,7 @@ static void read_done(struct cp_op *op, int res)
 	}
 	if (res < 0) {
 		sl->state = SL_FREE;
-		tx_fail(t, CP_EXIT_LOCAL_IO, CP_E_ABORT, "reading %s: %s", t->src.label,
-			strerror(-res));
+		file_fail(t, CP_EXIT_LOCAL_IO, "reading %s: %s", t->src.label, strerror(-res));
 		return;
 	}
 	if (t->src.stream) {
@@ -246,8 +287,7 @@ static void read_done(struct cp_op *op, int res)
 	}
 	if (!res) {
 		sl->state = SL_FREE;
-		tx_fail(t, CP_EXIT_LOCAL_IO, CP_E_ABORT, "%s shrank while being sent",
-			t->src.label);
+		file_fail(t, CP_EXIT_LOCAL_IO, "%s shrank while being sent", t->src.label);
 		return;
 	}
 	sl->len += (uint32_t)res;
@@ -387,14 +427,19 @@ static void hashed(struct cp_hasher *h)
 	pump(t);
 }
 
+static void send_start(struct tx *t);
+
 static void next_source(struct tx *t)
 {
-	struct cp_msg m = {.type = CP_FILE_START};
+	bool ok;
 
 	memset(&t->src, 0, sizeof(t->src));
 	t->src.fd = -1;
-	if (!t->h.next(t, &t->src, t->h.data)) {
-		if (t->state == TX_CLOSING)
+	t->in_next = true;
+	ok = t->h.next(t, &t->src, t->h.data);
+	t->in_next = false;
+	if (!ok) {
+		if (t->state == TX_CLOSING || t->state == TX_HOLD)
 			return; /* the hook gave up */
 		if (t->awaiting) {
 			t->state = TX_END;
@@ -408,6 +453,20 @@ static void next_source(struct tx *t)
 	t->read_off = t->file_bytes = 0;
 	t->src_eof = t->stream_reading = false;
 	cp_hasher_reset(&t->hs);
+	/* A name the receiver refuses would end the connection before the
+	 * last file is stored: that one goes only after its FILE_DONE. */
+	if (t->awaiting && !cp_name_ok(t->src.name, strlen(t->src.name))) {
+		t->state = TX_NEXT;
+		return;
+	}
+	send_start(t);
+}
+
+/* FILE_START for t->src, then its chunks at once. */
+static void send_start(struct tx *t)
+{
+	struct cp_msg m = {.type = CP_FILE_START};
+
 	m.start.size = t->src.stream ? 0 : t->src.size;
 	m.start.flags = t->src.stream ? CP_START_STREAM : 0;
 	m.start.name_len = (uint16_t)strlen(t->src.name);
@@ -496,7 +555,7 @@ static void on_message(struct tx *t, const uint8_t *buf, uint32_t len)
 		pump(t);
 		return;
 	case CP_FILE_DONE:
-		if (!t->awaiting || (t->state != TX_DATA && t->state != TX_END))
+		if (!t->awaiting || t->state < TX_DATA || t->state > TX_END)
 			break;
 		if (m.end.bytes != t->done_bytes || m.end.checksum != t->done_sum) {
 			tx_fail(t, CP_EXIT_INTEGRITY, CP_E_PROTO,
@@ -509,7 +568,11 @@ static void on_message(struct tx *t, const uint8_t *buf, uint32_t len)
 		t->awaiting = false;
 		if (t->h.file_done)
 			t->h.file_done(t, &t->done, t->done_bytes, t->done_sum, t->h.data);
-		if (t->state == TX_END) {
+		if (t->state == TX_HOLD) {
+			tx_fail(t, 0, 0, "held"); /* now the held failure goes out */
+		} else if (t->state == TX_NEXT) {
+			send_start(t);
+		} else if (t->state == TX_END) {
 			t->state = TX_CLOSING; /* all sent and stored: a clean goodbye */
 			t->closing_at = cp_now_ns();
 			disconnect(t);

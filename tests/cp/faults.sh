@@ -6,7 +6,7 @@
 # its final name unless it is complete.
 #   faults.sh PATH/TO/ringrdma-cp
 CP=${1:?usage: faults.sh PATH/TO/ringrdma-cp}
-. "$(dirname "$0")/lib.sh" 16
+. "$(dirname "$0")/lib.sh" 18
 PORT=7510
 
 mkdir -p "$T/src"
@@ -149,6 +149,39 @@ crc=$?
 ok=0
 [ "$crc" = 3 ] && grep -q "No such file" "$T/miss.err" && ok=1
 result $ok "missing source file: exit 3 (got $crc)"
+
+# --- one file ahead never costs the file before it: the second file
+# vanishes while the first is sent (its open fails when the first's
+# FILE_END goes, 4 s in), or has a name the receiver refuses; either way
+# the first is stored, the run fails naming the second
+mkdir -p "$T/nx" "$T/nx2"
+cp "$T/src/eight" "$T/src/second"
+start_serve nx $((PORT + 8)) --dir "$T/nx" --count 1 --chunk 64K
+"$CP" send --limit-rate 2M "$T/src/eight" "$T/src/second" "$ADDR:$((PORT + 8))" \
+	>"$T/nx.c.out" 2>"$T/nx.c.err" &
+spid=$!
+PIDS+=("$spid")
+sleep 1
+rm "$T/src/second"
+wait_pid "$spid" 90
+crc=$?
+wait_pid "$SERVE_PID" 60
+ok=0
+[ "$crc" = 3 ] && grep -q "cannot open .*second" "$T/nx.c.err" &&
+	cmp -s "$T/src/eight" "$T/nx/eight" && [ "$(ls -A "$T/nx")" = eight ] && ok=1
+result $ok "the next file vanishes: the one before is stored, exit 3 (got $crc)"
+[ $ok = 1 ] || { show "$T/nx.c.err" "$T/nx.err"; ls -la "$T/nx" | sed 's/^/# /'; }
+bad=$T/src/$'b\001d'
+head -c 5000 /dev/urandom >"$bad"
+start_serve nx2 $((PORT + 9)) --dir "$T/nx2" --count 1 --chunk 64K
+timeout 60 "$CP" send "$T/src/eight" "$bad" "$ADDR:$((PORT + 9))" >"$T/nx2.c.out" 2>"$T/nx2.c.err"
+crc=$?
+wait_pid "$SERVE_PID" 60
+ok=0
+[ "$crc" = 5 ] && cmp -s "$T/src/eight" "$T/nx2/eight" && [ "$(ls -A "$T/nx2")" = eight ] && ok=1
+result $ok "the next file's name is refused: the one before is stored, exit 5 (got $crc)"
+[ $ok = 1 ] || { show "$T/nx2.c.err" "$T/nx2.err"; ls -la "$T/nx2" | sed 's/^/# /'; }
+rm -f "$bad"
 
 # --- --force replaces existing files, also in a subdirectory: on tmpfs
 # (O_TMPFILE, linked under a temp name and renamed over the old one), and
