@@ -397,7 +397,7 @@ static void send_done(rr_ep *ep, const struct rr_completion *c, void *data)
 }
 
 static void finish_file(struct rx *r);
-static void open_file(struct rx *r);
+static void open_file(struct rx *r, const char *name);
 
 /* FILE_END came, the file is open and every chunk left the window,
  * reached the file and was hashed: on to verifying it. */
@@ -603,14 +603,11 @@ static void commit_done(struct cp_store *st, int code)
 		/* The next file began meanwhile: its chunks (and maybe its
 		 * FILE_END) are in; now it gets its file. */
 		r->q.on = false;
-		memcpy(r->name, r->q.name, sizeof(r->name));
 		r->end_seen = r->q.end_seen;
 		r->end_seq = r->q.end_seq;
 		r->end_bytes = r->q.bytes;
 		r->end_sum = r->q.sum;
-		r->file_off = 0;
-		cp_hasher_reset(&r->hs);
-		open_file(r);
+		open_file(r, r->q.name);
 	}
 }
 
@@ -787,13 +784,19 @@ static void open_done(struct cp_store *st, int code)
 	maybe_finish(r);
 }
 
-/* Open r->name; its chunks wait in their slots meanwhile. */
-static void open_file(struct rx *r)
+/* Open @name, written from offset 0 and hashed anew; its chunks wait in
+ * their slots meanwhile. */
+static void open_file(struct rx *r, const char *name)
 {
-	int code = cp_store_open(&r->st, &r->s->lp, r->s->dirfd, r->name,
-				 (r->s->o->force ? CP_STORE_FORCE : 0) |
-					 (r->s->o->direct ? CP_STORE_DIRECT : 0),
-				 open_done);
+	int code;
+
+	memcpy(r->name, name, sizeof(r->name));
+	r->file_off = 0;
+	cp_hasher_reset(&r->hs);
+	code = cp_store_open(&r->st, &r->s->lp, r->s->dirfd, r->name,
+			     (r->s->o->force ? CP_STORE_FORCE : 0) |
+				     (r->s->o->direct ? CP_STORE_DIRECT : 0),
+			     open_done);
 
 	if (code) {
 		store_failed(r, code);
@@ -819,11 +822,8 @@ static void on_start(struct rx *r, const struct cp_msg *m)
 		memcpy(r->q.name, m->start.name, sizeof(r->q.name));
 		return;
 	}
-	memcpy(r->name, m->start.name, sizeof(r->name));
-	r->file_off = 0;
 	r->end_seen = false;
-	cp_hasher_reset(&r->hs);
-	open_file(r);
+	open_file(r, m->start.name);
 }
 
 /* FILE_END of the file the window admits: every chunk of it came before

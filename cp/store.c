@@ -159,15 +159,21 @@ static int queue(struct cp_store *st, int step)
 	return 0;
 }
 
+/* Room for two SQEs in a row: a link must not be cut by a submission
+ * between them. */
+static bool room_for_two(struct io_uring *ring)
+{
+	if (io_uring_sq_space_left(ring) < 2)
+		io_uring_submit(ring);
+	return io_uring_sq_space_left(ring) >= 2;
+}
+
 /* Queue @a and @b as the one step @step, @b after @a if @linked. */
 static int queue_pair(struct cp_store *st, int step, int a, int b, bool linked)
 {
 	struct io_uring_sqe *sqe;
 
-	/* A link must not be cut by a submission between its two SQEs. */
-	if (io_uring_sq_space_left(&st->lp->ring) < 2)
-		io_uring_submit(&st->lp->ring);
-	if (io_uring_sq_space_left(&st->lp->ring) < 2)
+	if (!room_for_two(&st->lp->ring))
 		return queue_fail(st);
 	sqe = cp_loop_sqe(st->lp, &st->op[0]);
 	prep(st, sqe, a);
@@ -218,13 +224,10 @@ static void drop_named_done(struct cp_op *op, int res)
  * unlink ran); the name is copied: @st may be gone before the submit. */
 static void drop_named(struct cp_store *st)
 {
-	struct io_uring *ring = &st->lp->ring;
 	struct drop_named *d = malloc(sizeof(*d));
 	struct io_uring_sqe *sqe;
 
-	if (d && io_uring_sq_space_left(ring) < 2)
-		io_uring_submit(ring);
-	if (!d || io_uring_sq_space_left(ring) < 2) {
+	if (!d || !room_for_two(&st->lp->ring)) {
 		free(d);
 		unlinkat(st->parentfd, st->tmp, 0);
 		close(st->parentfd);

@@ -78,10 +78,9 @@ struct tx {
 
 	struct tx_src src;
 	bool src_eof, stream_reading;
-	bool awaiting;	 /* FILE_END of `done` went, its FILE_DONE is due */
-	bool in_next;	 /* in h.next: a failure there is the new file's */
-	int held_result; /* TX_HOLD: the failure to report after FILE_DONE */
-	unsigned int held_code;
+	bool awaiting;	    /* FILE_END of `done` went, its FILE_DONE is due */
+	bool in_next;	    /* in h.next: a failure there is the new file's */
+	int held_result;    /* TX_HOLD: the failure to report after FILE_DONE */
 	struct tx_src done; /* that file */
 	uint64_t done_bytes, done_sum;
 	uint64_t read_off, file_bytes;
@@ -158,7 +157,7 @@ static void tx_fail(struct tx *t, int result, unsigned int code, const char *fmt
 	if (t->state == TX_HOLD) {
 		/* Whatever ends the wait, the held failure came first. */
 		result = t->held_result;
-		code = t->held_code ? t->held_code : code;
+		code = CP_E_ABORT;
 	} else {
 		va_start(ap, fmt);
 		vsnprintf(t->msg, sizeof(t->msg), fmt, ap);
@@ -208,7 +207,6 @@ static void file_fail(struct tx *t, int result, const char *fmt, ...)
 	}
 	memcpy(t->msg, msg, sizeof(t->msg));
 	t->held_result = result;
-	t->held_code = CP_E_ABORT;
 	t->state = TX_HOLD; /* pump() posts nothing more */
 }
 
@@ -228,6 +226,14 @@ static void send_done(rr_ep *ep, const struct rr_completion *c, void *data)
 
 static void pump(struct tx *t);
 static void next_source(struct tx *t);
+
+/* Every file sent and stored: a clean goodbye. */
+static void goodbye(struct tx *t)
+{
+	t->state = TX_CLOSING;
+	t->closing_at = cp_now_ns();
+	disconnect(t);
+}
 
 static int submit_read(struct tx_slot *sl)
 {
@@ -445,9 +451,7 @@ static void next_source(struct tx *t)
 			t->state = TX_END;
 			return;
 		}
-		t->state = TX_CLOSING; /* all sent and stored: a clean goodbye */
-		t->closing_at = cp_now_ns();
-		disconnect(t);
+		goodbye(t);
 		return;
 	}
 	t->read_off = t->file_bytes = 0;
@@ -573,9 +577,7 @@ static void on_message(struct tx *t, const uint8_t *buf, uint32_t len)
 		} else if (t->state == TX_NEXT) {
 			send_start(t);
 		} else if (t->state == TX_END) {
-			t->state = TX_CLOSING; /* all sent and stored: a clean goodbye */
-			t->closing_at = cp_now_ns();
-			disconnect(t);
+			goodbye(t);
 		} else if (t->state == TX_DATA) {
 			pump(t); /* its FILE_END may have waited for this */
 		}
