@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <liburing.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "hash.h"
@@ -11,7 +13,18 @@ static void *worker(void *arg)
 {
 	struct cp_hasher *h = arg;
 	const uint64_t one = 1;
+	int nice;
 
+	/* Give way to the loop thread, which on rxe carries the device's own
+	 * work inside its posts: a hash of equal weight, woken beside it,
+	 * preempted it there up to twice per chunk (docs/ringrdma-cp.md).
+	 * Lowering one's own priority needs no privilege; a failure only
+	 * leaves the thread at the loop's. */
+	errno = 0;
+	nice = getpriority(PRIO_PROCESS, 0);
+	if (!errno)
+		(void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid),
+				  nice + CP_HASH_NICE > 19 ? 19 : nice + CP_HASH_NICE);
 	pthread_mutex_lock(&h->mu);
 	while (!h->stop) {
 		const void *buf;

@@ -22,6 +22,8 @@
 #include "proto.h"
 
 #define CP_HASH_INLINE (64u << 10)
+/* The hashing thread runs this much nicer than the thread that starts it. */
+#define CP_HASH_NICE 10
 
 struct cp_hasher {
 	struct cp_loop *lp;

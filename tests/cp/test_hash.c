@@ -5,8 +5,11 @@
  * progress, must equal one pass of XXH3-64 over the whole file.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <xxhash.h>
 
 #include "hash.h"
@@ -129,5 +132,53 @@ Test(hash, a_big_chunk_is_not_idle_until_heard_of, .init = setup, .fini = teardo
 	await_idle();
 	cr_assert_eq(cp_hasher_done(&h), 1);
 	cr_assert_eq(cp_hasher_digest(&h), XXH3_64bits(p, len));
+	free(p);
+}
+
+/* The nice value of thread @tid (field 19 of its stat line). */
+static int thread_nice(const char *tid)
+{
+	char path[300], line[1024], *p;
+	int nice = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%s/stat", tid);
+	f = fopen(path, "r");
+	cr_assert_not_null(f);
+	cr_assert_not_null(fgets(line, sizeof(line), f));
+	fclose(f);
+	/* After the name's closing parenthesis: state is field 3, nice 19. */
+	p = strrchr(line, ')');
+	cr_assert_not_null(p);
+	cr_assert_eq(sscanf(p + 2,
+			    "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %d",
+			    &nice),
+		     1);
+	return nice;
+}
+
+Test(hash, the_thread_gives_way_to_the_loop, .init = setup, .fini = teardown)
+{
+	size_t len = 1 << 20;
+	uint8_t *p = random_bytes(len);
+	int self = getpriority(PRIO_PROCESS, 0), want = self + CP_HASH_NICE, nicer = 0;
+	struct dirent *d;
+	DIR *dir;
+
+	if (want > 19)
+		want = 19;
+	/* A job the thread hashed: it has set its priority by then. */
+	cr_assert_eq(cp_hasher_add(&h, p, len), 0);
+	await_idle();
+	dir = opendir("/proc/self/task");
+	cr_assert_not_null(dir);
+	while ((d = readdir(dir)))
+		if (d->d_name[0] != '.' && thread_nice(d->d_name) == want)
+			nicer++;
+	closedir(dir);
+	cr_assert_eq(nicer, 1,
+		     "%d threads at nice %d (the loop at %d), expected the hashing thread", nicer,
+		     want, self);
+	cr_assert_eq(getpriority(PRIO_PROCESS, 0), self, "the loop thread's own priority changed");
 	free(p);
 }
