@@ -42,6 +42,9 @@ int cp_json_write(const char *path, const struct cp_summary *s)
 	fprintf(f, "  \"refused\": %u,\n", s->refused);
 	fprintf(f, "  \"seconds\": %.6f,\n  \"mb_per_s\": %.3f,\n", secs,
 		secs > 0 ? (double)s->bytes / 1e6 / secs : 0.0);
+	if (s->data_ns)
+		fprintf(f, "  \"data_seconds\": %.6f,\n  \"data_mb_per_s\": %.3f,\n",
+			(double)s->data_ns / 1e9, (double)s->bytes * 1e3 / (double)s->data_ns);
 	fprintf(f, "  \"cpu_seconds\": %.6f,\n", cp_cpu_seconds());
 	if (s->files)
 		fprintf(f, "  \"checksum\": \"xxh3:%016llx\",\n", (unsigned long long)s->checksum);

@@ -15,6 +15,7 @@ struct cp_summary {
 	unsigned int connections, failures;
 	unsigned int refused; /* serve: never admitted; proxy: TCP clients over the cap */
 	uint64_t start_ns;    /* the clock starts here */
+	uint64_t data_ns;     /* send: first WELCOME to last FILE_DONE, 0 if none */
 	uint64_t checksum;    /* of the last file, when files > 0 */
 	uint32_t chunk, window;
 	/* serve: its threads, and the connections each one ended */

@@ -37,6 +37,7 @@ struct sender {
 	unsigned int nconns, live;
 	int next_file;
 	uint64_t total, files, bytes, last_sum;
+	uint64_t data_start, data_end; /* first WELCOME, last FILE_DONE */
 	struct cp_progress prog;
 	int result; /* the first connection that failed says it */
 	char msg[256];
@@ -88,6 +89,9 @@ static void file_done(struct tx *t, const struct tx_src *src, uint64_t bytes, ui
 	struct sender *s = c->s;
 
 	s->files++;
+	s->data_end = cp_now_ns();
+	if (!s->data_start || tx_welcome_ns(t) < s->data_start)
+		s->data_start = tx_welcome_ns(t);
 	c->chunks = tx_chunks(t);
 	s->bytes += bytes;
 	s->last_sum = sum;
@@ -247,6 +251,7 @@ out:
 	for (unsigned int i = 0; i < s->nconns; i++)
 		sum.chunks += s->c[i].chunks;
 	sum.bytes = s->bytes;
+	sum.data_ns = s->files ? s->data_end - s->data_start : 0;
 	sum.checksum = s->last_sum;
 	sum.connections = s->nconns;
 	sum.failures = ret != 0;

@@ -106,6 +106,11 @@ uint64_t tx_bytes(const struct tx *t)
 	return t->bytes_done;
 }
 
+uint64_t tx_welcome_ns(const struct tx *t)
+{
+	return t->rate_start;
+}
+
 void tx_geometry(const struct tx *t, uint32_t *chunk, uint32_t *window)
 {
 	*chunk = t->chunk;

@@ -44,7 +44,9 @@ for run in "$@"; do
 import json, sys
 c, s = (json.load(open(p)) for p in sys.argv[1:3])
 gib = c["bytes"] / 2**30
-print(f"ringrdma-cp send 256 MiB [{sys.argv[3].strip()}]: {c['mb_per_s']:.1f} MB/s (MB = 10^6 B), "
+# data_mb_per_s: without process start, set-up and teardown (binaries before it lack it)
+data = f"data phase {c['data_mb_per_s']:.1f} MB/s, " if "data_mb_per_s" in c else ""
+print(f"ringrdma-cp send 256 MiB [{sys.argv[3].strip()}]: {c['mb_per_s']:.1f} MB/s (MB = 10^6 B), {data}"
       f"sender {c['cpu_seconds'] / gib:.2f} CPU s/GiB, receiver {s['cpu_seconds'] / gib:.2f} CPU s/GiB, "
       f"peak RSS sender {c['peak_rss_bytes'] / 2**20:.1f} MiB, receiver {s['peak_rss_bytes'] / 2**20:.1f} MiB")
 PY

@@ -7,7 +7,7 @@
 # window, not by the file).
 #   transfer.sh PATH/TO/ringrdma-cp
 CP=${1:?usage: transfer.sh PATH/TO/ringrdma-cp}
-. "$(dirname "$0")/lib.sh" 12
+. "$(dirname "$0")/lib.sh" 13
 PORT=7500 CHUNK=65536
 
 mkdir -p "$T/src" "$T/dst" "$T/many" "$T/dst2" "$T/big" "$T/dst3" "$T/dst4"
@@ -145,4 +145,15 @@ mbs=$(json_field "$T/rlarge.c.json" mb_per_s)
 cpu=$(json_field "$T/rlarge.c.json" cpu_seconds)
 [ -n "$mbs" ] && [ -n "$cpu" ] && ok=1
 result $ok "256 MiB send summary has rate and CPU: ${mbs:-?} MB/s, ${cpu:-?} CPU s"
+# The data phase (first WELCOME to last FILE_DONE) lies inside the run.
+ok=0
+python3 - "$T/rlarge.c.json" "$T/rlarge.s.json" <<'PY' && ok=1
+import json, sys
+c, s = (json.load(open(p)) for p in sys.argv[1:3])
+assert 0 < c["data_seconds"] <= c["seconds"], c
+assert c["data_mb_per_s"] >= c["mb_per_s"], c
+assert abs(c["data_mb_per_s"] * c["data_seconds"] - c["bytes"] / 1e6) < 0.01 * c["bytes"] / 1e6, c
+assert "data_seconds" not in s, s
+PY
+result $ok "256 MiB send summary has its data phase: $(json_field "$T/rlarge.c.json" data_seconds) of $(json_field "$T/rlarge.c.json" seconds) s"
 finish
