@@ -57,6 +57,7 @@ struct tx {
 	rr_ep *ep;
 	enum tx_state state;
 	bool connected, down;
+	bool hangup; /* a post found the peer gone: its word comes next */
 	uint64_t down_at, closing_at, last_activity, rate_start;
 	int result;
 	char msg[256];
@@ -232,6 +233,20 @@ static void send_done(rr_ep *ep, const struct rr_completion *c, void *data)
 static void pump(struct tx *t);
 static void next_source(struct tx *t);
 
+/*
+ * A post found the connection down (the peer hung up). The completions
+ * already in the CQ, the receiver's ERROR among them, and then on_down()
+ * still come (rr_ep_opts.on_disconnect), and they say why: failing here
+ * would put "not connected" in place of the receiver's reason.
+ */
+static bool hung_up(struct tx *t, int rc)
+{
+	if (rc != -ENOTCONN || !t->connected)
+		return false;
+	t->hangup = true;
+	return true;
+}
+
 /* Every file sent and stored: a clean goodbye. */
 static void goodbye(struct tx *t)
 {
@@ -347,7 +362,7 @@ static void pump(struct tx *t)
 	int64_t job;
 	int rc;
 
-	if (t->state != TX_DATA)
+	if (t->state != TX_DATA || t->hangup)
 		return;
 	if (t->src.stream) {
 		sl = &t->slots[t->next_read % t->window];
@@ -386,7 +401,8 @@ static void pump(struct tx *t)
 					  t->raddr + (uint64_t)(sl - t->slots) * t->chunk,
 					  t->rkeys[sl - t->slots], t->next_write, write_done, sl);
 		if (rc) {
-			tx_fail(t, CP_EXIT_NET, 0, "RDMA WRITE: %s", strerror(-rc));
+			if (!hung_up(t, rc))
+				tx_fail(t, CP_EXIT_NET, 0, "RDMA WRITE: %s", strerror(-rc));
 			return;
 		}
 		/* Hashed while it flies: the buffer is ours and stays as it is
@@ -415,8 +431,10 @@ static void pump(struct tx *t)
 	t->file_sum = cp_hasher_digest(&t->hs);
 	m.end.bytes = t->file_bytes;
 	m.end.checksum = t->file_sum;
-	if (tx_send(t, &m)) {
-		tx_fail(t, CP_EXIT_NET, 0, "cannot send FILE_END");
+	rc = tx_send(t, &m);
+	if (rc) {
+		if (!hung_up(t, rc))
+			tx_fail(t, CP_EXIT_NET, 0, "cannot send FILE_END");
 		return;
 	}
 	t->awaiting = true;
@@ -475,6 +493,7 @@ static void next_source(struct tx *t)
 static void send_start(struct tx *t)
 {
 	struct cp_msg m = {.type = CP_FILE_START};
+	int rc;
 
 	m.start.size = t->src.stream ? 0 : t->src.size;
 	m.start.flags = t->src.stream ? CP_START_STREAM : 0;
@@ -482,8 +501,10 @@ static void send_start(struct tx *t)
 	memcpy(m.start.name, t->src.name, m.start.name_len);
 	/* Chunks follow at once: the receiver keeps them while it opens the
 	 * file, and a refusal comes as ERROR. */
-	if (tx_send(t, &m)) {
-		tx_fail(t, CP_EXIT_FAIL, 0, "cannot send FILE_START for %s", t->src.label);
+	rc = tx_send(t, &m);
+	if (rc) {
+		if (!hung_up(t, rc))
+			tx_fail(t, CP_EXIT_FAIL, 0, "cannot send FILE_START for %s", t->src.label);
 		return;
 	}
 	t->state = TX_DATA;
@@ -492,8 +513,6 @@ static void send_start(struct tx *t)
 
 static void on_welcome(struct tx *t, const struct cp_msg *m)
 {
-	int rc;
-
 	if (m->welcome.chunk > t->o->chunk || m->welcome.window > t->o->window) {
 		tx_fail(t, CP_EXIT_INTEGRITY, CP_E_PROTO, "receiver offers chunk %u, window %u",
 			m->welcome.chunk, m->welcome.window);
@@ -503,25 +522,6 @@ static void on_welcome(struct tx *t, const struct cp_msg *m)
 	t->window = m->welcome.window;
 	t->limit = 0; /* the GRANTs with the keys follow */
 	t->raddr = m->welcome.addr;
-	t->data_len = (size_t)t->chunk * t->window;
-	t->data = aligned_alloc(4096, t->data_len);
-	t->slots = calloc(t->window, sizeof(*t->slots));
-	t->rkeys = calloc(t->window, sizeof(*t->rkeys));
-	if (!t->data || !t->slots || !t->rkeys) {
-		tx_fail(t, CP_EXIT_FAIL, CP_E_ABORT, "out of memory for %zu bytes of buffers",
-			t->data_len);
-		return;
-	}
-	for (unsigned int i = 0; i < t->window; i++) {
-		t->slots[i].t = t;
-		t->slots[i].op.done = read_done;
-	}
-	/* Local access only: the receiver never touches the sender's memory. */
-	rc = rr_ep_reg_mr(t->ep, t->data, t->data_len, 0, &t->data_mr);
-	if (rc) {
-		tx_fail(t, CP_EXIT_FAIL, CP_E_ABORT, "registering buffers: %s", strerror(-rc));
-		return;
-	}
 	t->rate_start = cp_now_ns();
 	next_source(t);
 }
@@ -624,6 +624,28 @@ static void recv_done(rr_ep *ep, const struct rr_completion *c, void *data)
 		tx_fail(t, CP_EXIT_NET, 0, "cannot repost a receive: %s", strerror(-rc));
 }
 
+/*
+ * The data buffers at our own chunk x window, which WELCOME can only lower:
+ * registered while the connection is made and the receiver registers its
+ * window, not after WELCOME, where it cost 50-200 ms per connection in the
+ * lab (pinning 64 MiB).
+ */
+static int data_buffers(struct tx *t, rr_ep *ep)
+{
+	t->data_len = (size_t)t->o->chunk * t->o->window;
+	t->data = aligned_alloc(4096, t->data_len);
+	t->slots = calloc(t->o->window, sizeof(*t->slots));
+	t->rkeys = calloc(t->o->window, sizeof(*t->rkeys));
+	if (!t->data || !t->slots || !t->rkeys)
+		return -ENOMEM;
+	for (unsigned int i = 0; i < t->o->window; i++) {
+		t->slots[i].t = t;
+		t->slots[i].op.done = read_done;
+	}
+	/* Local access only: the receiver never touches the sender's memory. */
+	return rr_ep_reg_mr(ep, t->data, t->data_len, 0, &t->data_mr);
+}
+
 static void on_qp_ready(rr_ep *ep, int status, void *data)
 {
 	struct tx *t = data;
@@ -633,6 +655,11 @@ static void on_qp_ready(rr_ep *ep, int status, void *data)
 	rc = rr_ep_reg_mr(ep, t->ctl, len, 0, &t->ctl_mr);
 	if (rc) {
 		tx_fail(t, CP_EXIT_FAIL, 0, "registering receive buffers: %s", strerror(-rc));
+		return;
+	}
+	rc = data_buffers(t, ep);
+	if (rc) {
+		tx_fail(t, CP_EXIT_FAIL, 0, "%zu bytes of buffers: %s", t->data_len, strerror(-rc));
 		return;
 	}
 	/* Before the connection exists: the receiver's first SEND needs one. */

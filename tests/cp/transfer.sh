@@ -18,7 +18,9 @@ for s in $sizes; do
 	files+=("$T/src/f$s")
 done
 
-start_serve s1 $PORT --dir "$T/dst" --count 1 --json "$T/s1.json"
+# The receiver's window is smaller than the sender's: WELCOME lowers it, and
+# the sender, whose buffers were registered before WELCOME, uses a part.
+start_serve s1 $PORT --dir "$T/dst" --count 1 --json "$T/s1.json" --window 4
 timeout 300 "$CP" send --chunk 64K --window 8 --json "$T/c1.json" "${files[@]}" "$ADDR:$PORT" \
 	>"$T/c1.out" 2>"$T/c1.err"
 crc=$?
@@ -38,6 +40,7 @@ result $ok "every file arrived byte for byte${bad:+ (differ or missing:$bad)}"
 ok=0
 [ "$(json_field "$T/c1.json" files)" = 8 ] && [ "$(json_field "$T/s1.json" files)" = 8 ] &&
 	[ "$(json_field "$T/c1.json" checksum)" = "$(json_field "$T/s1.json" checksum)" ] &&
+	[ "$(json_field "$T/s1.json" window)" = 4 ] &&
 	[ "$(json_field "$T/c1.json" bytes)" = "$(json_field "$T/s1.json" bytes)" ] && ok=1
 result $ok "both --json summaries agree on files, bytes and the checksum"
 [ $ok = 1 ] || show "$T/c1.json" "$T/s1.json"
