@@ -5,7 +5,8 @@
 # cp's window (-t 16), ib_read_bw with one outstanding read (as
 # libringrdma allows), then ringrdma-cp send of one 256 MiB file in the
 # guest's own /tmp (RAM; the checkout over 9p would measure 9p) to a serve
-# whose DIR is there too, with both sides' --json summaries.
+# whose DIR is there too, with both sides' --json summaries, and
+# ib_write_bw once more at the end.
 # Each RUN is "[BINARY:]OPTIONS" (default: the first argument with the
 # default options), e.g. "--window 32" or "old/ringrdma-cp:--chunk 4M".
 CP=${1:?usage: measure.sh PATH/TO/ringrdma-cp [RUN...]}
@@ -51,3 +52,7 @@ print(f"ringrdma-cp send 256 MiB [{sys.argv[3].strip()}]: {c['mb_per_s']:.1f} MB
       f"peak RSS sender {c['peak_rss_bytes'] / 2**20:.1f} MiB, receiver {s['peak_rss_bytes'] / 2**20:.1f} MiB")
 PY
 done
+# Again at the end: the lab speeds up over a boot (56 to 75 MB/s seen), so
+# a ratio to the first figure alone would flatter or wrong the runs.
+printf 'after the runs: '
+bw ib_write_bw
