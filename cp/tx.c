@@ -234,14 +234,15 @@ static void pump(struct tx *t);
 static void next_source(struct tx *t);
 
 /*
- * A post found the connection down (the peer hung up). The completions
- * already in the CQ, the receiver's ERROR among them, and then on_down()
- * still come (rr_ep_opts.on_disconnect), and they say why: failing here
- * would put "not connected" in place of the receiver's reason.
+ * A post found the connection down (the peer hung up): what came before the
+ * end is being handed out. The completions already in the CQ, the
+ * receiver's ERROR among them, and then on_down() still come
+ * (rr_ep_opts.on_disconnect), and they say why: failing here would put
+ * "not connected" in place of the receiver's reason. Nothing more is posted.
  */
 static bool hung_up(struct tx *t, int rc)
 {
-	if (rc != -ENOTCONN || !t->connected)
+	if (rc != -ENOTCONN)
 		return false;
 	t->hangup = true;
 	return true;
@@ -618,9 +619,7 @@ static void recv_done(rr_ep *ep, const struct rr_completion *c, void *data)
 	if (t->state == TX_CLOSING || t->down)
 		return;
 	rc = rr_ep_post_recv(ep, buf, CP_MSG_MAX, t->ctl_mr, recv_done, buf);
-	/* -ENOTCONN: the connection is ending and what came before the end
-	 * is being handed out; on_disconnect follows and says how it ended. */
-	if (rc && rc != -ENOTCONN)
+	if (rc && !hung_up(t, rc))
 		tx_fail(t, CP_EXIT_NET, 0, "cannot repost a receive: %s", strerror(-rc));
 }
 
