@@ -20,11 +20,13 @@
  *  - Threads: a bridge and everything created from it belong to the thread
  *    that drives its ring. No function is safe to call concurrently on the
  *    same bridge; different bridges (one per ring, one ring per thread) are
- *    independent, with one exception: a device's async events go to the
- *    bridge that reads them first, so use one bridge per device where
- *    async events matter. The library keeps no global state but a counter
- *    that tells bridges on one ring apart; it sets the device context's
- *    async fd non-blocking.
+ *    independent. Every bridge on a device polls the context's one async
+ *    fd; an event goes to the bridge that created what it names, on that
+ *    bridge's thread (see rr_async_event_cb), whichever bridge read it.
+ *    Process-wide, under a lock, the library keeps per device context its
+ *    PD, its bridges and the QPs, CQs and SRQs they created; and counters
+ *    that tell bridges on one ring apart and number groups. It sets the
+ *    device context's async fd non-blocking.
  *  - Callbacks run from rr_bridge_handle_cqe(), rr_bridge_run_once() and the
  *    destroy functions; they may post new work and may destroy their own
  *    endpoint, but not the bridge.
@@ -125,8 +127,25 @@ typedef void (*rr_app_cqe_cb)(rr_bridge *b, const struct io_uring_cqe *cqe, void
  * @ev:   the event; valid during the call only; the library acknowledges it.
  * @data: rr_bridge_opts.data.
  *
- * Fatal events also move the affected endpoints to the error state (their
- * requests are flushed and their on_disconnect callback runs).
+ * Who hears what: an event naming a QP, CQ or SRQ the library created (an
+ * endpoint's QP or CQ, a shared CQ, an SRQ) is handed only to the bridge
+ * that created it, on that bridge's thread, and only while the object
+ * exists, so ev->element is valid during the call: for a QP,
+ * ev->element.qp->qp_context is its rr_ep; for a CQ,
+ * ev->element.cq->cq_context is its rr_cq. Stale events (the object was
+ * destroyed before its owner got to them) are dropped. An event of the
+ * whole device (DEVICE_FATAL, PORT_*, ...) reaches every bridge using the
+ * device, once each. An event naming an object the application created
+ * itself reaches the bridge that read it; what its element points to is
+ * the application's to judge. A failed async fd (a hot-unplugged mlx5
+ * device reports POLLERR and fails every read) is reported as a
+ * DEVICE_FATAL with port 0.
+ *
+ * The callback may destroy the endpoint, CQ or SRQ the event names (it is
+ * held until the callback returns), and post or destroy other objects of
+ * @b; not @b itself. Fatal events then move the affected endpoints to the
+ * error state (their requests are flushed and their on_disconnect callback
+ * runs).
  */
 typedef void (*rr_async_event_cb)(rr_bridge *b, const struct ibv_async_event *ev, void *data);
 
@@ -163,9 +182,8 @@ enum rr_bridge_flags {
  * @on_app_cqe: application CQEs reaped by the library (see rr_app_cqe_cb);
  *             required to use rr_bridge_run_once() with application I/O.
  * @on_async_event: device async events; may be NULL. Bridges of one
- *             process on one device read its one async fd: each event
- *             reaches the bridge that read it and every group bridge
- *             (RR_BRIDGE_GROUP) on the device, once each.
+ *             process on one device read its one async fd; each event
+ *             reaches the bridge it is for (see rr_async_event_cb).
  * @data:      application data passed to the callbacks above.
  */
 struct rr_bridge_opts {
@@ -284,6 +302,24 @@ void rr_bridge_stop(rr_bridge *b);
  */
 int rr_bridge_destroy(rr_bridge *b);
 
+/**
+ * rr_bridge_set_comp_vector() - the completion vector of the CQs the
+ * bridge creates from now on (its shared CQs and its endpoints' CQs
+ * included), taken modulo the device's num_comp_vectors.
+ * @b:      the bridge.
+ * @vector: the vector; each vector is an interrupt of the device (mlx5:
+ *          the IRQs named mlx5_compN@... in /proc/interrupts), which can
+ *          be pinned to the core that runs the bridge's thread by writing
+ *          that core to /proc/irq/IRQ/smp_affinity_list.
+ *
+ * By default a bridge's CQs use vector 0, and the k-th bridge created with
+ * RR_BRIDGE_GROUP in the process uses vector k: groups on a device with n
+ * vectors spread their interrupts over n cores.
+ *
+ * Return: 0, or -EINVAL.
+ */
+int rr_bridge_set_comp_vector(rr_bridge *b, unsigned int vector);
+
 /** rr_bridge_ring() - the ring the bridge was created on. */
 struct io_uring *rr_bridge_ring(rr_bridge *b);
 
@@ -294,7 +330,10 @@ struct io_uring *rr_bridge_ring(rr_bridge *b);
  * @cq_events:   completion events read from channels.
  * @cq_acks:     ibv_ack_cq_events() calls.
  * @notify_arms: ibv_req_notify_cq() calls.
- * @wcs:         work completions handed out.
+ * @wcs:         work completions polled from the bridge's CQs and
+ *               handed to their on_wc (the endpoint layer's included);
+ *               not the requests an endpoint completes without one of
+ *               its own (unsignalled sends, flushes on teardown).
  * @empty_polls: ibv_poll_cq() calls that found nothing.
  * @budget_yields: dispatches cut short by the budget.
  * @kicks:       NOP SQEs used to come back to busy, hybrid or backlogged CQs.
@@ -542,8 +581,12 @@ enum rr_ep_flags {
  *                 unsignalled requests of a burst get their callbacks with
  *                 the next signalled completion, or at the latest on
  *                 disconnect or in rr_ep_destroy(): use it where more
- *                 sends follow. 0 or 1: every request is signalled (the
- *                 default).
+ *                 sends follow. Those completed on disconnect or destroy
+ *                 get -ECANCELED even after a clean hang-up, when the
+ *                 peer may well have received them: no outcome of theirs
+ *                 was seen. To know, end a burst with a signalled request
+ *                 (or wait for the peer's answer). 0 or 1: every request
+ *                 is signalled (the default).
  * @initiator_depth: RDMA READs (and atomics) the endpoint may have
  *                 outstanding at once as initiator (0: 1, the default).
  * @responder_resources: RDMA READs (and atomics) from the peer it serves
@@ -718,7 +761,9 @@ void rr_listener_set_on_request(rr_listener *l, rr_request_cb on_request);
  * them: the one with the fewest connections placed on it and not yet
  * destroyed, round robin on ties, unless the hook chose with
  * rr_ep_set_group(). The request's cm_id moves to the group's rdma_cm
- * channel (rdma_migrate_id()); the group's ring is woken with
+ * channel (rdma_migrate_id()) at once, on the listener's thread, so the
+ * listener's bridge may be destroyed while placed requests wait for
+ * their group; the group's ring is woken with
  * IORING_OP_MSG_RING (an SQE of the listener's ring), or through the
  * group's eventfd where the kernel lacks it; the group's thread then
  * creates the QP on the group's shared CQ (RR_EP_SHARED_CQ), calls
@@ -730,7 +775,8 @@ void rr_listener_set_on_request(rr_listener *l, rr_request_cb on_request);
  * created; destroy the listener before any of its groups.
  *
  * Return: 0, -EINVAL (bad argument, or @group not a group), -EEXIST
- * (added already), -ENODEV (the listener lost its device), -ENOMEM, or
+ * (added already), -ENODEV (the listener lost its device, or @group has
+ * no rdma_cm event channel), -ENOMEM, or
  * the errno of duplicating the group's descriptors.
  */
 int rr_listener_add_group(rr_listener *l, rr_bridge *group, rr_accept_cb on_accept, void *data);
@@ -859,7 +905,10 @@ int rr_ep_peer_private_data(rr_ep *ep, const void **data);
 /**
  * rr_ep_set_private_data() - the bytes to answer a connection request with,
  * whether accepted or refused; call it from the listener's request hook
- * (rr_listener_set_on_request()) or on_qp_ready. Copied.
+ * (rr_listener_set_on_request()) or on_qp_ready. Copied. The last call
+ * wins: on_qp_ready runs after the hook (on a group's thread for a
+ * request placed on a group), so what it sets replaces the hook's; with
+ * neither, an acceptance carries the listener's ep_opts.private_data.
  *
  * Return: 0; -EINVAL if @len exceeds RR_PRIVATE_DATA_REJECT_MAX (what both
  * an acceptance and a rejection carry), @data is NULL with @len non-zero,
@@ -869,7 +918,10 @@ int rr_ep_set_private_data(rr_ep *ep, const void *data, size_t len);
 
 /** rr_ep_pd() - the protection domain of the endpoint's device. */
 struct ibv_pd *rr_ep_pd(rr_ep *ep);
-/** rr_ep_outstanding() - requests posted and not yet completed. */
+/** rr_ep_outstanding() - requests posted on the endpoint and not yet
+ * completed: its sends and its own receives. Receives posted on an SRQ
+ * belong to the SRQ, not to the endpoint whose QP takes them, and are
+ * not counted. */
 unsigned int rr_ep_outstanding(const rr_ep *ep);
 
 /**

@@ -6,6 +6,7 @@
  * verbs accepts.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,15 +18,22 @@
 #define DEFAULT_ACK_BATCH   32
 #define DESTROY_WATCHDOG_MS 10000
 
-/* The devices' hook: the application hears of the event first, then the
- * endpoints it names go to error. */
-static void on_async(void *ctx, struct rr__device *dev, const struct ibv_async_event *ev)
+static void tell_app(void *ctx, const struct ibv_async_event *ev)
 {
 	rr_bridge *b = ctx;
 
-	if (b->opts.on_async_event)
-		b->opts.on_async_event(b, ev, b->opts.data);
-	rr__eps_async(&b->eps, dev, ev);
+	b->opts.on_async_event(b, ev, b->opts.data);
+}
+
+/* The devices' hook, on the thread of the bridge that owns what the
+ * event names: the application hears of it first, then the endpoints it
+ * names go to error. */
+static void on_async(void *ctx, struct rr__device *dev, const struct ibv_async_event *ev,
+		     struct rr__claim *c)
+{
+	rr_bridge *b = ctx;
+
+	rr__eps_async(&b->eps, dev, ev, c, b->opts.on_async_event ? tell_app : NULL, b);
 }
 
 int rr_bridge_create(rr_bridge **out, struct io_uring *ring, const struct rr_bridge_opts *opts)
@@ -70,7 +78,11 @@ int rr_bridge_create(rr_bridge **out, struct io_uring *ring, const struct rr_bri
 	if (b->opts.flags & RR_BRIDGE_NO_MSG_RING)
 		rr__ring_no_msg_ring(&b->ring);
 	if (b->opts.flags & RR_BRIDGE_GROUP) {
+		static atomic_uint groups;
 		int rc = rr__cm_group_open(&b->cm);
+
+		/* Group k takes completion vector k (modulo the device's). */
+		b->cqs.comp_vector = atomic_fetch_add(&groups, 1);
 
 		if (!rc)
 			rc = rr__devices_hear_others(&b->devs);
@@ -81,6 +93,14 @@ int rr_bridge_create(rr_bridge **out, struct io_uring *ring, const struct rr_bri
 		}
 	}
 	*out = b;
+	return 0;
+}
+
+int rr_bridge_set_comp_vector(rr_bridge *b, unsigned int vector)
+{
+	if (!b || b->closing)
+		return -EINVAL;
+	b->cqs.comp_vector = vector;
 	return 0;
 }
 

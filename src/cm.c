@@ -8,10 +8,11 @@
  *   both:    CONNECTED -> DISCONNECTING -> DISCONNECTED, or -> ERROR
  *
  * A listener with groups places each request on one of them instead: the
- * request (its cm_id and what came with it) is pushed onto the group's
- * inbox and the group's ring is rung; the group's thread moves the id to
- * its own event channel, creates the QP on its own CQ and accepts. Only
- * the inbox and the connection count are touched by two threads.
+ * request's cm_id moves to the group's event channel at once (so nothing
+ * of it is left on the listener's, which may go before the group takes
+ * it), the request is pushed onto the group's inbox and the group's ring
+ * is rung; the group's thread creates the QP on its own CQ and accepts.
+ * Only the inbox and the connection count are touched by two threads.
  */
 #include <errno.h>
 #include <netdb.h>
@@ -131,7 +132,11 @@ static void place(rr_listener *l, rr_ep *ep, struct rdma_cm_id *id,
 	struct rr__group *g = &l->groups[choose_group(l, ep)];
 	struct rr__handoff *h = calloc(1, sizeof(*h));
 
-	if (!h) {
+	/* Events of the id until the group took it find no endpoint. */
+	id->context = NULL;
+	if (!h || rdma_migrate_id(id, g->cm->ch)) {
+		id->context = ep;
+		free(h);
 		rdma_reject(id, NULL, 0);
 		l->dropped++;
 		rr_ep_destroy(ep);
@@ -151,8 +156,6 @@ static void place(rr_listener *l, rr_ep *ep, struct rdma_cm_id *id,
 	memcpy(h->pdata, ep->pdata, ep->pdata_len);
 	h->peer_len = ep->peer_pdata_len;
 	memcpy(h->peer, ep->peer_pdata, ep->peer_pdata_len);
-	/* Events of the id until the group moved it find no endpoint here. */
-	id->context = NULL;
 	ep->id = NULL;
 	rr_ep_destroy(ep);
 	atomic_fetch_add(&g->cm->conns, 1);
@@ -239,15 +242,14 @@ static void placed_dropped(rr_ep *ep)
 
 static int cm_open(struct rr__cm *cm);
 
-/* The group's side of a handoff: the id moves to our channel, then as a
+/* The group's side of a handoff: the id is on our channel already; as a
  * request of our own listener would. */
 static void adopt(struct rr__cm *cm, struct rr__handoff *h)
 {
 	struct rdma_conn_param p;
 	rr_ep *ep;
 
-	if (cm->closing || cm_open(cm) || rdma_migrate_id(h->id, cm->ch) ||
-	    rr__ep_alloc(cm->eps, h->id, &h->opts, &ep)) {
+	if (cm->closing || rr__ep_alloc(cm->eps, h->id, &h->opts, &ep)) {
 		rdma_reject(h->id, NULL, 0);
 		rdma_destroy_id(h->id);
 		atomic_fetch_sub(&cm->conns, 1);
@@ -293,9 +295,13 @@ int rr__cm_group_open(struct rr__cm *cm)
 {
 	int rc = rr__ring_bell_open(cm->ring, inbox_ready, cm);
 
-	if (!rc)
-		cm->group = true;
-	return rc;
+	if (rc)
+		return rc;
+	cm->group = true;
+	/* Listeners move requests onto it: it must exist before the first
+	 * one is placed. Without rdma_cm the group serves CQs only. */
+	cm_open(cm);
+	return 0;
 }
 
 int rr__cm_add_group(rr_listener *l, struct rr__cm *group, rr_accept_cb on_accept, void *data)
@@ -306,7 +312,7 @@ int rr__cm_add_group(rr_listener *l, struct rr__cm *group, rr_accept_cb on_accep
 
 	if (!group->group || !on_accept)
 		return -EINVAL;
-	if (!l->id)
+	if (!l->id || !group->ch)
 		return -ENODEV;
 	for (unsigned int i = 0; i < l->ngroups; i++)
 		if (l->groups[i].cm == group)
@@ -433,8 +439,12 @@ static void listener_lost(rr_listener *l, int status)
 
 static void listener_event(rr_listener *l, enum rdma_cm_event_type type)
 {
-	if (type == RDMA_CM_EVENT_DEVICE_REMOVAL)
+	if (type == RDMA_CM_EVENT_DEVICE_REMOVAL) {
+		/* Nothing of this bridge may keep the device from going. */
+		if (l->id && l->id->verbs)
+			rr__devices_kill(l->cm->devs, l->id->verbs);
 		listener_lost(l, -ENODEV);
+	}
 	/* Listener ids get no other event worth acting on. */
 }
 

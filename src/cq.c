@@ -727,7 +727,7 @@ int rr__cq_create(struct rr__cqs *set, rr_channel *ch, struct ibv_context *ctx,
 		  const struct rr_cq_opts *opts, rr_cq **out)
 {
 	rr_cq *cq;
-	int rc;
+	int rc, vector;
 
 	if (ch->ch->context != ctx)
 		return -EINVAL;
@@ -748,7 +748,9 @@ int rr__cq_create(struct rr__cqs *set, rr_channel *ch, struct ibv_context *ctx,
 	cq->data = opts->data;
 	rr__list_init(&cq->active_link);
 	rr__list_init(&cq->armed_link);
-	cq->cq = ibv_create_cq(ctx, opts->cqe > 0 ? opts->cqe : 256, cq, ch->ch, 0);
+	/* Groups on other vectors take their interrupts on other cores. */
+	vector = ctx->num_comp_vectors > 1 ? (int)(set->comp_vector % ctx->num_comp_vectors) : 0;
+	cq->cq = ibv_create_cq(ctx, opts->cqe > 0 ? opts->cqe : 256, cq, ch->ch, vector);
 	if (!cq->cq) {
 		rc = errno ? -errno : -ENOMEM;
 		cq_free(cq);

@@ -15,7 +15,8 @@ struct rr__cqs {
 	struct rr__ring *ring;
 	struct rr_bridge_stats *stats;
 	unsigned int cq_batch, budget, ack_batch;
-	bool ring_reads; /* channels may be read through the ring (see cq.c) */
+	bool ring_reads;	  /* channels may be read through the ring (see cq.c) */
+	unsigned int comp_vector; /* its CQs' vector, modulo the device's count */
 	struct rr__list channels;
 	struct rr__list cqs;
 	struct rr__list active; /* CQs polled every pass */

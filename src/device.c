@@ -21,14 +21,19 @@ struct shared_dev {
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
 	unsigned int refs;
-	struct rr__list devs; /* rr__device.peer_link */
+	struct rr__list devs;	/* rr__device.peer_link */
+	struct rr__list claims; /* struct rr__claim, newest first */
+	uint64_t claim_gen;
 	struct shared_dev *next;
 };
 
-/* An async event on its way to another bridge's device. */
+/* An async event on its way to another bridge's device; obj and gen: the
+ * claim it was read for (obj NULL: an event of the whole device). */
 struct rr__async_msg {
 	struct rr__inbox_node node; /* on the device's inbox */
 	struct ibv_async_event ev;
+	void *obj;
+	uint64_t gen;
 };
 
 static pthread_mutex_t shared_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -44,6 +49,7 @@ static struct shared_dev *shared_get(struct ibv_context *ctx)
 	if (!s && (s = calloc(1, sizeof(*s)))) {
 		s->ctx = ctx;
 		rr__list_init(&s->devs);
+		rr__list_init(&s->claims);
 		s->pd = ibv_alloc_pd(ctx);
 		if (s->pd) {
 			s->next = shared_devs;
@@ -80,7 +86,7 @@ static void shared_put(struct shared_dev *s)
 
 /* Each event left in the inbox, oldest first, to fn (if any), then freed. */
 static void take_msgs(struct rr__device *dev,
-		      void (*fn)(struct rr__device *dev, const struct ibv_async_event *ev))
+		      void (*fn)(struct rr__device *dev, const struct rr__async_msg *m))
 {
 	struct rr__inbox_node *n = rr__inbox_take(&dev->inbox);
 
@@ -89,8 +95,72 @@ static void take_msgs(struct rr__device *dev,
 
 		n = n->next;
 		if (fn)
-			fn(dev, &m->ev);
+			fn(dev, m);
 		free(m);
+	}
+}
+
+/* The newest claim of obj on the context; under shared_lock. */
+static struct rr__claim *claim_find(struct shared_dev *s, const void *obj)
+{
+	for (struct rr__list *l = s->claims.next; l != &s->claims; l = l->next) {
+		struct rr__claim *c = rr__container_of(l, struct rr__claim, link);
+
+		if (c->obj == obj)
+			return c;
+	}
+	return NULL;
+}
+
+void rr__device_claim(struct rr__device *dev, struct rr__claim *c, void *obj, void *owner,
+		      unsigned int kind)
+{
+	c->obj = obj;
+	c->dev = dev;
+	c->owner = owner;
+	c->kind = kind;
+	pthread_mutex_lock(&shared_lock);
+	c->gen = ++dev->shared->claim_gen;
+	rr__list_add(&dev->shared->claims, &c->link);
+	pthread_mutex_unlock(&shared_lock);
+}
+
+/*
+ * Only after the object is destroyed: an event of it read elsewhere is
+ * acknowledged only after its owner was looked up, and verbs' destroy
+ * waits for that acknowledgement, so no event of a library object is ever
+ * taken for the application's.
+ */
+void rr__device_unclaim(struct rr__claim *c)
+{
+	if (!c->obj)
+		return;
+	pthread_mutex_lock(&shared_lock);
+	rr__list_del(&c->link);
+	pthread_mutex_unlock(&shared_lock);
+	c->obj = NULL;
+}
+
+/* The verbs object an async event names, if any. */
+static void *event_obj(const struct ibv_async_event *ev)
+{
+	switch (ev->event_type) {
+	case IBV_EVENT_CQ_ERR:
+		return ev->element.cq;
+	case IBV_EVENT_QP_FATAL:
+	case IBV_EVENT_QP_REQ_ERR:
+	case IBV_EVENT_QP_ACCESS_ERR:
+	case IBV_EVENT_COMM_EST:
+	case IBV_EVENT_SQ_DRAINED:
+	case IBV_EVENT_PATH_MIG:
+	case IBV_EVENT_PATH_MIG_ERR:
+	case IBV_EVENT_QP_LAST_WQE_REACHED:
+		return ev->element.qp;
+	case IBV_EVENT_SRQ_ERR:
+	case IBV_EVENT_SRQ_LIMIT_REACHED:
+		return ev->element.srq;
+	default:
+		return NULL;
 	}
 }
 
@@ -140,38 +210,100 @@ void rr__device_kill(struct rr__device *dev)
 	release_if_unused(dev);
 }
 
-static void handle_async(struct rr__device *dev, const struct ibv_async_event *ev)
+static void handle_async(struct rr__device *dev, const struct ibv_async_event *ev,
+			 struct rr__claim *c)
 {
 	dev->set->stats->async_events++;
 	if (ev->event_type == IBV_EVENT_DEVICE_FATAL)
 		dev->dead = true;
 	if (dev->set->on_async)
-		dev->set->on_async(dev->set->hook_ctx, dev, ev);
+		dev->set->on_async(dev->set->hook_ctx, dev, ev, c);
 }
 
-/* The groups on the same context hear it too: each one looks for what
- * it names among its own objects. */
-static void forward(struct rr__device *dev, const struct ibv_async_event *ev)
+/* On the owner's thread: the claim an event was read for, if it still
+ * stands (the object lives: only this thread destroys it). */
+static void handle_msg(struct rr__device *dev, const struct rr__async_msg *m)
 {
-	struct rr__list *l;
+	struct rr__claim *c = NULL;
+
+	if (m->obj) {
+		pthread_mutex_lock(&shared_lock);
+		c = claim_find(dev->shared, m->obj);
+		pthread_mutex_unlock(&shared_lock);
+		if (!c || c->gen != m->gen || c->dev != dev)
+			return; /* destroyed since, perhaps reborn at that address */
+	}
+	handle_async(dev, &m->ev, c);
+}
+
+/* Queue ev for @to's thread and ring its bell; under shared_lock. */
+static void send_msg(struct rr__device *dev, struct rr__device *to,
+		     const struct ibv_async_event *ev, void *obj, uint64_t gen)
+{
+	struct rr__async_msg *m;
 	uint32_t peer;
 
-	pthread_mutex_lock(&shared_lock);
-	for (l = dev->shared->devs.next; l != &dev->shared->devs; l = l->next) {
-		struct rr__device *to = rr__container_of(l, struct rr__device, peer_link);
-		struct rr__async_msg *m;
+	if (!to->set->hears || rr__ring_peer_add(dev->set->ring, to->set->ring, &peer))
+		return;
+	m = malloc(sizeof(*m));
+	if (!m)
+		return; /* that bridge misses it: no worse than a lost interrupt */
+	m->ev = *ev;
+	m->obj = obj;
+	m->gen = gen;
+	rr__inbox_push(&to->inbox, &m->node);
+	rr__ring_peer_ring(dev->set->ring, peer);
+}
 
-		if (to == dev || !to->set->hears ||
-		    rr__ring_peer_add(dev->set->ring, to->set->ring, &peer))
-			continue;
-		m = malloc(sizeof(*m));
-		if (!m)
-			continue; /* that group misses it: no worse than before */
-		m->ev = *ev;
-		rr__inbox_push(&to->inbox, &m->node);
-		rr__ring_peer_ring(dev->set->ring, peer);
+/*
+ * One event read from the context's async fd, not yet acknowledged. An
+ * event naming a claimed object goes to its owner alone; one of the whole
+ * device to every bridge on the context; one naming an object nobody
+ * claimed (the application's own) to this bridge.
+ */
+static void route(struct rr__device *dev, struct ibv_async_event *ev)
+{
+	struct ibv_async_event copy = *ev;
+	void *obj = event_obj(ev);
+	struct rr__device *owner = dev;
+	struct rr__claim *c = NULL;
+	uint64_t gen = 0;
+
+	pthread_mutex_lock(&shared_lock);
+	if (obj && (c = claim_find(dev->shared, obj))) {
+		owner = c->dev;
+		gen = c->gen;
+		if (owner != dev)
+			send_msg(dev, owner, &copy, obj, gen);
+	} else if (!obj) {
+		for (struct rr__list *l = dev->shared->devs.next; l != &dev->shared->devs;
+		     l = l->next) {
+			struct rr__device *to = rr__container_of(l, struct rr__device, peer_link);
+
+			if (to != dev)
+				send_msg(dev, to, &copy, NULL, 0);
+		}
 	}
 	pthread_mutex_unlock(&shared_lock);
+	/* Acknowledged before our hook runs: it may destroy the object,
+	 * which waits for the acknowledgement. Our own claim cannot end in
+	 * between: only this thread ends it. */
+	ibv_ack_async_event(ev);
+	if (owner == dev)
+		handle_async(dev, &copy, c);
+}
+
+/* The async fd failed for good (a disassociated context reports POLLERR
+ * and fails every read): as fatal as DEVICE_FATAL. */
+static void device_lost(struct rr__device *dev)
+{
+	struct ibv_async_event ev = {.event_type = IBV_EVENT_DEVICE_FATAL};
+
+	if (dev->dead)
+		return;
+	dev->refs++;
+	handle_async(dev, &ev, NULL);
+	rr__device_put(dev);
 }
 
 static void async_ready(void *ctx, int revents)
@@ -181,37 +313,41 @@ static void async_ready(void *ctx, int revents)
 
 	if (revents < 0) {
 		dev->async_slot = RR__NO_SLOT; /* counted in stats.poll_failures */
+		device_lost(dev);
 		return;
 	}
 	/* Held across the hook: a callback may put the last reference of
 	 * its users, and this loop still reads the device. */
 	dev->refs++;
-	while (ibv_get_async_event(dev->ctx, &ev) == 0) {
-		struct ibv_async_event copy = ev;
-
-		/* Acknowledge first: destroying the QP or CQ named in the
-		 * event waits for its acknowledgement, and the hook may well
-		 * destroy it. */
-		ibv_ack_async_event(&ev);
-		forward(dev, &copy);
-		handle_async(dev, &copy);
-	}
+	while (ibv_get_async_event(dev->ctx, &ev) == 0)
+		route(dev, &ev);
 	rr__device_put(dev);
 }
 
-/* The bell: events other bridges read for this one's devices. */
+/* The bell: events other bridges read for this one's devices. A hook may
+ * put any device's last reference: all are held until every inbox is
+ * taken, and the next one is read before each put. */
 static void devices_bell(void *ctx)
 {
 	struct rr__devices *set = ctx;
-	struct rr__list *l = set->devices.next;
+	struct rr__list *l;
 
-	while (l != &set->devices) {
+	for (l = set->devices.next; l != &set->devices; l = l->next) {
 		struct rr__device *dev = rr__container_of(l, struct rr__device, link);
 
+		dev->bell_held = true;
 		dev->refs++;
-		take_msgs(dev, handle_async);
+	}
+	for (l = set->devices.next; l != &set->devices; l = l->next)
+		take_msgs(rr__container_of(l, struct rr__device, link), handle_msg);
+	for (l = set->devices.next; l != &set->devices;) {
+		struct rr__device *dev = rr__container_of(l, struct rr__device, link);
+
 		l = l->next;
-		rr__device_put(dev); /* may free it: l is read first */
+		if (dev->bell_held) { /* not one a hook set up meanwhile */
+			dev->bell_held = false;
+			rr__device_put(dev);
+		}
 	}
 }
 
@@ -250,6 +386,14 @@ static struct rr__device *device_find(struct rr__devices *set, struct ibv_contex
 	return NULL;
 }
 
+void rr__devices_kill(struct rr__devices *set, struct ibv_context *ctx)
+{
+	struct rr__device *dev = device_find(set, ctx);
+
+	if (dev)
+		rr__device_kill(dev);
+}
+
 int rr__device_get(struct rr__devices *set, struct ibv_context *ctx, struct rr__device **out)
 {
 	struct rr__device *dev = device_find(set, ctx);
@@ -277,7 +421,10 @@ int rr__device_get(struct rr__devices *set, struct ibv_context *ctx, struct rr__
 	rc = rr__channel_create(set->cqs, ctx, &dev->channel);
 	if (rc)
 		goto err_pd;
-	rc = rr__set_nonblock(ctx->async_fd);
+	/* Events this bridge's objects get may be read by another bridge. */
+	rc = set->hears ? 0 : rr__devices_hear_others(set);
+	if (!rc)
+		rc = rr__set_nonblock(ctx->async_fd);
 	if (!rc)
 		rc = rr__poll_add(set->ring, ctx->async_fd, async_ready, dev, &dev->async_slot);
 	if (rc)

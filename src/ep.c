@@ -22,9 +22,12 @@ static struct rr__req *srq_req_of_wc(struct rr_srq *srq, const struct ibv_wc *wc
 static void srq_complete(struct rr_srq *srq, struct rr__req *req, rr_ep *ep,
 			 const struct ibv_wc *wc);
 static void srqs_fini(struct rr__eps *set);
+static void srq_free(struct rr_srq *srq);
 
 #define DEFAULT_DEPTH	   64
 #define SHARED_CQ_MIN_SIZE 1024
+/* How long a destroyed SRQ QP waits for IBV_EVENT_QP_LAST_WQE_REACHED. */
+#define LAST_WQE_WAIT_MS 2000
 
 int rr_wc_status_errno(enum ibv_wc_status s)
 {
@@ -59,7 +62,7 @@ static void ep_free(rr_ep *ep)
 /* Free an endpoint once it is destroyed and no callback of it is running. */
 static bool release_if_done(rr_ep *ep)
 {
-	if (!ep->destroy_pending || ep->in_callback)
+	if (!ep->destroy_pending || ep->in_callback || ep->lingering)
 		return false;
 	ep_free(ep);
 	return true;
@@ -177,7 +180,7 @@ static void drained_wc(void *ctx, const struct ibv_wc *wc)
 	if (!req) {
 		req = srq_req_of_wc(ep->srq, wc);
 		if (req)
-			srq_complete(ep->srq, req, ep, wc);
+			srq_complete(ep->srq, req, ep->lingering ? NULL : ep, wc);
 		return;
 	}
 	if (!req->is_recv)
@@ -276,8 +279,8 @@ static void fail_qp(rr_ep *ep)
 	struct ibv_qp_attr attr = {.qp_state = IBV_QPS_ERR};
 
 	/* Work still queued is flushed back through the CQ. */
-	if (ep->id && ep->id->qp)
-		ibv_modify_qp(ep->id->qp, &attr, IBV_QP_STATE);
+	if (ep->qp)
+		ibv_modify_qp(ep->qp, &attr, IBV_QP_STATE);
 }
 
 static void ep_on_wc(rr_cq *cq, const struct ibv_wc *wc, void *data)
@@ -289,6 +292,11 @@ static void ep_on_wc(rr_cq *cq, const struct ibv_wc *wc, void *data)
 		req = srq_req_of_wc(ep->srq, wc);
 	if (!req)
 		return;
+	if (ep->lingering) {
+		/* Its application is gone: the receive is the SRQ's alone. */
+		srq_complete(ep->srq, req, NULL, wc);
+		return;
+	}
 	if (!req->is_recv)
 		complete_unsignalled_before(ep, req, wc->status);
 	if (ep->destroy_pending) {
@@ -416,6 +424,7 @@ static int shared_cq_join(rr_ep *ep, int need)
 			(struct rr__cq_hooks){.after_dispatch = shared_after_dispatch, .ctx = sh};
 		sh->dev = ep->dev;
 		sh->dev->refs++;
+		rr__device_claim(sh->dev, &sh->claim, rr_cq_ibv(sh->cq), sh, RR__CLAIM_SHCQ);
 		rr__list_add_tail(&set->shcqs, &sh->link);
 	}
 	if (sh->need + need > sh->cqe) {
@@ -457,6 +466,7 @@ static void shared_cq_leave(rr_ep *ep)
 	}
 	rr__list_del(&sh->link);
 	rr_cq_destroy(sh->cq);
+	rr__device_unclaim(&sh->claim);
 	rr__device_put(sh->dev);
 	if (sh->busy)
 		sh->orphan = true;
@@ -473,13 +483,20 @@ void rr__eps_init(struct rr__eps *set, struct rr__ring *ring, struct rr__cqs *cq
 	rr__list_init(&set->eps);
 	rr__list_init(&set->shcqs);
 	rr__list_init(&set->srqs);
+	rr__list_init(&set->lingering);
 	set->qps = (struct rr__qpmap){0};
+	set->closing = false;
 }
+
+static void linger_end(rr_ep *ep);
 
 void rr__eps_fini(struct rr__eps *set)
 {
+	set->closing = true;
 	while (!rr__list_empty(&set->eps))
 		rr_ep_destroy(rr__container_of(set->eps.next, rr_ep, link));
+	while (!rr__list_empty(&set->lingering))
+		linger_end(rr__container_of(set->lingering.next, rr_ep, link));
 	srqs_fini(set);
 	free(set->qps.slots);
 	set->qps = (struct rr__qpmap){0};
@@ -567,6 +584,7 @@ int rr__ep_setup_qp(rr_ep *ep)
 		if (rc)
 			return rc;
 		ep->cq->hooks = (struct rr__cq_hooks){.after_dispatch = after_dispatch, .ctx = ep};
+		rr__device_claim(ep->dev, &ep->cq_claim, rr_cq_ibv(ep->cq), ep, RR__CLAIM_CQ);
 	}
 	if (ep->opts.flags & RR_EP_OWN_PD) {
 		ep->own_pd = ibv_alloc_pd(ep->id->verbs);
@@ -587,14 +605,11 @@ int rr__ep_setup_qp(rr_ep *ep)
 	attr.cap.max_inline_data = ep->opts.max_inline;
 	if (rdma_create_qp(ep->id, ep->own_pd ? ep->own_pd : ep->dev->pd, &attr))
 		return errno ? -errno : -ENOMEM;
-	ep->qp_num = ep->id->qp->qp_num; /* drain_cq() takes this QP's */
-	if (ep->shared) {
-		rc = qpmap_add(&ep->set->qps, ep);
-		if (rc) {
-			rdma_destroy_qp(ep->id);
-			return rc;
-		}
-	}
+	ep->qp = ep->id->qp;
+	ep->qp_num = ep->qp->qp_num; /* drain_cq() takes this QP's */
+	rr__device_claim(ep->dev, &ep->qp_claim, ep->qp, ep, RR__CLAIM_QP);
+	if (ep->shared)
+		return qpmap_add(&ep->set->qps, ep); /* else rr_ep_destroy() frees it */
 	return 0;
 }
 
@@ -688,13 +703,62 @@ void rr__ep_established(rr_ep *ep, void (*accept)(void *ctx, rr_ep *ep), void *c
 	release_if_done(ep);
 }
 
-/* Complete what is still outstanding; the QP must be gone already. */
+/* Complete what is still outstanding; the QP is in error (or gone). */
 static void flush_all(rr_ep *ep)
 {
 	/* Completions already in the CQ are real outcomes: hand them out. */
 	drain_cq(ep);
 	while (!rr__list_empty(&ep->outstanding))
 		complete(ep, rr__container_of(ep->outstanding.next, struct rr__req, link), NULL);
+}
+
+static void destroy_qp(rr_ep *ep)
+{
+	if (!ep->qp)
+		return;
+	ibv_destroy_qp(ep->qp);
+	ep->qp = NULL;
+	rr__device_unclaim(&ep->qp_claim); /* after: see rr__device_unclaim() */
+}
+
+static void ep_finish(rr_ep *ep);
+
+static void linger_timeout(void *ctx, int res)
+{
+	rr_ep *ep = ctx;
+
+	(void)res;
+	ep->timer_slot = RR__NO_SLOT;
+	linger_end(ep);
+}
+
+/*
+ * A QP on an SRQ may have taken receives whose completions are not in the
+ * CQ yet; mlx5 and mlx4 would drop them with the QP (and give the SRQ back
+ * their slots, unknown to us). It stays in error until the device says it
+ * took its last receive (IBV_EVENT_QP_LAST_WQE_REACHED) or LAST_WQE_WAIT_MS
+ * passed, its receives completing meanwhile with no endpoint.
+ */
+static bool linger_start(rr_ep *ep)
+{
+	if (!ep->qp || !ep->srq || ep->last_wqe || ep->set->closing ||
+	    rr__timer_add(ep->set->ring, LAST_WQE_WAIT_MS, linger_timeout, ep, &ep->timer_slot))
+		return false;
+	ep->lingering = true;
+	rr__list_add_tail(&ep->set->lingering, &ep->link);
+	return true;
+}
+
+static void linger_end(rr_ep *ep)
+{
+	rr__ep_stop_timer(ep);
+	rr__list_del(&ep->link);
+	ep->in_callback++;
+	drain_cq(ep); /* still lingering: with no endpoint */
+	ep->lingering = false;
+	destroy_qp(ep);
+	ep->in_callback--;
+	ep_finish(ep);
 }
 
 int rr_ep_destroy(rr_ep *ep)
@@ -707,30 +771,48 @@ int rr_ep_destroy(rr_ep *ep)
 	rr__list_del(&ep->link);
 	rr__list_del(&ep->pending_link);
 	ep->on_drop = NULL;
-	if (ep->id && ep->id->qp)
-		rdma_destroy_qp(ep->id);
+	/* Error first, drain, destroy last: mlx5 and mlx4 purge a QP's
+	 * CQEs when it is destroyed, so a SEND that succeeded would be
+	 * reported flushed (SPDK's nvmf transport does the same). */
+	fail_qp(ep);
 	flush_all(ep);
 	if (ep->srq && !--ep->srq->users && ep->srq->counted) {
 		ep->srq->counted->need -= (int)ep->srq->max_wr;
 		ep->srq->counted = NULL;
 	}
+	if (ep->id) {
+		/* Its rdma_cm events end here; a lingering QP needs none. */
+		ep->id->qp = NULL;
+		rdma_destroy_id(ep->id);
+		ep->id = NULL;
+	}
+	if (ep->counter)
+		atomic_fetch_sub(ep->counter, 1);
+	ep->counter = NULL;
+	ep->in_callback--;
+	if (linger_start(ep))
+		return 0;
+	destroy_qp(ep);
+	ep_finish(ep);
+	return 0;
+}
+
+/* The rest of a destroy, once the QP is gone. */
+static void ep_finish(rr_ep *ep)
+{
+	ep->in_callback++;
 	ep->srq = NULL;
 	if (ep->shared) {
 		qpmap_del(&ep->set->qps, ep);
 		shared_cq_leave(ep);
 	} else if (ep->cq) {
 		rr_cq_destroy(ep->cq);
+		rr__device_unclaim(&ep->cq_claim);
 	}
 	ep->cq = NULL;
 	if (ep->own_pd)
 		ibv_dealloc_pd(ep->own_pd); /* EBUSY while MRs of it are left */
 	ep->own_pd = NULL;
-	if (ep->id)
-		rdma_destroy_id(ep->id);
-	ep->id = NULL;
-	if (ep->counter)
-		atomic_fetch_sub(ep->counter, 1);
-	ep->counter = NULL;
 	if (ep->dev) {
 		struct rr__device *dev = ep->dev;
 
@@ -739,7 +821,6 @@ int rr_ep_destroy(rr_ep *ep)
 	}
 	ep->in_callback--;
 	release_if_done(ep);
-	return 0;
 }
 
 void *rr_ep_data(const rr_ep *ep)
@@ -808,7 +889,7 @@ struct rdma_cm_id *rr_ep_cm_id(rr_ep *ep)
 
 struct ibv_qp *rr_ep_qp(rr_ep *ep)
 {
-	return ep->id ? ep->id->qp : NULL;
+	return ep->destroy_pending ? NULL : ep->qp;
 }
 
 rr_cq *rr_ep_cq(rr_ep *ep)
@@ -936,7 +1017,7 @@ static int post_send_req(rr_ep *ep, struct ibv_send_wr *wr, enum ibv_wc_opcode w
 		ep->unsignalled = 0;
 	}
 	wr->wr_id = (uintptr_t)req;
-	return settle(ep, req, ibv_post_send(ep->id->qp, wr, &bad));
+	return settle(ep, req, ibv_post_send(ep->qp, wr, &bad));
 }
 
 /* SEND, RDMA WRITE (with immediate), RDMA READ. */
@@ -1072,30 +1153,17 @@ int rr_ep_post_recv(rr_ep *ep, void *buf, uint32_t len, struct ibv_mr *mr, rr_re
 	rc = check_buf(mr, buf, len);
 	if (rc)
 		return rc;
-	if (ep->destroy_pending || !ep->id || !ep->id->qp || ep->state == RR__EP_ERROR ||
+	if (ep->destroy_pending || !ep->qp || ep->state == RR__EP_ERROR ||
 	    ep->state == RR__EP_DISCONNECTED)
 		return -ENOTCONN;
 	if (ep->nrecv >= ep->opts.max_recv_wr)
 		return -ENOBUFS;
 	req = take_req(ep, cb, data, true);
 	wr.wr_id = (uintptr_t)req;
-	return settle(ep, req, ibv_post_recv(ep->id->qp, &wr, &bad));
+	return settle(ep, req, ibv_post_recv(ep->qp, &wr, &bad));
 }
 
 /* ---- device async events ---- */
-
-static rr_ep *ep_of_qp(struct rr__eps *set, struct ibv_qp *qp)
-{
-	struct rr__list *l;
-
-	for (l = set->eps.next; l != &set->eps; l = l->next) {
-		rr_ep *ep = rr__container_of(l, rr_ep, link);
-
-		if (ep->id && ep->id->qp == qp)
-			return ep;
-	}
-	return NULL;
-}
 
 /* Every endpoint on a fatal device (@cq NULL), or on a CQ in error (a
  * shared one has many), goes to error. */
@@ -1118,21 +1186,64 @@ again:
 	}
 }
 
-void rr__eps_async(struct rr__eps *set, struct rr__device *dev, const struct ibv_async_event *ev)
+/*
+ * Events reach the bridge that claimed what they name, on its thread,
+ * while it lives (see rr__claim): the claim is the object, never a
+ * pointer compared after the fact, which a new QP may have taken.
+ */
+void rr__eps_async(struct rr__eps *set, struct rr__device *dev, const struct ibv_async_event *ev,
+		   struct rr__claim *c, void (*tell)(void *ctx, const struct ibv_async_event *ev),
+		   void *ctx)
 {
-	rr_ep *ep;
+	unsigned int kind = c ? c->kind : 0;
+	rr_ep *ep = kind == RR__CLAIM_QP || kind == RR__CLAIM_CQ ? c->owner : NULL;
+	struct rr__shcq *sh = kind == RR__CLAIM_SHCQ ? c->owner : NULL;
+	struct rr_srq *srq = kind == RR__CLAIM_SRQ ? c->owner : NULL;
+	void *obj = c ? c->obj : NULL;
 
+	/* The application first, while what the event names is held: it
+	 * may destroy it there. A lingering QP's events are ours alone. */
+	if (tell && !(ep && ep->destroy_pending)) {
+		if (ep)
+			ep->in_callback++;
+		if (sh)
+			sh->busy++;
+		if (srq)
+			srq->in_callback++;
+		tell(ctx, ev);
+		if (ep && !--ep->in_callback && ep->destroy_pending) {
+			release_if_done(ep);
+			return;
+		}
+		if (sh && !--sh->busy && sh->orphan) {
+			free(sh);
+			return;
+		}
+		if (srq && !--srq->in_callback && srq->destroy_pending) {
+			if (!srq->srq)
+				srq_free(srq);
+			return;
+		}
+	}
 	switch (ev->event_type) {
+	case IBV_EVENT_QP_LAST_WQE_REACHED:
+		if (!ep || kind != RR__CLAIM_QP)
+			break;
+		if (ep->lingering)
+			linger_end(ep);
+		else
+			ep->last_wqe = true;
+		break;
 	case IBV_EVENT_QP_FATAL:
 	case IBV_EVENT_QP_REQ_ERR:
 	case IBV_EVENT_QP_ACCESS_ERR:
 	case IBV_EVENT_PATH_MIG_ERR:
-		ep = ep_of_qp(set, ev->element.qp);
-		if (ep)
+		if (ep && kind == RR__CLAIM_QP && !ep->destroy_pending)
 			rr__ep_to_error(ep, -EIO);
 		break;
 	case IBV_EVENT_CQ_ERR:
-		all_to_error(set, dev, ev->element.cq);
+		if (ep || sh)
+			all_to_error(set, dev, obj);
 		break;
 	case IBV_EVENT_DEVICE_FATAL:
 		all_to_error(set, dev, NULL);
@@ -1237,6 +1348,7 @@ int rr__srq_create(struct rr__eps *set, struct ibv_context *ctx, uint32_t max_wr
 		srq->reqs[i].is_recv = true;
 		rr__list_add_tail(&srq->free_reqs, &srq->reqs[i].link);
 	}
+	rr__device_claim(srq->dev, &srq->claim, srq->srq, srq, RR__CLAIM_SRQ);
 	rr__list_add_tail(&set->srqs, &srq->link);
 	*out = srq;
 	return 0;
@@ -1285,9 +1397,28 @@ int rr_srq_destroy(rr_srq *srq)
 		return 0;
 	if (srq->users)
 		return -EBUSY;
+	/* QPs of destroyed endpoints still waiting on it go first; their
+	 * receives' callbacks may destroy it themselves. */
+	srq->in_callback++;
+	for (struct rr__list *l = srq->set->lingering.next; l != &srq->set->lingering;) {
+		rr_ep *ep = rr__container_of(l, rr_ep, link);
+
+		l = l->next;
+		if (ep->srq == srq) {
+			linger_end(ep);
+			l = srq->set->lingering.next; /* a callback may have ended others */
+		}
+	}
+	srq->in_callback--;
+	if (srq->destroy_pending) {
+		if (!srq->in_callback)
+			srq_free(srq);
+		return 0;
+	}
 	srq->destroy_pending = true;
 	rr__list_del(&srq->link);
 	ibv_destroy_srq(srq->srq);
+	rr__device_unclaim(&srq->claim);
 	srq->srq = NULL;
 	srq->in_callback++;
 	while (!rr__list_empty(&srq->outstanding))

@@ -27,10 +27,15 @@ struct rr__eps {
 	struct rr__cqs *cqs;
 	struct rr__devices *devs;
 	struct rr__list eps;
-	struct rr__list srqs;  /* rr_srq: at most one per device */
-	struct rr__list shcqs; /* struct rr__shcq: one per device in use */
+	struct rr__list srqs;	   /* rr_srq: at most one per device */
+	struct rr__list shcqs;	   /* struct rr__shcq: one per device in use */
+	struct rr__list lingering; /* destroyed endpoints whose SRQ QP waits */
 	struct rr__qpmap qps;
+	bool closing; /* teardown: no QP lingers */
 };
+
+/* What an rr__claim of this layer names (claim.kind). */
+enum rr__claim_kind { RR__CLAIM_QP = 1, RR__CLAIM_CQ, RR__CLAIM_SHCQ, RR__CLAIM_SRQ };
 
 /* A CQ shared by the bridge's endpoints on one device. */
 struct rr__shcq {
@@ -42,8 +47,9 @@ struct rr__shcq {
 	int cqe;	       /* its size */
 	int need;	       /* the queue depths of its QPs */
 	struct rr__list downs; /* endpoints with down_pending */
-	unsigned int busy;     /* its hook is running: freed after it */
-	bool orphan;	       /* no users left: free when not busy */
+	struct rr__claim claim;
+	unsigned int busy; /* its hook is running: freed after it */
+	bool orphan;	   /* no users left: free when not busy */
 };
 
 enum rr__obj_type { RR__OBJ_EP = 0x45504550, RR__OBJ_LISTENER = 0x4c53544e };
@@ -77,12 +83,16 @@ struct rr_ep {
 	struct rdma_cm_id *id;
 	struct rr__device *dev; /* holds a reference */
 	rr_cq *cq;
-	struct rr__shcq *shared;   /* cq is shared: this is it */
-	struct rr_srq *srq;	   /* RR_EP_SRQ: receives come from it */
-	uint32_t qp_num;	   /* its QP's; on a shared CQ its key in set->qps */
-	struct ibv_pd *own_pd;	   /* RR_EP_OWN_PD */
-	atomic_uint *counter;	   /* decremented once when destroyed */
-	struct rr__list down_link; /* shared->downs */
+	struct rr__shcq *shared;	     /* cq is shared: this is it */
+	struct rr_srq *srq;		     /* RR_EP_SRQ: receives come from it */
+	struct ibv_qp *qp;		     /* once created; destroyed by the endpoint */
+	uint32_t qp_num;		     /* its QP's; on a shared CQ its key in set->qps */
+	struct rr__claim qp_claim, cq_claim; /* async events of its QP, CQ */
+	bool last_wqe;			     /* an SRQ QP in error took its last receive */
+	bool lingering;			     /* destroyed; its SRQ QP waits for its last receive */
+	struct ibv_pd *own_pd;		     /* RR_EP_OWN_PD */
+	atomic_uint *counter;		     /* decremented once when destroyed */
+	struct rr__list down_link;	     /* shared->downs */
 	enum rr__ep_state state;
 	struct rr_ep_opts opts;
 	rr_ep_cb on_connect;
@@ -130,6 +140,7 @@ struct rr_srq {
 	struct rr__shcq *counted; /* the shared CQ its depth is counted in */
 	unsigned int in_callback;
 	bool destroy_pending;
+	struct rr__claim claim;
 	struct rr__list link; /* set->srqs */
 };
 
@@ -139,8 +150,13 @@ void rr__eps_init(struct rr__eps *set, struct rr__ring *ring, struct rr__cqs *cq
 		  struct rr__devices *devs);
 /* Teardown: destroy every endpoint left. */
 void rr__eps_fini(struct rr__eps *set);
-/* A device async event: the endpoints it names go to error. */
-void rr__eps_async(struct rr__eps *set, struct rr__device *dev, const struct ibv_async_event *ev);
+/* A device async event, on the thread of the bridge that claimed what it
+ * names (@c, or NULL): tell(ctx, ev) first, with that object held (not for
+ * a destroyed endpoint's lingering QP), then the endpoints it names go to
+ * error. */
+void rr__eps_async(struct rr__eps *set, struct rr__device *dev, const struct ibv_async_event *ev,
+		   struct rr__claim *c, void (*tell)(void *ctx, const struct ibv_async_event *ev),
+		   void *ctx);
 
 int rr__ep_alloc(struct rr__eps *set, struct rdma_cm_id *id, const struct rr_ep_opts *opts,
 		 rr_ep **out);

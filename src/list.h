@@ -29,6 +29,11 @@ static inline void rr__list_add_tail(struct rr__list *l, struct rr__list *n)
 	l->prev = n;
 }
 
+static inline void rr__list_add(struct rr__list *l, struct rr__list *n)
+{
+	rr__list_add_tail(l->next, n);
+}
+
 /* Safe on a node that is on no list, once initialized. */
 static inline void rr__list_del(struct rr__list *n)
 {
