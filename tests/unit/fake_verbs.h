@@ -9,10 +9,34 @@
  * its channels with ibv_get_cq_event(). fake_ctx_rr's has none (as rxe's):
  * its channels carry what the kernel's do, one 8-byte CQ handle per event,
  * and the library may read them through the ring.
+ *
+ * The fake device (fake_device()) goes further: QPs, SRQs, MRs and memory
+ * windows, with two QPs that rdma_cm (fake_cm.c) connected really moving
+ * bytes between them, and a provider personality chosen at run time by
+ * RR_FAKE_PROVIDER=rxe|mlx5 (default rxe), modelled on rdma-core:
+ *
+ *  rxe:  no cq_event op, channels carry CQ handles; ibv_destroy_qp()
+ *        leaves the QP's completions in its CQs; one completion vector;
+ *        SQ and SRQ slots free once the work request is done.
+ *  mlx5: a cq_event op that ibv_get_cq_event() calls for every event, as
+ *        libibverbs does; it advances the CQ's arm sequence number, and an
+ *        arm made after an event whose op was not called is ignored (no
+ *        event comes); arming a CQ that holds completions raises an event
+ *        at once; ibv_destroy_qp() purges the QP's completions from its
+ *        CQs and gives the SRQ receives those consumed back to the SRQ
+ *        (the receive is then gone without a completion); a QP on an SRQ
+ *        moved to error raises IBV_EVENT_QP_LAST_WQE_REACHED; four
+ *        completion vectors; SQ and SRQ slots free when a completion
+ *        after them is polled; fake_device_disassociate() models a hot
+ *        unplug.
+ *
+ * Everything here is serialized by one recursive lock, so the library's
+ * group threads may post, poll and call rdma_cm concurrently.
  */
 #ifndef RR_TESTS_FAKE_VERBS_H
 #define RR_TESTS_FAKE_VERBS_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -20,22 +44,40 @@
 
 #define FAKE_MAX_WC 8192
 
+/* One queued work completion and what the provider knows about it. */
+struct fake_cqe {
+	struct ibv_wc wc;
+	uint32_t sq_seq;      /* sends: the WQE's place in its SQ */
+	bool send;	      /* from a send queue */
+	struct fake_srq *srq; /* receives taken from an SRQ */
+};
+
 struct fake_cq {
-	struct ibv_cq cq; /* first: the library sees this */
-	uint64_t wr_ids[FAKE_MAX_WC];
+	struct ibv_cq cq;   /* first: the library sees this */
+	struct fake_cqe *q; /* FAKE_MAX_WC entries */
 	unsigned int head, tail;
 	bool armed;
-	unsigned int arms;       /* ibv_req_notify_cq() calls */
-	unsigned int events;     /* events raised */
-	unsigned int delivered;  /* events read with ibv_get_cq_event() */
+	unsigned int arms;	/* ibv_req_notify_cq() calls */
+	unsigned int events;	/* events raised */
+	unsigned int delivered; /* events read with ibv_get_cq_event() */
 	unsigned int acked;
 	unsigned int ack_calls;
 	unsigned int polls;
-	int inject_on_arm;       /* WCs to add, without event, just before an arm */
-	bool late_event;         /* raise events only in fake_raise_late(), as
-				  * rxe does from a tasklet after the WC is
-				  * visible */
+	int inject_on_arm; /* WCs to add, without event, just before an arm */
+	bool late_event;   /* raise events only in fake_raise_late(), as
+			    * rxe does from a tasklet after the WC is
+			    * visible */
 	unsigned int late_pending;
+	/* The fake device's CQs. */
+	int comp_vector;
+	unsigned int nqps;	     /* QPs using it */
+	unsigned int cq_event_calls; /* the provider's cq_event op */
+	unsigned int arm_sn;	     /* mlx5: advanced by cq_event */
+	unsigned int fired_sn;	     /* mlx5: the arm_sn of the last event */
+	bool fired;
+	unsigned int ignored_arms; /* mlx5: arms with a used-up sequence number */
+	unsigned int overruns;	   /* completions beyond cq.cqe */
+	unsigned int purged;	   /* completions removed by ibv_destroy_qp() */
 };
 
 struct fake_channel {
@@ -80,5 +122,74 @@ extern unsigned int fake_clock_reads;
 /* io_uring_submit_and_get_events() calls: a pass that does not wait
  * entering the kernel only to collect deferred completions. */
 extern unsigned int fake_get_events;
+
+/* ---- the fake device and its provider personalities ---- */
+
+enum fake_provider { FAKE_RXE, FAKE_MLX5 };
+
+/* The device rdma_cm hands out (id->verbs), set up on first use from
+ * RR_FAKE_PROVIDER; its async fd is a pipe. */
+struct ibv_context *fake_device(void);
+enum fake_provider fake_provider(void);
+const char *fake_provider_name(void);
+
+/* Hot unplug, as mlx5 sees it: IBV_EVENT_DEVICE_FATAL is queued, then the
+ * async fd reports POLLHUP for good and ibv_get_async_event() fails with
+ * EIO once that event was read. */
+void fake_device_disassociate(void);
+/* Queue an async event on the fake device (element: a QP, CQ or SRQ). */
+void fake_device_async_event(enum ibv_event_type type, void *element);
+
+/* Fault switches. */
+void fake_set_mw_supported(bool on); /* off: ibv_alloc_mw() fails EOPNOTSUPP */
+
+/* Counters since the start of the process; read them with fake_stats_get()
+ * (a consistent copy, taken under the fakes' lock). */
+struct fake_stats {
+	unsigned int cqes_purged;	/* mlx5: removed by ibv_destroy_qp() */
+	unsigned int srq_wqes_returned; /* mlx5: SRQ receives those had consumed */
+	unsigned int cq_event_calls;	/* the provider's cq_event op */
+	unsigned int ignored_arms;	/* mlx5: arms that will raise nothing */
+	unsigned int cq_overruns;	/* completions beyond a CQ's size */
+	unsigned int last_wqe_events;	/* IBV_EVENT_QP_LAST_WQE_REACHED raised */
+	unsigned int async_dropped;	/* unread async events of a destroyed QP */
+	unsigned int qps_live, srqs_live, mrs_live, mws_live;
+	unsigned int qps_created;
+	unsigned int pd_busy;		    /* ibv_dealloc_pd() refused (EBUSY) */
+	unsigned int ids_live;		    /* rdma_cm ids not destroyed */
+	unsigned int cm_channels_live;	    /* rdma_cm event channels */
+	unsigned int cm_events_unacked;	    /* read and not acknowledged */
+	unsigned int ids_with_qp_destroyed; /* rdma_destroy_id() with a QP left */
+	unsigned int ids_orphaned;	    /* ids left on a destroyed event channel */
+};
+struct fake_stats fake_stats_get(void);
+
+/* A CQ's completion vector, as given to ibv_create_cq(). */
+int fake_cq_comp_vector(struct ibv_cq *cq);
+/* Completions waiting in a CQ (not polled yet). */
+unsigned int fake_cq_pending(struct ibv_cq *cq);
+/* Receives posted on an SRQ and not consumed; and its slots in use. */
+unsigned int fake_srq_posted(struct ibv_srq *srq);
+/* A QP's state (IBV_QPS_*), and its SQ WQEs not yet executed. */
+enum ibv_qp_state fake_qp_state(struct ibv_qp *qp);
+unsigned int fake_qp_sq_waiting(struct ibv_qp *qp);
+
+/* ---- used by fake_cm.c ---- */
+
+void fake_lock(void);
+void fake_unlock(void);
+/* Wait on @cv under the lock (held once) for at most @ms; false: timed out. */
+bool fake_wait(pthread_cond_t *cv, int ms);
+/* QPs for rdma_create_qp()/rdma_destroy_qp(): errno set on failure. */
+struct ibv_qp *fake_qp_create(struct ibv_pd *pd, struct ibv_qp_init_attr *attr);
+int fake_qp_destroy(struct ibv_qp *qp);
+/* Is @qp a QP not destroyed yet? (compares pointers only) */
+bool fake_qp_alive(const struct ibv_qp *qp);
+/* Connect two QPs (both to RTS); a QP to error, its work flushed. */
+void fake_qp_connect(struct ibv_qp *a, struct ibv_qp *b);
+void fake_qp_to_error(struct ibv_qp *qp);
+bool fake_device_dead(void);
+/* The counters themselves, to update under the lock. */
+struct fake_stats *fake_stats_raw(void);
 
 #endif
