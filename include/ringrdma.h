@@ -341,9 +341,13 @@ struct io_uring *rr_bridge_ring(rr_bridge *b);
  * @async_events: device async events handled.
  * @cancel_retries: poll cancels asked again after -EALREADY.
  * @sq_full:     times an SQE the bridge owed found the SQ full (it waited).
- * @poll_failures: polls that kept failing and were given up: the CQs of
- *               such a channel are polled on every pass instead, rdma_cm
- *               waiters fail with the error, listeners get on_error.
+ * @poll_failures: polls that kept failing and were given up: eight in a
+ *               row that could not be armed or that reported POLLERR,
+ *               POLLHUP or POLLNVAL (a device gone after a hot unplug, an
+ *               fd that was closed). The CQs of such a channel are polled
+ *               on every pass instead, rdma_cm waiters fail with the
+ *               error, listeners get on_error, a device's async fd counts
+ *               as DEVICE_FATAL.
  */
 struct rr_bridge_stats {
 	uint64_t cqes;

@@ -13,6 +13,14 @@
  * slot is armed again unless it is closing. Single-shot polls (old kernels,
  * or RR_BRIDGE_SINGLESHOT) are simply that case every time.
  *
+ * An fd that fails for good (POLLERR, POLLHUP: a disassociated device, a
+ * pipe whose writer is gone) stays "ready" for ever: a single-shot poll of
+ * it completes as soon as it is armed, a multishot one reports it once
+ * and then says nothing. Each such result counts as a failed poll, and a
+ * multishot poll that reports one is ended and polled single-shot, so a
+ * failure that lasts is seen again; RR__MAX_ARM_ERRORS in a row and the
+ * poll is given up, as one that cannot be armed.
+ *
  * SQEs are owed, not lost: an arm, a cancel or a kick that cannot be
  * written now (no room in the SQ, or the application is building an SQE
  * chain the SQE would join) waits on a queue and is written at the next
@@ -32,8 +40,6 @@
 
 #include "ring.h"
 
-#define MAX_ARM_ERRORS 8
-
 enum { WANT_ARM = 1, WANT_CANCEL = 2 };
 
 struct rr__poll {
@@ -45,8 +51,11 @@ struct rr__poll {
 	bool armed;		      /* its POLL_ADD/TIMEOUT is in the SQ or the kernel */
 	bool closing;		      /* freed at the terminal CQE */
 	bool queued;		      /* on the owed queue (entries may be stale: see want) */
+	bool oneshot;		      /* armed single-shot until a poll succeeds */
+	bool retiring;		      /* its multishot poll is being ended, to be re-armed */
 	uint8_t want;		      /* WANT_*: SQEs owed */
 	unsigned int errors;	      /* consecutive failed polls */
+	int last_err;		      /* the errno the last of them means */
 	struct __kernel_timespec *ts; /* timers: heap, the table may move */
 	rr__poll_fn fn;
 	rr__read_fn rfn; /* read slots */
@@ -240,6 +249,8 @@ static uint32_t take_slot(struct rr__ring *r, rr__poll_fn fn, void *ctx, int fd)
 	p->fn = fn;
 	p->ctx = ctx;
 	p->closing = false;
+	p->oneshot = false;
+	p->retiring = false;
 	p->errors = 0;
 	p->in_use = true;
 	r->live_slots++;
@@ -394,6 +405,8 @@ void rr__poll_close(struct rr__ring *r, uint32_t idx)
 		release(r, idx); /* its arm was still owed: nothing in the kernel */
 		return;
 	}
+	if (p->retiring)
+		return; /* its cancel is owed or on its way already */
 	/* The io_uring poll holds its own reference to the file, so the fd
 	 * may be closed right after this; the slot waits for the terminal
 	 * CQE. */
@@ -452,7 +465,7 @@ static void prep(struct rr__ring *r, struct io_uring_sqe *sqe, uint32_t idx, uin
 		/* Zero: what a settle finds there was read by this READ. */
 		memset(p->buf, 0, RR__READ_MAX);
 		io_uring_prep_read(sqe, p->fd, p->buf, p->len, (uint64_t)-1);
-	} else if (r->multishot)
+	} else if (r->multishot && !p->oneshot)
 		io_uring_prep_poll_multishot(sqe, p->fd, POLLIN);
 	else
 		io_uring_prep_poll_add(sqe, p->fd, POLLIN);
@@ -572,7 +585,7 @@ static void cancel_cqe(struct rr__ring *r, uint32_t idx, const struct io_uring_c
 {
 	struct rr__poll *p = &r->slots[idx];
 
-	if (cqe->res != -EALREADY || !p->in_use || !p->closing || !p->armed)
+	if (cqe->res != -EALREADY || !p->in_use || !(p->closing || p->retiring) || !p->armed)
 		return;
 	r->stats->cancel_retries++;
 	owe(r, idx, WANT_CANCEL);
@@ -610,15 +623,49 @@ static void read_cqe(struct rr__ring *r, uint32_t idx, const struct io_uring_cqe
 	owe(r, idx, WANT_ARM);
 }
 
+#define POLL_FAILED (POLLERR | POLLHUP | POLLNVAL)
+
+/* The errno a failed poll's result means: what the owner is told. */
+static int poll_errno(int res)
+{
+	if (res < 0)
+		return res;
+	if (res & POLLNVAL)
+		return -EBADF;
+	if (res & POLLERR)
+		return -EIO;
+	return -EPIPE; /* POLLHUP: the other end is gone */
+}
+
+/* The fd keeps failing: tell the owner once and stop. The kernel's poll,
+ * if still armed, is cancelled; no CQE of it reaches the owner again. */
+static void give_up(struct rr__ring *r, uint32_t idx)
+{
+	struct rr__poll *p = &r->slots[idx];
+	rr__poll_fn fn = p->fn;
+	void *ctx = p->ctx;
+	int err = p->last_err;
+
+	r->stats->poll_failures++;
+	rr__poll_close(r, idx);
+	fn(ctx, err);
+}
+
 static void poll_cqe(struct rr__ring *r, uint32_t idx, const struct io_uring_cqe *cqe)
 {
 	struct rr__poll *p = &r->slots[idx];
 	bool more = cqe->flags & IORING_CQE_F_MORE;
+	uint32_t gen = p->gen;
+	bool failed = false;
 	rr__poll_fn fn;
 	void *ctx;
 
-	if (!more)
+	if (!more) {
 		p->armed = false;
+		/* Ended: a cancel not written yet is owed no more. */
+		p->retiring = false;
+		p->want &= (uint8_t)~WANT_CANCEL;
+	}
 	if (p->closing) {
 		if (!more)
 			release(r, idx);
@@ -636,30 +683,49 @@ static void poll_cqe(struct rr__ring *r, uint32_t idx, const struct io_uring_cqe
 		return;
 	}
 	if (cqe->res >= 0) {
-		p->errors = 0;
-		p->fn(p->ctx, cqe->res);
-		p = &r->slots[idx]; /* the handler may have moved the table */
+		failed = cqe->res & POLL_FAILED;
+		if (!failed) {
+			p->errors = 0;
+			p->oneshot = false;
+		}
+		/* Data that came with a failure is drained all the same. */
+		if (!failed || (cqe->res & POLLIN)) {
+			p->fn(p->ctx, cqe->res);
+			p = &r->slots[idx]; /* the handler may have moved the table */
+		}
 	} else if (cqe->res == -EINVAL && r->multishot) {
 		r->multishot = false; /* no multishot poll: single-shot from now on */
 	} else if (cqe->res != -ECANCELED && cqe->res != -EAGAIN && cqe->res != -EINTR) {
-		p->errors++;
+		failed = true;
 	}
-	/* The handler may have closed the slot. */
-	if (!p->in_use || p->armed || (p->want & WANT_ARM))
+	/* The handler may have closed the slot, or given it a new use. */
+	if (!p->in_use || p->gen != gen)
 		return;
 	if (p->closing) {
-		release(r, idx);
+		if (!p->armed)
+			release(r, idx);
 		return;
 	}
-	if (p->errors >= MAX_ARM_ERRORS) {
-		/* The fd keeps failing: tell the owner once and stop. */
-		fn = p->fn;
-		ctx = p->ctx;
-		r->stats->poll_failures++;
-		release(r, idx);
-		fn(ctx, cqe->res < 0 ? cqe->res : -EIO);
+	if (failed) {
+		p->errors++;
+		p->last_err = poll_errno(cqe->res);
+		p->oneshot = true;
+	}
+	if (p->errors >= RR__MAX_ARM_ERRORS) {
+		give_up(r, idx);
 		return;
 	}
+	if (p->armed) {
+		/* A multishot poll reports a lasting failure once: end it, and
+		 * poll single-shot (at its last CQE) to see whether it lasts. */
+		if (failed && !p->retiring) {
+			p->retiring = true;
+			owe(r, idx, WANT_CANCEL);
+		}
+		return;
+	}
+	if (p->want & WANT_ARM)
+		return;
 	r->stats->rearms++;
 	owe(r, idx, WANT_ARM);
 }

@@ -56,11 +56,24 @@ static inline uint32_t rr__ud_slot(uint64_t ud)
 	return (uint32_t)ud & (RR__MAX_SLOTS - 1);
 }
 
-/* Called with the poll result (revents >= 0); -ETIME when a timer expired;
+/*
+ * Called with the poll result (revents >= 0); -ETIME when a timer expired;
  * or once with another negative errno when the poll could not be kept
- * alive (the slot is then gone). Must drain the fd: polls may be
- * edge-like. */
+ * alive (the slot is then gone: its owner forgets it, the ring layer lets
+ * the kernel's poll go). Must drain the fd: polls may be edge-like.
+ *
+ * A poll fails when it cannot be armed or reports POLLERR, POLLHUP or
+ * POLLNVAL (a disassociated device's fds report POLLERR for ever, a pipe
+ * whose writer is gone POLLHUP): such a revents reaches fn only together
+ * with POLLIN, so the data is drained, and a multishot poll that reports
+ * one is ended and polled single-shot until a clean result. After
+ * RR__MAX_ARM_ERRORS failures in a row (a clean result starts the count
+ * again) the poll is given up, counted in stats.poll_failures, and fn gets
+ * -EBADF (POLLNVAL), -EIO (POLLERR), -EPIPE (POLLHUP alone), or the
+ * error the poll itself failed with.
+ */
 typedef void (*rr__poll_fn)(void *ctx, int revents);
+#define RR__MAX_ARM_ERRORS 8
 /* A read slot's result: res bytes of data (res >= 0), or a negative errno
  * after which the slot is gone (data NULL). data is valid during the call. */
 typedef void (*rr__read_fn)(void *ctx, int res, void *data);

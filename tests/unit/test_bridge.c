@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: MIT
 /*
  * Bridge plumbing on the host: a pipe stands in for each completion channel
- * and stub verbs (fake_verbs.c) for the CQs. Covers poll re-arming, the
- * user_data contract with interleaved application CQEs, the arm-then-poll
- * race, batched acks, budget fairness, wait modes, timers and teardown with
- * polls in flight.
+ * and stub verbs (fake_verbs.c) for the CQs. Covers poll re-arming, fds
+ * that fail for good (POLLERR, POLLHUP), the user_data contract with
+ * interleaved application CQEs, the arm-then-poll race, batched acks,
+ * budget fairness, wait modes, timers and teardown with polls in flight.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -194,6 +195,175 @@ Test(poll, singleshot_rearms_every_time)
 	cr_assert_eq(L.wcs[0] + L.wcs[1], 5);
 	cr_assert_geq(st.rearms, 5);
 	teardown_fx(&f);
+}
+
+/* ---- fds that fail for good: POLLERR, POLLHUP ---- */
+
+/* What a ring-level poll's owner saw. */
+static struct {
+	unsigned int calls; /* revents >= 0 */
+	unsigned int lost;  /* negative: the poll was given up */
+	int last;
+} dead;
+
+static void dead_ready(void *ctx, int revents)
+{
+	char buf[64];
+
+	if (revents < 0) {
+		dead.lost++;
+		dead.last = revents;
+		return;
+	}
+	dead.calls++;
+	while (read((int)(intptr_t)ctx, buf, sizeof(buf)) > 0) {
+	}
+}
+
+/*
+ * A pipe whose writer is gone reports POLLHUP for ever, as a disassociated
+ * device's async fd reports POLLERR: re-armed single-shot, its poll would
+ * complete at once on every pass. It must be given up after
+ * RR__MAX_ARM_ERRORS polls, once, the owner told, and the ring go quiet.
+ */
+static void hung_up_fd_case(unsigned int flags)
+{
+	struct rr_bridge_opts o = {.flags = flags};
+	struct rr_bridge_stats st0, st;
+	struct fixture f;
+	unsigned int passes = 0;
+	uint32_t slot;
+	int p[2];
+
+	setup_fx(&f, &o, RR_WAIT_EVENT);
+	memset(&dead, 0, sizeof(dead));
+	cr_assert_eq(pipe2(p, O_NONBLOCK | O_CLOEXEC), 0);
+	cr_assert_eq(rr__poll_add(&f.b->ring, p[0], dead_ready, (void *)(intptr_t)p[0], &slot), 0);
+	pass(&f, 2);
+	rr_bridge_get_stats(f.b, &st0);
+	close(p[1]);
+	/* A generous watchdog: it takes about RR__MAX_ARM_ERRORS passes. A
+	 * pass that spins returns at once, one that idles after 50 ms. */
+	while (passes < 60 && !dead.lost) {
+		cr_assert_geq(rr_bridge_run_once(f.b, 50), 0);
+		passes++;
+	}
+	rr_bridge_get_stats(f.b, &st);
+	cr_assert_eq(dead.lost, 1, "not given up after %u passes: %llu re-arms, %u handler calls",
+		     passes, (unsigned long long)(st.rearms - st0.rearms), dead.calls);
+	cr_assert_eq(dead.last, -EPIPE);
+	cr_assert_eq(dead.calls, 0, "POLLHUP without POLLIN reached the handler");
+	pass(&f, 5);
+	rr_bridge_get_stats(f.b, &st);
+	cr_assert_eq(dead.lost, 1, "the owner was told twice");
+	cr_assert_eq(dead.calls, 0);
+	cr_assert_eq(st.poll_failures - st0.poll_failures, 1);
+	cr_assert_leq(st.rearms - st0.rearms, RR__MAX_ARM_ERRORS + 1, "%llu re-arms",
+		      (unsigned long long)(st.rearms - st0.rearms));
+	cr_assert(!rr__ring_slot_armed(&f.b->ring, slot), "the given-up poll is still armed");
+	/* Quiet: nothing of it is left to handle. */
+	cr_assert_eq(rr_bridge_run_once(f.b, 0), 0);
+	teardown_fx(&f);
+	close(p[0]);
+}
+
+Test(poll, hung_up_fd_is_given_up_singleshot)
+{
+	hung_up_fd_case(RR_BRIDGE_SINGLESHOT);
+}
+
+Test(poll, hung_up_fd_is_given_up_multishot)
+{
+	hung_up_fd_case(0);
+}
+
+/* Only consecutive failures count: a clean POLLIN starts the count again.
+ * A failure that comes with POLLIN lets the handler drain the data first. */
+Test(poll, only_consecutive_failures_give_a_poll_up)
+{
+	struct io_uring_cqe cqe = {.flags = IORING_CQE_F_MORE};
+	struct rr_bridge_stats st;
+	struct fixture f;
+	uint32_t slot;
+	int p[2];
+
+	setup_fx(&f, NULL, RR_WAIT_EVENT);
+	memset(&dead, 0, sizeof(dead));
+	cr_assert_eq(pipe2(p, O_NONBLOCK | O_CLOEXEC), 0);
+	cr_assert_eq(rr__poll_add(&f.b->ring, p[0], dead_ready, (void *)(intptr_t)p[0], &slot), 0);
+	pass(&f, 2);
+	/* The kernel's CQEs, as a multishot poll's, handed in directly. */
+	cqe.user_data = rr__ring_poll_ud(&f.b->ring, slot);
+	for (int round = 0; round < 3; round++) {
+		for (int i = 0; i < RR__MAX_ARM_ERRORS - 1; i++) {
+			cqe.res = POLLERR;
+			cr_assert_eq(rr_bridge_handle_cqe(f.b, &cqe), 1);
+		}
+		cqe.res = POLLIN;
+		cr_assert_eq(rr_bridge_handle_cqe(f.b, &cqe), 1);
+	}
+	rr_bridge_get_stats(f.b, &st);
+	cr_assert_eq(dead.lost, 0, "given up after failures that were not consecutive");
+	cr_assert_eq(dead.calls, 3);
+	cr_assert_eq(st.poll_failures, 0);
+	for (int i = 0; i < RR__MAX_ARM_ERRORS; i++) {
+		cqe.res = i ? POLLERR : POLLIN | POLLHUP;
+		cr_assert_eq(rr_bridge_handle_cqe(f.b, &cqe), 1);
+	}
+	rr_bridge_get_stats(f.b, &st);
+	cr_assert_eq(dead.calls, 4, "the data that came with POLLHUP was not handed out");
+	cr_assert_eq(dead.lost, 1);
+	cr_assert_eq(dead.last, -EIO);
+	cr_assert_eq(st.poll_failures, 1);
+	/* No CQE of the poll reaches its owner after that. */
+	cqe.res = POLLIN;
+	cr_assert_eq(rr_bridge_handle_cqe(f.b, &cqe), 1);
+	pass(&f, 3);
+	cr_assert_eq(dead.calls, 4);
+	cr_assert_eq(dead.lost, 1);
+	cr_assert(!rr__ring_slot_armed(&f.b->ring, slot), "the given-up poll is still armed");
+	teardown_fx(&f);
+	close(p[0]);
+}
+
+/* A completion channel that hangs up: its poll is given up, the channel's
+ * owner polls its CQs instead (none goes deaf), and nothing spins. */
+static void hung_up_channel_case(unsigned int flags)
+{
+	struct rr_bridge_opts o = {.flags = flags};
+	struct rr_bridge_stats st;
+	struct fake_channel *ch;
+	struct fixture f;
+	unsigned int reads0;
+
+	setup_fx(&f, &o, RR_WAIT_EVENT);
+	pass(&f, 2);
+	ch = (struct fake_channel *)f.ch->ch;
+	close(ch->wfd);
+	ch->wfd = -1;
+	reads0 = fake_event_reads;
+	for (int i = 0; i < 60 && !f.ch->deaf; i++)
+		cr_assert_geq(rr_bridge_run_once(f.b, 50), 0);
+	rr_bridge_get_stats(f.b, &st);
+	cr_assert(f.ch->deaf, "the hung-up channel's poll was not given up: %llu re-arms",
+		  (unsigned long long)st.rearms);
+	cr_assert_eq(st.poll_failures, 1);
+	cr_assert_leq(st.rearms, RR__MAX_ARM_ERRORS + 1, "%llu re-arms",
+		      (unsigned long long)st.rearms);
+	cr_assert_leq(fake_event_reads - reads0, 2, "%u reads of a hung-up channel",
+		      fake_event_reads - reads0);
+	for (int i = 0; i < 2; i++) {
+		fake_complete(fcq(&f, i), 1, 10 + (uint64_t)i);
+		pass_until(&f, &L.wcs[i], 1);
+		cr_assert_eq(L.wcs[i], 1, "a CQ of the hung-up channel went deaf");
+	}
+	teardown_fx(&f);
+}
+
+Test(dispatch, hung_up_channel_is_given_up_and_polled_around)
+{
+	hung_up_channel_case(RR_BRIDGE_SINGLESHOT);
+	hung_up_channel_case(0);
 }
 
 /* ---- the user_data contract ---- */
