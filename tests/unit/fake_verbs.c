@@ -493,6 +493,7 @@ static struct fake_cq *delivered(struct fake_cq *fc)
 	void *(*op)(void) = fc->cq.context->ops._compat_cq_event;
 
 	fc->delivered++;
+	stats.cq_events_delivered++;
 	if (op)
 		((void (*)(struct ibv_cq *))(void (*)(void))op)(&fc->cq);
 	return fc;
@@ -638,6 +639,19 @@ void fake_device_async_event(enum ibv_event_type type, void *element)
 	fake_lock();
 	async_push(fake_device(), ev);
 	fake_unlock();
+}
+
+unsigned int fake_device_async_queued(void)
+{
+	unsigned int n = 0;
+
+	fake_device();
+	fake_lock();
+	for (unsigned int i = dev_async.head; i != dev_async.tail; i++)
+		if (!dev_async.dropped[i % 256])
+			n++;
+	fake_unlock();
+	return n;
 }
 
 /* As uverbs does when a QP goes: its events not read yet go with it. */
@@ -1087,6 +1101,17 @@ unsigned int fake_srq_posted(struct ibv_srq *srq)
 	fake_lock();
 	for (struct fake_rwqe *r = ((struct fake_srq *)srq)->head; r; r = r->next)
 		n++;
+	fake_unlock();
+	return n;
+}
+
+unsigned int fake_srq_room(struct ibv_srq *srq)
+{
+	struct fake_srq *s = (struct fake_srq *)srq;
+	unsigned int n;
+
+	fake_lock();
+	n = s->max_wr - s->used;
 	fake_unlock();
 	return n;
 }

@@ -139,6 +139,8 @@ const char *fake_provider_name(void);
 void fake_device_disassociate(void);
 /* Queue an async event on the fake device (element: a QP, CQ or SRQ). */
 void fake_device_async_event(enum ibv_event_type type, void *element);
+/* Async events queued on the fake device and not read yet. */
+unsigned int fake_device_async_queued(void);
 
 /* Fault switches. */
 void fake_set_mw_supported(bool on); /* off: ibv_alloc_mw() fails EOPNOTSUPP */
@@ -160,6 +162,7 @@ struct fake_stats {
 	unsigned int cm_channels_live;	    /* rdma_cm event channels */
 	unsigned int cm_events_unacked;	    /* read and not acknowledged */
 	unsigned int ids_with_qp_destroyed; /* rdma_destroy_id() with a QP left */
+	unsigned int cq_events_delivered;   /* events ibv_get_cq_event() returned */
 	unsigned int ids_orphaned;	    /* ids left on a destroyed event channel */
 };
 struct fake_stats fake_stats_get(void);
@@ -168,8 +171,10 @@ struct fake_stats fake_stats_get(void);
 int fake_cq_comp_vector(struct ibv_cq *cq);
 /* Completions waiting in a CQ (not polled yet). */
 unsigned int fake_cq_pending(struct ibv_cq *cq);
-/* Receives posted on an SRQ and not consumed; and its slots in use. */
+/* Receives posted on an SRQ and not consumed; and its slots free (not
+ * posted, and under mlx5 not consumed by a completion still unpolled). */
 unsigned int fake_srq_posted(struct ibv_srq *srq);
+unsigned int fake_srq_room(struct ibv_srq *srq);
 /* A QP's state (IBV_QPS_*), and its SQ WQEs not yet executed. */
 enum ibv_qp_state fake_qp_state(struct ibv_qp *qp);
 unsigned int fake_qp_sq_waiting(struct ibv_qp *qp);

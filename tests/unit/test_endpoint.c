@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +66,25 @@ static int nreqs, seq;
 static bool destroyed_flag;
 static struct ep_state srv_proto; /* the listener's data: what new ones get */
 static int accepts;
+static rr_async_event_cb async_hook; /* both bridges' on_async_event */
+
+/* Group bridges: each driven by a thread of its own, or (manual) by the
+ * test's thread in pump_once(), unless held. */
+#define NGROUPS 2
+#define NCONNS	8
+
+struct group {
+	struct io_uring ring;
+	rr_bridge *b;
+	pthread_t thread;
+	bool manual, held;
+	atomic_int ready, stop;
+	atomic_int accepts, recvs, downs, wrong_thread;
+	rr_ep *last; /* the last endpoint accepted (written before accepts) */
+};
+
+static struct group G[NGROUPS];
+static void group_close(struct group *g);
 
 static uint8_t *slot(int i)
 {
@@ -158,20 +178,29 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+static rr_bridge *running; /* the bridge whose pass is on the stack */
+static bool cli_held;	   /* pump_once() leaves cli alone */
+
+static int pump_bridge(rr_bridge *b, bool held)
+{
+	int rc;
+
+	if (!b || held)
+		return 0;
+	running = b;
+	rc = rr_bridge_run_once(b, 0);
+	running = NULL;
+	cr_assert_geq(rc, 0, "run_once: %s", strerror(-rc));
+	return rc;
+}
+
 static int pump_once(void)
 {
-	int n = 0, rc;
+	int n = pump_bridge(srv, false) + pump_bridge(cli, cli_held);
 
-	if (srv) {
-		rc = rr_bridge_run_once(srv, 0);
-		cr_assert_geq(rc, 0, "run_once: %s", strerror(-rc));
-		n += rc;
-	}
-	if (cli) {
-		rc = rr_bridge_run_once(cli, 0);
-		cr_assert_geq(rc, 0, "run_once: %s", strerror(-rc));
-		n += rc;
-	}
+	for (int i = 0; i < NGROUPS; i++)
+		if (G[i].manual)
+			n += pump_bridge(G[i].b, G[i].held);
 	if (!n)
 		usleep(100);
 	return n;
@@ -197,7 +226,7 @@ static void settle(void)
 
 static void open_bridges(unsigned int bflags)
 {
-	struct rr_bridge_opts o = {.flags = bflags};
+	struct rr_bridge_opts o = {.flags = bflags, .on_async_event = async_hook};
 
 	for (int i = 0; i < 2; i++)
 		cr_assert_eq(io_uring_queue_init(64, &rings[i], 0), 0);
@@ -233,10 +262,20 @@ static void setup_with(unsigned int bflags, unsigned int epflags, int srv_prepos
 	listen_on(&o, &srv_proto);
 }
 
+/* Connections established on the listener and on its groups. */
+static int all_accepts(void)
+{
+	int n = accepts;
+
+	for (int i = 0; i < NGROUPS; i++)
+		n += atomic_load(&G[i].accepts);
+	return n;
+}
+
 static struct ep_state *connect_with(struct rr_ep_opts *o, int prepost)
 {
 	struct ep_state *st = &cli_st[ncli++];
-	int before = accepts;
+	int before = all_accepts();
 
 	st->prepost = prepost;
 	o->on_qp_ready = on_qp_ready;
@@ -245,7 +284,7 @@ static struct ep_state *connect_with(struct rr_ep_opts *o, int prepost)
 	cr_assert_eq(rr_connect(cli, "127.0.0.1", PORT, o, on_connect, &st->ep), 0);
 	PUMP_UNTIL(st->connects);
 	cr_assert_eq(st->connect_status, 0, "connect: %s", strerror(-st->connect_status));
-	PUMP_UNTIL(accepts > before);
+	PUMP_UNTIL(all_accepts() > before);
 	return st;
 }
 
@@ -280,6 +319,9 @@ static void teardown_all(void)
 	srv = cli = NULL;
 	for (int i = 0; i < 2; i++)
 		io_uring_queue_exit(&rings[i]);
+	for (int i = 0; i < NGROUPS; i++)
+		if (G[i].manual)
+			group_close(&G[i]);
 	free(BUF);
 	s = fake_stats_get();
 	cr_expect_eq(s.qps_live, 0, "QPs left: %u", s.qps_live);
@@ -290,6 +332,8 @@ static void teardown_all(void)
 	cr_expect_eq(s.srqs_live, 0);
 	cr_expect_eq(s.cq_overruns, 0);
 	cr_expect_eq(s.ids_with_qp_destroyed, 0);
+	cr_expect_eq(s.ids_orphaned, 0, "ids left on a destroyed event channel: %u",
+		     s.ids_orphaned);
 	cr_expect_eq(s.pd_busy, 0);
 	cr_expect_eq(fake_cqs_live, 0);
 	cr_expect_eq(fake_channels_live, 0);
@@ -692,6 +736,76 @@ Test(endpoint, srq_receive_taken_by_a_destroyed_endpoint_completes)
 	teardown_all();
 }
 
+/*
+ * Endpoints on one SRQ come and go, each taking one receive whose
+ * completion is still in its CQ when it is destroyed; a receive is
+ * reposted for every callback. mlx5 purges the CQE of a destroyed QP and
+ * gives the slot back to the SRQ: the receive would never complete, and
+ * the library would count it outstanding for ever.
+ */
+Test(endpoint, srq_pool_survives_endpoint_churn)
+{
+	enum { DEPTH = 8, ROUNDS = 20 };
+	struct req *rq[DEPTH + ROUNDS + 16];
+	struct ibv_srq *isrq = NULL;
+	int nrq = 0, calls = 0, rc;
+
+	setup_srq(DEPTH);
+	for (int i = 0; i < DEPTH; i++, nrq++)
+		rq[nrq] = post_srq(100 + nrq % 64);
+	for (int round = 0; round < ROUNDS; round++) {
+		struct ep_state *c = connect_one(0, 0), *s = server_of(c);
+		struct req *snd = new_req();
+
+		isrq = rr_ep_qp(s->ep)->srq;
+		cr_assert_eq(rr_ep_post_send(c->ep, slot(0), 16, MR, req_cb, snd), 0);
+		/* Taken at once by the fake: its CQE waits in the server's CQ. */
+		cr_assert_eq(fake_srq_posted(isrq), (unsigned int)(nrq - calls - 1));
+		cr_assert_eq(rr_ep_destroy(s->ep), 0);
+		PUMP_UNTIL(snd->calls);
+		cr_expect_eq(snd->status, 0);
+		cr_assert_eq(rr_ep_destroy(c->ep), 0);
+		settle();
+		calls = 0;
+		for (int i = 0; i < nrq; i++) {
+			cr_assert_leq(rq[i]->calls, 1, "receive %d: %d callbacks", i, rq[i]->calls);
+			calls += rq[i]->calls;
+		}
+		cr_assert_eq(calls, round + 1,
+			     "round %d: %d callbacks for the %d receives taken (%s)", round, calls,
+			     round + 1, fake_provider_name());
+		/* One receive back for every callback. */
+		while (nrq < DEPTH + calls) {
+			rq[nrq] = new_req();
+			rc = rr_srq_post_recv(SRQ, slot(100 + nrq % 64), SLOT, MR, req_cb, rq[nrq]);
+			cr_assert(rc != -ENOBUFS || fake_srq_room(isrq) == 0,
+				  "round %d: -ENOBUFS with %u of the SRQ's slots free", round,
+				  fake_srq_room(isrq));
+			cr_assert_eq(rc, 0, "rr_srq_post_recv: %s", strerror(-rc));
+			nrq++;
+		}
+		cr_assert_eq(fake_srq_posted(isrq), (unsigned int)(nrq - calls));
+	}
+	/* Fill what is left: the library's room must be the SRQ's. */
+	for (;;) {
+		struct req *r = new_req();
+
+		rc = rr_srq_post_recv(SRQ, slot(100 + nrq % 64), SLOT, MR, req_cb, r);
+		if (rc)
+			break;
+		cr_assert_lt(nrq, (int)(sizeof(rq) / sizeof(rq[0])));
+		rq[nrq++] = r;
+	}
+	cr_expect_eq(rc, -ENOBUFS);
+	cr_expect_eq(fake_srq_room(isrq), 0, "-ENOBUFS with %u of the SRQ's slots free",
+		     fake_srq_room(isrq));
+	cr_expect_eq(fake_srq_posted(isrq), (unsigned int)(nrq - calls));
+	cr_assert_eq(rr_srq_destroy(SRQ), 0);
+	for (int i = 0; i < nrq; i++)
+		cr_expect_eq(rq[i]->calls, 1, "receive %d: %d callbacks", i, rq[i]->calls);
+	teardown_all();
+}
+
 /* ---- teardown ---- */
 
 Test(endpoint, graceful_disconnect_flushes_and_reports)
@@ -854,9 +968,17 @@ Test(endpoint, cqs_and_events_as_the_provider_wants)
 	teardown_all();
 }
 
+/*
+ * Ring reads only where the provider needs no call per event: rxe's
+ * channels are read through the ring (no ibv_get_cq_event() at all),
+ * mlx5's with ibv_get_cq_event(), every event passing its cq_event op.
+ */
 Test(endpoint, traffic_with_channels_read_through_the_ring)
 {
+	unsigned int reads0 = fake_event_reads;
+	struct rr_bridge_stats bs[2];
 	struct ep_state *c, *s;
+	struct fake_stats st;
 	struct req *snd[4];
 
 	setup_with(RR_BRIDGE_RING_READ, 0, 4);
@@ -867,6 +989,26 @@ Test(endpoint, traffic_with_channels_read_through_the_ring)
 		cr_assert_eq(rr_ep_post_send(c->ep, slot(i), 8, MR, req_cb, snd[i]), 0);
 		PUMP_UNTIL(snd[i]->calls && reqs[i].calls);
 		cr_expect_eq(reqs[i].ep, s->ep);
+	}
+	st = fake_stats_get();
+	rr_bridge_get_stats(srv, &bs[0]);
+	rr_bridge_get_stats(cli, &bs[1]);
+	cr_expect_gt(bs[0].cq_events + bs[1].cq_events, 0);
+	if (fake_provider() == FAKE_MLX5) {
+		cr_expect_gt(fake_event_reads - reads0, 0,
+			     "mlx5 has a cq_event op: its channels are not for the ring");
+		cr_expect_gt(st.cq_events_delivered, 0);
+		cr_expect_eq(st.cq_event_calls, st.cq_events_delivered,
+			     "%u events read, %u passed the provider's cq_event op",
+			     st.cq_events_delivered, st.cq_event_calls);
+		cr_expect_eq(st.ignored_arms, 0);
+	} else {
+		cr_expect_eq(fake_event_reads - reads0, 0,
+			     "%u ibv_get_cq_event() calls: rxe's channels were not read through "
+			     "the ring",
+			     fake_event_reads - reads0);
+		cr_expect_eq(st.cq_events_delivered, 0);
+		cr_expect_eq(st.cq_event_calls, 0);
 	}
 	teardown_all();
 }
@@ -881,19 +1023,13 @@ static void count_fatal(rr_bridge *b, const struct ibv_async_event *ev, void *da
 
 Test(endpoint, device_unplug_ends_connections_without_spinning)
 {
-	struct rr_bridge_opts o = {.on_async_event = count_fatal};
-	struct rr_ep_opts lo = {.on_qp_ready = on_qp_ready, .on_disconnect = on_disconnect};
 	struct ep_state *c, *s;
 	struct rr_bridge_stats bs;
 	int handled = 0;
 	double t0;
 
-	for (int i = 0; i < 2; i++)
-		cr_assert_eq(io_uring_queue_init(64, &rings[i], 0), 0);
-	cr_assert_eq(rr_bridge_create(&srv, &rings[0], &o), 0);
-	cr_assert_eq(rr_bridge_create(&cli, &rings[1], &o), 0);
-	srv_proto.prepost = 1;
-	listen_on(&lo, &srv_proto);
+	async_hook = count_fatal;
+	setup_with(0, 0, 1);
 	c = connect_one(0, 1);
 	s = server_of(c);
 	fake_device_disassociate();
@@ -912,20 +1048,137 @@ Test(endpoint, device_unplug_ends_connections_without_spinning)
 	teardown_all();
 }
 
-/* ---- groups ---- */
+/* ---- async events reach the bridge that owns what they name ---- */
 
-#define NGROUPS 2
-#define NCONNS	8
-
-struct group {
-	struct io_uring ring;
-	rr_bridge *b;
-	pthread_t thread;
-	atomic_int ready, stop;
-	atomic_int accepts, recvs, downs, wrong_thread;
+struct async_rec {
+	rr_bridge *b;	    /* the bridge whose callback ran */
+	rr_bridge *running; /* the bridge whose pass it ran in */
+	enum ibv_event_type type;
+	void *element;
+	rr_ep *ep; /* a QP event's ev->element.qp->qp_context */
 };
 
-static struct group G[NGROUPS];
+static struct async_rec async_seen[32];
+static int nasync;
+static bool destroy_named; /* the hook destroys the endpoint a QP_FATAL names */
+
+static void record_async(rr_bridge *b, const struct ibv_async_event *ev, void *data)
+{
+	struct async_rec *r = &async_seen[nasync < 32 ? nasync++ : 31];
+
+	*r = (struct async_rec){.b = b, .running = running, .type = ev->event_type};
+	if (ev->event_type != IBV_EVENT_QP_FATAL)
+		return;
+	/* Valid during the call: an event of a destroyed QP must not come. */
+	r->element = ev->element.qp;
+	r->ep = ev->element.qp->qp_context;
+	if (destroy_named) {
+		cr_assert_eq(rr_ep_destroy(r->ep), 0);
+		destroyed_flag = true;
+	}
+}
+
+/* The QP_FATAL records naming @qp, heard by @b (NULL: by any bridge). */
+static int async_count(rr_bridge *b, const struct ibv_qp *qp, struct async_rec **last)
+{
+	int n = 0;
+
+	for (int i = 0; i < nasync; i++) {
+		if (async_seen[i].element != qp || (b && async_seen[i].b != b))
+			continue;
+		n++;
+		if (last)
+			*last = &async_seen[i];
+	}
+	return n;
+}
+
+/* Both bridges hear the device (srv: A, the listener; cli: B) and one
+ * connection, its client endpoint on B with a receive posted. */
+static struct ep_state *async_setup(void)
+{
+	async_hook = record_async;
+	setup_with(0, 0, 0);
+	return connect_one(0, 1);
+}
+
+/* Queue QP_FATAL for @qp and let only A read the device's async fd. */
+static void fatal_read_by_srv(struct ibv_qp *qp)
+{
+	cr_assert_not_null(qp);
+	fake_device_async_event(IBV_EVENT_QP_FATAL, qp);
+	cli_held = true;
+	PUMP_UNTIL(fake_device_async_queued() == 0);
+	cli_held = false;
+}
+
+Test(endpoint, async_event_reaches_only_the_bridge_that_owns_the_qp)
+{
+	struct ep_state *c = async_setup();
+	struct ibv_qp *qp = rr_ep_qp(c->ep);
+	struct async_rec *r = NULL;
+
+	fatal_read_by_srv(qp);
+	cr_assert_eq(async_count(srv, qp, NULL), 0,
+		     "the bridge that read QP_FATAL got it: the QP is another bridge's");
+	PUMP_UNTIL(c->downs);
+	settle();
+	cr_expect_eq(async_count(srv, qp, NULL), 0);
+	cr_assert_eq(async_count(NULL, qp, &r), 1, "QP_FATAL heard %d times",
+		     async_count(NULL, qp, NULL));
+	cr_expect_eq(r->b, cli);
+	cr_expect_eq(r->running, cli, "the owner heard it outside its own pass");
+	cr_expect_eq(r->ep, c->ep);
+	cr_expect_eq(c->downs, 1);
+	cr_expect_eq(c->down_status, -EIO);
+	PUMP_UNTIL(reqs[0].calls);
+	cr_expect_eq(reqs[0].status, -ECANCELED);
+	teardown_all();
+}
+
+/* Read by A, then B destroys the endpoint before its pass: stale. */
+Test(endpoint, async_event_of_an_endpoint_destroyed_before_its_owner_ran_is_dropped)
+{
+	struct ep_state *c = async_setup();
+	struct ibv_qp *qp = rr_ep_qp(c->ep);
+
+	fatal_read_by_srv(qp);
+	cr_assert_eq(rr_ep_destroy(c->ep), 0);
+	destroyed_flag = true;
+	settle();
+	cr_expect_eq(async_count(NULL, qp, NULL), 0,
+		     "QP_FATAL of a destroyed QP reached an on_async_event");
+	cr_expect_eq(c->downs, 0);
+	cr_expect_eq(reqs[0].calls, 1);
+	cr_expect(!reqs[0].after_destroy);
+	teardown_all();
+}
+
+/* The hook destroys the endpoint the event names: nothing of it runs
+ * afterwards (its QP would otherwise go to error: on_disconnect). */
+Test(endpoint, async_hook_may_destroy_the_endpoint_the_event_names)
+{
+	struct ep_state *c = async_setup();
+	struct ibv_qp *qp = rr_ep_qp(c->ep);
+	struct async_rec *r = NULL;
+
+	destroy_named = true;
+	fatal_read_by_srv(qp);
+	PUMP_UNTIL(destroyed_flag);
+	settle();
+	cr_assert_eq(async_count(NULL, qp, &r), 1);
+	cr_expect_eq(r->b, cli, "the endpoint's bridge did not hear its QP's event");
+	cr_expect_eq(r->running, cli);
+	cr_expect_eq(r->ep, c->ep);
+	cr_expect_eq(reqs[0].calls, 1);
+	cr_expect_eq(reqs[0].status, -ECANCELED);
+	cr_expect(!reqs[0].after_destroy, "a callback after rr_ep_destroy()");
+	cr_expect_eq(c->downs, 0, "on_disconnect of an endpoint destroyed in the hook");
+	teardown_all();
+}
+
+/* ---- groups ---- */
+
 static atomic_int g_recv_calls;
 
 static void g_recv(rr_ep *ep, const struct rr_completion *c, void *data)
@@ -964,15 +1217,34 @@ static void g_accept(rr_listener *l, rr_ep *ep, void *data)
 	if (!pthread_equal(pthread_self(), g->thread))
 		atomic_fetch_add(&g->wrong_thread, 1);
 	rr_ep_set_on_disconnect(ep, g_down);
+	g->last = ep;
 	atomic_fetch_add(&g->accepts, 1);
+}
+
+/* A group bridge on a ring of its own, on the calling thread. */
+static int group_open(struct group *g)
+{
+	if (io_uring_queue_init(64, &g->ring, 0))
+		return -1;
+	if (rr_bridge_create(&g->b, &g->ring, &(struct rr_bridge_opts){.flags = RR_BRIDGE_GROUP})) {
+		io_uring_queue_exit(&g->ring);
+		return -1;
+	}
+	return 0;
+}
+
+static void group_close(struct group *g)
+{
+	rr_bridge_destroy(g->b);
+	g->b = NULL;
+	io_uring_queue_exit(&g->ring);
 }
 
 static void *group_main(void *arg)
 {
 	struct group *g = arg;
 
-	if (io_uring_queue_init(64, &g->ring, 0) ||
-	    rr_bridge_create(&g->b, &g->ring, &(struct rr_bridge_opts){.flags = RR_BRIDGE_GROUP})) {
+	if (group_open(g)) {
 		atomic_store(&g->ready, -1);
 		return NULL;
 	}
@@ -981,9 +1253,17 @@ static void *group_main(void *arg)
 	while (!atomic_load(&g->stop))
 		if (rr_bridge_run_once(g->b, 0) == 0)
 			usleep(100);
-	rr_bridge_destroy(g->b);
-	io_uring_queue_exit(&g->ring);
+	group_close(g);
 	return NULL;
+}
+
+/* A group the test's thread drives in pump_once(); @held: not yet. */
+static void group_manual(struct group *g, bool held)
+{
+	g->thread = pthread_self();
+	cr_assert_eq(group_open(g), 0);
+	g->manual = true;
+	g->held = held;
 }
 
 Test(endpoint, groups_place_and_serve_connections)
@@ -1042,5 +1322,103 @@ Test(endpoint, groups_place_and_serve_connections)
 		atomic_store(&G[i].stop, 1);
 		pthread_join(G[i].thread, NULL);
 	}
+	teardown_all();
+}
+
+/*
+ * A request placed on a group waits in its inbox while the listener and
+ * then the listener's bridge go (an order the header allows). Its cm id
+ * must not be left on the listener's event channel: once the group runs,
+ * the connection is accepted and works, or at worst is refused cleanly,
+ * and the id is destroyed once (the fake aborts on a call on an id whose
+ * channel was destroyed, and on a second destroy).
+ */
+Test(endpoint, group_takes_a_request_after_the_listeners_bridge_is_gone)
+{
+	struct rr_ep_opts lo = {.on_qp_ready = g_qp_ready};
+	struct ep_state *c = &cli_st[ncli++];
+	struct rr_ep_opts o = {.on_disconnect = on_disconnect, .data = c};
+	struct req *snd;
+
+	open_bridges(0);
+	listen_on(&lo, NULL);
+	group_manual(&G[0], true);
+	cr_assert_eq(rr_listener_add_group(L, G[0].b, g_accept, &G[0]), 0);
+	rr_listener_set_on_request(L, admit);
+	cr_assert_eq(rr_connect(cli, "127.0.0.1", PORT, &o, on_connect, &c->ep), 0);
+	/* Placed on the group as soon as the hook admitted it. */
+	PUMP_UNTIL(hook_calls == 1);
+	cr_assert_eq(rr_listener_destroy(L), 0);
+	L = NULL;
+	cr_assert_eq(rr_bridge_destroy(srv), 0);
+	srv = NULL;
+	G[0].held = false;
+	PUMP_UNTIL(c->connects);
+	if (c->connect_status == 0) {
+		PUMP_UNTIL(atomic_load(&G[0].accepts) == 1);
+		snd = new_req();
+		cr_assert_eq(rr_ep_post_send(c->ep, slot(0), 32, MR, req_cb, snd), 0);
+		PUMP_UNTIL(snd->calls && atomic_load(&G[0].recvs) == 1);
+		cr_expect_eq(snd->status, 0);
+		cr_expect_eq(atomic_load(&G[0].wrong_thread), 0);
+	} else {
+		cr_expect_eq(c->connect_status, -ECONNREFUSED, "connect: %s",
+			     strerror(-c->connect_status));
+		cr_expect_eq(atomic_load(&G[0].accepts), 0);
+	}
+	teardown_all();
+}
+
+static int cq_vector(rr_ep *ep)
+{
+	return fake_cq_comp_vector(rr_cq_ibv(rr_ep_cq(ep)));
+}
+
+/* The k-th group bridge of the process takes completion vector k (modulo
+ * the device's): groups' interrupts land on different cores. The ordinal
+ * is process-wide: only "different" is asserted. */
+Test(endpoint, group_endpoints_spread_over_completion_vectors)
+{
+	struct rr_ep_opts lo = {.on_qp_ready = g_qp_ready};
+	int n = fake_device()->num_comp_vectors, v[NGROUPS];
+
+	open_bridges(0);
+	listen_on(&lo, NULL);
+	for (int i = 0; i < NGROUPS; i++) {
+		group_manual(&G[i], false);
+		cr_assert_eq(rr_listener_add_group(L, G[i].b, g_accept, &G[i]), 0);
+	}
+	for (int i = 0; i < NGROUPS; i++)
+		connect_one(0, 0);
+	for (int i = 0; i < NGROUPS; i++) {
+		cr_assert_eq(atomic_load(&G[i].accepts), 1, "group %d took %d connections", i,
+			     atomic_load(&G[i].accepts));
+		v[i] = cq_vector(G[i].last);
+		cr_expect_lt(v[i], n);
+		if (n == 1)
+			cr_expect_eq(v[i], 0);
+	}
+	if (n > 1)
+		cr_expect_neq(v[0], v[1], "both groups' CQs on completion vector %d (%s)", v[0],
+			      fake_provider_name());
+	teardown_all();
+}
+
+/* rr_bridge_set_comp_vector(): the bridge's next CQs, modulo the device's
+ * vectors (mlx5: 4, rxe: 1); the other bridge's stay on vector 0. */
+Test(endpoint, set_comp_vector_moves_the_next_cqs)
+{
+	int n = fake_device()->num_comp_vectors;
+	struct ep_state *c[2];
+
+	setup_with(0, 0, 0);
+	c[0] = connect_one(0, 0);
+	cr_assert_eq(rr_bridge_set_comp_vector(cli, 3), 0);
+	c[1] = connect_one(0, 0);
+	cr_expect_eq(cq_vector(c[0]->ep), 0, "an endpoint's CQ moved after its creation");
+	cr_expect_eq(cq_vector(c[1]->ep), 3 % n, "vector %d (%s)", cq_vector(c[1]->ep),
+		     fake_provider_name());
+	cr_expect_eq(cq_vector(server_of(c[1])->ep), 0);
+	cr_expect_eq(rr_bridge_set_comp_vector(NULL, 1), -EINVAL);
 	teardown_all();
 }
