@@ -776,7 +776,8 @@ void rr_listener_set_on_request(rr_listener *l, rr_request_cb on_request);
  * acceptance private data or what the hook set.
  *
  * Thread rules: call this on the listener's thread after @group was
- * created; destroy the listener before any of its groups.
+ * created; destroy the listener, or remove @group from it
+ * (rr_listener_remove_group()), before destroying @group.
  *
  * Return: 0, -EINVAL (bad argument, or @group not a group), -EEXIST
  * (added already), -ENODEV (the listener lost its device, or @group has
@@ -784,6 +785,55 @@ void rr_listener_set_on_request(rr_listener *l, rr_request_cb on_request);
  * the errno of duplicating the group's descriptors.
  */
 int rr_listener_add_group(rr_listener *l, rr_bridge *group, rr_accept_cb on_accept, void *data);
+
+/**
+ * rr_listener_remove_group() - stop placing the listener's connections on
+ * @group, so that @group may be destroyed while the listener lives.
+ * @l:     the listener, on its bridge's thread.
+ * @group: a group added with rr_listener_add_group().
+ *
+ * Requests placed on @group already stay with it (they are on its
+ * channel): it accepts them, or refuses them when it is destroyed. The
+ * groups added after @group move down one index (rr_ep_set_group()).
+ *
+ * Return: 0, -EINVAL (NULL argument) or -ENOENT (not a group of @l).
+ */
+int rr_listener_remove_group(rr_listener *l, rr_bridge *group);
+
+/**
+ * struct rr_listener_stats - a listener's counters since rr_listen().
+ * @requests: connection requests that reached it.
+ * @refused:  refused by its request hook.
+ * @dropped:  accepted (by the hook, or without one) and lost before being
+ *            established or placed: setup errors, a peer that left, the
+ *            listener stopping, a placement that failed. A request its
+ *            group cannot take is counted by neither.
+ * @placed:   placed on a group (rr_listener_add_group()).
+ * @bells_msg_ring: groups woken with an IORING_OP_MSG_RING SQE of the
+ *            listener's ring (one that fails falls back to the eventfd).
+ * @bells_eventfd: groups woken by writing their eventfd.
+ *
+ * A bell may wake a group for several placed requests at once.
+ */
+struct rr_listener_stats {
+	uint64_t requests;
+	uint64_t refused;
+	uint64_t dropped;
+	uint64_t placed;
+	uint64_t bells_msg_ring;
+	uint64_t bells_eventfd;
+};
+
+/**
+ * rr_listener_get_stats() - copy the listener's counters.
+ * @l:    the listener.
+ * @out:  where to copy them.
+ * @size: sizeof(*out) as the caller was compiled: a later library with
+ *        more counters copies only that much.
+ *
+ * Return: 0, or -EINVAL (NULL argument).
+ */
+int rr_listener_get_stats(const rr_listener *l, struct rr_listener_stats *out, size_t size);
 
 /** struct rr_srq - a shared receive queue of one bridge on one device. */
 typedef struct rr_srq rr_srq;

@@ -81,9 +81,6 @@ int rr_bridge_create(rr_bridge **out, struct io_uring *ring, const struct rr_bri
 		static atomic_uint groups;
 		int rc = rr__cm_group_open(&b->cm);
 
-		/* Group k takes completion vector k (modulo the device's). */
-		b->cqs.comp_vector = atomic_fetch_add(&groups, 1);
-
 		if (!rc)
 			rc = rr__devices_hear_others(&b->devs);
 		if (rc) {
@@ -91,6 +88,8 @@ int rr_bridge_create(rr_bridge **out, struct io_uring *ring, const struct rr_bri
 			free(b);
 			return rc;
 		}
+		/* Group k takes completion vector k (modulo the device's). */
+		b->cqs.comp_vector = atomic_fetch_add(&groups, 1);
 	}
 	*out = b;
 	return 0;
@@ -355,6 +354,13 @@ int rr_listener_add_group(rr_listener *l, rr_bridge *group, rr_accept_cb on_acce
 	if (!l || !group || group->closing)
 		return -EINVAL;
 	return rr__cm_add_group(l, &group->cm, on_accept, data);
+}
+
+int rr_listener_remove_group(rr_listener *l, rr_bridge *group)
+{
+	if (!l || !group)
+		return -EINVAL;
+	return rr__cm_remove_group(l, &group->cm);
 }
 
 int rr_srq_create(rr_bridge *b, struct ibv_context *ctx, uint32_t max_wr, rr_srq **out)

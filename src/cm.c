@@ -84,7 +84,7 @@ static void connect_failed(rr_ep *ep, int status)
 
 static void pending_dropped(rr_ep *ep)
 {
-	ep->listener->dropped++;
+	ep->listener->stats.dropped++;
 	ep->listener = NULL;
 }
 
@@ -138,7 +138,7 @@ static void place(rr_listener *l, rr_ep *ep, struct rdma_cm_id *id,
 		id->context = ep;
 		free(h);
 		rdma_reject(id, NULL, 0);
-		l->dropped++;
+		l->stats.dropped++;
 		rr_ep_destroy(ep);
 		return;
 	}
@@ -158,9 +158,17 @@ static void place(rr_listener *l, rr_ep *ep, struct rdma_cm_id *id,
 	memcpy(h->peer, ep->peer_pdata, ep->peer_pdata_len);
 	ep->id = NULL;
 	rr_ep_destroy(ep);
+	l->stats.placed++;
 	atomic_fetch_add(&g->cm->conns, 1);
 	rr__inbox_push(&g->cm->inbox, &h->node);
-	rr__ring_peer_ring(l->cm->ring, g->peer);
+	switch (rr__ring_peer_ring(l->cm->ring, g->peer)) {
+	case RR__BELL_MSG_RING:
+		l->stats.bells_msg_ring++;
+		break;
+	case RR__BELL_EVENTFD:
+		l->stats.bells_eventfd++;
+		break;
+	}
 }
 
 static void on_connect_request(struct rr__cm *cm, rr_listener *l, struct rdma_cm_id *id,
@@ -169,10 +177,11 @@ static void on_connect_request(struct rr__cm *cm, rr_listener *l, struct rdma_cm
 	struct rdma_conn_param p;
 	rr_ep *ep;
 
+	l->stats.requests++;
 	if (!l->id || rr__ep_alloc(cm->eps, id, &l->ep_opts, &ep)) {
 		rdma_reject(id, NULL, 0);
 		rdma_destroy_id(id);
-		l->dropped++;
+		l->stats.dropped++;
 		return;
 	}
 	rr__ep_set_peer_pdata(ep, pdata, plen);
@@ -191,6 +200,7 @@ static void on_connect_request(struct rr__cm *cm, rr_listener *l, struct rdma_cm
 		if (rc) {
 			/* Refused: not a drop, and no callback. Only what the
 			 * hook set goes back, never the listener's acceptance. */
+			l->stats.refused++;
 			ep->pdata_sent = true;
 			if (ep->pdata_set)
 				rdma_reject(id, ep->pdata, ep->pdata_len);
@@ -216,7 +226,7 @@ static void on_connect_request(struct rr__cm *cm, rr_listener *l, struct rdma_cm
 	return;
 drop:
 	rdma_reject(id, NULL, 0);
-	l->dropped++;
+	l->stats.dropped++;
 	rr_ep_destroy(ep);
 }
 
@@ -329,6 +339,22 @@ int rr__cm_add_group(rr_listener *l, struct rr__cm *group, rr_accept_cb on_accep
 	return 0;
 }
 
+int rr__cm_remove_group(rr_listener *l, struct rr__cm *group)
+{
+	for (unsigned int i = 0; i < l->ngroups; i++) {
+		if (l->groups[i].cm != group)
+			continue;
+		/* What it was given is on its channel already: nothing to undo. */
+		memmove(&l->groups[i], &l->groups[i + 1],
+			(l->ngroups - i - 1) * sizeof(*l->groups));
+		l->ngroups--;
+		if (l->next_group > i)
+			l->next_group--;
+		return 0;
+	}
+	return -ENOENT;
+}
+
 int rr_ep_set_group(rr_ep *ep, unsigned int index)
 {
 	if (!ep || !ep->listener || !ep->listener->in_request || index >= ep->listener->ngroups)
@@ -428,7 +454,7 @@ static void listener_lost(rr_listener *l, int status)
 	while (!rr__list_empty(&l->pending)) {
 		rr_ep *ep = rr__container_of(l->pending.next, rr_ep, pending_link);
 
-		l->dropped++;
+		l->stats.dropped++;
 		rr_ep_destroy(ep);
 	}
 	rdma_destroy_id(l->id);
@@ -723,6 +749,16 @@ int rr_listener_reg_mr(rr_listener *l, void *buf, size_t len, int access, struct
 uint16_t rr_listener_port(const rr_listener *l)
 {
 	return l->id ? be16toh(rdma_get_src_port(l->id)) : 0;
+}
+
+int rr_listener_get_stats(const rr_listener *l, struct rr_listener_stats *out, size_t size)
+{
+	if (!l || !out)
+		return -EINVAL;
+	/* A caller built against an older, smaller struct gets its part. */
+	memset(out, 0, size);
+	memcpy(out, &l->stats, size < sizeof(l->stats) ? size : sizeof(l->stats));
+	return 0;
 }
 
 void rr_listener_set_on_error(rr_listener *l, rr_listener_cb on_error)

@@ -51,7 +51,7 @@ struct rr_listener {
 	bool in_request; /* its hook is running: it cannot be destroyed */
 	void *data;
 	uint8_t pdata[RR_PRIVATE_DATA_ACCEPT_MAX]; /* ep_opts.private_data points here */
-	uint64_t dropped; /* requests that failed before being established */
+	struct rr_listener_stats stats;
 	struct rr__group *groups;
 	unsigned int ngroups, next_group;
 	struct rr__list pending; /* endpoints not yet established */
@@ -67,6 +67,7 @@ void rr__cm_fini(struct rr__cm *cm);
 int rr__cm_group_open(struct rr__cm *cm);
 /* Called on l's thread; @group's rr__cm_group_open() came before. */
 int rr__cm_add_group(rr_listener *l, struct rr__cm *group, rr_accept_cb on_accept, void *data);
+int rr__cm_remove_group(rr_listener *l, struct rr__cm *group);
 
 int rr__cm_connect(struct rr__cm *cm, const char *host, uint16_t port,
 		   const struct rr_ep_opts *opts, rr_ep_cb on_connect, rr_ep **out);

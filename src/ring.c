@@ -924,18 +924,19 @@ static bool msg_ring_works(struct rr__ring *r)
 	return r->msg_ring > 0;
 }
 
-void rr__ring_peer_ring(struct rr__ring *r, uint32_t peer)
+int rr__ring_peer_ring(struct rr__ring *r, uint32_t peer)
 {
 	if (peer >= r->npeers || r->peers[peer].ring_fd < 0)
-		return;
+		return RR__BELL_NONE;
 	if (!msg_ring_works(r)) {
 		bell_write(r->peers[peer].efd);
-		return;
+		return RR__BELL_EVENTFD;
 	}
 	/* One owed MSG_RING per peer is enough: its bell drains everything. */
 	for (uint32_t i = 0; i < r->nmsgs; i++)
 		if (r->msgs[i] == peer)
-			return;
+			return RR__BELL_NONE;
 	r->msgs[r->nmsgs++] = peer;
 	rr__ring_flush(r);
+	return RR__BELL_MSG_RING;
 }

@@ -183,7 +183,10 @@ void rr__ring_bell_close(struct rr__ring *r, void (*fn)(void *ctx), void *ctx);
 int rr__ring_peer_add(struct rr__ring *r, const struct rr__ring *target, uint32_t *peer);
 /* Ring a peer's bell: a MSG_RING SQE of this ring (owed like the others;
  * on failure, the eventfd), or the eventfd when MSG_RING is missing. */
-void rr__ring_peer_ring(struct rr__ring *r, uint32_t peer);
+enum { RR__BELL_NONE, RR__BELL_MSG_RING, RR__BELL_EVENTFD };
+/* Returns how: RR__BELL_MSG_RING (an SQE owed or written), _EVENTFD, or
+ * _NONE (a MSG_RING to that peer is owed already, or it is gone). */
+int rr__ring_peer_ring(struct rr__ring *r, uint32_t peer);
 /* Force the eventfd path (tests, and kernels where MSG_RING misbehaves). */
 void rr__ring_no_msg_ring(struct rr__ring *r);
 

@@ -1422,3 +1422,70 @@ Test(endpoint, set_comp_vector_moves_the_next_cqs)
 	cr_expect_eq(rr_bridge_set_comp_vector(NULL, 1), -EINVAL);
 	teardown_all();
 }
+
+/*
+ * A server retires a core: its group leaves the listener and is destroyed
+ * while the listener lives; later requests go to the groups left. The
+ * listener's counters say what it saw, and a caller built against a
+ * smaller struct rr_listener_stats gets only its part.
+ */
+Test(endpoint, a_removed_group_may_go_while_the_listener_lives)
+{
+	struct rr_ep_opts lo = {.on_qp_ready = g_qp_ready};
+	struct rr_listener_stats st;
+	size_t head = offsetof(struct rr_listener_stats, placed);
+
+	open_bridges(0);
+	listen_on(&lo, NULL);
+	for (int i = 0; i < NGROUPS; i++) {
+		group_manual(&G[i], false);
+		cr_assert_eq(rr_listener_add_group(L, G[i].b, g_accept, &G[i]), 0);
+	}
+	for (int i = 0; i < NGROUPS; i++)
+		connect_one(0, 0);
+	cr_assert_eq(atomic_load(&G[1].accepts), 1);
+	cr_expect_eq(rr_listener_remove_group(NULL, G[1].b), -EINVAL);
+	cr_assert_eq(rr_listener_remove_group(L, G[1].b), 0);
+	cr_expect_eq(rr_listener_remove_group(L, G[1].b), -ENOENT);
+	group_close(&G[1]);
+	G[1].manual = false;
+	PUMP_UNTIL(cli_st[1].downs); /* its connection went with it */
+	for (int i = 0; i < 2; i++)
+		connect_one(0, 0);
+	cr_expect_eq(atomic_load(&G[0].accepts), 3);
+
+	cr_assert_eq(rr_listener_get_stats(L, &st, sizeof(st)), 0);
+	cr_expect_eq(st.requests, 4);
+	cr_expect_eq(st.placed, 4);
+	cr_expect_eq(st.refused, 0);
+	cr_expect_eq(st.dropped, 0);
+	cr_expect_geq(st.bells_msg_ring + st.bells_eventfd, 1);
+	cr_expect_leq(st.bells_msg_ring + st.bells_eventfd, st.placed);
+	memset(&st, 0xff, sizeof(st));
+	cr_assert_eq(rr_listener_get_stats(L, &st, head), 0);
+	cr_expect_eq(st.requests, 4);
+	cr_expect_eq(st.placed, UINT64_MAX, "written past the caller's size");
+	cr_expect_eq(rr_listener_get_stats(NULL, &st, sizeof(st)), -EINVAL);
+	teardown_all();
+}
+
+/* The request hook's refusals and a placement count as such. */
+Test(endpoint, listener_counts_refusals)
+{
+	struct ep_state *c = &cli_st[ncli++];
+	struct rr_listener_stats st;
+
+	setup_with(0, 0, 0);
+	rr_listener_set_on_request(L, refuse);
+	cr_assert_eq(rr_connect(cli, "127.0.0.1", PORT, &(struct rr_ep_opts){.data = c}, on_connect,
+				&c->ep),
+		     0);
+	PUMP_UNTIL(c->connects);
+	cr_assert_eq(rr_listener_get_stats(L, &st, sizeof(st)), 0);
+	cr_expect_eq(st.requests, 1);
+	cr_expect_eq(st.refused, 1);
+	cr_expect_eq(st.placed, 0);
+	cr_expect_eq(st.dropped, 0);
+	cr_assert_eq(rr_ep_destroy(c->ep), 0);
+	teardown_all();
+}
