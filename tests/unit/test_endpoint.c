@@ -1489,3 +1489,41 @@ Test(endpoint, listener_counts_refusals)
 	cr_assert_eq(rr_ep_destroy(c->ep), 0);
 	teardown_all();
 }
+
+static int listener_errors, listener_error_status;
+
+static void on_listener_error(rr_listener *l, int status, void *data)
+{
+	listener_errors++;
+	listener_error_status = status;
+}
+
+/* RDMA_CM_EVENT_DEVICE_REMOVAL on a listener lets go of everything its
+ * bridge holds on the device (its channel, async fd, PD), so the removal
+ * can finish; before, only the listener's id went. */
+Test(endpoint, device_removal_lets_go_of_the_listeners_device)
+{
+	struct ep_state *c, *s;
+	unsigned int channels;
+
+	setup_with(0, 0, 0);
+	rr_listener_set_on_error(L, on_listener_error);
+	c = connect_one(0, 0);
+	s = server_of(c);
+	cr_assert_eq(rr_ep_destroy(s->ep), 0);
+	cr_assert_eq(rr_ep_destroy(c->ep), 0);
+	cr_assert_eq(rr_mr_dereg(MR), 0);
+	MR = NULL;
+	channels = fake_channels_live;
+	fake_cm_device_removal();
+	PUMP_UNTIL(listener_errors);
+	cr_expect_eq(listener_error_status, -ENODEV);
+	cr_expect_eq(rr_listener_port(L), 0);
+	/* The server's device went; the client's, with no id left on it to
+	 * hear of the removal, stays until its bridge goes. */
+	cr_expect_eq(fake_channels_live, channels - 1, "completion channels: %u, before %u",
+		     fake_channels_live, channels);
+	settle();
+	cr_expect_eq(listener_errors, 1);
+	teardown_all();
+}
