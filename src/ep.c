@@ -22,7 +22,7 @@ static struct rr__req *srq_req_of_wc(struct rr_srq *srq, const struct ibv_wc *wc
 static void srq_complete(struct rr_srq *srq, struct rr__req *req, rr_ep *ep,
 			 const struct ibv_wc *wc);
 static void srqs_fini(struct rr__eps *set);
-static void srq_free(struct rr_srq *srq);
+static bool srq_release_if_done(struct rr_srq *srq);
 
 #define DEFAULT_DEPTH	   64
 #define SHARED_CQ_MIN_SIZE 1024
@@ -367,6 +367,15 @@ static void after_dispatch(void *ctx)
 	release_if_done(ep);
 }
 
+/* Free a shared CQ its last member left once no hook of it is running. */
+static bool shcq_release_if_done(struct rr__shcq *sh)
+{
+	if (!sh->orphan || sh->busy)
+		return false;
+	free(sh);
+	return true;
+}
+
 /* A shared CQ's hook: each endpoint a WC error took down is told. */
 static void shared_after_dispatch(void *ctx)
 {
@@ -380,8 +389,8 @@ static void shared_after_dispatch(void *ctx)
 		rr__list_del(&ep->down_link);
 		after_dispatch(ep);
 	}
-	if (!--sh->busy && sh->orphan)
-		free(sh);
+	sh->busy--;
+	shcq_release_if_done(sh);
 }
 
 /* Join the bridge's CQ on ep's device, created on first use and grown to
@@ -1215,14 +1224,15 @@ void rr__eps_async(struct rr__eps *set, struct rr__device *dev, const struct ibv
 			release_if_done(ep);
 			return;
 		}
-		if (sh && !--sh->busy && sh->orphan) {
-			free(sh);
-			return;
+		if (sh) {
+			sh->busy--;
+			if (shcq_release_if_done(sh))
+				return;
 		}
-		if (srq && !--srq->in_callback && srq->destroy_pending) {
-			if (!srq->srq)
-				srq_free(srq);
-			return;
+		if (srq) {
+			srq->in_callback--;
+			if (srq_release_if_done(srq))
+				return;
 		}
 	}
 	switch (ev->event_type) {
@@ -1289,6 +1299,15 @@ static void srq_free(struct rr_srq *srq)
 	free(srq);
 }
 
+/* Free a destroyed SRQ once its flush is over and no callback of it runs. */
+static bool srq_release_if_done(struct rr_srq *srq)
+{
+	if (!srq->destroy_pending || srq->in_callback || srq->srq)
+		return false;
+	srq_free(srq);
+	return true;
+}
+
 static void srq_complete(struct rr_srq *srq, struct rr__req *req, rr_ep *ep,
 			 const struct ibv_wc *wc)
 {
@@ -1308,9 +1327,7 @@ static void srq_complete(struct rr_srq *srq, struct rr__req *req, rr_ep *ep,
 	if (ep)
 		ep->in_callback--;
 	srq->in_callback--;
-	/* Destroyed from that callback: its flush is over, free it now. */
-	if (srq->destroy_pending && !srq->in_callback && !srq->srq)
-		srq_free(srq);
+	srq_release_if_done(srq); /* destroyed from that callback */
 }
 
 int rr__srq_create(struct rr__eps *set, struct ibv_context *ctx, uint32_t max_wr, rr_srq **out)
@@ -1411,8 +1428,7 @@ int rr_srq_destroy(rr_srq *srq)
 	}
 	srq->in_callback--;
 	if (srq->destroy_pending) {
-		if (!srq->in_callback)
-			srq_free(srq);
+		srq_release_if_done(srq);
 		return 0;
 	}
 	srq->destroy_pending = true;
@@ -1427,8 +1443,7 @@ int rr_srq_destroy(rr_srq *srq)
 	srq->in_callback--;
 	rr__device_put(srq->dev);
 	srq->dev = NULL;
-	if (!srq->in_callback)
-		srq_free(srq);
+	srq_release_if_done(srq);
 	return 0;
 }
 

@@ -55,7 +55,6 @@ struct rr__poll {
 	bool retiring;		      /* its multishot poll is being ended, to be re-armed */
 	uint8_t want;		      /* WANT_*: SQEs owed */
 	unsigned int errors;	      /* consecutive failed polls */
-	int last_err;		      /* the errno the last of them means */
 	struct __kernel_timespec *ts; /* timers: heap, the table may move */
 	rr__poll_fn fn;
 	rr__read_fn rfn; /* read slots */
@@ -639,12 +638,11 @@ static int poll_errno(int res)
 
 /* The fd keeps failing: tell the owner once and stop. The kernel's poll,
  * if still armed, is cancelled; no CQE of it reaches the owner again. */
-static void give_up(struct rr__ring *r, uint32_t idx)
+static void give_up(struct rr__ring *r, uint32_t idx, int err)
 {
 	struct rr__poll *p = &r->slots[idx];
 	rr__poll_fn fn = p->fn;
 	void *ctx = p->ctx;
-	int err = p->last_err;
 
 	r->stats->poll_failures++;
 	rr__poll_close(r, idx);
@@ -708,11 +706,11 @@ static void poll_cqe(struct rr__ring *r, uint32_t idx, const struct io_uring_cqe
 	}
 	if (failed) {
 		p->errors++;
-		p->last_err = poll_errno(cqe->res);
 		p->oneshot = true;
 	}
+	/* Reached only by a failure: this one says what the fd's trouble is. */
 	if (p->errors >= RR__MAX_ARM_ERRORS) {
-		give_up(r, idx);
+		give_up(r, idx, poll_errno(cqe->res));
 		return;
 	}
 	if (p->armed) {
