@@ -156,9 +156,9 @@ static int make_cq(struct bside *s, struct ibv_context *ctx)
 		int rc = ring_init(s);
 
 		if (!rc)
-			rc = rr_bridge_create(&s->b, &s->ring, &bo);
+			rc = rr_bridge_create(&s->b, &s->ring, &bo, sizeof(bo));
 		if (!rc)
-			rc = rr_cq_create(s->b, NULL, ctx, &co, &s->rcq);
+			rc = rr_cq_create(s->b, NULL, ctx, &co, sizeof(co), &s->rcq);
 		if (rc)
 			return rc;
 		s->cq = rr_cq_ibv(s->rcq);

@@ -305,7 +305,7 @@ static void group_stats(struct group *g)
 {
 	struct rr_bridge_stats st;
 
-	rr_bridge_get_stats(g->b, &st);
+	rr_bridge_get_stats(g->b, &st, sizeof(st));
 	atomic_store_explicit(&g->wcs, st.wcs, memory_order_relaxed);
 	atomic_store_explicit(&g->wakeups, st.cq_events, memory_order_relaxed);
 }
@@ -327,7 +327,7 @@ static void *group_main(void *arg)
 	 * that created it. */
 	rc = bench_ring_init(&g->ring, NULL);
 	if (!rc) {
-		rc = rr_bridge_create(&g->b, &g->ring, &bo);
+		rc = rr_bridge_create(&g->b, &g->ring, &bo, sizeof(bo));
 		if (rc)
 			io_uring_queue_exit(&g->ring);
 	}
@@ -410,9 +410,9 @@ static int setup(const struct bench_cfg *known, const char *addr, int port_fd)
 	if (rc)
 		return rc;
 	SV->ring_ready = true;
-	rc = rr_bridge_create(&SV->b, &SV->ring, &bo);
+	rc = rr_bridge_create(&SV->b, &SV->ring, &bo, sizeof(bo));
 	if (!rc)
-		rc = rr_listen(SV->b, addr, 0, &eo, no_accept, SV, &SV->l);
+		rc = rr_listen(SV->b, addr, 0, &eo, sizeof(eo), no_accept, SV, &SV->l);
 	if (rc)
 		return rc;
 	rr_listener_set_on_request(SV->l, on_request);

@@ -181,7 +181,7 @@ static int step_bridge(struct bside *s)
 			return rc;
 	}
 	rc = rr_bridge_run_once(s->b, -1);
-	rr_bridge_get_stats(s->b, &st);
+	rr_bridge_get_stats(s->b, &st, sizeof(st));
 	side_counts.wakeups += st.cq_events - s->cq_events_seen;
 	s->cq_events_seen = st.cq_events;
 	return rc == -EINTR ? 0 : rc;

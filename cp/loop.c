@@ -134,7 +134,7 @@ static int loop_init(struct cp_loop *lp, unsigned int entries, unsigned int brid
 		cp_log("io_uring_queue_init: %s", strerror(-rc));
 		return rc;
 	}
-	rc = rr_bridge_create(&lp->b, &lp->ring, &bo);
+	rc = rr_bridge_create(&lp->b, &lp->ring, &bo, sizeof(bo));
 	if (rc) {
 		cp_log("rr_bridge_create: %s", strerror(-rc));
 		goto err_ring;

@@ -360,7 +360,7 @@ int cp_serve(const struct cp_opts *o)
 	}
 	s->lp.poll = serve_poll;
 	s->lp.on_signal = serve_signal;
-	rc = rr_listen(s->lp.b, host, port, &eo, on_accept, s, &s->l);
+	rc = rr_listen(s->lp.b, host, port, &eo, sizeof(eo), on_accept, s, &s->l);
 	if (rc) {
 		cp_log("serve: cannot listen on %s:%u: %s", host, port, strerror(-rc));
 		ret = CP_EXIT_NET;

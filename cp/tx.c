@@ -746,7 +746,7 @@ struct tx *tx_start(struct cp_loop *lp, const struct cp_opts *o, const char *hos
 	}
 	memset(t->ctl, 0, len);
 	eo.data = t;
-	rc = rr_connect(lp->b, host, port, &eo, on_connect, &t->ep);
+	rc = rr_connect(lp->b, host, port, &eo, sizeof(eo), on_connect, &t->ep);
 	if (rc) {
 		t->ep = NULL;
 		t->down = true;

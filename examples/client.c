@@ -115,14 +115,14 @@ int main(int argc, char **argv)
 		fail("io_uring_queue_init", rc);
 		return 1;
 	}
-	rc = rr_bridge_create(&b, &ring, NULL);
+	rc = rr_bridge_create(&b, &ring, NULL, 0);
 	if (rc) {
 		fail("rr_bridge_create", rc);
 		return 1;
 	}
 
 	/* Returns at once: resolving, connecting and on_connect happen in the loop. */
-	rc = rr_connect(b, argv[1], (uint16_t)atoi(argv[2]), &opts, on_connect, &ep);
+	rc = rr_connect(b, argv[1], (uint16_t)atoi(argv[2]), &opts, sizeof(opts), on_connect, &ep);
 	if (rc)
 		fail("rr_connect", rc);
 

@@ -170,7 +170,7 @@ static int ring_init(struct io_uring *ring, rr_bridge **b, unsigned int flags, i
 	int rc = io_uring_queue_init(256, ring, setup);
 
 	if (!rc)
-		rc = rr_bridge_create(b, ring, &opts);
+		rc = rr_bridge_create(b, ring, &opts, sizeof(opts));
 	if (!rc) {
 		sqe = io_uring_get_sqe(ring);
 		io_uring_prep_read(sqe, stop_fd, buf, len, 0);
@@ -248,7 +248,7 @@ int main(int argc, char **argv)
 
 	rc = ring_init(&ring, &b, 0, sfd, &sig, sizeof(sig));
 	if (!rc)
-		rc = rr_listen(b, argv[1], (uint16_t)atoi(argv[2]), &ep_opts, on_accept, NULL, &l);
+		rc = rr_listen(b, argv[1], (uint16_t)atoi(argv[2]), &ep_opts, sizeof(ep_opts), on_accept, NULL, &l);
 	if (!rc)
 		rc = rr_listener_reg_mr(l, bufs, threads * sizeof(*bufs), 0, &mr);
 	/* Requests are read in rr_bridge_run() only, so each finds every

@@ -14,6 +14,17 @@
  *  - Every function that can fail returns 0 (or a count) on success and a
  *    negative errno value on failure. When a call fails, the callback it was
  *    given is never called.
+ *  - Structs cross the ABI with their size. Every options or stats struct
+ *    the application allocates is passed together with sizeof that struct
+ *    as the application was compiled. Members are only ever added at the
+ *    end: the library reads only what the size covers and takes the
+ *    default (zero) for members the caller does not have, fills only what
+ *    the size covers, and refuses with -E2BIG a struct from a newer header
+ *    whose members unknown to it are not zero. NULL options mean all
+ *    defaults, whatever the size. Structs the library passes to callbacks
+ *    (struct rr_completion) also only grow at their end. A change that
+ *    cannot keep these rules changes the soname (libringrdma.so.1 since
+ *    0.8.0).
  *  - Every accepted request gets exactly one completion callback: on success,
  *    on error, on flush after a disconnect or device loss, and on teardown.
  *    No callback runs after the object it belongs to was destroyed.
@@ -75,8 +86,13 @@ const char *rr_version(void);
  * @major: RR_VERSION_MAJOR the caller was compiled against.
  * @minor: RR_VERSION_MINOR the caller was compiled against.
  *
- * Return: 0 when the library has the same major version and at least the
- * given minor version, -ENOTSUP otherwise.
+ * Answers whether a program built against that header may use this
+ * library: the header must belong to the same ABI (libringrdma.so.1 began
+ * with 0.8.0; a program built against 0.7 or older needs
+ * libringrdma.so.0) and must not be newer than the library.
+ *
+ * Return: 0 when the header version is at least 0.8 and at most the
+ * library's version, -ENOTSUP otherwise.
  */
 int rr_version_check(int major, int minor);
 
@@ -171,6 +187,7 @@ enum rr_bridge_flags {
 
 /**
  * struct rr_bridge_opts - options for rr_bridge_create(); zero means default.
+ * Passed with its size (see "Structs" at the top of this header).
  * @cq_batch:  work completions fetched per ibv_poll_cq() call (default 32).
  * @budget:    work completions one CQ may hand out per poll before other
  *             I/O gets a turn (default 256); the rest is handled on the next
@@ -201,6 +218,7 @@ struct rr_bridge_opts {
  * @out:  the new bridge.
  * @ring: an initialized io_uring; it must outlive the bridge.
  * @opts: options, or NULL for defaults.
+ * @opts_size: sizeof(*opts) as the caller was compiled.
  *
  * The bridge writes SQEs to the ring (see "SQEs" at the top of this header)
  * but submits only inside its own loop functions: an embedding application
@@ -220,10 +238,12 @@ struct rr_bridge_opts {
  * The rdma_cm event channel is created on the first rr_connect() or
  * rr_listen(), so a bridge that only dispatches CQs needs no rdma_cm.
  *
- * Return: 0, -EINVAL (bad argument, or an IORING_SETUP_IOPOLL ring) or
- * -ENOMEM.
+ * Return: 0, -EINVAL (bad argument, @opts_size smaller than the 0.8.0
+ * struct, or an IORING_SETUP_IOPOLL ring), -E2BIG (@opts sets members this
+ * library does not know) or -ENOMEM.
  */
-int rr_bridge_create(rr_bridge **out, struct io_uring *ring, const struct rr_bridge_opts *opts);
+int rr_bridge_create(rr_bridge **out, struct io_uring *ring, const struct rr_bridge_opts *opts,
+		     size_t opts_size);
 
 /**
  * rr_bridge_handle_cqe() - offer a reaped CQE to the bridge.
@@ -366,8 +386,17 @@ struct rr_bridge_stats {
 	uint64_t poll_failures;
 };
 
-/** rr_bridge_get_stats() - copy the bridge's counters into @out. */
-void rr_bridge_get_stats(const rr_bridge *b, struct rr_bridge_stats *out);
+/**
+ * rr_bridge_get_stats() - copy the bridge's counters.
+ * @b:    the bridge.
+ * @out:  where to copy them.
+ * @size: sizeof(*out) as the caller was compiled: a caller built against
+ *        an older header gets the counters it knows, a newer one zeros for
+ *        those this library lacks.
+ *
+ * Return: 0, or -EINVAL (NULL argument).
+ */
+int rr_bridge_get_stats(const rr_bridge *b, struct rr_bridge_stats *out, size_t size);
 
 /* ------------------------------------------------------------------------ */
 /* Completion channels and CQs                                               */
@@ -423,7 +452,7 @@ typedef struct rr_cq rr_cq;
 typedef void (*rr_wc_cb)(rr_cq *cq, const struct ibv_wc *wc, void *data);
 
 /**
- * struct rr_cq_opts - options for rr_cq_create().
+ * struct rr_cq_opts - options for rr_cq_create(); passed with its size.
  * @cqe:     minimum number of entries (default 256).
  * @mode:    enum rr_wait_mode.
  * @spin_us: hybrid: the longest spin window in microseconds (default 200).
@@ -445,14 +474,16 @@ struct rr_cq_opts {
  *        the device of @ctx.
  * @ctx:  the device context (must match @ch's).
  * @opts: options; on_wc is required.
+ * @opts_size: sizeof(*opts) as the caller was compiled.
  * @out:  the new CQ.
  *
- * Return: 0, -EINVAL, -ENOMEM, the errno of ibv_create_cq() or
+ * Return: 0, -EINVAL, -E2BIG (@opts sets members this library does not
+ * know), -ENOMEM, the errno of ibv_create_cq() or
  * ibv_req_notify_cq(); with @ch NULL also -ENODEV (device lost) or the
  * errors of setting the device up (ibv_alloc_pd(), the shared channel).
  */
 int rr_cq_create(rr_bridge *b, rr_channel *ch, struct ibv_context *ctx,
-		 const struct rr_cq_opts *opts, rr_cq **out);
+		 const struct rr_cq_opts *opts, size_t opts_size, rr_cq **out);
 
 /**
  * rr_cq_set_mode() - switch a CQ's wait mode at run time.
@@ -488,7 +519,8 @@ typedef struct rr_ep rr_ep;
 typedef struct rr_listener rr_listener;
 
 /**
- * struct rr_completion - how a request ended.
+ * struct rr_completion - how a request ended; filled by the library, and
+ * only ever grown at its end.
  * @status:    0, or a negative errno: -ECANCELED (flushed: disconnect,
  *             QP error, device loss or teardown), -ETIMEDOUT (transport or
  *             RNR retries exhausted), -EACCES (remote access error),
@@ -567,7 +599,8 @@ enum rr_ep_flags {
 };
 
 /**
- * struct rr_ep_opts - endpoint options; zero means default.
+ * struct rr_ep_opts - endpoint options; zero means default. Passed with its
+ * size (see "Structs" at the top of this header).
  * @max_send_wr:   send queue depth (default 64).
  * @max_recv_wr:   receive queue depth (default 64).
  * @max_inline:    inline data size requested for the QP (default 0).
@@ -659,6 +692,7 @@ struct rr_ep_opts {
  * @host:       IPv4/IPv6 address or name of the peer.
  * @port:       its port.
  * @opts:       endpoint options, or NULL.
+ * @opts_size:  sizeof(*opts) as the caller was compiled.
  * @on_connect: called once: status 0 when established, or the error.
  * @out:        the endpoint, valid until rr_ep_destroy() whatever happens.
  *
@@ -667,12 +701,13 @@ struct rr_ep_opts {
  * requested; the QP also retries on RNR, so a peer's early SEND waits for
  * receives posted later.
  *
- * Return: 0, -EINVAL (bad address), -ENOMEM, or the errno of
+ * Return: 0, -EINVAL (bad address or options), -E2BIG (@opts sets members
+ * this library does not know), -ENOMEM, or the errno of
  * rdma_create_event_channel()/rdma_create_id()/rdma_resolve_addr(); then
  * @on_connect is never called.
  */
 int rr_connect(rr_bridge *b, const char *host, uint16_t port, const struct rr_ep_opts *opts,
-	       rr_ep_cb on_connect, rr_ep **out);
+	       size_t opts_size, rr_ep_cb on_connect, rr_ep **out);
 
 /**
  * rr_listen() - listen for connections.
@@ -681,6 +716,7 @@ int rr_connect(rr_bridge *b, const char *host, uint16_t port, const struct rr_ep
  * @port:      port; 0 picks one (see rr_listener_port()).
  * @ep_opts:   options for accepted endpoints, or NULL; their data is
  *             @ep_opts->data, or the listener's @data when that is NULL.
+ * @opts_size: sizeof(*ep_opts) as the caller was compiled.
  * @on_accept: called for each established connection.
  * @data:      the listener's application data.
  * @out:       the listener.
@@ -688,10 +724,11 @@ int rr_connect(rr_bridge *b, const char *host, uint16_t port, const struct rr_ep
  * Incoming requests are accepted automatically; a request that fails before
  * being established is dropped, never reported as an endpoint.
  *
- * Return: 0, -EINVAL, -ENOMEM, or the errno of rdma_bind_addr()/rdma_listen().
+ * Return: 0, -EINVAL, -E2BIG (@ep_opts sets members this library does not
+ * know), -ENOMEM, or the errno of rdma_bind_addr()/rdma_listen().
  */
 int rr_listen(rr_bridge *b, const char *host, uint16_t port, const struct rr_ep_opts *ep_opts,
-	      rr_accept_cb on_accept, void *data, rr_listener **out);
+	      size_t opts_size, rr_accept_cb on_accept, void *data, rr_listener **out);
 
 /**
  * rr_listener_reg_mr() - register memory before any connection arrives, in

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "abi.h"
 #include "bridge.h"
 
 #define DEFAULT_CQ_BATCH    32
@@ -36,13 +37,19 @@ static void on_async(void *ctx, struct rr__device *dev, const struct ibv_async_e
 	rr__eps_async(&b->eps, dev, ev, c, b->opts.on_async_event ? tell_app : NULL, b);
 }
 
-int rr_bridge_create(rr_bridge **out, struct io_uring *ring, const struct rr_bridge_opts *opts)
+int rr_bridge_create(rr_bridge **out, struct io_uring *ring, const struct rr_bridge_opts *opts,
+		     size_t opts_size)
 {
+	struct rr_bridge_opts o;
 	rr_bridge *b;
 	bool multishot;
+	int rc;
 
 	if (!out || !ring)
 		return -EINVAL;
+	rc = rr__opts_in(&o, sizeof(o), opts, opts_size, RR__BRIDGE_OPTS_SIZE_0_8);
+	if (rc)
+		return rc;
 	/* An IOPOLL ring completes only polled block I/O: POLL_ADD is
 	 * refused there, so the bridge could never hear a channel. */
 	if (ring->flags & IORING_SETUP_IOPOLL)
@@ -51,8 +58,7 @@ int rr_bridge_create(rr_bridge **out, struct io_uring *ring, const struct rr_bri
 	if (!b)
 		return -ENOMEM;
 	b->io = ring;
-	if (opts)
-		b->opts = *opts;
+	b->opts = o;
 	if (!b->opts.cq_batch)
 		b->opts.cq_batch = DEFAULT_CQ_BATCH;
 	if (b->opts.cq_batch > MAX_CQ_BATCH)
@@ -79,8 +85,8 @@ int rr_bridge_create(rr_bridge **out, struct io_uring *ring, const struct rr_bri
 		rr__ring_no_msg_ring(&b->ring);
 	if (b->opts.flags & RR_BRIDGE_GROUP) {
 		static atomic_uint groups;
-		int rc = rr__cm_group_open(&b->cm);
 
+		rc = rr__cm_group_open(&b->cm);
 		if (!rc)
 			rc = rr__devices_hear_others(&b->devs);
 		if (rc) {
@@ -108,9 +114,11 @@ struct io_uring *rr_bridge_ring(rr_bridge *b)
 	return b->io;
 }
 
-void rr_bridge_get_stats(const rr_bridge *b, struct rr_bridge_stats *out)
+int rr_bridge_get_stats(const rr_bridge *b, struct rr_bridge_stats *out, size_t size)
 {
-	*out = b->stats;
+	if (!b)
+		return -EINVAL;
+	return rr__stats_out(out, size, &b->stats, sizeof(b->stats));
 }
 
 int rr_bridge_flush(rr_bridge *b)
@@ -305,13 +313,18 @@ static void put_device(void *ctx)
 }
 
 int rr_cq_create(rr_bridge *b, rr_channel *ch, struct ibv_context *ctx,
-		 const struct rr_cq_opts *opts, rr_cq **out)
+		 const struct rr_cq_opts *opts, size_t opts_size, rr_cq **out)
 {
 	struct rr__device *dev = NULL;
+	struct rr_cq_opts o;
 	int rc;
 
-	if (!b || !ctx || !opts || !opts->on_wc || !out || b->closing ||
-	    opts->mode > RR_WAIT_HYBRID_FIXED)
+	if (!b || !ctx || !opts || !out || b->closing)
+		return -EINVAL;
+	rc = rr__opts_in(&o, sizeof(o), opts, opts_size, RR__CQ_OPTS_SIZE_0_8);
+	if (rc)
+		return rc;
+	if (!o.on_wc || o.mode > RR_WAIT_HYBRID_FIXED)
 		return -EINVAL;
 	if (ch && ch->ch->context != ctx)
 		return -EINVAL;
@@ -322,7 +335,7 @@ int rr_cq_create(rr_bridge *b, rr_channel *ch, struct ibv_context *ctx,
 			return rc;
 		ch = dev->channel;
 	}
-	rc = rr__cq_create(&b->cqs, ch, ctx, opts, out);
+	rc = rr__cq_create(&b->cqs, ch, ctx, &o, out);
 	if (rc) {
 		if (dev)
 			rr__device_put(dev);
@@ -334,19 +347,31 @@ int rr_cq_create(rr_bridge *b, rr_channel *ch, struct ibv_context *ctx,
 }
 
 int rr_connect(rr_bridge *b, const char *host, uint16_t port, const struct rr_ep_opts *opts,
-	       rr_ep_cb on_connect, rr_ep **out)
+	       size_t opts_size, rr_ep_cb on_connect, rr_ep **out)
 {
+	struct rr_ep_opts o;
+	int rc;
+
 	if (!b || b->closing)
 		return -EINVAL;
-	return rr__cm_connect(&b->cm, host, port, opts, on_connect, out);
+	rc = rr__opts_in(&o, sizeof(o), opts, opts_size, RR__EP_OPTS_SIZE_0_8);
+	if (rc)
+		return rc;
+	return rr__cm_connect(&b->cm, host, port, &o, on_connect, out);
 }
 
 int rr_listen(rr_bridge *b, const char *host, uint16_t port, const struct rr_ep_opts *ep_opts,
-	      rr_accept_cb on_accept, void *data, rr_listener **out)
+	      size_t opts_size, rr_accept_cb on_accept, void *data, rr_listener **out)
 {
+	struct rr_ep_opts o;
+	int rc;
+
 	if (!b || b->closing)
 		return -EINVAL;
-	return rr__cm_listen(&b->cm, host, port, ep_opts, on_accept, data, out);
+	rc = rr__opts_in(&o, sizeof(o), ep_opts, opts_size, RR__EP_OPTS_SIZE_0_8);
+	if (rc)
+		return rc;
+	return rr__cm_listen(&b->cm, host, port, &o, on_accept, data, out);
 }
 
 int rr_listener_add_group(rr_listener *l, rr_bridge *group, rr_accept_cb on_accept, void *data)

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "abi.h"
 #include "cm.h"
 
 #define RESOLVE_TIMEOUT_MS 5000
@@ -753,12 +754,9 @@ uint16_t rr_listener_port(const rr_listener *l)
 
 int rr_listener_get_stats(const rr_listener *l, struct rr_listener_stats *out, size_t size)
 {
-	if (!l || !out)
+	if (!l)
 		return -EINVAL;
-	/* A caller built against an older, smaller struct gets its part. */
-	memset(out, 0, size);
-	memcpy(out, &l->stats, size < sizeof(l->stats) ? size : sizeof(l->stats));
-	return 0;
+	return rr__stats_out(out, size, &l->stats, sizeof(l->stats));
 }
 
 void rr_listener_set_on_error(rr_listener *l, rr_listener_cb on_error)

@@ -214,7 +214,7 @@ static int loop_init(struct loop *lp, unsigned int timeout_s)
 		fprintf(stderr, PROG ": io_uring_queue_init: %s\n", strerror(-rc));
 		return rc;
 	}
-	rc = rr_bridge_create(&lp->b, &lp->ring, &bo);
+	rc = rr_bridge_create(&lp->b, &lp->ring, &bo, sizeof(bo));
 	if (rc) {
 		fprintf(stderr, PROG ": rr_bridge_create: %s\n", strerror(-rc));
 		io_uring_queue_exit(&lp->ring);
@@ -805,7 +805,7 @@ static int server_main(const char *addr, uint16_t port, uint16_t tcp_port, const
 	}
 	eo.data = s;
 	eo.on_disconnect = server_on_down;
-	rc = rr_listen(lp->b, addr, port, &eo, server_on_accept, s, &s->l);
+	rc = rr_listen(lp->b, addr, port, &eo, sizeof(eo), server_on_accept, s, &s->l);
 	if (rc)
 		fail(lp, rc, "rr_listen %s:%u", addr, port);
 	if (!rc) {
@@ -1063,7 +1063,7 @@ static int client_main(const char *addr, uint16_t port, unsigned int timeout_s)
 	}
 	eo.data = c;
 	eo.on_disconnect = client_on_down;
-	rc = rr_connect(lp->b, addr, port, &eo, client_on_connect, &c->ep);
+	rc = rr_connect(lp->b, addr, port, &eo, sizeof(eo), client_on_connect, &c->ep);
 	if (rc)
 		fail(lp, rc, "rr_connect %s:%u", addr, port);
 	else

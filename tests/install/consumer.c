@@ -55,11 +55,11 @@ int main(int argc, char **argv)
 	check(rc == 0, "io_uring_queue_init()");
 	if (rc)
 		return 1;
-	rc = rr_bridge_create(&b, &ring, NULL);
+	rc = rr_bridge_create(&b, &ring, NULL, 0);
 	check(rc == 0 && b, "rr_bridge_create() on a plain ring");
 	if (!rc) {
 		check(rr_bridge_ring(b) == &ring, "rr_bridge_ring() is that ring");
-		rr_bridge_get_stats(b, &st);
+		rr_bridge_get_stats(b, &st, sizeof(st));
 		check(st.cqes == 0 && st.cm_events == 0, "a new bridge has handled nothing");
 		check(rr_bridge_run_once(b, 0) == 0, "rr_bridge_run_once() with nothing to do");
 		check(rr_bridge_destroy(b) == 0, "rr_bridge_destroy()");

@@ -27,7 +27,7 @@ fi
 
 missing=
 for f in "$prefix/include/ringrdma.h" "$prefix/include/ringrdma_version.h" \
-	"$libdir/pkgconfig/ringrdma.pc" "$libdir/libringrdma.so" "$libdir/libringrdma.so.0"; do
+	"$libdir/pkgconfig/ringrdma.pc" "$libdir/libringrdma.so" "$libdir/libringrdma.so.1"; do
 	[ -e "$root$f" ] || missing+=" $f"
 done
 if [ -z "$missing" ]; then

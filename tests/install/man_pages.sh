@@ -113,6 +113,19 @@ for s in $syms; do
 	result $ok "$s: documented in ${f##*/}${why:+: $why}"
 done
 
+# --- and that prototype is the header's, argument for argument --------------
+# Whitespace aside; a SYNOPSIS that kept an old signature fails here.
+flat() { tr -s ' \t\n' '  ' | sed -e 's/( /(/g' -e 's/ )/)/g'; }
+sed -n '/^```c$/,/^```$/p' "$src"/docs/man/*.3.md | flat >"$tmp/protos"
+for s in $syms; do
+	want=$(awk -v s="$s" '
+		!on && /^[a-z]/ && index($0, " " s "(") + index($0, "*" s "(") { on = 1 }
+		on { print; if (/;[[:space:]]*$/) exit }' "$src/include/ringrdma.h" | flat)
+	ok=0
+	[ -n "$want" ] && grep -qF -- "$want" "$tmp/protos" && ok=1
+	result $ok "$s: SYNOPSIS prototype matches ringrdma.h" "header: ${want:-(not found)}"
+done
+
 # --- every type, callback, enum and macro of the header is on a page ----------
 hdr=$src/include/ringrdma.h
 types=$(sed -n -e 's/^typedef struct \(rr_[a-z0-9_]*\) rr_[a-z0-9_]*;.*/\1/p' \

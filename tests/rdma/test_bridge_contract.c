@@ -275,9 +275,9 @@ static void chain_around_rr_calls(bool builtin, bool full_sq)
 	memset(&L, 0, sizeof(L));
 	cr_assert_eq(full_sq ? io_uring_queue_init(8, &L.ring, 0) : rr_test_ring_init(&L.ring, 64),
 		     0);
-	cr_assert_eq(rr_bridge_create(&L.b, &L.ring, &bo), 0);
-	cr_assert_eq(rr_listen(L.b, addr, 0, NULL, chain_accept, NULL, &L.l), 0);
-	cr_assert_eq(rr_connect(L.b, addr, rr_listener_port(L.l), NULL, chain_connect, &L.first),
+	cr_assert_eq(rr_bridge_create(&L.b, &L.ring, &bo, sizeof(bo)), 0);
+	cr_assert_eq(rr_listen(L.b, addr, 0, NULL, 0, chain_accept, NULL, &L.l), 0);
+	cr_assert_eq(rr_connect(L.b, addr, rr_listener_port(L.l), NULL, 0, chain_connect, &L.first),
 		     0);
 	cr_assert_eq(run_loop(builtin, first_up, 20000), 0, "first connection");
 	cr_assert_eq(L.status[0], 0);
@@ -296,7 +296,7 @@ static void chain_around_rr_calls(bool builtin, bool full_sq)
 	io_uring_sqe_set_data64(sqe, UD_A);
 	sqe->flags |= IOSQE_IO_LINK;
 	o.data = &L; /* marks the second connection */
-	cr_assert_eq(rr_connect(L.b, addr, rr_listener_port(L.l), &o, chain_connect, &L.second), 0);
+	cr_assert_eq(rr_connect(L.b, addr, rr_listener_port(L.l), &o, sizeof(o), chain_connect, &L.second), 0);
 	cr_assert_eq(rr_cq_set_mode(rr_ep_cq(L.first), RR_WAIT_BUSY, 0), 0);
 	sqe = io_uring_get_sqe(&L.ring);
 	cr_assert_not_null(sqe);
@@ -314,7 +314,7 @@ static void chain_around_rr_calls(bool builtin, bool full_sq)
 	if (full_sq && builtin) { /* an own loop submits first, making room */
 		struct rr_bridge_stats st;
 
-		rr_bridge_get_stats(L.b, &st);
+		rr_bridge_get_stats(L.b, &st, sizeof(st));
 		cr_expect_gt(st.sq_full, 0, "the bridge never found the SQ full: not tested");
 	}
 	cr_expect(L.connects[1] == 1 && L.status[1] == 0,
@@ -396,9 +396,9 @@ static void defer_taskrun_loop(enum rr_wait_mode mode, int timeout_ms)
 	rc = io_uring_queue_init(64, &ring,
 				 IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN);
 	cr_assert_eq(rc, 0, "DEFER_TASKRUN ring: %s", strerror(-rc));
-	cr_assert_eq(rr_bridge_create(&b, &ring, &bo), 0);
+	cr_assert_eq(rr_bridge_create(&b, &ring, &bo, sizeof(bo)), 0);
 	if (mode != RR_WAIT_EVENT)
-		cr_assert_eq(rr_cq_create(b, NULL, ctx, &co, &cq), 0);
+		cr_assert_eq(rr_cq_create(b, NULL, ctx, &co, sizeof(co), &cq), 0);
 	/* A switch to hybrid starts a spin window at once. */
 	if (mode == RR_WAIT_HYBRID)
 		cr_assert_eq(rr_cq_set_mode(cq, RR_WAIT_HYBRID, 0), 0);

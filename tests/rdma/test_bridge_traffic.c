@@ -148,7 +148,7 @@ static void run(uint32_t total, uint32_t qd, int use_imm, enum rr_wait_mode mode
 	if (rc) {
 		struct rr_bridge_stats st;
 
-		rr_bridge_get_stats(t.p.b, &st);
+		rr_bridge_get_stats(t.p.b, &st, sizeof(st));
 		uint32_t before = t.recv_done;
 		rr_cq_set_mode(rr_ep_cq(t.p.cli.ep), RR_WAIT_BUSY, 0);
 		rr_cq_set_mode(rr_ep_cq(t.p.srv.ep), RR_WAIT_BUSY, 0);

@@ -290,7 +290,7 @@ static void make_raw_cq(void)
 	struct ibv_qp_attr init = {.qp_state = IBV_QPS_INIT, .port_num = 1};
 	struct ibv_qp_attr err = {.qp_state = IBV_QPS_ERR};
 
-	cr_assert_eq(rr_cq_create(D.b, NULL, rr_ep_cm_id(D.cli)->verbs, &co, &D.cq), 0);
+	cr_assert_eq(rr_cq_create(D.b, NULL, rr_ep_cm_id(D.cli)->verbs, &co, sizeof(co), &D.cq), 0);
 	qa.send_cq = qa.recv_cq = rr_cq_ibv(D.cq);
 	D.qp = ibv_create_qp(rr_ep_pd(D.cli), &qa);
 	cr_assert_not_null(D.qp, "ibv_create_qp: %s", strerror(errno));
@@ -365,8 +365,8 @@ static void fresh_connection(void)
 	rr_ep *c;
 	int rc;
 
-	cr_assert_eq(rr_listen(D.b, D.addr, 0, &o, fresh_accept, &f, &l), 0);
-	cr_assert_eq(rr_connect(D.b, D.addr, rr_listener_port(l), &o, fresh_connect, &c), 0);
+	cr_assert_eq(rr_listen(D.b, D.addr, 0, &o, sizeof(o), fresh_accept, &f, &l), 0);
+	cr_assert_eq(rr_connect(D.b, D.addr, rr_listener_port(l), &o, sizeof(o), fresh_connect, &c), 0);
 	rc = bp_run_pred(D.b, fresh_up, &f, 20000);
 	cr_assert(rc == 0 && f.status == 0 && f.srv,
 		  "after the case a fresh connection on the bridge failed: connect %s (status %d), "
@@ -446,12 +446,12 @@ static void run_case(enum where where, enum what what)
 	D.t_cq.name = "raw CQ";
 	D.t_bridge.name = "bridge";
 	cr_assert_eq(rr_test_ring_init(&D.ring, 64), 0);
-	cr_assert_eq(rr_bridge_create(&D.b, &D.ring, &bo), 0);
-	cr_assert_eq(rr_listen(D.b, D.addr, 0, &so, on_accept, &D.t_lis, &D.l), 0);
+	cr_assert_eq(rr_bridge_create(&D.b, &D.ring, &bo, sizeof(bo)), 0);
+	cr_assert_eq(rr_listen(D.b, D.addr, 0, &so, sizeof(so), on_accept, &D.t_lis, &D.l), 0);
 	cr_assert_eq(rr_listener_reg_mr(D.l, D.buf, sizeof(D.buf), 0, &D.mr), 0);
 	/* Port 9: nobody listens there, the connect is refused. */
 	port = where == W_CONNECT_FAIL ? 9 : rr_listener_port(D.l);
-	cr_assert_eq(rr_connect(D.b, D.addr, port, &co, cli_connect, &D.cli), 0);
+	cr_assert_eq(rr_connect(D.b, D.addr, port, &co, sizeof(co), cli_connect, &D.cli), 0);
 
 	if (where > W_ACCEPT) {
 		/* The trigger comes later: first an established pair. */

@@ -135,7 +135,7 @@ Test(signalling, every_send_once_in_order_with_fewer_completions)
 	for (int i = 0; i < MSGS; i++)
 		cr_assert_eq(R.status[i], 0);
 	cr_assert_eq(rr_ep_outstanding(p.cli.ep), 0, "requests left outstanding");
-	rr_bridge_get_stats(p.b, &st);
+	rr_bridge_get_stats(p.b, &st, sizeof(st));
 	/* The server's receives plus one send completion in eight: far fewer
 	 * than one per send. */
 	cr_assert_leq(st.wcs, MSGS + MSGS / 8, "%llu work completions", (unsigned long long)st.wcs);

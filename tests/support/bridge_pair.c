@@ -130,16 +130,16 @@ int bp_open2(struct bridge_pair *p, const char *addr, const struct rr_ep_opts *s
 	rc = rr_test_ring_init(&p->ring, 256);
 	if (rc)
 		return rc;
-	rc = rr_bridge_create(&p->b, &p->ring, rr_test_bridge_opts());
+	rc = rr_bridge_create(&p->b, &p->ring, rr_test_bridge_opts(), sizeof(struct rr_bridge_opts));
 	if (rc)
 		return rc;
-	rc = rr_listen(p->b, addr, 0, &o, on_accept, p, &p->l);
+	rc = rr_listen(p->b, addr, 0, &o, sizeof(o), on_accept, p, &p->l);
 	if (rc)
 		return rc;
 	o = cli_opts ? *cli_opts : (struct rr_ep_opts){0};
 	o.data = &p->cli;
 	o.on_disconnect = on_down;
-	rc = rr_connect(p->b, addr, rr_listener_port(p->l), &o, on_connect, &p->cli.ep);
+	rc = rr_connect(p->b, addr, rr_listener_port(p->l), &o, sizeof(o), on_connect, &p->cli.ep);
 	if (rc)
 		return rc;
 	rc = bp_run_pred(p->b, both_up, p, 20000);

@@ -94,11 +94,11 @@ static void setup_on(struct fixture *f, const struct rr_bridge_opts *o, enum rr_
 	if (!opts.on_app_cqe)
 		opts.on_app_cqe = on_app;
 	init_ring(&f->ring, 64);
-	cr_assert_eq(rr_bridge_create(&f->b, &f->ring, &opts), 0);
+	cr_assert_eq(rr_bridge_create(&f->b, &f->ring, &opts, sizeof(opts)), 0);
 	cr_assert_eq(rr_channel_create(f->b, ctx, &f->ch), 0);
 	for (int i = 0; i < 2; i++) {
 		co.data = (void *)(uintptr_t)i;
-		cr_assert_eq(rr_cq_create(f->b, f->ch, ctx, &co, &f->cq[i]), 0);
+		cr_assert_eq(rr_cq_create(f->b, f->ch, ctx, &co, sizeof(co), &f->cq[i]), 0);
 	}
 }
 
@@ -166,7 +166,7 @@ Test(poll, rearmed_after_cqe_without_more)
 	io_uring_prep_poll_remove(sqe, channel_ud(&f));
 	io_uring_sqe_set_data64(sqe, 42);
 	pass(&f, 3);
-	rr_bridge_get_stats(f.b, &st);
+	rr_bridge_get_stats(f.b, &st, sizeof(st));
 	cr_assert_geq(st.rearms, 1, "poll not re-armed");
 	fake_complete(fcq(&f, 0), 1, 2);
 	pass(&f, 3);
@@ -191,7 +191,7 @@ Test(poll, singleshot_rearms_every_time)
 		fake_complete(fcq(&f, i % 2), 1, (uint64_t)i);
 		pass(&f, 2);
 	}
-	rr_bridge_get_stats(f.b, &st);
+	rr_bridge_get_stats(f.b, &st, sizeof(st));
 	cr_assert_eq(L.wcs[0] + L.wcs[1], 5);
 	cr_assert_geq(st.rearms, 5);
 	teardown_fx(&f);
@@ -240,7 +240,7 @@ static void hung_up_fd_case(unsigned int flags)
 	cr_assert_eq(pipe2(p, O_NONBLOCK | O_CLOEXEC), 0);
 	cr_assert_eq(rr__poll_add(&f.b->ring, p[0], dead_ready, (void *)(intptr_t)p[0], &slot), 0);
 	pass(&f, 2);
-	rr_bridge_get_stats(f.b, &st0);
+	rr_bridge_get_stats(f.b, &st0, sizeof(st0));
 	close(p[1]);
 	/* A generous watchdog: it takes about RR__MAX_ARM_ERRORS passes. A
 	 * pass that spins returns at once, one that idles after 50 ms. */
@@ -248,13 +248,13 @@ static void hung_up_fd_case(unsigned int flags)
 		cr_assert_geq(rr_bridge_run_once(f.b, 50), 0);
 		passes++;
 	}
-	rr_bridge_get_stats(f.b, &st);
+	rr_bridge_get_stats(f.b, &st, sizeof(st));
 	cr_assert_eq(dead.lost, 1, "not given up after %u passes: %llu re-arms, %u handler calls",
 		     passes, (unsigned long long)(st.rearms - st0.rearms), dead.calls);
 	cr_assert_eq(dead.last, -EPIPE);
 	cr_assert_eq(dead.calls, 0, "POLLHUP without POLLIN reached the handler");
 	pass(&f, 5);
-	rr_bridge_get_stats(f.b, &st);
+	rr_bridge_get_stats(f.b, &st, sizeof(st));
 	cr_assert_eq(dead.lost, 1, "the owner was told twice");
 	cr_assert_eq(dead.calls, 0);
 	cr_assert_eq(st.poll_failures - st0.poll_failures, 1);
@@ -302,7 +302,7 @@ Test(poll, only_consecutive_failures_give_a_poll_up)
 		cqe.res = POLLIN;
 		cr_assert_eq(rr_bridge_handle_cqe(f.b, &cqe), 1);
 	}
-	rr_bridge_get_stats(f.b, &st);
+	rr_bridge_get_stats(f.b, &st, sizeof(st));
 	cr_assert_eq(dead.lost, 0, "given up after failures that were not consecutive");
 	cr_assert_eq(dead.calls, 3);
 	cr_assert_eq(st.poll_failures, 0);
@@ -310,7 +310,7 @@ Test(poll, only_consecutive_failures_give_a_poll_up)
 		cqe.res = i ? POLLERR : POLLIN | POLLHUP;
 		cr_assert_eq(rr_bridge_handle_cqe(f.b, &cqe), 1);
 	}
-	rr_bridge_get_stats(f.b, &st);
+	rr_bridge_get_stats(f.b, &st, sizeof(st));
 	cr_assert_eq(dead.calls, 4, "the data that came with POLLHUP was not handed out");
 	cr_assert_eq(dead.lost, 1);
 	cr_assert_eq(dead.last, -EIO);
@@ -344,7 +344,7 @@ static void hung_up_channel_case(unsigned int flags)
 	reads0 = fake_event_reads;
 	for (int i = 0; i < 60 && !f.ch->deaf; i++)
 		cr_assert_geq(rr_bridge_run_once(f.b, 50), 0);
-	rr_bridge_get_stats(f.b, &st);
+	rr_bridge_get_stats(f.b, &st, sizeof(st));
 	cr_assert(f.ch->deaf, "the hung-up channel's poll was not given up: %llu re-arms",
 		  (unsigned long long)st.rearms);
 	cr_assert_eq(st.poll_failures, 1);
@@ -480,7 +480,7 @@ Test(dispatch, broken_channel_is_polled_around_not_spun_on)
 	pass(&f, 20);
 	cr_assert_leq(fake_event_reads - reads0, 2, "%u reads of a broken channel",
 		      fake_event_reads - reads0);
-	rr_bridge_get_stats(f.b, &st);
+	rr_bridge_get_stats(f.b, &st, sizeof(st));
 	cr_assert_eq(st.poll_failures, 1);
 	fake_complete(fcq(&f, 1), 1, 2);
 	pass_until(&f, &L.wcs[1], 1);
@@ -615,7 +615,7 @@ static int budget_case(bool embedded)
 		if (L.who[i] == 'A')
 			last_a = i + 1;
 	}
-	rr_bridge_get_stats(f.b, &st);
+	rr_bridge_get_stats(f.b, &st, sizeof(st));
 	cr_assert_eq(L.wcs[0], 1000, "busy CQ: %u of 1000", L.wcs[0]);
 	cr_assert_eq(L.wcs[1], 1);
 	cr_assert(first_b && first_b < last_a, "the quiet CQ waited for the busy one");
@@ -765,10 +765,10 @@ static unsigned int rounds_spun(struct fixture *f, unsigned int rounds)
 		fake_complete(fcq(f, 0), 1, 1000 + i);
 		pass_until(f, &L.wcs[0], want);
 		cr_assert_eq(L.wcs[0], want);
-		rr_bridge_get_stats(f->b, &a);
+		rr_bridge_get_stats(f->b, &a, sizeof(a));
 		passes_until_armed(f, arms0, 1u << 20);
 		cr_assert_gt(fcq(f, 0)->arms, arms0, "never armed again");
-		rr_bridge_get_stats(f->b, &b);
+		rr_bridge_get_stats(f->b, &b, sizeof(b));
 		/* A skipped window is the empty poll that opens it and the
 		 * one after the arm; a window spins at least one more, however
 		 * slow the passes. */
@@ -797,9 +797,9 @@ Test(modes, adaptive_backs_off_when_gaps_outlast_the_window)
 	for (unsigned int i = 0; i < 1u << 20; i++) {
 		struct rr_bridge_stats a, b;
 
-		rr_bridge_get_stats(f.b, &a);
+		rr_bridge_get_stats(f.b, &a, sizeof(a));
 		pass(&f, 1);
-		rr_bridge_get_stats(f.b, &b);
+		rr_bridge_get_stats(f.b, &b, sizeof(b));
 		if (a.empty_polls == b.empty_polls)
 			break;
 	}
@@ -858,7 +858,7 @@ Test(dispatch, cq_destroyed_from_its_callback)
 	struct rr_cq_opts co = {.on_wc = destroy_self};
 
 	setup_fx(&f, NULL, RR_WAIT_EVENT);
-	cr_assert_eq(rr_cq_create(f.b, f.ch, &fake_ctx, &co, &victim_cq), 0);
+	cr_assert_eq(rr_cq_create(f.b, f.ch, &fake_ctx, &co, sizeof(co), &victim_cq), 0);
 	fake_complete(fake_cq_of(rr_cq_ibv(victim_cq)), 5, 0);
 	pass(&f, 2);
 	cr_assert_eq(L.wcs[0], 1, "work completions handed out after destroy");
@@ -900,7 +900,7 @@ Test(loop, run_once_times_out_and_reports_orphans)
 	struct io_uring_sqe *sqe;
 
 	init_ring(&ring, 8);
-	cr_assert_eq(rr_bridge_create(&b, &ring, NULL), 0);
+	cr_assert_eq(rr_bridge_create(&b, &ring, NULL, 0), 0);
 	cr_assert_eq(rr_bridge_run_once(b, 10), 0);
 	sqe = io_uring_get_sqe(&ring);
 	io_uring_prep_nop(sqe);
@@ -973,7 +973,7 @@ Test(teardown, destroy_without_app_callback_does_not_eat_app_cqes)
 	rr_bridge *b;
 
 	init_ring(&ring, 8);
-	cr_assert_eq(rr_bridge_create(&b, &ring, NULL), 0);
+	cr_assert_eq(rr_bridge_create(&b, &ring, NULL, 0), 0);
 	cr_assert_eq(rr_channel_create(b, &fake_ctx, &ch), 0);
 	io_uring_submit(&ring);
 	sqe = io_uring_get_sqe(&ring);
@@ -1012,16 +1012,16 @@ Test(teardown, cancel_of_a_firing_poll_is_asked_again)
 		cr_skip_test("kernel without IORING_SETUP_DEFER_TASKRUN");
 	cr_assert_eq(rc, 0);
 	memset(&L, 0, sizeof(L));
-	cr_assert_eq(rr_bridge_create(&b, &ring, NULL), 0);
+	cr_assert_eq(rr_bridge_create(&b, &ring, NULL, 0), 0);
 	cr_assert_eq(rr_channel_create(b, &fake_ctx, &ch), 0);
-	cr_assert_eq(rr_cq_create(b, ch, &fake_ctx, &co, &cq), 0);
+	cr_assert_eq(rr_cq_create(b, ch, &fake_ctx, &co, sizeof(co), &cq), 0);
 	cr_assert_geq(rr_bridge_run_once(b, 0), 0); /* the poll is in the kernel */
 	fake_complete(fake_cq_of(rr_cq_ibv(cq)), 1, 1); /* fires; task work waits */
 	cr_assert_eq(rr_cq_destroy(cq), 0);
 	cr_assert_eq(rr_channel_destroy(ch), 0);
 	for (int i = 0; i < 100 && b->ring.live_slots; i++)
 		cr_assert_geq(rr_bridge_run_once(b, 10), 0);
-	rr_bridge_get_stats(b, &st);
+	rr_bridge_get_stats(b, &st, sizeof(st));
 	cr_assert_eq(b->ring.live_slots, 0, "the channel's poll ended");
 	cr_assert_geq(st.cancel_retries, 1, "the cancel met a firing poll and was asked again");
 	cr_assert_eq(rr_bridge_destroy(b), 0);
@@ -1052,7 +1052,7 @@ Test(ring_read, events_arrive_in_cqes_without_a_read)
 	cr_assert_eq(L.n, 40);
 	for (unsigned int i = 0; i < 40; i++)
 		cr_assert_eq(L.id[i], i, "completion %u out of order", i);
-	rr_bridge_get_stats(f.b, &st);
+	rr_bridge_get_stats(f.b, &st, sizeof(st));
 	cr_assert_eq(st.cq_events, fcq(&f, 0)->events + fcq(&f, 1)->events);
 	if (sqpoll())
 		cr_assert_gt(fake_event_reads - reads0, 0, "SQPOLL rings read with read(2)");
@@ -1147,7 +1147,7 @@ Test(ring_read, a_channel_that_ends_is_polled_around)
 	fake_complete(fcq(&f, 0), 1, 5);
 	pass_until(&f, &L.wcs[0], 1);
 	cr_assert_eq(L.wcs[0], 1, "a CQ of the ended channel went deaf");
-	rr_bridge_get_stats(f.b, &st);
+	rr_bridge_get_stats(f.b, &st, sizeof(st));
 	cr_assert_geq(st.poll_failures, 1);
 	teardown_fx(&f);
 }
@@ -1193,9 +1193,9 @@ Test(shared_cq, a_qp_leaving_mid_batch_takes_its_completions_in_order)
 
 	memset(&T, 0, sizeof(T));
 	init_ring(&ring, 64);
-	cr_assert_eq(rr_bridge_create(&b, &ring, &o), 0);
+	cr_assert_eq(rr_bridge_create(&b, &ring, &o, sizeof(o)), 0);
 	cr_assert_eq(rr_channel_create(b, &fake_ctx, &ch), 0);
-	cr_assert_eq(rr_cq_create(b, ch, &fake_ctx, &co, &T.cq), 0);
+	cr_assert_eq(rr_cq_create(b, ch, &fake_ctx, &co, sizeof(co), &T.cq), 0);
 	cr_assert_geq(rr_bridge_run_once(b, 0), 0);
 	fake_complete(fake_cq_of(rr_cq_ibv(T.cq)), 1, QP_X | 1);
 	fake_complete(fake_cq_of(rr_cq_ibv(T.cq)), 3, QP_A | 1);

@@ -44,9 +44,9 @@ static rr_bridge *open_one(struct io_uring *ring, unsigned int entries, unsigned
 	rr_bridge *b;
 
 	init_ring(ring, entries, flags);
-	cr_assert_eq(rr_bridge_create(&b, ring, o), 0);
+	cr_assert_eq(rr_bridge_create(&b, ring, o, sizeof(struct rr_bridge_opts)), 0);
 	cr_assert_eq(rr_channel_create(b, &fake_ctx, &ch), 0);
-	cr_assert_eq(rr_cq_create(b, ch, &fake_ctx, co, cq), 0);
+	cr_assert_eq(rr_cq_create(b, ch, &fake_ctx, co, sizeof(struct rr_cq_opts), cq), 0);
 	return b;
 }
 
@@ -73,9 +73,9 @@ Test(device, fatal_event_whose_callback_drops_the_last_user)
 
 	cr_assert_eq(fake_async_open(), 0);
 	init_ring(&ring, 32, 0);
-	cr_assert_eq(rr_bridge_create(&b, &ring, &o), 0);
+	cr_assert_eq(rr_bridge_create(&b, &ring, &o, sizeof(o)), 0);
 	/* NULL channel: the CQ is the device's only user. */
-	cr_assert_eq(rr_cq_create(b, NULL, &fake_ctx, &co, &victim), 0);
+	cr_assert_eq(rr_cq_create(b, NULL, &fake_ctx, &co, sizeof(co), &victim), 0);
 	cr_assert_eq(fake_pds_live, 1);
 	/* The device keeps reading events after the callback (ASan/valgrind
 	 * catch a device freed under it). */
@@ -120,10 +120,10 @@ Test(device, a_group_hears_the_events_another_bridge_read)
 	cr_assert_eq(fake_async_open(), 0);
 	init_ring(&ra, 32, 0);
 	init_ring(&rb, 32, 0);
-	cr_assert_eq(rr_bridge_create(&a, &ra, &oa), 0);
-	cr_assert_eq(rr_bridge_create(&b, &rb, &ob), 0);
-	cr_assert_eq(rr_cq_create(a, NULL, &fake_ctx, &co, &ca), 0);
-	cr_assert_eq(rr_cq_create(b, NULL, &fake_ctx, &co, &cb), 0);
+	cr_assert_eq(rr_bridge_create(&a, &ra, &oa, sizeof(oa)), 0);
+	cr_assert_eq(rr_bridge_create(&b, &rb, &ob, sizeof(ob)), 0);
+	cr_assert_eq(rr_cq_create(a, NULL, &fake_ctx, &co, sizeof(co), &ca), 0);
+	cr_assert_eq(rr_cq_create(b, NULL, &fake_ctx, &co, sizeof(co), &cb), 0);
 	cr_assert_eq(fake_pds_live, 1, "one PD per device for the process");
 	cr_assert_geq(rr_bridge_run_once(b, 0), 0); /* b's polls reach the kernel */
 	for (int i = 0; i < 3; i++)
@@ -165,10 +165,10 @@ Test(loop, defer_taskrun_ring_with_a_busy_cq_still_hears_channels)
 
 	wcs = 0;
 	init_ring(&ring, 32, IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN);
-	cr_assert_eq(rr_bridge_create(&b, &ring, NULL), 0);
+	cr_assert_eq(rr_bridge_create(&b, &ring, NULL, 0), 0);
 	cr_assert_eq(rr_channel_create(b, &fake_ctx, &ch), 0);
-	cr_assert_eq(rr_cq_create(b, ch, &fake_ctx, &busy, &cq_busy), 0);
-	cr_assert_eq(rr_cq_create(b, ch, &fake_ctx, &event, &cq_event), 0);
+	cr_assert_eq(rr_cq_create(b, ch, &fake_ctx, &busy, sizeof(busy), &cq_busy), 0);
+	cr_assert_eq(rr_cq_create(b, ch, &fake_ctx, &event, sizeof(event), &cq_event), 0);
 	for (int i = 0; i < 5; i++)
 		cr_assert_geq(rr_bridge_run_once(b, 0), 0);
 	/* The event CQ is armed: this raises an event on the channel. */
@@ -197,10 +197,10 @@ static void quiet_enters_case(unsigned int flags, unsigned int most)
 
 	wcs = 0;
 	init_ring(&ring, 32, flags);
-	cr_assert_eq(rr_bridge_create(&b, &ring, NULL), 0);
+	cr_assert_eq(rr_bridge_create(&b, &ring, NULL, 0), 0);
 	cr_assert_eq(rr_channel_create(b, &fake_ctx, &ch), 0);
-	cr_assert_eq(rr_cq_create(b, ch, &fake_ctx, &busy, &cq_busy), 0);
-	cr_assert_eq(rr_cq_create(b, ch, &fake_ctx, &event, &cq_event), 0);
+	cr_assert_eq(rr_cq_create(b, ch, &fake_ctx, &busy, sizeof(busy), &cq_busy), 0);
+	cr_assert_eq(rr_cq_create(b, ch, &fake_ctx, &event, sizeof(event), &cq_event), 0);
 	for (int i = 0; i < 5; i++)
 		cr_assert_geq(rr_bridge_run_once(b, 0), 0);
 	enters = fake_get_events;
@@ -278,7 +278,7 @@ static void sq_full_case(unsigned int flags)
 			cr_assert_geq(rr_bridge_run_once(b, 10), 0);
 		cr_assert_eq(wcs, round, "round %u: the channel went deaf", round);
 	}
-	rr_bridge_get_stats(b, &st);
+	rr_bridge_get_stats(b, &st, sizeof(st));
 	cr_assert_gt(st.sq_full, 0, "the SQ was never full: the test did not test");
 	cr_assert_eq(rr_bridge_destroy(b), 0);
 	io_uring_queue_exit(&ring);
@@ -304,7 +304,7 @@ Test(loop, app_cqe_without_callback_is_left_in_the_ring)
 	rr_bridge *b;
 
 	init_ring(&ring, 8, 0);
-	cr_assert_eq(rr_bridge_create(&b, &ring, NULL), 0);
+	cr_assert_eq(rr_bridge_create(&b, &ring, NULL, 0), 0);
 	sqe = io_uring_get_sqe(&ring);
 	io_uring_prep_nop(sqe);
 	io_uring_sqe_set_data64(sqe, 0x1234);
@@ -374,7 +374,7 @@ Test(create, iopoll_ring_is_refused)
 	rr_bridge *b = NULL;
 
 	init_ring(&ring, 8, IORING_SETUP_IOPOLL);
-	cr_assert_eq(rr_bridge_create(&b, &ring, NULL), -EINVAL);
+	cr_assert_eq(rr_bridge_create(&b, &ring, NULL, 0), -EINVAL);
 	cr_assert_null(b);
 	io_uring_queue_exit(&ring);
 }
@@ -406,7 +406,7 @@ Test(poll, channel_whose_poll_keeps_failing_is_surfaced_and_polled)
 	fake_complete(fake_cq_of(rr_cq_ibv(cq)), 2, 10); /* no event: the fd is gone */
 	for (int i = 0; i < 200 && wcs < 3; i++)
 		cr_assert_geq(rr_bridge_run_once(b, 10), 0);
-	rr_bridge_get_stats(b, &st);
+	rr_bridge_get_stats(b, &st, sizeof(st));
 	cr_assert_eq(st.poll_failures, 1, "the failing poll was not reported");
 	cr_assert_eq(wcs, 3, "the channel's CQ went deaf");
 	cr_assert_eq(rr_bridge_destroy(b), 0);
@@ -429,16 +429,16 @@ Test(contract, late_cqe_of_an_earlier_bridge_matches_nothing)
 	wcs = 0;
 	init_ring(&ring, 16, 0);
 	/* Catch the first bridge's first poll SQE as it goes out. */
-	cr_assert_eq(rr_bridge_create(&b, &ring, NULL), 0);
+	cr_assert_eq(rr_bridge_create(&b, &ring, NULL, 0), 0);
 	cr_assert_eq(rr_channel_create(b, &fake_ctx, &ch), 0);
 	sqe = &ring.sq.sqes[(ring.sq.sqe_tail - 1) & ring.sq.ring_mask];
 	cr_assert_eq(sqe->opcode, IORING_OP_POLL_ADD);
 	late.user_data = sqe->user_data;
 	cr_assert_eq(rr_bridge_destroy(b), 0);
 
-	cr_assert_eq(rr_bridge_create(&b, &ring, NULL), 0);
+	cr_assert_eq(rr_bridge_create(&b, &ring, NULL, 0), 0);
 	cr_assert_eq(rr_channel_create(b, &fake_ctx, &ch), 0);
-	cr_assert_eq(rr_cq_create(b, ch, &fake_ctx, &co, &cq), 0);
+	cr_assert_eq(rr_cq_create(b, ch, &fake_ctx, &co, sizeof(co), &cq), 0);
 	/* An event is pending: a CQE matched to this channel would hand the
 	 * completion out. */
 	fake_complete(fake_cq_of(rr_cq_ibv(cq)), 1, 1);
@@ -533,10 +533,10 @@ Test(destroy, channel_and_its_cqs_from_a_wc_of_the_channel)
 
 	wcs = 0;
 	init_ring(&ring, 16, 0);
-	cr_assert_eq(rr_bridge_create(&b, &ring, NULL), 0);
+	cr_assert_eq(rr_bridge_create(&b, &ring, NULL, 0), 0);
 	cr_assert_eq(rr_channel_create(b, &fake_ctx, &all_ch), 0);
-	cr_assert_eq(rr_cq_create(b, all_ch, &fake_ctx, &killer, &all_cqs[0]), 0);
-	cr_assert_eq(rr_cq_create(b, all_ch, &fake_ctx, &other, &all_cqs[1]), 0);
+	cr_assert_eq(rr_cq_create(b, all_ch, &fake_ctx, &killer, sizeof(killer), &all_cqs[0]), 0);
+	cr_assert_eq(rr_cq_create(b, all_ch, &fake_ctx, &other, sizeof(other), &all_cqs[1]), 0);
 	fake_complete(fake_cq_of(rr_cq_ibv(all_cqs[1])), 1, 1);
 	fake_complete(fake_cq_of(rr_cq_ibv(all_cqs[0])), 1, 2);
 	for (int i = 0; i < 200 && all_ch; i++)
@@ -564,10 +564,10 @@ Test(destroy, cqs_and_channels_from_wc_and_app_callbacks)
 	wcs = sibling_wcs_after = 0;
 	sibling_gone = false;
 	init_ring(&ring, 16, 0);
-	cr_assert_eq(rr_bridge_create(&b, &ring, &o), 0);
+	cr_assert_eq(rr_bridge_create(&b, &ring, &o, sizeof(o)), 0);
 	cr_assert_eq(rr_channel_create(b, &fake_ctx, &ch), 0);
-	cr_assert_eq(rr_cq_create(b, ch, &fake_ctx, &first, &cq), 0);
-	cr_assert_eq(rr_cq_create(b, ch, &fake_ctx, &second, &sibling), 0);
+	cr_assert_eq(rr_cq_create(b, ch, &fake_ctx, &first, sizeof(first), &cq), 0);
+	cr_assert_eq(rr_cq_create(b, ch, &fake_ctx, &second, sizeof(second), &sibling), 0);
 	/* Both fire in one drain: the sibling is queued when it dies. */
 	fake_complete(fake_cq_of(rr_cq_ibv(cq)), 1, 1);
 	fake_complete(fake_cq_of(rr_cq_ibv(sibling)), 4, 1);
@@ -577,7 +577,7 @@ Test(destroy, cqs_and_channels_from_wc_and_app_callbacks)
 	cr_assert(sibling_gone);
 	/* An application CQE whose callback destroys a CQ and its channel. */
 	cr_assert_eq(rr_channel_create(b, &fake_ctx, &mine_ch), 0);
-	cr_assert_eq(rr_cq_create(b, mine_ch, &fake_ctx, &second, &mine), 0);
+	cr_assert_eq(rr_cq_create(b, mine_ch, &fake_ctx, &second, sizeof(second), &mine), 0);
 	fake_complete(fake_cq_of(rr_cq_ibv(mine)), 2, 1);
 	sqe = io_uring_get_sqe(&ring);
 	io_uring_prep_nop(sqe);

@@ -230,15 +230,15 @@ static void open_bridges(unsigned int bflags)
 
 	for (int i = 0; i < 2; i++)
 		cr_assert_eq(io_uring_queue_init(64, &rings[i], 0), 0);
-	cr_assert_eq(rr_bridge_create(&srv, &rings[0], &o), 0);
-	cr_assert_eq(rr_bridge_create(&cli, &rings[1], &o), 0);
+	cr_assert_eq(rr_bridge_create(&srv, &rings[0], &o, sizeof(o)), 0);
+	cr_assert_eq(rr_bridge_create(&cli, &rings[1], &o, sizeof(o)), 0);
 }
 
 /* Listen on 127.0.0.1 (a device address: memory can be registered at
  * once) with @opts; one MR for both sides, which share the PD. */
 static void listen_on(const struct rr_ep_opts *opts, void *data)
 {
-	cr_assert_eq(rr_listen(srv, "127.0.0.1", 0, opts, on_accept, data, &L), 0);
+	cr_assert_eq(rr_listen(srv, "127.0.0.1", 0, opts, sizeof(struct rr_ep_opts), on_accept, data, &L), 0);
 	PORT = rr_listener_port(L);
 	cr_assert_neq(PORT, 0);
 	BUF = aligned_alloc(4096, (size_t)NSLOTS * SLOT);
@@ -281,7 +281,7 @@ static struct ep_state *connect_with(struct rr_ep_opts *o, int prepost)
 	o->on_qp_ready = on_qp_ready;
 	o->on_disconnect = on_disconnect;
 	o->data = st;
-	cr_assert_eq(rr_connect(cli, "127.0.0.1", PORT, o, on_connect, &st->ep), 0);
+	cr_assert_eq(rr_connect(cli, "127.0.0.1", PORT, o, sizeof(struct rr_ep_opts), on_connect, &st->ep), 0);
 	PUMP_UNTIL(st->connects);
 	cr_assert_eq(st->connect_status, 0, "connect: %s", strerror(-st->connect_status));
 	PUMP_UNTIL(all_accepts() > before);
@@ -411,7 +411,7 @@ Test(endpoint, reject_with_private_data)
 	setup_with(0, 0, 0);
 	rr_listener_set_on_request(L, refuse);
 	cr_assert_eq(rr_connect(cli, "127.0.0.1", PORT,
-				&(struct rr_ep_opts){.data = c, .on_disconnect = on_disconnect},
+				&(struct rr_ep_opts){.data = c, .on_disconnect = on_disconnect}, sizeof(struct rr_ep_opts),
 				on_connect, &c->ep),
 		     0);
 	PUMP_UNTIL(c->connects);
@@ -444,7 +444,7 @@ Test(endpoint, connect_to_a_port_nobody_listens_on_is_refused)
 	port = PORT;
 	cr_assert_eq(rr_listener_destroy(L), 0);
 	L = NULL;
-	cr_assert_eq(rr_connect(cli, "127.0.0.1", port, &(struct rr_ep_opts){.data = c}, on_connect,
+	cr_assert_eq(rr_connect(cli, "127.0.0.1", port, &(struct rr_ep_opts){.data = c}, sizeof(struct rr_ep_opts), on_connect,
 				&c->ep),
 		     0);
 	PUMP_UNTIL(c->connects);
@@ -930,7 +930,7 @@ Test(endpoint, bridge_destroy_with_everything_live)
 	cr_assert_eq(rr_ep_post_send(c[0]->ep, slot(0), 8, MR, req_cb, snd), 0);
 	/* A connect half way, too. */
 	cli_st[ncli].prepost = 0;
-	cr_assert_eq(rr_connect(cli, "127.0.0.1", PORT, &(struct rr_ep_opts){.data = &cli_st[ncli]},
+	cr_assert_eq(rr_connect(cli, "127.0.0.1", PORT, &(struct rr_ep_opts){.data = &cli_st[ncli]}, sizeof(struct rr_ep_opts),
 				on_connect, &cli_st[ncli].ep),
 		     0);
 	ncli++;
@@ -998,8 +998,8 @@ Test(endpoint, traffic_with_channels_read_through_the_ring)
 		cr_expect_eq(reqs[i].ep, s->ep);
 	}
 	st = fake_stats_get();
-	rr_bridge_get_stats(srv, &bs[0]);
-	rr_bridge_get_stats(cli, &bs[1]);
+	rr_bridge_get_stats(srv, &bs[0], sizeof(bs[0]));
+	rr_bridge_get_stats(cli, &bs[1], sizeof(bs[1]));
 	cr_expect_gt(bs[0].cq_events + bs[1].cq_events, 0);
 	if (fake_provider() == FAKE_MLX5) {
 		cr_expect_gt(fake_event_reads - reads0, 0,
@@ -1049,7 +1049,7 @@ Test(endpoint, device_unplug_ends_connections_without_spinning)
 	t0 = now_s();
 	while (now_s() - t0 < 0.2)
 		handled += rr_bridge_run_once(srv, 10) + rr_bridge_run_once(cli, 10);
-	rr_bridge_get_stats(srv, &bs);
+	rr_bridge_get_stats(srv, &bs, sizeof(bs));
 	cr_expect_lt(handled, 200, "%d CQEs in 200 ms on a dead device", handled);
 	cr_expect_lt(bs.async_events, 10);
 	teardown_all();
@@ -1233,7 +1233,7 @@ static int group_open(struct group *g)
 {
 	if (io_uring_queue_init(64, &g->ring, 0))
 		return -1;
-	if (rr_bridge_create(&g->b, &g->ring, &(struct rr_bridge_opts){.flags = RR_BRIDGE_GROUP})) {
+	if (rr_bridge_create(&g->b, &g->ring, &(struct rr_bridge_opts){.flags = RR_BRIDGE_GROUP}, sizeof(struct rr_bridge_opts))) {
 		io_uring_queue_exit(&g->ring);
 		return -1;
 	}
@@ -1293,7 +1293,7 @@ Test(endpoint, groups_place_and_serve_connections)
 		struct rr_ep_opts o = {.on_disconnect = on_disconnect, .data = &cli_st[i]};
 
 		c[i] = &cli_st[ncli++];
-		cr_assert_eq(rr_connect(cli, "127.0.0.1", PORT, &o, on_connect, &c[i]->ep), 0);
+		cr_assert_eq(rr_connect(cli, "127.0.0.1", PORT, &o, sizeof(o), on_connect, &c[i]->ep), 0);
 	}
 	for (int i = 0; i < NCONNS; i++) {
 		PUMP_UNTIL(c[i]->connects);
@@ -1352,7 +1352,7 @@ Test(endpoint, group_takes_a_request_after_the_listeners_bridge_is_gone)
 	group_manual(&G[0], true);
 	cr_assert_eq(rr_listener_add_group(L, G[0].b, g_accept, &G[0]), 0);
 	rr_listener_set_on_request(L, admit);
-	cr_assert_eq(rr_connect(cli, "127.0.0.1", PORT, &o, on_connect, &c->ep), 0);
+	cr_assert_eq(rr_connect(cli, "127.0.0.1", PORT, &o, sizeof(o), on_connect, &c->ep), 0);
 	/* Placed on the group as soon as the hook admitted it. */
 	PUMP_UNTIL(hook_calls == 1);
 	cr_assert_eq(rr_listener_destroy(L), 0);

@@ -18,15 +18,24 @@ Test(version, string_matches_header)
 	cr_assert_str_eq(rr_version(), RR_VERSION_STRING);
 }
 
-Test(version, check_accepts_own_and_older_minor)
+Test(version, check_accepts_own_and_older_minor_of_the_same_abi)
 {
 	cr_assert_eq(rr_version_check(RR_VERSION_MAJOR, RR_VERSION_MINOR), 0);
-	if (RR_VERSION_MINOR > 0)
-		cr_assert_eq(rr_version_check(RR_VERSION_MAJOR, RR_VERSION_MINOR - 1), 0);
+	/* libringrdma.so.1 began with 0.8.0. */
+	cr_assert_eq(rr_version_check(0, 8), 0);
+}
+
+/* Headers before 0.8 pass their structs without a size: a program built
+ * against one needs libringrdma.so.0, and this library must say so. */
+Test(version, check_rejects_headers_of_the_previous_abi)
+{
+	for (int minor = 0; minor < 8; minor++)
+		cr_assert_eq(rr_version_check(0, minor), -ENOTSUP, "0.%d", minor);
 }
 
 Test(version, check_rejects_other_major_and_newer_minor)
 {
 	cr_assert_eq(rr_version_check(RR_VERSION_MAJOR + 1, 0), -ENOTSUP);
 	cr_assert_eq(rr_version_check(RR_VERSION_MAJOR, RR_VERSION_MINOR + 1), -ENOTSUP);
+	cr_assert_eq(rr_version_check(-1, 9), -ENOTSUP);
 }

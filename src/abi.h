@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Structs that cross the ABI with their size, used by every public entry
+ * point that takes or fills an options or stats struct. The caller passes
+ * sizeof its struct as it was compiled; a struct only ever grows at its end,
+ * so a smaller caller has the older prefix and a larger caller has members
+ * this library does not know.
+ */
+#ifndef RR_ABI_H
+#define RR_ABI_H
+
+#include <errno.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "ringrdma.h"
+
+#define rr__offsetofend(type, member) (offsetof(type, member) + sizeof(((type *)0)->member))
+
+/* Each options struct as the first release of libringrdma.so.1 (0.8.0) had it:
+ * the smallest size a caller may pass. These never change. */
+#define RR__BRIDGE_OPTS_SIZE_0_8    rr__offsetofend(struct rr_bridge_opts, data)
+#define RR__CQ_OPTS_SIZE_0_8        rr__offsetofend(struct rr_cq_opts, data)
+#define RR__EP_OPTS_SIZE_0_8        rr__offsetofend(struct rr_ep_opts, flags)
+
+/*
+ * Copy a caller's options into @dst (@dst_size bytes, zeroed first so that
+ * members the caller does not have read as "default"). @src NULL: all
+ * defaults. A caller smaller than @min_size (the struct of the first
+ * release of this soname) did not use this ABI: -EINVAL. Members beyond
+ * ours must be zero, so that asking for a feature this library lacks is an
+ * error rather than silently ignored: -E2BIG, as the kernel's
+ * copy_struct_from_user() answers.
+ */
+static inline int rr__opts_in(void *dst, size_t dst_size, const void *src, size_t src_size,
+			      size_t min_size)
+{
+	const unsigned char *tail;
+
+	memset(dst, 0, dst_size);
+	if (!src)
+		return 0;
+	if (src_size < min_size)
+		return -EINVAL;
+	tail = (const unsigned char *)src + dst_size;
+	for (size_t i = dst_size; i < src_size; i++, tail++)
+		if (*tail)
+			return -E2BIG;
+	memcpy(dst, src, src_size < dst_size ? src_size : dst_size);
+	return 0;
+}
+
+/*
+ * Fill a caller's struct of @out_size bytes from ours: a smaller caller gets
+ * its prefix (counters are only ever added at the end, so any prefix is
+ * whole counters), a larger one zeroes where we have nothing.
+ */
+static inline int rr__stats_out(void *out, size_t out_size, const void *src, size_t src_size)
+{
+	if (!out)
+		return -EINVAL;
+	memset(out, 0, out_size);
+	memcpy(out, src, out_size < src_size ? out_size : src_size);
+	return 0;
+}
+
+#endif

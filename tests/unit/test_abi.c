@@ -1,0 +1,131 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Structs cross the ABI with their size: a caller built against another
+ * header than the library's gets what its size covers, never a read or a
+ * write past its struct (see "Structs" in ringrdma.h).
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include <ringrdma.h>
+
+#include "abi.h"
+
+static struct io_uring ring;
+
+static void ring_up(void)
+{
+	cr_assert_eq(io_uring_queue_init(8, &ring, 0), 0);
+}
+
+static void ring_down(void)
+{
+	io_uring_queue_exit(&ring);
+}
+
+TestSuite(abi, .init = ring_up, .fini = ring_down);
+
+/* A struct from a header newer than the library: ours, then members this
+ * library does not know. */
+struct newer_bridge_opts {
+	struct rr_bridge_opts known;
+	uint64_t unknown;
+};
+
+Test(abi, a_struct_older_than_the_soname_is_refused)
+{
+	struct rr_bridge_opts o = {.budget = 7};
+	struct rr_ep_opts eo = {0};
+	struct rr_cq_opts co = {0};
+	struct ibv_context *ctx = (struct ibv_context *)&co; /* never used */
+	rr_bridge *b = NULL;
+	rr_cq *cq = NULL;
+	rr_ep *ep = NULL;
+	rr_listener *l = NULL;
+
+	cr_expect_eq(rr_bridge_create(&b, &ring, &o, sizeof(o) - sizeof(void *)), -EINVAL);
+	cr_expect_eq(rr_bridge_create(&b, &ring, &o, 0), -EINVAL);
+	cr_assert_null(b);
+	cr_assert_eq(rr_bridge_create(&b, &ring, NULL, 0), 0);
+	cr_expect_eq(rr_cq_create(b, NULL, ctx, &co, sizeof(co) - 1, &cq), -EINVAL);
+	cr_expect_eq(rr_connect(b, "127.0.0.1", 1, &eo, sizeof(eo) - sizeof(int), NULL, &ep),
+		     -EINVAL);
+	cr_expect_eq(rr_listen(b, "127.0.0.1", 0, &eo, 4, NULL, NULL, &l), -EINVAL);
+	cr_expect_null(cq);
+	cr_expect_null(ep);
+	cr_expect_null(l);
+	cr_assert_eq(rr_bridge_destroy(b), 0);
+}
+
+Test(abi, a_newer_struct_is_taken_when_its_unknown_members_are_zero)
+{
+	struct newer_bridge_opts o = {.known = {.budget = 3}, .unknown = 0};
+	rr_bridge *b = NULL;
+
+	cr_assert_eq(rr_bridge_create(&b, &ring, &o.known, sizeof(o)), 0);
+	cr_assert_eq(rr_bridge_destroy(b), 0);
+}
+
+Test(abi, a_newer_struct_asking_for_more_is_refused)
+{
+	struct newer_bridge_opts o = {.known = {.budget = 3}, .unknown = 1};
+	struct {
+		struct rr_ep_opts known;
+		char unknown[3];
+	} eo = {.unknown = {0, 0, 1}};
+	rr_bridge *b = NULL;
+	rr_ep *ep = NULL;
+
+	cr_expect_eq(rr_bridge_create(&b, &ring, &o.known, sizeof(o)), -E2BIG);
+	cr_assert_null(b);
+	cr_assert_eq(rr_bridge_create(&b, &ring, NULL, 0), 0);
+	cr_expect_eq(rr_connect(b, "127.0.0.1", 1, &eo.known, sizeof(eo), NULL, &ep), -E2BIG);
+	cr_expect_null(ep);
+	cr_assert_eq(rr_bridge_destroy(b), 0);
+}
+
+Test(abi, stats_fill_exactly_the_callers_size)
+{
+	struct {
+		struct rr_bridge_stats known;
+		uint64_t unknown;
+	} big;
+	struct rr_bridge_stats st;
+	size_t head = offsetof(struct rr_bridge_stats, cm_events);
+	rr_bridge *b = NULL;
+
+	cr_assert_eq(rr_bridge_create(&b, &ring, NULL, 0), 0);
+	memset(&big, 0xff, sizeof(big));
+	cr_assert_eq(rr_bridge_get_stats(b, &big.known, sizeof(big)), 0);
+	cr_expect_eq(big.known.cqes, 0);
+	cr_expect_eq(big.unknown, 0, "a newer caller's extra counters read as zero");
+	memset(&st, 0xff, sizeof(st));
+	cr_assert_eq(rr_bridge_get_stats(b, &st, head), 0);
+	cr_expect_eq(st.kicks, 0);
+	cr_expect_eq(st.cm_events, UINT64_MAX, "written past the caller's size");
+	cr_expect_eq(rr_bridge_get_stats(b, NULL, sizeof(st)), -EINVAL);
+	cr_expect_eq(rr_bridge_get_stats(NULL, &st, sizeof(st)), -EINVAL);
+	cr_assert_eq(rr_bridge_destroy(b), 0);
+}
+
+/* What a later library does with this release's callers: members past
+ * their size take the default, and nothing past it is read. */
+Test(abi, members_past_an_older_callers_size_are_defaults)
+{
+	struct rr_ep_opts dst;
+	struct rr_ep_opts src;
+	size_t head = offsetof(struct rr_ep_opts, initiator_depth);
+
+	memset(&src, 0xab, sizeof(src));
+	cr_assert_eq(rr__opts_in(&dst, sizeof(dst), &src, head, head), 0);
+	cr_expect_eq(memcmp(&dst, &src, head), 0);
+	cr_expect_eq(dst.initiator_depth, 0);
+	cr_expect_eq(dst.flags, 0);
+	cr_expect_eq(dst.private_data, NULL);
+	cr_expect_eq(rr__opts_in(&dst, sizeof(dst), &src, head - 1, head), -EINVAL);
+	cr_expect_eq(rr__opts_in(&dst, sizeof(dst), NULL, 12345, head), 0);
+	cr_expect_eq(dst.max_send_wr, 0);
+}
