@@ -248,7 +248,8 @@ int main(int argc, char **argv)
 
 	rc = ring_init(&ring, &b, 0, sfd, &sig, sizeof(sig));
 	if (!rc)
-		rc = rr_listen(b, argv[1], (uint16_t)atoi(argv[2]), &ep_opts, sizeof(ep_opts), on_accept, NULL, &l);
+		rc = rr_listen(b, argv[1], (uint16_t)atoi(argv[2]), &ep_opts, sizeof(ep_opts),
+			       on_accept, NULL, &l);
 	if (!rc)
 		rc = rr_listener_reg_mr(l, bufs, threads * sizeof(*bufs), 0, &mr);
 	/* Requests are read in rr_bridge_run() only, so each finds every

@@ -212,7 +212,8 @@ int main(int argc, char **argv)
 	io_uring_prep_read(sqe, sfd, &sig, sizeof(sig), 0);
 	io_uring_sqe_set_data64(sqe, SIGNAL_READ);
 
-	rc = rr_listen(b, argv[1], (uint16_t)atoi(argv[2]), &ep_opts, sizeof(ep_opts), on_accept, NULL, &l);
+	rc = rr_listen(b, argv[1], (uint16_t)atoi(argv[2]), &ep_opts, sizeof(ep_opts), on_accept,
+		       NULL, &l);
 	if (rc)
 		return fail("rr_listen", rc);
 	/* Bound to ADDR, the listener knows its device: register up front. */

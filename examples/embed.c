@@ -169,8 +169,8 @@ int main(int argc, char **argv)
 	/* The whole of the embedding: a bridge on the application's ring... */
 	rc = rr_bridge_create(&app.b, &app.ring, &bridge_opts, sizeof(bridge_opts));
 	if (!rc)
-		rc = rr_connect(app.b, argv[1], (uint16_t)atoi(argv[2]), &opts, sizeof(opts), on_connect,
-				&app.ep);
+		rc = rr_connect(app.b, argv[1], (uint16_t)atoi(argv[2]), &opts, sizeof(opts),
+				on_connect, &app.ep);
 	if (rc) {
 		fail(&app, "rr_bridge_create/rr_connect", rc);
 		return 1;

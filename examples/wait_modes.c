@@ -178,7 +178,8 @@ int main(int argc, char **argv)
 	if (!rc)
 		rc = rr_bridge_create(&s.b, &ring, NULL, 0);
 	if (!rc)
-		rc = rr_connect(s.b, argv[1], (uint16_t)atoi(argv[2]), &opts, sizeof(opts), on_connect, &s.ep);
+		rc = rr_connect(s.b, argv[1], (uint16_t)atoi(argv[2]), &opts, sizeof(opts),
+				on_connect, &s.ep);
 	if (rc) {
 		fail(&s, "setup", rc);
 		return 1;

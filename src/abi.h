@@ -19,9 +19,9 @@
 
 /* Each options struct as the first release of libringrdma.so.1 (0.8.0) had it:
  * the smallest size a caller may pass. These never change. */
-#define RR__BRIDGE_OPTS_SIZE_0_8    rr__offsetofend(struct rr_bridge_opts, data)
-#define RR__CQ_OPTS_SIZE_0_8        rr__offsetofend(struct rr_cq_opts, data)
-#define RR__EP_OPTS_SIZE_0_8        rr__offsetofend(struct rr_ep_opts, flags)
+#define RR__BRIDGE_OPTS_SIZE_0_8 rr__offsetofend(struct rr_bridge_opts, data)
+#define RR__CQ_OPTS_SIZE_0_8	 rr__offsetofend(struct rr_cq_opts, data)
+#define RR__EP_OPTS_SIZE_0_8	 rr__offsetofend(struct rr_ep_opts, flags)
 
 /*
  * Copy a caller's options into @dst (@dst_size bytes, zeroed first so that

@@ -296,7 +296,9 @@ static void chain_around_rr_calls(bool builtin, bool full_sq)
 	io_uring_sqe_set_data64(sqe, UD_A);
 	sqe->flags |= IOSQE_IO_LINK;
 	o.data = &L; /* marks the second connection */
-	cr_assert_eq(rr_connect(L.b, addr, rr_listener_port(L.l), &o, sizeof(o), chain_connect, &L.second), 0);
+	cr_assert_eq(rr_connect(L.b, addr, rr_listener_port(L.l), &o, sizeof(o), chain_connect,
+				&L.second),
+		     0);
 	cr_assert_eq(rr_cq_set_mode(rr_ep_cq(L.first), RR_WAIT_BUSY, 0), 0);
 	sqe = io_uring_get_sqe(&L.ring);
 	cr_assert_not_null(sqe);

@@ -50,7 +50,9 @@ static void run_connect(const char *host, uint16_t port, struct conn_result *r, 
 	struct rr_ep_opts o = {.data = r, .connect_timeout_ms = 3000};
 
 	cr_assert_eq(rr_test_ring_init(&ring, 64), 0);
-	cr_assert_eq(rr_bridge_create(&b, &ring, rr_test_bridge_opts(), sizeof(struct rr_bridge_opts)), 0);
+	cr_assert_eq(
+		rr_bridge_create(&b, &ring, rr_test_bridge_opts(), sizeof(struct rr_bridge_opts)),
+		0);
 	*sync_rc = rr_connect(b, host, port, &o, sizeof(o), record_connect, &ep);
 	if (*sync_rc == 0) {
 		cr_assert_eq(bp_run_pred(b, called, r, wait_ms), 0, "no connect callback");
@@ -197,7 +199,8 @@ static int run_victim(const char *addr, int port_fd)
 	rr_listener *l;
 	uint16_t port;
 
-	if (rr_test_ring_init(&ring, 64) || rr_bridge_create(&b, &ring, rr_test_bridge_opts(), sizeof(struct rr_bridge_opts)) ||
+	if (rr_test_ring_init(&ring, 64) ||
+	    rr_bridge_create(&b, &ring, rr_test_bridge_opts(), sizeof(struct rr_bridge_opts)) ||
 	    rr_listen(b, addr, 0, NULL, 0, victim_accept, NULL, &l))
 		return 1;
 	port = rr_listener_port(l);
@@ -298,7 +301,9 @@ Test(faults, peer_killed_mid_stream)
 	close(pfd[1]);
 	cr_assert_eq(read(pfd[0], &port, sizeof(port)), (ssize_t)sizeof(port), "victim failed");
 	cr_assert_eq(rr_test_ring_init(&ring, 64), 0);
-	cr_assert_eq(rr_bridge_create(&b, &ring, rr_test_bridge_opts(), sizeof(struct rr_bridge_opts)), 0);
+	cr_assert_eq(
+		rr_bridge_create(&b, &ring, rr_test_bridge_opts(), sizeof(struct rr_bridge_opts)),
+		0);
 	cr_assert_eq(rr_connect(b, addr, port, &o, sizeof(o), on_stream_connect, &s.ep), 0);
 	cr_assert_eq(bp_run_pred(b, is_connected, &s, 20000), 0);
 	cr_assert_eq(s.connect_status, 0);
@@ -368,7 +373,9 @@ Test(faults, thousand_connect_abort_destroy_cycles, .timeout = 600)
 	long rss0 = 0;
 
 	cr_assert_eq(rr_test_ring_init(&ring, 128), 0);
-	cr_assert_eq(rr_bridge_create(&b, &ring, rr_test_bridge_opts(), sizeof(struct rr_bridge_opts)), 0);
+	cr_assert_eq(
+		rr_bridge_create(&b, &ring, rr_test_bridge_opts(), sizeof(struct rr_bridge_opts)),
+		0);
 	cr_assert_eq(rr_listen(b, addr, 0, &o, sizeof(o), cyc_accept, &c, &l), 0);
 	for (int i = 0; i < 1000; i++) {
 		rr_ep *ep;
@@ -379,7 +386,9 @@ Test(faults, thousand_connect_abort_destroy_cycles, .timeout = 600)
 		}
 		c.connect_calls = 0;
 		c.connected = 0;
-		cr_assert_eq(rr_connect(b, addr, rr_listener_port(l), &o, sizeof(o), cyc_connect, &ep), 0);
+		cr_assert_eq(
+			rr_connect(b, addr, rr_listener_port(l), &o, sizeof(o), cyc_connect, &ep),
+			0);
 		switch (i % 4) {
 		case 0: /* abort at once, mid address resolution */
 			break;
@@ -504,7 +513,8 @@ static void *pp_server(void *arg)
 	rr_listener *l;
 
 	if (rr_test_ring_init(&s->ring, 64) ||
-	    rr_bridge_create(&s->b, &s->ring, rr_test_bridge_opts(), sizeof(struct rr_bridge_opts)) ||
+	    rr_bridge_create(&s->b, &s->ring, rr_test_bridge_opts(),
+			     sizeof(struct rr_bridge_opts)) ||
 	    rr_listen(s->b, s->addr, 0, &o, sizeof(o), pp_accept, s, &l)) {
 		s->failed++;
 		l = NULL;
@@ -557,7 +567,9 @@ static void pingpong_two_threads(enum rr_wait_mode mode)
 		pthread_cond_wait(&cond, &lock);
 	pthread_mutex_unlock(&lock);
 	cr_assert_eq(rr_test_ring_init(&cli.ring, 64), 0);
-	cr_assert_eq(rr_bridge_create(&cli.b, &cli.ring, rr_test_bridge_opts(), sizeof(struct rr_bridge_opts)), 0);
+	cr_assert_eq(rr_bridge_create(&cli.b, &cli.ring, rr_test_bridge_opts(),
+				      sizeof(struct rr_bridge_opts)),
+		     0);
 	cr_assert_eq(rr_connect(cli.b, cli.addr, port, &o, sizeof(o), pp_connected, &cli.ep), 0);
 	/* A lost wake-up on either side stops the ping-pong for good. */
 	rc = bp_run_pred(cli.b, pp_done, &cli, 240000);
@@ -662,7 +674,9 @@ Test(faults, first_sends_meet_receives_and_precede_disconnect)
 
 	memset(&O, 0, sizeof(O));
 	cr_assert_eq(rr_test_ring_init(&ring, 64), 0);
-	cr_assert_eq(rr_bridge_create(&b, &ring, rr_test_bridge_opts(), sizeof(struct rr_bridge_opts)), 0);
+	cr_assert_eq(
+		rr_bridge_create(&b, &ring, rr_test_bridge_opts(), sizeof(struct rr_bridge_opts)),
+		0);
 	cr_assert_eq(rr_listen(b, addr, 0, &so, sizeof(so), o_accept, NULL, &l), 0);
 	/* Server memory exists before any client does. */
 	cr_assert_eq(rr_listener_reg_mr(l, O.srv_buf, sizeof(O.srv_buf), 0, &O.srv_mr), 0);
@@ -725,7 +739,9 @@ Test(faults, destroy_in_on_qp_ready_abandons_both_sides)
 
 	memset(&Q, 0, sizeof(Q));
 	cr_assert_eq(rr_test_ring_init(&ring, 64), 0);
-	cr_assert_eq(rr_bridge_create(&b, &ring, rr_test_bridge_opts(), sizeof(struct rr_bridge_opts)), 0);
+	cr_assert_eq(
+		rr_bridge_create(&b, &ring, rr_test_bridge_opts(), sizeof(struct rr_bridge_opts)),
+		0);
 	cr_assert_eq(rr_listen(b, addr, 0, &so, sizeof(so), q_accept, NULL, &l), 0);
 	/* Passive side abandons: the client hears a clear error. */
 	cr_assert_eq(rr_connect(b, addr, rr_listener_port(l), &co, sizeof(co), q_connect, &cli), 0);
@@ -738,7 +754,8 @@ Test(faults, destroy_in_on_qp_ready_abandons_both_sides)
 	/* Active side abandons: no on_connect at all, listener unaffected. */
 	Q.connects = 0;
 	co2.connect_timeout_ms = 5000;
-	cr_assert_eq(rr_connect(b, addr, rr_listener_port(l), &co2, sizeof(co2), q_connect, &cli2), 0);
+	cr_assert_eq(rr_connect(b, addr, rr_listener_port(l), &co2, sizeof(co2), q_connect, &cli2),
+		     0);
 	for (int i = 0; i < 200 && !Q.cli_ready; i++)
 		rr_bridge_run_once(b, 10);
 	cr_assert_eq(Q.cli_ready, 1);

@@ -215,8 +215,8 @@ static void connect_second(struct bridge_pair *p, const char *pdata, struct seco
 	int rc;
 
 	memset(s, 0, sizeof(*s));
-	rc = rr_connect(p->b, rr_test_require_rdma(), rr_listener_port(p->l), &o, sizeof(o), second_connected,
-			&s->ep);
+	rc = rr_connect(p->b, rr_test_require_rdma(), rr_listener_port(p->l), &o, sizeof(o),
+			second_connected, &s->ep);
 	cr_assert_eq(rc, 0, "rr_connect: %s", strerror(-rc));
 	cr_assert_eq(bp_run_until(p, &s->calls, 10000), 0, "no on_connect");
 }
@@ -273,7 +273,8 @@ Test(conn_params, private_data_too_long_is_refused)
 				second_connected, &ep),
 		     -EINVAL);
 	o.private_data_len = RR_PRIVATE_DATA_ACCEPT_MAX + 1;
-	cr_expect_eq(rr_listen(p.b, rr_test_require_rdma(), 0, &o, sizeof(o), no_accept, NULL, &l), -EINVAL);
+	cr_expect_eq(rr_listen(p.b, rr_test_require_rdma(), 0, &o, sizeof(o), no_accept, NULL, &l),
+		     -EINVAL);
 	o.private_data = NULL;
 	o.private_data_len = 1;
 	cr_expect_eq(rr_connect(p.b, rr_test_require_rdma(), rr_listener_port(p.l), &o, sizeof(o),

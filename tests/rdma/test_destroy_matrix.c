@@ -366,7 +366,8 @@ static void fresh_connection(void)
 	int rc;
 
 	cr_assert_eq(rr_listen(D.b, D.addr, 0, &o, sizeof(o), fresh_accept, &f, &l), 0);
-	cr_assert_eq(rr_connect(D.b, D.addr, rr_listener_port(l), &o, sizeof(o), fresh_connect, &c), 0);
+	cr_assert_eq(rr_connect(D.b, D.addr, rr_listener_port(l), &o, sizeof(o), fresh_connect, &c),
+		     0);
 	rc = bp_run_pred(D.b, fresh_up, &f, 20000);
 	cr_assert(rc == 0 && f.status == 0 && f.srv,
 		  "after the case a fresh connection on the bridge failed: connect %s (status %d), "

@@ -196,7 +196,8 @@ static void *group_main(void *arg)
 	/* Its own thread makes the ring: a SINGLE_ISSUER ring belongs to the
 	 * thread that created it. */
 	bo.flags |= g->bflags | rr_test_bridge_flags();
-	if (rr_test_ring_init(&g->ring, 256) || rr_bridge_create(&g->b, &g->ring, &bo, sizeof(bo))) {
+	if (rr_test_ring_init(&g->ring, 256) ||
+	    rr_bridge_create(&g->b, &g->ring, &bo, sizeof(bo))) {
 		atomic_store(&g->ready, -1);
 		return NULL;
 	}
@@ -389,7 +390,9 @@ static void clients_open(struct io_uring *ring, const char *addr, unsigned int n
 	C.c = calloc(n, sizeof(*C.c));
 	cr_assert_not_null(C.c);
 	cr_assert_eq(rr_test_ring_init(ring, 256), 0);
-	cr_assert_eq(rr_bridge_create(&C.b, ring, rr_test_bridge_opts(), sizeof(struct rr_bridge_opts)), 0);
+	cr_assert_eq(
+		rr_bridge_create(&C.b, ring, rr_test_bridge_opts(), sizeof(struct rr_bridge_opts)),
+		0);
 	for (unsigned int i = 0; i < n; i++) {
 		C.c[i].id = i;
 		o.data = &C.c[i];
@@ -602,7 +605,8 @@ Test(groups, churn_of_connects_and_aborts, .timeout = 600)
 		}
 		rr_ep_destroy(k->ep);
 		o.data = k;
-		rc = rr_connect(C.b, addr, rr_listener_port(S.l), &o, sizeof(o), cli_connected, &k->ep);
+		rc = rr_connect(C.b, addr, rr_listener_port(S.l), &o, sizeof(o), cli_connected,
+				&k->ep);
 		cr_assert_eq(rc, 0, "rr_connect: %s", strerror(-rc));
 		for (unsigned int p = 0; p < i % 13; p++) {
 			rr_bridge_run_once(S.b, 0);

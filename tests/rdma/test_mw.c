@@ -72,10 +72,11 @@ static void connect_extra(struct extra *x)
 	memset(x, 0, sizeof(*x));
 	if (!l2)
 		cr_assert_eq(
-			rr_listen(p.b, rr_test_require_rdma(), 0, NULL, 0, keep_accept, NULL, &l2), 0);
-	cr_assert_eq(
-		rr_connect(p.b, rr_test_require_rdma(), rr_listener_port(l2), &o, sizeof(o), extra_up, &x->ep),
-		0);
+			rr_listen(p.b, rr_test_require_rdma(), 0, NULL, 0, keep_accept, NULL, &l2),
+			0);
+	cr_assert_eq(rr_connect(p.b, rr_test_require_rdma(), rr_listener_port(l2), &o, sizeof(o),
+				extra_up, &x->ep),
+		     0);
 	cr_assert_eq(bp_run_until(&p, &x->calls, 10000), 0);
 	cr_assert_eq(x->status, 0, "extra client: %s", strerror(-x->status));
 	while (nkept == n)

@@ -130,7 +130,8 @@ int bp_open2(struct bridge_pair *p, const char *addr, const struct rr_ep_opts *s
 	rc = rr_test_ring_init(&p->ring, 256);
 	if (rc)
 		return rc;
-	rc = rr_bridge_create(&p->b, &p->ring, rr_test_bridge_opts(), sizeof(struct rr_bridge_opts));
+	rc = rr_bridge_create(&p->b, &p->ring, rr_test_bridge_opts(),
+			      sizeof(struct rr_bridge_opts));
 	if (rc)
 		return rc;
 	rc = rr_listen(p->b, addr, 0, &o, sizeof(o), on_accept, p, &p->l);

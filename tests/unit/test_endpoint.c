@@ -238,7 +238,9 @@ static void open_bridges(unsigned int bflags)
  * once) with @opts; one MR for both sides, which share the PD. */
 static void listen_on(const struct rr_ep_opts *opts, void *data)
 {
-	cr_assert_eq(rr_listen(srv, "127.0.0.1", 0, opts, sizeof(struct rr_ep_opts), on_accept, data, &L), 0);
+	cr_assert_eq(rr_listen(srv, "127.0.0.1", 0, opts, sizeof(struct rr_ep_opts), on_accept,
+			       data, &L),
+		     0);
 	PORT = rr_listener_port(L);
 	cr_assert_neq(PORT, 0);
 	BUF = aligned_alloc(4096, (size_t)NSLOTS * SLOT);
@@ -281,7 +283,9 @@ static struct ep_state *connect_with(struct rr_ep_opts *o, int prepost)
 	o->on_qp_ready = on_qp_ready;
 	o->on_disconnect = on_disconnect;
 	o->data = st;
-	cr_assert_eq(rr_connect(cli, "127.0.0.1", PORT, o, sizeof(struct rr_ep_opts), on_connect, &st->ep), 0);
+	cr_assert_eq(rr_connect(cli, "127.0.0.1", PORT, o, sizeof(struct rr_ep_opts), on_connect,
+				&st->ep),
+		     0);
 	PUMP_UNTIL(st->connects);
 	cr_assert_eq(st->connect_status, 0, "connect: %s", strerror(-st->connect_status));
 	PUMP_UNTIL(all_accepts() > before);
@@ -411,8 +415,8 @@ Test(endpoint, reject_with_private_data)
 	setup_with(0, 0, 0);
 	rr_listener_set_on_request(L, refuse);
 	cr_assert_eq(rr_connect(cli, "127.0.0.1", PORT,
-				&(struct rr_ep_opts){.data = c, .on_disconnect = on_disconnect}, sizeof(struct rr_ep_opts),
-				on_connect, &c->ep),
+				&(struct rr_ep_opts){.data = c, .on_disconnect = on_disconnect},
+				sizeof(struct rr_ep_opts), on_connect, &c->ep),
 		     0);
 	PUMP_UNTIL(c->connects);
 	cr_expect_eq(c->connect_status, -ECONNREFUSED);
@@ -444,8 +448,8 @@ Test(endpoint, connect_to_a_port_nobody_listens_on_is_refused)
 	port = PORT;
 	cr_assert_eq(rr_listener_destroy(L), 0);
 	L = NULL;
-	cr_assert_eq(rr_connect(cli, "127.0.0.1", port, &(struct rr_ep_opts){.data = c}, sizeof(struct rr_ep_opts), on_connect,
-				&c->ep),
+	cr_assert_eq(rr_connect(cli, "127.0.0.1", port, &(struct rr_ep_opts){.data = c},
+				sizeof(struct rr_ep_opts), on_connect, &c->ep),
 		     0);
 	PUMP_UNTIL(c->connects);
 	cr_expect_eq(c->connect_status, -ECONNREFUSED);
@@ -930,8 +934,8 @@ Test(endpoint, bridge_destroy_with_everything_live)
 	cr_assert_eq(rr_ep_post_send(c[0]->ep, slot(0), 8, MR, req_cb, snd), 0);
 	/* A connect half way, too. */
 	cli_st[ncli].prepost = 0;
-	cr_assert_eq(rr_connect(cli, "127.0.0.1", PORT, &(struct rr_ep_opts){.data = &cli_st[ncli]}, sizeof(struct rr_ep_opts),
-				on_connect, &cli_st[ncli].ep),
+	cr_assert_eq(rr_connect(cli, "127.0.0.1", PORT, &(struct rr_ep_opts){.data = &cli_st[ncli]},
+				sizeof(struct rr_ep_opts), on_connect, &cli_st[ncli].ep),
 		     0);
 	ncli++;
 	cr_assert_eq(rr_mr_dereg(MR), 0);
@@ -1233,7 +1237,8 @@ static int group_open(struct group *g)
 {
 	if (io_uring_queue_init(64, &g->ring, 0))
 		return -1;
-	if (rr_bridge_create(&g->b, &g->ring, &(struct rr_bridge_opts){.flags = RR_BRIDGE_GROUP}, sizeof(struct rr_bridge_opts))) {
+	if (rr_bridge_create(&g->b, &g->ring, &(struct rr_bridge_opts){.flags = RR_BRIDGE_GROUP},
+			     sizeof(struct rr_bridge_opts))) {
 		io_uring_queue_exit(&g->ring);
 		return -1;
 	}
@@ -1293,7 +1298,9 @@ Test(endpoint, groups_place_and_serve_connections)
 		struct rr_ep_opts o = {.on_disconnect = on_disconnect, .data = &cli_st[i]};
 
 		c[i] = &cli_st[ncli++];
-		cr_assert_eq(rr_connect(cli, "127.0.0.1", PORT, &o, sizeof(o), on_connect, &c[i]->ep), 0);
+		cr_assert_eq(
+			rr_connect(cli, "127.0.0.1", PORT, &o, sizeof(o), on_connect, &c[i]->ep),
+			0);
 	}
 	for (int i = 0; i < NCONNS; i++) {
 		PUMP_UNTIL(c[i]->connects);
