@@ -35,20 +35,21 @@ lib() {
 }
 
 BASE=$TMP/base.abi
+SIZED=()
 check() {
 	"$CHECK" --lib "$TMP/$1/libtoy.so" --headers "$TOY" --header-file "$TOY/toy.h" \
-		--baseline "$BASE"
+		--baseline "$BASE" "${SIZED[@]}"
 }
 
 fails=0
 # expect NAME WANT_RC GREP_PATTERN: the check's status and a line of its output.
 expect() {
-	local name=$1 want=$2 pattern=$3 rc=0
+	local name=$1 want=$2 pattern=$3 rc=0 label=$1${SIZED[*]:+ (--sized)}
 	check "$name" >"$TMP/$name.out" 2>&1 || rc=$?
 	if [ "$rc" = "$want" ] && grep -q -- "$pattern" "$TMP/$name.out"; then
-		echo "ok: $name: status $rc"
+		echo "ok: $label: status $rc"
 	else
-		echo "FAIL: $name: status $rc, wanted $want and \"$pattern\"; its output:"
+		echo "FAIL: $label: status $rc, wanted $want and \"$pattern\"; its output:"
 		sed 's/^/    /' "$TMP/$name.out"
 		fails=$((fails + 1))
 	fi
@@ -89,6 +90,22 @@ expect removed-fn 1 'Removed function'
 lib moved-version libtoy.so.1 "$TOY/toy-moved.map"
 expect moved-version 1 'public ABI changed without a soname bump'
 
+# Members added at the end of a struct passed with its size: fine when
+# the struct is listed as such, and only at its very end.
+lib stats-grown libtoy.so.1 "$TOY/toy.map" -DTOY_STATS_TAIL
+expect stats-grown 1 'type size changed'
+echo toy_stats >"$TMP/sized"
+SIZED=(--sized "$TMP/sized")
+expect stats-grown 0 'struct toy_stats grew at its end from 128 to 192 bits: more'
+lib stats-padding libtoy.so.1 "$TOY/toy.map" -DTOY_STATS_PAD
+expect stats-padding 1 'public ABI changed without a soname bump'
+echo toy_opts >>"$TMP/sized"
+expect grown-struct 0 'struct toy_opts grew at its end'
+expect inserted-member 1 'public ABI changed without a soname bump'
+lib grown-and-resized libtoy.so.1 "$TOY/toy.map" -DTOY_TAIL -DTOY_RESIZE
+expect grown-and-resized 1 'public ABI changed without a soname bump'
+SIZED=()
+
 # A new soname: the baseline must be refreshed with it, even where the
 # ABI did not change.
 lib new-soname libtoy.so.2 "$TOY/toy.map" -DTOY_INSERT
@@ -96,9 +113,11 @@ expect new-soname 1 'refresh it in the same commit'
 lib new-soname-same-abi libtoy.so.2 "$TOY/toy.map"
 expect new-soname-same-abi 1 'soname changed from libtoy.so.1 to libtoy.so.2'
 
-# The inserted member once more, shown whole: what a developer sees.
-echo "--- tools/abi-check on the inserted member:"
-sed 's/^/    /' "$TMP/inserted-member.out"
+# Two outputs shown whole: what a developer sees.
+for name in grown-and-resized stats-grown; do
+	echo "--- tools/abi-check on $name:"
+	sed 's/^/    /' "$TMP/$name.out"
+done
 
 [ "$fails" = 0 ] || { echo "selftest: $fails case(s) failed"; exit 1; }
 echo "selftest: all cases passed"

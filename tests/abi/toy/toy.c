@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include <stdlib.h>
+#include <string.h>
 
 #include "toy.h"
 
@@ -29,6 +30,14 @@ void toy_destroy(struct toy *t)
 int toy_set_mode(struct toy *t, enum toy_mode mode)
 {
 	t->mode = mode;
+	return 0;
+}
+
+int toy_get_stats(struct toy *t, struct toy_stats *out, size_t size)
+{
+	struct toy_stats st = { .count = 1 };
+
+	memcpy(out, &st, size < sizeof(st) ? size : sizeof(st));
 	return 0;
 }
 
