@@ -472,19 +472,41 @@ static void prep(struct rr__ring *r, struct io_uring_sqe *sqe, uint32_t idx, uin
 	p->armed = true;
 }
 
+/*
+ * The SQ is full and no chain is open: submit what is there, as liburing
+ * users do, so that an SQE of ours is never left owed to a loop that
+ * forgets rr_bridge_flush() and then sleeps on requests of its own that
+ * only our SQE could bring to an end. On SQPOLL the kernel thread frees
+ * the entries; wait until it has. A failed submit (-EBUSY with the CQ
+ * overflowing, -EAGAIN) leaves the SQE owed; the application's own
+ * submit fails the same way and reaps first.
+ */
+static bool make_room(struct rr__ring *r)
+{
+	if (io_uring_submit(r->io) < 0)
+		return false;
+	if (!io_uring_sq_space_left(r->io) && (r->io->flags & IORING_SETUP_SQPOLL))
+		io_uring_sqring_wait(r->io);
+	return io_uring_sq_space_left(r->io) > 0;
+}
+
 static struct io_uring_sqe *our_sqe(struct rr__ring *r)
 {
 	struct io_uring_sq *sq = &r->io->sq;
 	struct io_uring_sqe *sqe;
-	bool first = sq->sqe_tail == sq->sqe_head;
+	bool first;
 
 	if (!may_write(r))
 		return NULL;
-	sqe = io_uring_get_sqe(r->io);
-	if (!sqe) {
+	if (!io_uring_sq_space_left(r->io)) {
 		r->stats->sq_full++;
-		return NULL;
+		if (!make_room(r))
+			return NULL;
 	}
+	first = sq->sqe_tail == sq->sqe_head;
+	sqe = io_uring_get_sqe(r->io);
+	if (!sqe)
+		return NULL;
 	if (first) {
 		r->own_valid = true;
 		r->own_head = sq->sqe_head;
