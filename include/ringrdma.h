@@ -41,16 +41,21 @@
  *  - Callbacks run from rr_bridge_handle_cqe(), rr_bridge_run_once() and the
  *    destroy functions; they may post new work and may destroy their own
  *    endpoint, but not the bridge.
- *  - SQEs: the bridge never submits on its own and never writes an SQE into
- *    a linked chain the application is building. Any rr_ call may owe the
- *    ring an SQE (a poll, a cancel, a kick). It is written to the SQ at once
- *    unless the SQ is full or the last SQE the application prepared carries
- *    IOSQE_IO_LINK or IOSQE_IO_HARDLINK (a chain is open); then it is
- *    written at the next chance: rr_bridge_handle_cqe(), rr_bridge_flush(),
- *    rr_bridge_run_once(), rr_bridge_destroy(). None is ever dropped. So:
- *    prepare an SQE (and set its flags) right after io_uring_get_sqe(), and
- *    in an application-owned loop call rr_bridge_flush() before
- *    io_uring_submit*(); it costs no syscall.
+ *  - SQEs: any rr_ call may need an SQE in the ring (a poll, a cancel, a
+ *    kick). It is written to the SQ at once; the application's next
+ *    io_uring_submit*() submits it. When the SQ is full, the bridge first
+ *    submits what is in it (io_uring_submit(); on SQPOLL it also waits for
+ *    room), as liburing users do. It never writes an SQE into a linked
+ *    chain the application is building, nor submits one: while the last
+ *    SQE the application prepared carries IOSQE_IO_LINK or
+ *    IOSQE_IO_HARDLINK, an SQE of the bridge stays owed and is written at
+ *    the next chance: rr_bridge_handle_cqe() of a bridge CQE,
+ *    rr_bridge_flush(), rr_bridge_run_once(), rr_bridge_destroy(). None is
+ *    ever dropped. So: prepare an SQE (and set its flags) right after
+ *    io_uring_get_sqe(), never leave one got and unprepared across an rr_
+ *    call, and expect your own prepared SQEs to be submitted early when
+ *    the SQ fills. A loop that never calls rr_bridge_flush() works; calling
+ *    it before io_uring_submit*() writes what a chain held back.
  */
 #ifndef RINGRDMA_H
 #define RINGRDMA_H
@@ -221,8 +226,8 @@ struct rr_bridge_opts {
  * @opts_size: sizeof(*opts) as the caller was compiled.
  *
  * The bridge writes SQEs to the ring (see "SQEs" at the top of this header)
- * but submits only inside its own loop functions: an embedding application
- * calls rr_bridge_flush() and io_uring_submit*() in its loop as usual.
+ * and submits only inside its own loop functions or when the SQ is full:
+ * an embedding application calls io_uring_submit*() in its loop as usual.
  *
  * Any ring the kernel accepts works, with these notes: on a
  * IORING_SETUP_DEFER_TASKRUN ring (recommended, with
@@ -263,8 +268,10 @@ int rr_bridge_handle_cqe(rr_bridge *b, const struct io_uring_cqe *cqe);
  * @b: the bridge.
  *
  * Call it in an application-owned loop before io_uring_submit*(), with no
- * linked chain left open. Writes only to the SQ: no syscall. SQEs that do
- * not fit stay owed and are written at the next chance.
+ * linked chain left open, to write the SQEs a chain held back (without
+ * it they are written with the next bridge CQE). Writes to the SQ; when
+ * the SQ is full it submits first (see "SQEs"). SQEs that cannot be
+ * written stay owed and are written at the next chance.
  *
  * Return: the number of SQEs still owed (0: none), or -EINVAL.
  */

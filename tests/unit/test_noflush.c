@@ -48,6 +48,7 @@ static struct {
 	char *buf; /* [0] client recv, [1] client send, [2] server recv, [3] server send */
 	struct pipe_req pipes[NPIPES];
 	unsigned int rounds, sends, app_cqes, app_late;
+	uint32_t echo_pending; /* a request's first message, before on_accept */
 	int connected, error;
 } T;
 
@@ -142,7 +143,11 @@ static void srv_recv(rr_ep *ep, const struct rr_completion *c, void *data)
 	}
 	memcpy(slot(3), slot(2), MSG);
 	rc = rr_ep_post_recv(ep, slot(2), MSG, T.mr, srv_recv, NULL);
-	if (!rc)
+	/* The client may send as soon as it is established, before this
+	 * side's ESTABLISHED: sends wait for on_accept. */
+	if (!rc && !T.srv)
+		T.echo_pending = c->byte_len;
+	else if (!rc)
 		rc = rr_ep_post_send(ep, slot(3), c->byte_len, T.mr, sent, NULL);
 	if (rc)
 		fail(rc);
@@ -157,6 +162,8 @@ static void srv_qp_ready(rr_ep *ep, int status, void *data)
 static void on_accept(rr_listener *l, rr_ep *ep, void *data)
 {
 	T.srv = ep;
+	if (T.echo_pending && rr_ep_post_send(ep, slot(3), T.echo_pending, T.mr, sent, NULL))
+		fail(-EIO);
 }
 
 static void on_connect(rr_ep *ep, int status, void *data)
