@@ -22,15 +22,20 @@
  * poll is given up, as one that cannot be armed.
  *
  * SQEs are owed, not lost: an arm, a cancel or a kick that cannot be
- * written now (no room in the SQ, or the application is building an SQE
- * chain the SQE would join) waits on a queue and is written at the next
- * chance. A slot is freed only when its terminal CQE arrived, so a late CQE
- * never reaches a reused slot; the generation catches the rest.
+ * written now (the application is building an SQE chain the SQE would
+ * join) waits on a queue and is written at the next chance. A full SQ
+ * with no chain open is submitted to make room (see make_room()), so an
+ * SQE is owed for that reason only when the submit fails. A chain's own
+ * completions bring the next rr_bridge_handle_cqe(), which writes it.
+ *
+ * A slot is freed only when its terminal CQE arrived, so a late CQE never
+ * reaches a reused slot; the generation catches the rest.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -473,21 +478,47 @@ static void prep(struct rr__ring *r, struct io_uring_sqe *sqe, uint32_t idx, uin
 }
 
 /*
- * The SQ is full and no chain is open: submit what is there, as liburing
- * users do, so that an SQE of ours is never left owed to a loop that
- * forgets rr_bridge_flush() and then sleeps on requests of its own that
- * only our SQE could bring to an end. On SQPOLL the kernel thread frees
- * the entries; wait until it has. A failed submit (-EBUSY with the CQ
- * overflowing, -EAGAIN) leaves the SQE owed; the application's own
- * submit fails the same way and reaps first.
+ * SQPOLL: a submit only hands the SQ to the kernel's thread, so room
+ * appears as that thread consumes. Wait for it, but not for ever (a
+ * thread that makes no progress must not hang the caller): the SQE then
+ * stays owed. Yield first; sleep only if the thread is slow to run.
+ */
+#define SQPOLL_ROOM_WAIT_NS (1000 * 1000000ull)
+
+static bool sqpoll_room(struct rr__ring *r)
+{
+	uint64_t deadline = rr__now_ns() + SQPOLL_ROOM_WAIT_NS;
+	struct timespec nap = {.tv_nsec = 20000};
+
+	for (unsigned int i = 0; !io_uring_sq_space_left(r->io); i++) {
+		if (rr__now_ns() > deadline)
+			return false;
+		if (i < 64)
+			sched_yield();
+		else
+			nanosleep(&nap, NULL);
+	}
+	return true;
+}
+
+/*
+ * The SQ is full and no chain is open: submit it, as liburing users do,
+ * so that an SQE of ours is never owed to a loop that may not come back
+ * (one that calls no rr_bridge_flush() and waits for a CQE that only our
+ * SQE would bring). Legal wherever the bridge runs: on the ring's owner
+ * thread, which with SINGLE_ISSUER is the only submitter; and it leaves
+ * the CQ alone, so a caller inside io_uring_for_each_cqe() is undisturbed.
+ * On failure (-EBUSY, -EAGAIN, -EINTR...) the SQE stays owed.
  */
 static bool make_room(struct rr__ring *r)
 {
-	if (io_uring_submit(r->io) < 0)
+	int rc = io_uring_submit(r->io);
+
+	if (rc < 0)
 		return false;
-	if (!io_uring_sq_space_left(r->io) && (r->io->flags & IORING_SETUP_SQPOLL))
-		io_uring_sqring_wait(r->io);
-	return io_uring_sq_space_left(r->io) > 0;
+	if (io_uring_sq_space_left(r->io))
+		return true;
+	return (r->io->flags & IORING_SETUP_SQPOLL) && sqpoll_room(r);
 }
 
 static struct io_uring_sqe *our_sqe(struct rr__ring *r)

@@ -133,7 +133,7 @@ int rr__ring_init(struct rr__ring *r, struct io_uring *io, bool multishot,
 void rr__ring_fini(struct rr__ring *r);
 
 /* Watch fd (POLLIN) until rr__poll_close(). The SQE may be owed for a
- * while (see rr__ring_flush()); only -ENOMEM/-ENOSPC fail. */
+ * while a chain is open (see rr__ring_flush()); only -ENOMEM/-ENOSPC fail. */
 int rr__poll_add(struct rr__ring *r, int fd, rr__poll_fn fn, void *ctx, uint32_t *slot_out);
 /* A one-shot timer: fn(ctx, -ETIME) after ms, never after rr__poll_close(). */
 int rr__timer_add(struct rr__ring *r, unsigned int ms, rr__poll_fn fn, void *ctx,
@@ -194,11 +194,18 @@ void rr__ring_no_msg_ring(struct rr__ring *r);
 void rr__ring_want_kick(struct rr__ring *r);
 
 /*
- * Write the SQEs the ring owes, as far as the SQ has room and the last SQE
- * the application prepared opens no link chain. Never submits. Returns how
- * many SQEs are still owed.
+ * Write the SQEs the ring owes, unless the last SQE the application
+ * prepared opens a link chain. A full SQ is submitted to make room (on
+ * SQPOLL, waiting a bounded time for the kernel's thread); only a chain
+ * or a failed submit leaves SQEs owed. Returns how many are still owed.
  */
 unsigned int rr__ring_flush(struct rr__ring *r);
+
+/* Are SQEs owed? Cheap: for callers that flush only when needed. */
+static inline bool rr__ring_owes(const struct rr__ring *r)
+{
+	return r->pend_head != RR__NO_SLOT || r->nmsgs || r->kick_wanted;
+}
 
 /* No poll, timer or kick of this ring is left in the kernel. */
 bool rr__ring_idle(const struct rr__ring *r);
