@@ -132,8 +132,13 @@ int rr_bridge_flush(rr_bridge *b)
 
 int rr_bridge_handle_cqe(rr_bridge *b, const struct io_uring_cqe *cqe)
 {
-	if (!rr_is_bridge_user_data(cqe->user_data))
+	if (!rr_is_bridge_user_data(cqe->user_data)) {
+		/* Owed while a chain was open: that chain's CQEs are the
+		 * application's, and may be all the loop ever sees. */
+		if (rr__ring_owes(&b->ring))
+			rr__ring_flush(&b->ring);
 		return 0;
+	}
 	b->stats.cqes++;
 	if (rr__ring_cqe(&b->ring, cqe) == RR__UD_KICK && !b->closing)
 		rr__cq_poll_active(&b->cqs);
