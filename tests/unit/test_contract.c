@@ -366,6 +366,53 @@ Test(chain, bridge_sqe_never_joins_an_application_chain)
 	io_uring_queue_exit(&ring);
 }
 
+/*
+ * An SQE owed while a chain was open must not wait for a flush or a bridge
+ * CQE: in a loop that never flushes, the chain's own CQEs (the
+ * application's) may be all that comes.
+ */
+Test(chain, sqe_owed_during_a_chain_is_written_without_a_flush)
+{
+	struct rr_bridge_opts o = {.flags = RR_BRIDGE_SINGLESHOT};
+	struct rr_cq_opts co = {.on_wc = count_wc};
+	struct __kernel_timespec ts = {.tv_nsec = 10 * 1000000};
+	struct io_uring_cqe *cqe;
+	struct io_uring_sqe *sqe;
+	struct io_uring ring;
+	unsigned int app = 0;
+	rr_channel *ch;
+	rr_cq *cq, *cq2;
+	rr_bridge *b;
+
+	wcs = 0;
+	b = open_one(&ring, 8, 0, &o, &co, &cq);
+	io_uring_submit(&ring);
+	/* A chain, and a channel created inside it: its poll is owed. */
+	sqe = io_uring_get_sqe(&ring);
+	io_uring_prep_timeout(sqe, &ts, 0, IORING_TIMEOUT_ETIME_SUCCESS);
+	sqe->flags |= IOSQE_IO_LINK;
+	io_uring_sqe_set_data64(sqe, 1);
+	cr_assert_eq(rr_channel_create(b, &fake_ctx, &ch), 0);
+	cr_assert_eq(rr_cq_create(b, ch, &fake_ctx, &co, &cq2), 0);
+	sqe = io_uring_get_sqe(&ring);
+	io_uring_prep_nop(sqe);
+	io_uring_sqe_set_data64(sqe, 2);
+	fake_complete(fake_cq_of(rr_cq_ibv(cq2)), 1, 1);
+	/* The application's loop: no rr_bridge_flush(). */
+	for (int i = 0; i < 300 && !wcs; i++) {
+		io_uring_submit_and_wait_timeout(&ring, &cqe, 1, &ts, NULL);
+		while (!io_uring_peek_cqe(&ring, &cqe)) {
+			if (!rr_bridge_handle_cqe(b, cqe))
+				app++;
+			io_uring_cqe_seen(&ring, cqe);
+		}
+	}
+	cr_assert_eq(app, 2);
+	cr_assert_eq(wcs, 1, "the poll owed during the chain was never written");
+	cr_assert_eq(rr_bridge_destroy(b), 0);
+	io_uring_queue_exit(&ring);
+}
+
 /* ---- rings and polls the bridge cannot serve ---- */
 
 Test(create, iopoll_ring_is_refused)
