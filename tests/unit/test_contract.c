@@ -393,7 +393,7 @@ Test(chain, sqe_owed_during_a_chain_is_written_without_a_flush)
 	sqe->flags |= IOSQE_IO_LINK;
 	io_uring_sqe_set_data64(sqe, 1);
 	cr_assert_eq(rr_channel_create(b, &fake_ctx, &ch), 0);
-	cr_assert_eq(rr_cq_create(b, ch, &fake_ctx, &co, &cq2), 0);
+	cr_assert_eq(rr_cq_create(b, ch, &fake_ctx, &co, sizeof(co), &cq2), 0);
 	sqe = io_uring_get_sqe(&ring);
 	io_uring_prep_nop(sqe);
 	io_uring_sqe_set_data64(sqe, 2);
