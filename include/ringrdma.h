@@ -44,12 +44,13 @@
  *  - SQEs: any rr_ call may need an SQE in the ring (a poll, a cancel, a
  *    kick). It is written to the SQ at once; the application's next
  *    io_uring_submit*() submits it. When the SQ is full, the bridge first
- *    submits what is in it (io_uring_submit(); on SQPOLL it also waits for
- *    room), as liburing users do. It never writes an SQE into a linked
+ *    submits what is in it (io_uring_submit(); on SQPOLL it also waits, at
+ *    most a second, for the kernel's thread to make room), as liburing
+ *    users do. It never writes an SQE into a linked
  *    chain the application is building, nor submits one: while the last
  *    SQE the application prepared carries IOSQE_IO_LINK or
  *    IOSQE_IO_HARDLINK, an SQE of the bridge stays owed and is written at
- *    the next chance: rr_bridge_handle_cqe() of a bridge CQE,
+ *    the next chance: rr_bridge_handle_cqe() of any CQE (the chain's own),
  *    rr_bridge_flush(), rr_bridge_run_once(), rr_bridge_destroy(). None is
  *    ever dropped. So: prepare an SQE (and set its flags) right after
  *    io_uring_get_sqe(), never leave one got and unprepared across an rr_
@@ -269,7 +270,8 @@ int rr_bridge_handle_cqe(rr_bridge *b, const struct io_uring_cqe *cqe);
  *
  * Call it in an application-owned loop before io_uring_submit*(), with no
  * linked chain left open, to write the SQEs a chain held back (without
- * it they are written with the next bridge CQE). Writes to the SQ; when
+ * it they are written with the next rr_bridge_handle_cqe()). Writes to
+ * the SQ; when
  * the SQ is full it submits first (see "SQEs"). SQEs that cannot be
  * written stay owed and are written at the next chance.
  *
@@ -367,7 +369,9 @@ struct io_uring *rr_bridge_ring(rr_bridge *b);
  * @cm_events:   rdma_cm events handled.
  * @async_events: device async events handled.
  * @cancel_retries: poll cancels asked again after -EALREADY.
- * @sq_full:     times an SQE the bridge owed found the SQ full (it waited).
+ * @sq_full:     times an SQE the bridge had to write found the SQ full;
+ *               with no chain open it then submitted the SQ to make room
+ *               (so this also counts its own submits).
  * @poll_failures: polls that kept failing and were given up: eight in a
  *               row that could not be armed or that reported POLLERR,
  *               POLLHUP or POLLNVAL (a device gone after a hot unplug, an
