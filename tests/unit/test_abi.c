@@ -28,6 +28,18 @@ static void ring_down(void)
 
 TestSuite(abi, .init = ring_up, .fini = ring_down);
 
+static void no_wc(rr_cq *cq, const struct ibv_wc *wc, void *data)
+{
+}
+
+static void no_ep_cb(rr_ep *ep, int status, void *data)
+{
+}
+
+static void no_accept(rr_listener *l, rr_ep *ep, void *data)
+{
+}
+
 /* A struct from a header newer than the library: ours, then members this
  * library does not know. */
 struct newer_bridge_opts {
@@ -39,7 +51,11 @@ Test(abi, a_struct_older_than_the_soname_is_refused)
 {
 	struct rr_bridge_opts o = {.budget = 7};
 	struct rr_ep_opts eo = {0};
-	struct rr_cq_opts co = {0};
+	struct rr_cq_opts co = {.on_wc = no_wc};
+	struct {
+		struct rr_cq_opts known;
+		char unknown;
+	} big = {.known = {.on_wc = no_wc}, .unknown = 1};
 	struct ibv_context *ctx = (struct ibv_context *)&co; /* never used */
 	rr_bridge *b = NULL;
 	rr_cq *cq = NULL;
@@ -50,10 +66,13 @@ Test(abi, a_struct_older_than_the_soname_is_refused)
 	cr_expect_eq(rr_bridge_create(&b, &ring, &o, 0), -EINVAL);
 	cr_assert_null(b);
 	cr_assert_eq(rr_bridge_create(&b, &ring, NULL, 0), 0);
+	/* Every other argument is valid: the size is the only fault (the
+	 * -E2BIG control shows the size is judged before anything else). */
 	cr_expect_eq(rr_cq_create(b, NULL, ctx, &co, sizeof(co) - 1, &cq), -EINVAL);
-	cr_expect_eq(rr_connect(b, "127.0.0.1", 1, &eo, sizeof(eo) - sizeof(int), NULL, &ep),
+	cr_expect_eq(rr_cq_create(b, NULL, ctx, &big.known, sizeof(big), &cq), -E2BIG);
+	cr_expect_eq(rr_connect(b, "127.0.0.1", 1, &eo, sizeof(eo) - sizeof(int), no_ep_cb, &ep),
 		     -EINVAL);
-	cr_expect_eq(rr_listen(b, "127.0.0.1", 0, &eo, 4, NULL, NULL, &l), -EINVAL);
+	cr_expect_eq(rr_listen(b, "127.0.0.1", 0, &eo, 4, no_accept, NULL, &l), -EINVAL);
 	cr_expect_null(cq);
 	cr_expect_null(ep);
 	cr_expect_null(l);
