@@ -172,19 +172,6 @@ static bool events_need_enter(rr_bridge *b)
 	return ++b->quiet_passes % ENTER_EVERY == 0;
 }
 
-/* Write what the ring layer owes; make room in a full SQ first. */
-static void flush_owned(rr_bridge *b)
-{
-	if (!rr_bridge_flush(b))
-		return;
-	if (io_uring_sq_space_left(b->io) == 0) {
-		io_uring_submit(b->io);
-		/* SQPOLL: room appears as the kernel thread consumes. */
-		if (io_uring_sq_space_left(b->io) == 0 && (b->io->flags & IORING_SETUP_SQPOLL))
-			io_uring_sqring_wait(b->io);
-		rr_bridge_flush(b);
-	}
-}
 
 int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 {
@@ -197,7 +184,7 @@ int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 		handled += (int)rr__cq_poll_active(&b->cqs);
 		timeout_ms = 0; /* busy or spinning CQs: never sleep */
 	}
-	flush_owned(b);
+	rr_bridge_flush(b); /* makes room in a full SQ itself */
 	if (timeout_ms == 0) {
 		rc = events_need_enter(b) ? io_uring_submit_and_get_events(b->io)
 					  : io_uring_submit(b->io);
@@ -230,7 +217,7 @@ int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 		n++;
 	}
 	handled += (int)n;
-	flush_owned(b);
+	rr_bridge_flush(b);
 	/* Back to embedded rules: a CQE handled outside the loop may kick. */
 	b->ring.loop_owned = false;
 	return err ? err : handled;
@@ -287,7 +274,7 @@ int rr_bridge_destroy(rr_bridge *b)
 
 			if (rr__now_ns() > deadline)
 				break; /* late CQEs stay recognizable by their tag */
-			flush_owned(b);
+			rr_bridge_flush(b);
 			io_uring_submit_and_wait_timeout(b->io, &cqe, 1, &ts, NULL);
 			continue;
 		}
