@@ -14,15 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ep.h"
-
-/* Shared receive queues, at the end of the file. */
-static struct rr_srq *srq_find(struct rr__eps *set, struct rr__device *dev);
-static struct rr__req *srq_req_of_wc(struct rr_srq *srq, const struct ibv_wc *wc);
-static void srq_complete(struct rr_srq *srq, struct rr__req *req, rr_ep *ep,
-			 const struct ibv_wc *wc);
-static void srqs_fini(struct rr__eps *set);
-static bool srq_release_if_done(struct rr_srq *srq);
+#include "ep_internal.h"
 
 #define DEFAULT_DEPTH	   64
 #define SHARED_CQ_MIN_SIZE 1024
@@ -60,7 +52,7 @@ static void ep_free(rr_ep *ep)
 }
 
 /* Free an endpoint once it is destroyed and no callback of it is running. */
-static bool release_if_done(rr_ep *ep)
+bool rr__ep_release_if_done(rr_ep *ep)
 {
 	if (!ep->destroy_pending || ep->in_callback || ep->lingering)
 		return false;
@@ -68,7 +60,7 @@ static bool release_if_done(rr_ep *ep)
 	return true;
 }
 
-static void call_ep_cb(rr_ep *ep, rr_ep_cb cb, int status)
+void rr__ep_call_cb(rr_ep *ep, rr_ep_cb cb, int status)
 {
 	if (!cb)
 		return;
@@ -81,9 +73,9 @@ static void call_ep_cb(rr_ep *ep, rr_ep_cb cb, int status)
  * from it (it is then gone). */
 int rr__ep_qp_ready(rr_ep *ep)
 {
-	call_ep_cb(ep, ep->opts.on_qp_ready, 0);
+	rr__ep_call_cb(ep, ep->opts.on_qp_ready, 0);
 	if (ep->destroy_pending) {
-		release_if_done(ep);
+		rr__ep_release_if_done(ep);
 		return 1;
 	}
 	return 0;
@@ -108,7 +100,7 @@ static void fill_completion(struct rr_completion *c, const struct ibv_wc *wc)
 	}
 }
 
-static void complete(rr_ep *ep, struct rr__req *req, const struct ibv_wc *wc)
+void rr__ep_complete(rr_ep *ep, struct rr__req *req, const struct ibv_wc *wc)
 {
 	struct rr_completion c;
 	rr_req_cb cb = req->cb;
@@ -164,7 +156,7 @@ static void complete_unsignalled_before(rr_ep *ep, struct rr__req *req, enum ibv
 		if (r->is_recv || r->signalled)
 			continue;
 		wc.opcode = r->opcode;
-		complete(ep, r, &wc);
+		rr__ep_complete(ep, r, &wc);
 		/* Destroyed from that callback: the destroy completed the rest. */
 		if (ep->destroy_pending)
 			return;
@@ -178,15 +170,15 @@ static void drained_wc(void *ctx, const struct ibv_wc *wc)
 	struct rr__req *req = req_of_wc(ep, wc);
 
 	if (!req) {
-		req = srq_req_of_wc(ep->srq, wc);
+		req = rr__srq_req_of_wc(ep->srq, wc);
 		if (req)
-			srq_complete(ep->srq, req, ep->lingering ? NULL : ep, wc);
+			rr__srq_complete(ep->srq, req, ep->lingering ? NULL : ep, wc);
 		return;
 	}
 	if (!req->is_recv)
 		complete_unsignalled_before(ep, req, wc->status);
 	if (req->cb) /* not completed by a destroy in there */
-		complete(ep, req, wc);
+		rr__ep_complete(ep, req, wc);
 }
 
 /*
@@ -198,7 +190,7 @@ static void drained_wc(void *ctx, const struct ibv_wc *wc)
  * destroy completes the rest, and completions it handled are no longer
  * outstanding here.
  */
-static void drain_cq(rr_ep *ep)
+void rr__ep_drain_cq(rr_ep *ep)
 {
 	if (ep->cq)
 		rr__cq_take_qp(ep->cq, ep->qp_num, drained_wc, ep);
@@ -232,7 +224,7 @@ static void qpmap_put(struct rr__qpmap *m, rr_ep *ep)
 	m->n++;
 }
 
-static int qpmap_add(struct rr__qpmap *m, rr_ep *ep)
+int rr__qpmap_add(struct rr__qpmap *m, rr_ep *ep)
 {
 	if ((m->n + 1) * 2 > m->cap) {
 		struct rr__qpmap bigger = {.cap = m->cap ? m->cap * 2 : 64};
@@ -250,7 +242,7 @@ static int qpmap_add(struct rr__qpmap *m, rr_ep *ep)
 	return 0;
 }
 
-static void qpmap_del(struct rr__qpmap *m, rr_ep *ep)
+void rr__qpmap_del(struct rr__qpmap *m, rr_ep *ep)
 {
 	uint32_t mask = m->cap - 1, i, j;
 
@@ -274,7 +266,7 @@ static void qpmap_del(struct rr__qpmap *m, rr_ep *ep)
 	}
 }
 
-static void fail_qp(rr_ep *ep)
+void rr__ep_fail_qp(rr_ep *ep)
 {
 	struct ibv_qp_attr attr = {.qp_state = IBV_QPS_ERR};
 
@@ -283,43 +275,43 @@ static void fail_qp(rr_ep *ep)
 		ibv_modify_qp(ep->qp, &attr, IBV_QP_STATE);
 }
 
-static void ep_on_wc(rr_cq *cq, const struct ibv_wc *wc, void *data)
+void rr__ep_on_wc(rr_cq *cq, const struct ibv_wc *wc, void *data)
 {
 	rr_ep *ep = data;
 	struct rr__req *req = req_of_wc(ep, wc);
 
 	if (!req)
-		req = srq_req_of_wc(ep->srq, wc);
+		req = rr__srq_req_of_wc(ep->srq, wc);
 	if (!req)
 		return;
 	if (ep->lingering) {
 		/* Its application is gone: the receive is the SRQ's alone. */
-		srq_complete(ep->srq, req, NULL, wc);
+		rr__srq_complete(ep->srq, req, NULL, wc);
 		return;
 	}
 	if (!req->is_recv)
 		complete_unsignalled_before(ep, req, wc->status);
 	if (ep->destroy_pending) {
 		/* Destroyed from one of those callbacks: req completed there. */
-		release_if_done(ep);
+		rr__ep_release_if_done(ep);
 		return;
 	}
 	/* A transport error (retries exhausted, remote access...) leaves the
 	 * QP in error: the endpoint is no longer connected. on_disconnect
-	 * follows once this batch is handed out (see after_dispatch). */
+	 * follows once this batch is handed out (see rr__ep_after_dispatch). */
 	if (wc->status != IBV_WC_SUCCESS && wc->status != IBV_WC_WR_FLUSH_ERR &&
 	    (ep->state == RR__EP_CONNECTED || ep->state == RR__EP_DISCONNECTING)) {
 		ep->state = RR__EP_ERROR;
 		ep->down_pending = rr_wc_status_errno(wc->status);
 		if (ep->shared)
 			rr__list_add_tail(&ep->shared->downs, &ep->down_link);
-		fail_qp(ep);
+		rr__ep_fail_qp(ep);
 	}
 	if (req->ep)
-		complete(ep, req, wc);
+		rr__ep_complete(ep, req, wc);
 	else
-		srq_complete(ep->srq, req, ep, wc);
-	release_if_done(ep);
+		rr__srq_complete(ep->srq, req, ep, wc);
+	rr__ep_release_if_done(ep);
 }
 
 /* A shared CQ's completion: for the endpoint whose QP it names. None is
@@ -333,16 +325,16 @@ static void shared_on_wc(rr_cq *cq, const struct ibv_wc *wc, void *data)
 	struct rr__req *req;
 
 	if (ep) {
-		ep_on_wc(cq, wc, ep);
+		rr__ep_on_wc(cq, wc, ep);
 		return;
 	}
 	/* Its endpoint is gone, flushed (a callback destroyed it after this
 	 * batch was polled). An SRQ receive was never its own: it still has
 	 * its one completion to get, with no endpoint. */
-	srq = srq_find(sh->set, sh->dev);
-	req = srq_req_of_wc(srq, wc);
+	srq = rr__srq_find(sh->set, sh->dev);
+	req = rr__srq_req_of_wc(srq, wc);
 	if (req)
-		srq_complete(srq, req, NULL, wc);
+		rr__srq_complete(srq, req, NULL, wc);
 }
 /* Count an SRQ's depth once in the shared CQ its receives complete on. */
 static int srq_cq_need(rr_ep *ep)
@@ -352,10 +344,8 @@ static int srq_cq_need(rr_ep *ep)
 	return (int)ep->srq->max_wr;
 }
 
-static void notify_down(rr_ep *ep, int status);
-
 /* The CQ's hook: runs after a dispatch of the endpoint's completions. */
-static void after_dispatch(void *ctx)
+void rr__ep_after_dispatch(void *ctx)
 {
 	rr_ep *ep = ctx;
 	int status = ep->down_pending;
@@ -363,12 +353,12 @@ static void after_dispatch(void *ctx)
 	if (!status || ep->destroy_pending)
 		return;
 	ep->down_pending = 0;
-	notify_down(ep, status);
-	release_if_done(ep);
+	rr__ep_notify_down(ep, status);
+	rr__ep_release_if_done(ep);
 }
 
 /* Free a shared CQ its last member left once no hook of it is running. */
-static bool shcq_release_if_done(struct rr__shcq *sh)
+bool rr__shcq_release_if_done(struct rr__shcq *sh)
 {
 	if (!sh->orphan || sh->busy)
 		return false;
@@ -387,15 +377,15 @@ static void shared_after_dispatch(void *ctx)
 		rr_ep *ep = rr__container_of(sh->downs.next, rr_ep, down_link);
 
 		rr__list_del(&ep->down_link);
-		after_dispatch(ep);
+		rr__ep_after_dispatch(ep);
 	}
 	sh->busy--;
-	shcq_release_if_done(sh);
+	rr__shcq_release_if_done(sh);
 }
 
 /* Join the bridge's CQ on ep's device, created on first use and grown to
  * hold every completion its QPs can have outstanding at once. */
-static int shared_cq_join(rr_ep *ep, int need)
+int rr__shcq_join(rr_ep *ep, int need)
 {
 	struct rr__eps *set = ep->set;
 	struct rr__shcq *sh = NULL;
@@ -456,7 +446,7 @@ static int shared_cq_join(rr_ep *ep, int need)
 	return 0;
 }
 
-static void shared_cq_leave(rr_ep *ep)
+void rr__shcq_leave(rr_ep *ep)
 {
 	struct rr__shcq *sh = ep->shared;
 
@@ -497,16 +487,14 @@ void rr__eps_init(struct rr__eps *set, struct rr__ring *ring, struct rr__cqs *cq
 	set->closing = false;
 }
 
-static void linger_end(rr_ep *ep);
-
 void rr__eps_fini(struct rr__eps *set)
 {
 	set->closing = true;
 	while (!rr__list_empty(&set->eps))
 		rr_ep_destroy(rr__container_of(set->eps.next, rr_ep, link));
 	while (!rr__list_empty(&set->lingering))
-		linger_end(rr__container_of(set->lingering.next, rr_ep, link));
-	srqs_fini(set);
+		rr__ep_linger_end(rr__container_of(set->lingering.next, rr_ep, link));
+	rr__srqs_fini(set);
 	free(set->qps.slots);
 	set->qps = (struct rr__qpmap){0};
 }
@@ -561,7 +549,7 @@ int rr__ep_setup_qp(rr_ep *ep)
 	if (rc)
 		return rc;
 	if (ep->opts.flags & RR_EP_SRQ) {
-		ep->srq = srq_find(ep->set, ep->dev);
+		ep->srq = rr__srq_find(ep->set, ep->dev);
 		if (!ep->srq)
 			return -ENOENT;
 		ep->srq->users++;
@@ -578,7 +566,7 @@ int rr__ep_setup_qp(rr_ep *ep)
 	if (ep->opts.flags & RR_EP_SHARED_CQ) {
 		int extra = srq_cq_need(ep);
 
-		rc = shared_cq_join(ep, (int)n + extra);
+		rc = rr__shcq_join(ep, (int)n + extra);
 		if (rc)
 			return rc;
 		if (extra)
@@ -587,12 +575,13 @@ int rr__ep_setup_qp(rr_ep *ep)
 		co.cqe = (int)n + (ep->srq ? (int)ep->srq->max_wr : 0);
 		co.mode = ep->opts.mode;
 		co.spin_us = ep->opts.spin_us;
-		co.on_wc = ep_on_wc;
+		co.on_wc = rr__ep_on_wc;
 		co.data = ep;
 		rc = rr__cq_create(ep->set->cqs, ep->dev->channel, ep->id->verbs, &co, &ep->cq);
 		if (rc)
 			return rc;
-		ep->cq->hooks = (struct rr__cq_hooks){.after_dispatch = after_dispatch, .ctx = ep};
+		ep->cq->hooks =
+			(struct rr__cq_hooks){.after_dispatch = rr__ep_after_dispatch, .ctx = ep};
 		rr__device_claim(ep->dev, &ep->cq_claim, rr_cq_ibv(ep->cq), ep, RR__CLAIM_CQ);
 	}
 	if (ep->opts.flags & RR_EP_OWN_PD) {
@@ -615,25 +604,25 @@ int rr__ep_setup_qp(rr_ep *ep)
 	if (rdma_create_qp(ep->id, ep->own_pd ? ep->own_pd : ep->dev->pd, &attr))
 		return errno ? -errno : -ENOMEM;
 	ep->qp = ep->id->qp;
-	ep->qp_num = ep->qp->qp_num; /* drain_cq() takes this QP's */
+	ep->qp_num = ep->qp->qp_num; /* rr__ep_drain_cq() takes this QP's */
 	rr__device_claim(ep->dev, &ep->qp_claim, ep->qp, ep, RR__CLAIM_QP);
 	if (ep->shared)
-		return qpmap_add(&ep->set->qps, ep); /* else rr_ep_destroy() frees it */
+		return rr__qpmap_add(&ep->set->qps, ep); /* else rr_ep_destroy() frees it */
 	return 0;
 }
 
 /* on_disconnect, once; what completed before the end is reported first. */
-static void notify_down(rr_ep *ep, int status)
+void rr__ep_notify_down(rr_ep *ep, int status)
 {
 	if (ep->notified_down)
 		return;
 	ep->notified_down = true;
 	ep->in_callback++;
-	drain_cq(ep);
+	rr__ep_drain_cq(ep);
 	ep->in_callback--;
 	if (ep->destroy_pending)
 		return; /* destroyed by a request callback: no more callbacks */
-	call_ep_cb(ep, ep->on_disconnect, status);
+	rr__ep_call_cb(ep, ep->on_disconnect, status);
 }
 
 void rr__ep_to_error(rr_ep *ep, int status)
@@ -658,16 +647,16 @@ void rr__ep_to_error(rr_ep *ep, int status)
 	}
 	ep->state = RR__EP_ERROR;
 	rr__ep_stop_timer(ep);
-	fail_qp(ep);
+	rr__ep_fail_qp(ep);
 	if (prev < RR__EP_CONNECTED) {
 		rr_ep_cb cb = ep->on_connect;
 
 		ep->on_connect = NULL;
-		call_ep_cb(ep, cb, status);
+		rr__ep_call_cb(ep, cb, status);
 	} else {
-		notify_down(ep, status);
+		rr__ep_notify_down(ep, status);
 	}
-	release_if_done(ep);
+	rr__ep_release_if_done(ep);
 }
 
 void rr__ep_stop_timer(rr_ep *ep)
@@ -683,8 +672,8 @@ void rr__ep_down(rr_ep *ep, int status)
 		ep->down_pending = 0;
 	}
 	ep->state = RR__EP_DISCONNECTED;
-	notify_down(ep, status);
-	release_if_done(ep);
+	rr__ep_notify_down(ep, status);
+	rr__ep_release_if_done(ep);
 }
 
 int rr_ep_disconnect(rr_ep *ep)
@@ -709,16 +698,17 @@ void rr__ep_established(rr_ep *ep, void (*accept)(void *ctx, rr_ep *ep), void *c
 	else if (ep->on_connect)
 		ep->on_connect(ep, 0, ep->data);
 	ep->in_callback--;
-	release_if_done(ep);
+	rr__ep_release_if_done(ep);
 }
 
 /* Complete what is still outstanding; the QP is in error (or gone). */
 static void flush_all(rr_ep *ep)
 {
 	/* Completions already in the CQ are real outcomes: hand them out. */
-	drain_cq(ep);
+	rr__ep_drain_cq(ep);
 	while (!rr__list_empty(&ep->outstanding))
-		complete(ep, rr__container_of(ep->outstanding.next, struct rr__req, link), NULL);
+		rr__ep_complete(ep, rr__container_of(ep->outstanding.next, struct rr__req, link),
+				NULL);
 }
 
 static void destroy_qp(rr_ep *ep)
@@ -738,7 +728,7 @@ static void linger_timeout(void *ctx, int res)
 
 	(void)res;
 	ep->timer_slot = RR__NO_SLOT;
-	linger_end(ep);
+	rr__ep_linger_end(ep);
 }
 
 /*
@@ -758,12 +748,12 @@ static bool linger_start(rr_ep *ep)
 	return true;
 }
 
-static void linger_end(rr_ep *ep)
+void rr__ep_linger_end(rr_ep *ep)
 {
 	rr__ep_stop_timer(ep);
 	rr__list_del(&ep->link);
 	ep->in_callback++;
-	drain_cq(ep); /* still lingering: with no endpoint */
+	rr__ep_drain_cq(ep); /* still lingering: with no endpoint */
 	ep->lingering = false;
 	destroy_qp(ep);
 	ep->in_callback--;
@@ -783,7 +773,7 @@ int rr_ep_destroy(rr_ep *ep)
 	/* Error first, drain, destroy last: mlx5 and mlx4 purge a QP's
 	 * CQEs when it is destroyed, so a SEND that succeeded would be
 	 * reported flushed (SPDK's nvmf transport does the same). */
-	fail_qp(ep);
+	rr__ep_fail_qp(ep);
 	flush_all(ep);
 	if (ep->srq && !--ep->srq->users && ep->srq->counted) {
 		ep->srq->counted->need -= (int)ep->srq->max_wr;
@@ -812,8 +802,8 @@ static void ep_finish(rr_ep *ep)
 	ep->in_callback++;
 	ep->srq = NULL;
 	if (ep->shared) {
-		qpmap_del(&ep->set->qps, ep);
-		shared_cq_leave(ep);
+		rr__qpmap_del(&ep->set->qps, ep);
+		rr__shcq_leave(ep);
 	} else if (ep->cq) {
 		rr_cq_destroy(ep->cq);
 		rr__device_unclaim(&ep->cq_claim);
@@ -829,7 +819,7 @@ static void ep_finish(rr_ep *ep)
 		rr__device_put(dev);
 	}
 	ep->in_callback--;
-	release_if_done(ep);
+	rr__ep_release_if_done(ep);
 }
 
 void *rr_ep_data(const rr_ep *ep)
@@ -865,7 +855,7 @@ int rr__ep_request(rr_ep *ep, rr_request_cb hook, rr_listener *l, void *data)
 	rc = hook(l, ep, ep->peer_pdata_len ? ep->peer_pdata : NULL, ep->peer_pdata_len, data);
 	ep->in_callback--;
 	if (ep->destroy_pending) {
-		release_if_done(ep);
+		rr__ep_release_if_done(ep);
 		return -1;
 	}
 	return rc ? 1 : 0;
@@ -947,7 +937,7 @@ int rr_mr_dereg(struct ibv_mr *mr)
 	return rc ? -rc : 0;
 }
 
-static int check_buf(struct ibv_mr *mr, const void *buf, size_t len)
+int rr__mr_check_buf(struct ibv_mr *mr, const void *buf, size_t len)
 {
 	uintptr_t p = (uintptr_t)buf, start, end;
 
@@ -1040,7 +1030,7 @@ static int post_send_wr(rr_ep *ep, enum ibv_wr_opcode opcode, const void *buf, u
 
 	if (!ep || !cb)
 		return -EINVAL;
-	rc = check_buf(mr, buf, len);
+	rc = rr__mr_check_buf(mr, buf, len);
 	if (!rc)
 		rc = can_post_send(ep);
 	if (rc)
@@ -1098,7 +1088,7 @@ int rr_ep_post_bind_mw(rr_ep *ep, struct ibv_mw *mw, uint32_t rkey, struct ibv_m
 	/* The key's index part names the window; only its low byte may change. */
 	if ((rkey ^ mw->rkey) & ~0xffu)
 		return -EINVAL;
-	rc = check_buf(mr, addr, len);
+	rc = rr__mr_check_buf(mr, addr, len);
 	if (!rc)
 		rc = can_post_send(ep);
 	if (rc)
@@ -1159,7 +1149,7 @@ int rr_ep_post_recv(rr_ep *ep, void *buf, uint32_t len, struct ibv_mr *mr, rr_re
 
 	if (!ep || !cb || ep->srq)
 		return -EINVAL;
-	rc = check_buf(mr, buf, len);
+	rc = rr__mr_check_buf(mr, buf, len);
 	if (rc)
 		return rc;
 	if (ep->destroy_pending || !ep->qp || ep->state == RR__EP_ERROR ||
@@ -1221,17 +1211,17 @@ void rr__eps_async(struct rr__eps *set, struct rr__device *dev, const struct ibv
 			srq->in_callback++;
 		tell(ctx, ev);
 		if (ep && !--ep->in_callback && ep->destroy_pending) {
-			release_if_done(ep);
+			rr__ep_release_if_done(ep);
 			return;
 		}
 		if (sh) {
 			sh->busy--;
-			if (shcq_release_if_done(sh))
+			if (rr__shcq_release_if_done(sh))
 				return;
 		}
 		if (srq) {
 			srq->in_callback--;
-			if (srq_release_if_done(srq))
+			if (rr__srq_release_if_done(srq))
 				return;
 		}
 	}
@@ -1240,7 +1230,7 @@ void rr__eps_async(struct rr__eps *set, struct rr__device *dev, const struct ibv
 		if (!ep || kind != RR__CLAIM_QP)
 			break;
 		if (ep->lingering)
-			linger_end(ep);
+			rr__ep_linger_end(ep);
 		else
 			ep->last_wqe = true;
 		break;
@@ -1273,7 +1263,7 @@ void rr__eps_async(struct rr__eps *set, struct rr__device *dev, const struct ibv
  * -ECANCELED and no endpoint.
  */
 
-static struct rr_srq *srq_find(struct rr__eps *set, struct rr__device *dev)
+struct rr_srq *rr__srq_find(struct rr__eps *set, struct rr__device *dev)
 {
 	for (struct rr__list *l = set->srqs.next; l != &set->srqs; l = l->next) {
 		struct rr_srq *srq = rr__container_of(l, struct rr_srq, link);
@@ -1284,7 +1274,7 @@ static struct rr_srq *srq_find(struct rr__eps *set, struct rr__device *dev)
 	return NULL;
 }
 
-static struct rr__req *srq_req_of_wc(struct rr_srq *srq, const struct ibv_wc *wc)
+struct rr__req *rr__srq_req_of_wc(struct rr_srq *srq, const struct ibv_wc *wc)
 {
 	struct rr__req *req = (struct rr__req *)(uintptr_t)wc->wr_id;
 
@@ -1300,7 +1290,7 @@ static void srq_free(struct rr_srq *srq)
 }
 
 /* Free a destroyed SRQ once its flush is over and no callback of it runs. */
-static bool srq_release_if_done(struct rr_srq *srq)
+bool rr__srq_release_if_done(struct rr_srq *srq)
 {
 	if (!srq->destroy_pending || srq->in_callback || srq->srq)
 		return false;
@@ -1308,8 +1298,7 @@ static bool srq_release_if_done(struct rr_srq *srq)
 	return true;
 }
 
-static void srq_complete(struct rr_srq *srq, struct rr__req *req, rr_ep *ep,
-			 const struct ibv_wc *wc)
+void rr__srq_complete(struct rr_srq *srq, struct rr__req *req, rr_ep *ep, const struct ibv_wc *wc)
 {
 	struct rr_completion c;
 	rr_req_cb cb = req->cb;
@@ -1327,7 +1316,7 @@ static void srq_complete(struct rr_srq *srq, struct rr__req *req, rr_ep *ep,
 	if (ep)
 		ep->in_callback--;
 	srq->in_callback--;
-	srq_release_if_done(srq); /* destroyed from that callback */
+	rr__srq_release_if_done(srq); /* destroyed from that callback */
 }
 
 int rr__srq_create(struct rr__eps *set, struct ibv_context *ctx, uint32_t max_wr, rr_srq **out)
@@ -1345,7 +1334,7 @@ int rr__srq_create(struct rr__eps *set, struct ibv_context *ctx, uint32_t max_wr
 	rc = rr__device_get(set->devs, ctx, &srq->dev);
 	if (rc)
 		goto err_free;
-	if (srq_find(set, srq->dev)) {
+	if (rr__srq_find(set, srq->dev)) {
 		rc = -EEXIST;
 		goto err_put;
 	}
@@ -1389,7 +1378,7 @@ int rr_srq_post_recv(rr_srq *srq, void *buf, uint32_t len, struct ibv_mr *mr, rr
 
 	if (!srq || !cb || srq->destroy_pending)
 		return -EINVAL;
-	rc = check_buf(mr, buf, len);
+	rc = rr__mr_check_buf(mr, buf, len);
 	if (rc)
 		return rc;
 	if (srq->dev->dead)
@@ -1422,13 +1411,13 @@ int rr_srq_destroy(rr_srq *srq)
 
 		l = l->next;
 		if (ep->srq == srq) {
-			linger_end(ep);
+			rr__ep_linger_end(ep);
 			l = srq->set->lingering.next; /* a callback may have ended others */
 		}
 	}
 	srq->in_callback--;
 	if (srq->destroy_pending) {
-		srq_release_if_done(srq);
+		rr__srq_release_if_done(srq);
 		return 0;
 	}
 	srq->destroy_pending = true;
@@ -1438,12 +1427,12 @@ int rr_srq_destroy(rr_srq *srq)
 	srq->srq = NULL;
 	srq->in_callback++;
 	while (!rr__list_empty(&srq->outstanding))
-		srq_complete(srq, rr__container_of(srq->outstanding.next, struct rr__req, link),
-			     NULL, NULL);
+		rr__srq_complete(srq, rr__container_of(srq->outstanding.next, struct rr__req, link),
+				 NULL, NULL);
 	srq->in_callback--;
 	rr__device_put(srq->dev);
 	srq->dev = NULL;
-	srq_release_if_done(srq);
+	rr__srq_release_if_done(srq);
 	return 0;
 }
 
@@ -1452,7 +1441,7 @@ rr_srq *rr_ep_srq(rr_ep *ep)
 	return ep ? ep->srq : NULL;
 }
 
-static void srqs_fini(struct rr__eps *set)
+void rr__srqs_fini(struct rr__eps *set)
 {
 	while (!rr__list_empty(&set->srqs)) {
 		struct rr_srq *srq = rr__container_of(set->srqs.next, struct rr_srq, link);

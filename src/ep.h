@@ -34,24 +34,6 @@ struct rr__eps {
 	bool closing; /* teardown: no QP lingers */
 };
 
-/* What an rr__claim of this layer names (claim.kind). */
-enum rr__claim_kind { RR__CLAIM_QP = 1, RR__CLAIM_CQ, RR__CLAIM_SHCQ, RR__CLAIM_SRQ };
-
-/* A CQ shared by the bridge's endpoints on one device. */
-struct rr__shcq {
-	struct rr__list link; /* set->shcqs */
-	struct rr__eps *set;
-	struct rr__device *dev; /* holds a reference */
-	rr_cq *cq;
-	unsigned int users;
-	int cqe;	       /* its size */
-	int need;	       /* the queue depths of its QPs */
-	struct rr__list downs; /* endpoints with down_pending */
-	struct rr__claim claim;
-	unsigned int busy; /* its hook is running: freed after it */
-	bool orphan;	   /* no users left: free when not busy */
-};
-
 enum rr__obj_type { RR__OBJ_EP = 0x45504550, RR__OBJ_LISTENER = 0x4c53544e };
 
 enum rr__ep_state {
@@ -63,18 +45,6 @@ enum rr__ep_state {
 	RR__EP_DISCONNECTING,
 	RR__EP_DISCONNECTED,
 	RR__EP_ERROR,
-};
-
-struct rr__req {
-	struct rr__list link; /* ep->outstanding or ep->free_reqs (srq's: the srq's) */
-	rr_ep *ep;	      /* NULL: a receive of an SRQ */
-	rr_req_cb cb;
-	void *data;
-	bool is_recv;
-	bool signalled;		   /* asked for a work completion */
-	enum ibv_wc_opcode opcode; /* sends: what its completion reports */
-	struct ibv_mw *mw;	   /* a bind: its window takes @mw_rkey once done */
-	uint32_t mw_rkey;
 };
 
 struct rr_ep {
@@ -125,23 +95,6 @@ struct rr_ep {
 	/* Placed on this bridge by a listener elsewhere: told when established. */
 	rr_accept_cb group_accept;
 	void *group_accept_data;
-};
-
-/* A shared receive queue: receives posted once, taken by whichever
- * QP of the bridge on its device receives first. */
-struct rr_srq {
-	struct rr__eps *set;
-	struct rr__device *dev; /* holds a reference */
-	struct ibv_srq *srq;
-	uint32_t max_wr;
-	struct rr__req *reqs;
-	struct rr__list free_reqs, outstanding;
-	unsigned int users;	  /* endpoints on it */
-	struct rr__shcq *counted; /* the shared CQ its depth is counted in */
-	unsigned int in_callback;
-	bool destroy_pending;
-	struct rr__claim claim;
-	struct rr__list link; /* set->srqs */
 };
 
 int rr__srq_create(struct rr__eps *set, struct ibv_context *ctx, uint32_t max_wr, rr_srq **out);
