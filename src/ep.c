@@ -896,58 +896,9 @@ rr_cq *rr_ep_cq(rr_ep *ep)
 	return ep->cq;
 }
 
-/* The endpoint's own PD, or the process's PD of its device. */
-static struct ibv_pd *ep_pd(const rr_ep *ep)
-{
-	return ep->own_pd ? ep->own_pd : ep->dev ? ep->dev->pd : NULL;
-}
-
-struct ibv_pd *rr_ep_pd(rr_ep *ep)
-{
-	return ep_pd(ep);
-}
-
 unsigned int rr_ep_outstanding(const rr_ep *ep)
 {
 	return ep->nsend + ep->nrecv;
-}
-
-int rr_ep_reg_mr(rr_ep *ep, void *buf, size_t len, int access, struct ibv_mr **out)
-{
-	struct ibv_mr *mr;
-
-	if (!ep || !buf || !len || !out)
-		return -EINVAL;
-	if (!ep->dev)
-		return -ENOTCONN;
-	mr = ibv_reg_mr(ep_pd(ep), buf, len, access | IBV_ACCESS_LOCAL_WRITE);
-	if (!mr)
-		return errno ? -errno : -ENOMEM;
-	*out = mr;
-	return 0;
-}
-
-int rr_mr_dereg(struct ibv_mr *mr)
-{
-	int rc;
-
-	if (!mr)
-		return 0;
-	rc = ibv_dereg_mr(mr);
-	return rc ? -rc : 0;
-}
-
-int rr__mr_check_buf(struct ibv_mr *mr, const void *buf, size_t len)
-{
-	uintptr_t p = (uintptr_t)buf, start, end;
-
-	if (!mr || !buf)
-		return -EINVAL;
-	start = (uintptr_t)mr->addr;
-	end = start + mr->length;
-	if (p < start || p > end || len > end - p)
-		return -EINVAL;
-	return 0;
 }
 
 static void give_back(rr_ep *ep, struct rr__req *req)
@@ -1048,31 +999,6 @@ static int post_send_wr(rr_ep *ep, enum ibv_wr_opcode opcode, const void *buf, u
 			     : opcode == IBV_WR_RDMA_READ ? IBV_WC_RDMA_READ
 							  : IBV_WC_RDMA_WRITE,
 			     cb, data);
-}
-
-int rr_ep_alloc_mw(rr_ep *ep, struct ibv_mw **out)
-{
-	struct ibv_mw *mw;
-
-	if (!ep || !out)
-		return -EINVAL;
-	if (!ep->dev)
-		return -ENOTCONN;
-	mw = ibv_alloc_mw(ep_pd(ep), IBV_MW_TYPE_2);
-	if (!mw)
-		return errno ? -errno : -ENOMEM;
-	*out = mw;
-	return 0;
-}
-
-int rr_mw_dealloc(struct ibv_mw *mw)
-{
-	int rc;
-
-	if (!mw)
-		return 0;
-	rc = ibv_dealloc_mw(mw);
-	return rc ? -rc : 0;
 }
 
 int rr_ep_post_bind_mw(rr_ep *ep, struct ibv_mw *mw, uint32_t rkey, struct ibv_mr *mr, void *addr,
