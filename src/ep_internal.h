@@ -1,17 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The endpoint layer's own: what its files share among themselves and
- * the layers above never touch (they include ep.h alone). From the top
- * down, each part calls only those below it:
+ * The endpoint layer's own: what its files share among themselves; the
+ * layers above include ep.h alone. From the top down, each file calls
+ * only those below it:
  *
- *   the endpoint set: teardown, device async events
- *   shared receive queues
- *   endpoint lifecycle
- *   shared CQs and their QP map
- *   completions: each request's one completion, a CQ's hooks
+ *   eps.c           the bridge's endpoints as a whole: teardown, async events
+ *   srq.c           shared receive queues
+ *   ep.c            the endpoint lifecycle
+ *   ep_shared_cq.c  the shared CQ and its QP map
+ *   ep_cq.c         completions: each request's one, a CQ's hooks
  *
- * Posting, and MRs and MWs, stand beside them; posting checks its
- * buffers against their MRs like the SRQ does.
+ * and beside them ep_post.c (posting) over mr.c (MRs, MWs, the buffer
+ * check srq.c uses too).
  */
 #ifndef RR_EP_INTERNAL_H
 #define RR_EP_INTERNAL_H
@@ -65,7 +65,7 @@ struct rr_srq {
 	struct rr__list link; /* set->srqs */
 };
 
-/* ---- completions ---- */
+/* ---- ep_cq.c ---- */
 
 /* Free an endpoint once it is destroyed and no callback of it is running. */
 bool rr__ep_release_if_done(rr_ep *ep);
@@ -89,7 +89,7 @@ bool rr__srq_release_if_done(struct rr_srq *srq);
 /* A receive's one completion, for @ep (NULL: none is left to tell). */
 void rr__srq_complete(struct rr_srq *srq, struct rr__req *req, rr_ep *ep, const struct ibv_wc *wc);
 
-/* ---- shared CQs ---- */
+/* ---- ep_shared_cq.c ---- */
 
 int rr__qpmap_add(struct rr__qpmap *m, rr_ep *ep);
 void rr__qpmap_del(struct rr__qpmap *m, rr_ep *ep);
@@ -98,17 +98,17 @@ bool rr__shcq_release_if_done(struct rr__shcq *sh);
 int rr__shcq_join(rr_ep *ep, int need);
 void rr__shcq_leave(rr_ep *ep);
 
-/* ---- lifecycle ---- */
+/* ---- ep.c ---- */
 
 /* A destroyed endpoint's QP on an SRQ is done waiting: it goes. */
 void rr__ep_linger_end(rr_ep *ep);
 
-/* ---- shared receive queues ---- */
+/* ---- srq.c ---- */
 
 /* Teardown: destroy every SRQ left (their endpoints are gone). */
 void rr__srqs_fini(struct rr__eps *set);
 
-/* ---- MRs ---- */
+/* ---- mr.c ---- */
 
 /* 0 if [buf, buf + len) lies in @mr, else -EINVAL. */
 int rr__mr_check_buf(struct ibv_mr *mr, const void *buf, size_t len);
