@@ -6,7 +6,7 @@
  *
  *   eps.c           the bridge's endpoints as a whole: teardown, async events
  *   srq.c           shared receive queues
- *   ep.c            the endpoint lifecycle
+ *   ep_lifecycle.c  the endpoint lifecycle
  *   ep_shared_cq.c  the shared CQ and its QP map
  *   ep_cq.c         completions: each request's one, a CQ's hooks
  *
@@ -98,7 +98,7 @@ bool rr__shcq_release_if_done(struct rr__shcq *sh);
 int rr__shcq_join(rr_ep *ep, int need);
 void rr__shcq_leave(rr_ep *ep);
 
-/* ---- ep.c ---- */
+/* ---- ep_lifecycle.c ---- */
 
 /* A destroyed endpoint's QP on an SRQ is done waiting: it goes. */
 void rr__ep_linger_end(rr_ep *ep);
