@@ -22,26 +22,9 @@
 
 #include "abi.h"
 #include "cm.h"
+#include "cm_errno.h"
 
 #define RESOLVE_TIMEOUT_MS 5000
-
-static int event_errno(enum rdma_cm_event_type t)
-{
-	switch (t) {
-	case RDMA_CM_EVENT_REJECTED:
-		return -ECONNREFUSED;
-	case RDMA_CM_EVENT_UNREACHABLE:
-		return -EHOSTUNREACH;
-	case RDMA_CM_EVENT_ADDR_ERROR:
-	case RDMA_CM_EVENT_ROUTE_ERROR:
-		return -EADDRNOTAVAIL;
-	case RDMA_CM_EVENT_DEVICE_REMOVAL:
-		return -ENODEV;
-	case RDMA_CM_EVENT_CONNECT_ERROR:
-	default:
-		return -ECONNABORTED;
-	}
-}
 
 static uint8_t depth(unsigned int want, unsigned int cap)
 {
@@ -419,9 +402,9 @@ static void ep_event(struct rr__cm *cm, rr_ep *ep, enum rdma_cm_event_type type,
 	case RDMA_CM_EVENT_REJECTED:
 	case RDMA_CM_EVENT_CONNECT_ERROR:
 		if (ep->state <= RR__EP_ACCEPTING)
-			connect_failed(ep, event_errno(type));
+			connect_failed(ep, rr__cm_event_errno(type));
 		else
-			rr__ep_to_error(ep, event_errno(type));
+			rr__ep_to_error(ep, rr__cm_event_errno(type));
 		break;
 	case RDMA_CM_EVENT_DISCONNECTED:
 		if (ep->state == RR__EP_ACCEPTING) {
