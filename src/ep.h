@@ -85,16 +85,14 @@ struct rr_ep {
 	uint8_t pdata[RR_PRIVATE_DATA_ACCEPT_MAX];	/* ours, to send */
 	uint8_t peer_pdata[RR_PRIVATE_DATA_ACCEPT_MAX]; /* the peer's */
 	struct rr__list link;				/* set->eps */
-	/* Owned by the connection manager: a passive endpoint not yet
+	/* Set by the connection manager, whose own fields stand beside the
+	 * endpoint (see rr__ep_alloc()): a passive endpoint not yet
 	 * established sits on its listener's list; dropping it (instead of
-	 * reporting an error nobody could receive) goes through the hook. */
-	struct rr_listener *listener;
+	 * reporting an error nobody could receive) goes through the hook.
+	 * These two stay here: a destroy unlinks the one and clears the
+	 * other, and the error path calls the hook. */
 	struct rr__list pending_link;
 	void (*on_drop)(rr_ep *ep);
-	unsigned int group_hint; /* rr_ep_set_group() + 1, 0: none */
-	/* Placed on this bridge by a listener elsewhere: told when established. */
-	rr_accept_cb group_accept;
-	void *group_accept_data;
 };
 
 int rr__srq_create(struct rr__eps *set, struct ibv_context *ctx, uint32_t max_wr, rr_srq **out);
@@ -111,8 +109,10 @@ void rr__eps_async(struct rr__eps *set, struct rr__device *dev, const struct ibv
 		   struct rr__claim *c, void (*tell)(void *ctx, const struct ibv_async_event *ev),
 		   void *ctx);
 
+/* @size: of the caller's struct, which begins with the rr_ep (the endpoint
+ * layer frees it as one); the caller's part starts zeroed. */
 int rr__ep_alloc(struct rr__eps *set, struct rdma_cm_id *id, const struct rr_ep_opts *opts,
-		 rr_ep **out);
+		 size_t size, rr_ep **out);
 int rr__ep_setup_qp(rr_ep *ep);
 /* Run a listener's request hook on @ep like one of its callbacks: 0 to
  * accept, 1 refused, -1 the application destroyed @ep in it (now gone). */

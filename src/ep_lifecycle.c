@@ -39,9 +39,9 @@ static int srq_cq_need(rr_ep *ep)
 }
 
 int rr__ep_alloc(struct rr__eps *set, struct rdma_cm_id *id, const struct rr_ep_opts *opts,
-		 rr_ep **out)
+		 size_t size, rr_ep **out)
 {
-	rr_ep *ep = calloc(1, sizeof(*ep));
+	rr_ep *ep = calloc(1, size);
 
 	if (!ep)
 		return -ENOMEM;
