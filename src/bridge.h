@@ -6,7 +6,7 @@
  *
  *   bridge  (bridge.c)  rr_bridge_*, and the calls that need a bridge
  *     cm    (cm.c)      rdma_cm events, listeners, connect
- *     ep    (ep.c)      endpoints and their requests
+ *     ep    (ep.h)      endpoints, their requests, SRQs, MRs (files: ep_internal.h)
  *     device(device.c)  PD, shared channel, async events per ibv_context
  *     cq    (cq.c)      channels, CQs, dispatch and arming
  *     ring  (ring.c)    slots, owed SQEs, kicks, clock

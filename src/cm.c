@@ -22,25 +22,26 @@
 
 #include "abi.h"
 #include "cm.h"
+#include "cm_errno.h"
 
 #define RESOLVE_TIMEOUT_MS 5000
 
-static int event_errno(enum rdma_cm_event_type t)
+/* An endpoint as the connection manager allocates it (every one is): what
+ * only this layer keeps of it stands beside it, not in the endpoint. */
+struct rr__cm_ep {
+	rr_ep ep; /* first: the endpoint layer frees the whole as an rr_ep */
+	/* A passive endpoint not yet established: its listener, for
+	 * rr_ep_set_group() and the count of those dropped. */
+	struct rr_listener *listener;
+	unsigned int group_hint; /* rr_ep_set_group() + 1, 0: none */
+	/* Placed on this bridge by a listener elsewhere: told when established. */
+	rr_accept_cb group_accept;
+	void *group_accept_data;
+};
+
+static struct rr__cm_ep *cm_ep(rr_ep *ep)
 {
-	switch (t) {
-	case RDMA_CM_EVENT_REJECTED:
-		return -ECONNREFUSED;
-	case RDMA_CM_EVENT_UNREACHABLE:
-		return -EHOSTUNREACH;
-	case RDMA_CM_EVENT_ADDR_ERROR:
-	case RDMA_CM_EVENT_ROUTE_ERROR:
-		return -EADDRNOTAVAIL;
-	case RDMA_CM_EVENT_DEVICE_REMOVAL:
-		return -ENODEV;
-	case RDMA_CM_EVENT_CONNECT_ERROR:
-	default:
-		return -ECONNABORTED;
-	}
+	return rr__container_of(ep, struct rr__cm_ep, ep);
 }
 
 static uint8_t depth(unsigned int want, unsigned int cap)
@@ -85,8 +86,8 @@ static void connect_failed(rr_ep *ep, int status)
 
 static void pending_dropped(rr_ep *ep)
 {
-	ep->listener->stats.dropped++;
-	ep->listener = NULL;
+	cm_ep(ep)->listener->stats.dropped++;
+	cm_ep(ep)->listener = NULL;
 }
 
 /* A request placed on a group, on its way there. */
@@ -106,12 +107,12 @@ struct rr__handoff {
 
 /* The group with the fewest connections placed and not yet gone, the
  * next one round robin on ties; or the one the request hook chose. */
-static unsigned int choose_group(rr_listener *l, const rr_ep *ep)
+static unsigned int choose_group(rr_listener *l, rr_ep *ep)
 {
 	unsigned int best = l->next_group % l->ngroups, best_n = UINT32_MAX;
 
-	if (ep->group_hint)
-		return ep->group_hint - 1;
+	if (cm_ep(ep)->group_hint)
+		return cm_ep(ep)->group_hint - 1;
 	for (unsigned int k = 0; k < l->ngroups; k++) {
 		unsigned int g = (l->next_group + k) % l->ngroups;
 		unsigned int n = atomic_load(&l->groups[g].cm->conns);
@@ -179,7 +180,7 @@ static void on_connect_request(struct rr__cm *cm, rr_listener *l, struct rdma_cm
 	rr_ep *ep;
 
 	l->stats.requests++;
-	if (!l->id || rr__ep_alloc(cm->eps, id, &l->ep_opts, &ep)) {
+	if (!l->id || rr__ep_alloc(cm->eps, id, &l->ep_opts, sizeof(struct rr__cm_ep), &ep)) {
 		rdma_reject(id, NULL, 0);
 		rdma_destroy_id(id);
 		l->stats.dropped++;
@@ -189,7 +190,7 @@ static void on_connect_request(struct rr__cm *cm, rr_listener *l, struct rdma_cm
 	ep->state = RR__EP_ACCEPTING;
 	if (!ep->data)
 		ep->data = l->data;
-	ep->listener = l; /* for rr_ep_set_group() */
+	cm_ep(ep)->listener = l; /* for rr_ep_set_group() */
 	if (l->on_request) {
 		int rc;
 
@@ -243,7 +244,7 @@ static void accept_cb(void *ctx, rr_ep *ep)
 static void group_accept_cb(void *ctx, rr_ep *ep)
 {
 	(void)ctx;
-	ep->group_accept(NULL, ep, ep->group_accept_data);
+	cm_ep(ep)->group_accept(NULL, ep, cm_ep(ep)->group_accept_data);
 }
 
 static void placed_dropped(rr_ep *ep)
@@ -260,7 +261,7 @@ static void adopt(struct rr__cm *cm, struct rr__handoff *h)
 	struct rdma_conn_param p;
 	rr_ep *ep;
 
-	if (cm->closing || rr__ep_alloc(cm->eps, h->id, &h->opts, &ep)) {
+	if (cm->closing || rr__ep_alloc(cm->eps, h->id, &h->opts, sizeof(struct rr__cm_ep), &ep)) {
 		rdma_reject(h->id, NULL, 0);
 		rdma_destroy_id(h->id);
 		atomic_fetch_sub(&cm->conns, 1);
@@ -273,8 +274,8 @@ static void adopt(struct rr__cm *cm, struct rr__handoff *h)
 	ep->pdata_set = h->pdata_set;
 	ep->state = RR__EP_ACCEPTING;
 	ep->data = h->data;
-	ep->group_accept = h->on_accept;
-	ep->group_accept_data = h->accept_data;
+	cm_ep(ep)->group_accept = h->on_accept;
+	cm_ep(ep)->group_accept_data = h->accept_data;
 	ep->on_drop = placed_dropped;
 	if (rr__ep_setup_qp(ep))
 		goto drop;
@@ -358,20 +359,23 @@ int rr__cm_remove_group(rr_listener *l, struct rr__cm *group)
 
 int rr_ep_set_group(rr_ep *ep, unsigned int index)
 {
-	if (!ep || !ep->listener || !ep->listener->in_request || index >= ep->listener->ngroups)
+	rr_listener *l = ep ? cm_ep(ep)->listener : NULL;
+
+	if (!l || !l->in_request || index >= l->ngroups)
 		return -EINVAL;
-	ep->group_hint = index + 1;
+	cm_ep(ep)->group_hint = index + 1;
 	return 0;
 }
 
 static void ep_event(struct rr__cm *cm, rr_ep *ep, enum rdma_cm_event_type type,
 		     const uint8_t *pdata, size_t plen)
 {
+	struct rr__cm_ep *ce = cm_ep(ep);
 	struct rdma_conn_param p;
 	rr_listener *l;
 
 	/* An acceptance (active side: no listener) or a rejection says why. */
-	if ((type == RDMA_CM_EVENT_ESTABLISHED && !ep->listener && !ep->group_accept) ||
+	if ((type == RDMA_CM_EVENT_ESTABLISHED && !ce->listener && !ce->group_accept) ||
 	    type == RDMA_CM_EVENT_REJECTED)
 		rr__ep_set_peer_pdata(ep, pdata, plen);
 
@@ -404,11 +408,11 @@ static void ep_event(struct rr__cm *cm, rr_ep *ep, enum rdma_cm_event_type type,
 		if (ep->state != RR__EP_CONNECTING && ep->state != RR__EP_ACCEPTING)
 			break;
 		/* Handed to the application from now on. */
-		l = ep->listener;
-		ep->listener = NULL;
+		l = ce->listener;
+		ce->listener = NULL;
 		ep->on_drop = NULL;
 		rr__list_del(&ep->pending_link);
-		if (ep->group_accept)
+		if (ce->group_accept)
 			rr__ep_established(ep, group_accept_cb, NULL);
 		else
 			rr__ep_established(ep, l ? accept_cb : NULL, l);
@@ -419,9 +423,9 @@ static void ep_event(struct rr__cm *cm, rr_ep *ep, enum rdma_cm_event_type type,
 	case RDMA_CM_EVENT_REJECTED:
 	case RDMA_CM_EVENT_CONNECT_ERROR:
 		if (ep->state <= RR__EP_ACCEPTING)
-			connect_failed(ep, event_errno(type));
+			connect_failed(ep, rr__cm_event_errno(type));
 		else
-			rr__ep_to_error(ep, event_errno(type));
+			rr__ep_to_error(ep, rr__cm_event_errno(type));
 		break;
 	case RDMA_CM_EVENT_DISCONNECTED:
 		if (ep->state == RR__EP_ACCEPTING) {
@@ -640,7 +644,7 @@ int rr__cm_connect(struct rr__cm *cm, const char *host, uint16_t port,
 		rc = errno ? -errno : -ENOMEM;
 		goto err_ai;
 	}
-	rc = rr__ep_alloc(cm->eps, id, opts, &ep);
+	rc = rr__ep_alloc(cm->eps, id, opts, sizeof(struct rr__cm_ep), &ep);
 	if (rc) {
 		rdma_destroy_id(id);
 		goto err_ai;

@@ -34,24 +34,6 @@ struct rr__eps {
 	bool closing; /* teardown: no QP lingers */
 };
 
-/* What an rr__claim of this layer names (claim.kind). */
-enum rr__claim_kind { RR__CLAIM_QP = 1, RR__CLAIM_CQ, RR__CLAIM_SHCQ, RR__CLAIM_SRQ };
-
-/* A CQ shared by the bridge's endpoints on one device. */
-struct rr__shcq {
-	struct rr__list link; /* set->shcqs */
-	struct rr__eps *set;
-	struct rr__device *dev; /* holds a reference */
-	rr_cq *cq;
-	unsigned int users;
-	int cqe;	       /* its size */
-	int need;	       /* the queue depths of its QPs */
-	struct rr__list downs; /* endpoints with down_pending */
-	struct rr__claim claim;
-	unsigned int busy; /* its hook is running: freed after it */
-	bool orphan;	   /* no users left: free when not busy */
-};
-
 enum rr__obj_type { RR__OBJ_EP = 0x45504550, RR__OBJ_LISTENER = 0x4c53544e };
 
 enum rr__ep_state {
@@ -63,18 +45,6 @@ enum rr__ep_state {
 	RR__EP_DISCONNECTING,
 	RR__EP_DISCONNECTED,
 	RR__EP_ERROR,
-};
-
-struct rr__req {
-	struct rr__list link; /* ep->outstanding or ep->free_reqs (srq's: the srq's) */
-	rr_ep *ep;	      /* NULL: a receive of an SRQ */
-	rr_req_cb cb;
-	void *data;
-	bool is_recv;
-	bool signalled;		   /* asked for a work completion */
-	enum ibv_wc_opcode opcode; /* sends: what its completion reports */
-	struct ibv_mw *mw;	   /* a bind: its window takes @mw_rkey once done */
-	uint32_t mw_rkey;
 };
 
 struct rr_ep {
@@ -115,33 +85,14 @@ struct rr_ep {
 	uint8_t pdata[RR_PRIVATE_DATA_ACCEPT_MAX];	/* ours, to send */
 	uint8_t peer_pdata[RR_PRIVATE_DATA_ACCEPT_MAX]; /* the peer's */
 	struct rr__list link;				/* set->eps */
-	/* Owned by the connection manager: a passive endpoint not yet
+	/* Set by the connection manager, whose own fields stand beside the
+	 * endpoint (see rr__ep_alloc()): a passive endpoint not yet
 	 * established sits on its listener's list; dropping it (instead of
-	 * reporting an error nobody could receive) goes through the hook. */
-	struct rr_listener *listener;
+	 * reporting an error nobody could receive) goes through the hook.
+	 * These two stay here: a destroy unlinks the one and clears the
+	 * other, and the error path calls the hook. */
 	struct rr__list pending_link;
 	void (*on_drop)(rr_ep *ep);
-	unsigned int group_hint; /* rr_ep_set_group() + 1, 0: none */
-	/* Placed on this bridge by a listener elsewhere: told when established. */
-	rr_accept_cb group_accept;
-	void *group_accept_data;
-};
-
-/* A shared receive queue: receives posted once, taken by whichever
- * QP of the bridge on its device receives first. */
-struct rr_srq {
-	struct rr__eps *set;
-	struct rr__device *dev; /* holds a reference */
-	struct ibv_srq *srq;
-	uint32_t max_wr;
-	struct rr__req *reqs;
-	struct rr__list free_reqs, outstanding;
-	unsigned int users;	  /* endpoints on it */
-	struct rr__shcq *counted; /* the shared CQ its depth is counted in */
-	unsigned int in_callback;
-	bool destroy_pending;
-	struct rr__claim claim;
-	struct rr__list link; /* set->srqs */
 };
 
 int rr__srq_create(struct rr__eps *set, struct ibv_context *ctx, uint32_t max_wr, rr_srq **out);
@@ -158,8 +109,10 @@ void rr__eps_async(struct rr__eps *set, struct rr__device *dev, const struct ibv
 		   struct rr__claim *c, void (*tell)(void *ctx, const struct ibv_async_event *ev),
 		   void *ctx);
 
+/* @size: of the caller's struct, which begins with the rr_ep (the endpoint
+ * layer frees it as one); the caller's part starts zeroed. */
 int rr__ep_alloc(struct rr__eps *set, struct rdma_cm_id *id, const struct rr_ep_opts *opts,
-		 rr_ep **out);
+		 size_t size, rr_ep **out);
 int rr__ep_setup_qp(rr_ep *ep);
 /* Run a listener's request hook on @ep like one of its callbacks: 0 to
  * accept, 1 refused, -1 the application destroyed @ep in it (now gone). */

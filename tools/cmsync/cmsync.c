@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cm_errno.h"
 #include "cmsync.h"
 
 int cmsync_lookup(const char *addr, uint16_t port, int passive, struct rdma_addrinfo **res,
@@ -24,21 +25,6 @@ int cmsync_lookup(const char *addr, uint16_t port, int passive, struct rdma_addr
 	snprintf(err, errlen, "rdma_getaddrinfo(%s:%u): %s", addr ? addr : "*", port,
 		 rc == -1 ? strerror(errno) : gai_strerror(rc));
 	return -EINVAL;
-}
-
-static int event_errno(enum rdma_cm_event_type got)
-{
-	switch (got) {
-	case RDMA_CM_EVENT_REJECTED:
-		return -ECONNREFUSED;
-	case RDMA_CM_EVENT_UNREACHABLE:
-		return -EHOSTUNREACH;
-	case RDMA_CM_EVENT_ADDR_ERROR:
-	case RDMA_CM_EVENT_ROUTE_ERROR:
-		return -EADDRNOTAVAIL;
-	default:
-		return -EPROTO;
-	}
 }
 
 int cmsync_wait(struct rdma_event_channel *ec, enum rdma_cm_event_type want, int timeout_ms,
@@ -85,7 +71,7 @@ int cmsync_wait(struct rdma_event_channel *ec, enum rdma_cm_event_type want, int
 	if (got.type != want) {
 		snprintf(err, errlen, "expected %s, got %s (status %d)", rdma_event_str(want),
 			 rdma_event_str(got.type), got.status);
-		return event_errno(got.type);
+		return rr__cm_event_errno(got.type);
 	}
 	return 0;
 }

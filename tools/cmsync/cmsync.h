@@ -33,8 +33,10 @@ int cmsync_lookup(const char *addr, uint16_t port, int passive, struct rdma_addr
  * Wait up to timeout_ms (-1: for ever) for the next event, skipping
  * TIMEWAIT_EXIT. 0 if it is `want` (*ev filled when ev is not NULL);
  * otherwise -ECONNREFUSED (rejected), -EHOSTUNREACH (unreachable),
- * -EADDRNOTAVAIL (address or route error), -ETIMEDOUT, -EPROTO (another
- * event) or the errno of poll()/rdma_get_cm_event(), with a reason in err.
+ * -EADDRNOTAVAIL (address or route error), -ECONNABORTED (connect error),
+ * -ENODEV (device removed), -EPROTO (another event), as libringrdma
+ * reports them (src/cm_errno.h); or -ETIMEDOUT, or the errno of
+ * poll()/rdma_get_cm_event(); with a reason in err.
  */
 int cmsync_wait(struct rdma_event_channel *ec, enum rdma_cm_event_type want, int timeout_ms,
 		struct cmsync_event *ev, char *err, size_t errlen);
