@@ -271,8 +271,4 @@ int report_plot(const char *path, const struct result *r, int n);
 /* perftest.c: perftest's ib_send_lat as reference rows. */
 int perftest_rows(const char *addr, uint32_t msg_size, long iters, struct result *r, int max);
 
-/* lab.c: with no address and no real device, re-run inside the lab. */
-int lab_reexec(int argc, char **argv, int hosts, const char *json, const char *csv,
-	       const char *plot);
-
 #endif

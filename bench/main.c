@@ -17,7 +17,6 @@
 #include <unistd.h>
 
 #include "bench.h"
-#include "labhost.h"
 
 #define MAX_CONNS_LIST 16
 
@@ -37,8 +36,8 @@ struct opts {
 	unsigned int spin_us;
 	bool spin_fixed, ring_read;
 	unsigned int signal_every;
-	bool quick, server, perftest, force_lab;
-	int hosts, timeout_s;
+	bool quick, server, perftest;
+	int timeout_s;
 	const char *addr, *client, *json, *csv, *plot, *file;
 	uint16_t port;
 };
@@ -72,13 +71,12 @@ static void usage(FILE *out)
 		"  --with-perftest    add perftest ib_send_lat (polling and -e) rows\n"
 		"  --timeout SECS     watchdog per run (default 300)\n"
 		"  --file PATH        mixed: the file to read (default: a temporary one)\n"
-		"  --addr ADDR        a local RDMA device's address (default: $RR_TEST_ADDR,\n"
-		"                     $RDMA_LAB_ADDR, a real device, or else the lab)\n"
-		"  --lab              use the lab even where a real device is present\n"
-		"  --hosts 1|2        in the lab: one VM, or server and client on two\n"
+		"  --addr ADDR        a local RDMA device's address (default: $RR_TEST_ADDR)\n"
 		"  --server           serve runs for --client on --addr (port --port)\n"
 		"  --client ADDR      run against `ringrdma-bench --server` at ADDR\n"
-		"  --port PORT        --server/--client port (default %d)\n",
+		"  --port PORT        --server/--client port (default %d)\n"
+		"With no RDMA device, a ringrdma checkout's tools/bench-lab runs this in\n"
+		"its lab (Soft-RoCE under QEMU).\n",
 		BENCH_MAX_CONNS, BENCH_DEFAULT_PORT);
 }
 
@@ -86,7 +84,7 @@ static void usage(FILE *out)
 static int parse_list(const char *list, int max, int (*one)(const char *, void *), void *out,
 		      size_t elem)
 {
-	char *save = NULL, *tok, *copy = strdup(list); /* argv stays whole for the lab */
+	char *save = NULL, *tok, *copy = strdup(list); /* argv stays as given */
 	int n = 0;
 
 	if (!copy)
@@ -168,8 +166,6 @@ static int parse_args(int argc, char **argv, struct opts *o)
 					   {"timeout", required_argument, NULL, 't'},
 					   {"file", required_argument, NULL, 'f'},
 					   {"addr", required_argument, NULL, 'a'},
-					   {"lab", no_argument, NULL, 'L'},
-					   {"hosts", required_argument, NULL, 'H'},
 					   {"server", no_argument, NULL, 'R'},
 					   {"client", required_argument, NULL, 'K'},
 					   {"port", required_argument, NULL, 'T'},
@@ -242,10 +238,6 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			v = num_arg(optarg, 1, 86400);
 			o->timeout_s = (int)v;
 			break;
-		case 'H':
-			v = num_arg(optarg, 1, 2);
-			o->hosts = (int)v;
-			break;
 		case 'T':
 			v = num_arg(optarg, 1, 65535);
 			o->port = (uint16_t)v;
@@ -270,9 +262,6 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			break;
 		case 'a':
 			o->addr = optarg;
-			break;
-		case 'L':
-			o->force_lab = true;
 			break;
 		case 'R':
 			o->server = true;
@@ -387,7 +376,7 @@ static int check_threads(const struct opts *o, bool remote)
 		}
 	if (o->server || remote) {
 		fprintf(stderr, "ringrdma-bench: --threads > 1 runs the server in this process's "
-				"child: not with --server, --client or --hosts 2\n");
+				"child: not with --server or --client\n");
 		return -1;
 	}
 	return 0;
@@ -440,14 +429,13 @@ int main(int argc, char **argv)
 			 .msg_size = 64,
 			 .spin_us = 200,
 			 .signal_every = 16,
-			 .hosts = 1,
 			 .timeout_s = 300,
 			 .port = BENCH_DEFAULT_PORT};
-	char addr_buf[64], file_buf[PATH_MAX] = "";
+	char file_buf[PATH_MAX] = "";
 	struct bench_cfg *runs;
 	struct result *res;
 	int nruns, nres = 0, failed = 0, max;
-	bool in_lab = getenv("RR_BENCH_IN_LAB") != NULL, remote = false;
+	bool remote = false;
 	const char *addr;
 
 	if (parse_args(argc, argv, &o)) {
@@ -455,7 +443,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	defaults(&o);
-	if (check_threads(&o, o.client || o.hosts == 2)) {
+	if (check_threads(&o, o.client)) {
 		usage(stderr);
 		return 2;
 	}
@@ -468,8 +456,6 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	addr = o.addr ? o.addr : getenv("RR_TEST_ADDR");
-	if (!addr)
-		addr = getenv("RDMA_LAB_ADDR");
 	if (o.server) {
 		if (!addr) {
 			fprintf(stderr, "ringrdma-bench: --server needs --addr ADDR\n");
@@ -480,19 +466,15 @@ int main(int argc, char **argv)
 	if (o.client) {
 		addr = o.client;
 		remote = true;
-	} else if (in_lab && o.hosts == 2) {
-		addr = getenv("RDMA_LAB_PEER_ADDR");
-		remote = true;
-		if (!addr) {
-			fprintf(stderr, "ringrdma-bench: --hosts 2 but no peer VM\n");
-			return 1;
-		}
 	}
-	if (!addr && !in_lab &&
-	    (o.force_lab || o.hosts == 2 || labhost_device_addr(addr_buf, sizeof(addr_buf))))
-		return lab_reexec(argc, argv, o.hosts, o.json, o.csv, o.plot);
-	if (!addr)
-		addr = addr_buf;
+	if (!addr) {
+		fputs("ringrdma-bench: no address: give --addr ADDR (a local RDMA device's\n"
+		      "  IPv4 address; or set RR_TEST_ADDR), or --client ADDR of a --server.\n"
+		      "  Without RDMA hardware, a ringrdma checkout runs it in its lab\n"
+		      "  (Soft-RoCE under QEMU): tools/bench-lab [OPTIONS]\n",
+		      stderr);
+		return 2;
+	}
 	max = S_COUNT * (W_COUNT + OP_COUNT + MAX_CONNS_LIST) * o.nthreads + 2;
 	runs = calloc((size_t)max, sizeof(*runs));
 	res = calloc((size_t)max, sizeof(*res));

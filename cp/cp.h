@@ -85,13 +85,10 @@ uint64_t cp_now_ns(void);
 double cp_cpu_seconds(void);
 uint64_t cp_peak_rss_bytes(void);
 
-/* lab.c: is there an RDMA device (or are we inside the lab)? */
+/* device.c: is there an RDMA device? */
 bool cp_have_device(void);
-/* The address of a real local RDMA device (tools/rdma-lab device): 0 or -errno. */
 /* Prints why @mode cannot run without a device; returns the exit code. */
 int cp_no_device(const char *mode);
-/* ringrdma-cp lab ...: argv as main's. */
-int cp_lab(int argc, char **argv);
 
 int cp_serve(const struct cp_opts *o);
 int cp_send(const struct cp_opts *o);

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
- * ringrdma-cp lab [--hosts 1|2] [OPTIONS] FILE... DIR: serve --dir DIR and
- * send FILE... to it, where RDMA works.
+ * tools/cp-lab [--hosts 1|2] [OPTIONS] FILE... DIR: the checkout's
+ * ringrdma-cp serves --dir DIR and is sent FILE..., where RDMA works.
+ * Built as ringrdma-cp-lab and never installed: it knows the checkout
+ * (labhost) and the ringrdma-cp built next to it (RR_CP_EXE).
  *
  * On the host with no RDMA device this boots tools/rdma-lab and runs
  * itself again inside, where RDMA_LAB is set; there (or next to a real
@@ -12,7 +14,6 @@
  * Serve's output and the JSON summary go through a stage directory in the
  * checkout, which both VMs and the host see.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -30,6 +31,7 @@
 #include "cp.h"
 #include "labhost.h"
 
+#define LAB_PROG "cp-lab"
 
 #define LAB_PORT      7539
 #define LAB_TIMEOUT_S "3600"
@@ -48,6 +50,7 @@ struct lab {
 	int nfiles;
 	const char *dir;
 	char self[PATH_MAX];
+	const char *cp; /* the built ringrdma-cp */
 	char stage[PATH_MAX];
 	bool own_stage;
 };
@@ -57,38 +60,11 @@ static void say(const char *fmt, ...)
 {
 	va_list ap;
 
-	fprintf(stderr, CP_PROG ": lab: ");
+	fprintf(stderr, LAB_PROG ": ");
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fputc('\n', stderr);
-}
-
-bool cp_have_device(void)
-{
-	struct dirent *e;
-	bool any = false;
-	DIR *d;
-
-	if (getenv("RDMA_LAB"))
-		return true;
-	/* Any verbs device: whether it has an address is the connection's business. */
-	d = opendir("/sys/class/infiniband");
-	if (!d)
-		return false;
-	while (!any && (e = readdir(d)))
-		any = e->d_name[0] != '.';
-	closedir(d);
-	return any;
-}
-
-int cp_no_device(const char *mode)
-{
-	cp_log("%s: no RDMA device here. To copy through the RDMA lab (Soft-RoCE under QEMU)",
-	       mode);
-	fputs("  instead, run: " CP_PROG " lab [--hosts 2] FILE... DIR   (see " CP_PROG "(1), LAB)\n",
-	      stderr);
-	return CP_EXIT_FAIL;
 }
 
 /* 'S' for bash -c, whatever S holds. */
@@ -192,7 +168,7 @@ static int run_wait(char **av)
 	pid = fork();
 	if (pid == 0) {
 		execv(av[0], av);
-		fprintf(stderr, CP_PROG ": lab: cannot run %s: %s\n", av[0], strerror(errno));
+		fprintf(stderr, LAB_PROG ": cannot run %s: %s\n", av[0], strerror(errno));
 		_exit(127);
 	}
 	if (pid < 0)
@@ -236,7 +212,7 @@ static int boot(struct lab *l, int argc, char **argv)
 	av[n++] = LAB_TIMEOUT_S;
 	if (l->hosts == 2) {
 		/* Serve on the second VM; its output and status land in the stage. */
-		if (shq(q[0], sizeof(q[0]), l->self) || shq(q[1], sizeof(q[1]), l->dir) ||
+		if (shq(q[0], sizeof(q[0]), l->cp) || shq(q[1], sizeof(q[1]), l->dir) ||
 		    shq(q[2], sizeof(q[2]), l->stage)) {
 			say("path too long");
 			rc = CP_EXIT_USAGE;
@@ -277,7 +253,6 @@ static int boot(struct lab *l, int argc, char **argv)
 	av[n++] = env_stage;
 	av[n++] = env_port;
 	av[n++] = l->self;
-	av[n++] = "lab";
 	if (l->hosts == 2) {
 		av[n++] = "--hosts";
 		av[n++] = "2";
@@ -371,7 +346,7 @@ static pid_t start_serve(struct lab *l, const char *addr, int port)
 	pid_t pid;
 
 	snprintf(listen, sizeof(listen), "%s:%d", addr, port);
-	av[n++] = l->self;
+	av[n++] = l->cp;
 	av[n++] = "serve";
 	av[n++] = "--listen";
 	av[n++] = listen;
@@ -480,7 +455,7 @@ static int inside(struct lab *l, const char *addr)
 		sleep_ms(100);
 	}
 	snprintf(to, sizeof(to), "%s:%d", addr, port);
-	av[n++] = l->self;
+	av[n++] = l->cp;
 	av[n++] = "send";
 	if (l->json) {
 		av[n++] = "--json";
@@ -532,15 +507,15 @@ out_serve:
 		if (!stat(l->files[i], &sb))
 			bytes += (uint64_t)sb.st_size;
 	if (send_rc == 0)
-		printf(CP_PROG ": lab: copied %d file%s, %llu bytes, into %s over %s (%s); "
-			       "serve exit %d\n",
+		printf(LAB_PROG ": copied %d file%s, %llu bytes, into %s over %s (%s); "
+				"serve exit %d\n",
 		       l->nfiles, l->nfiles == 1 ? "" : "s", (unsigned long long)bytes, l->dir, to,
 		       getenv("RDMA_LAB") ? (l->hosts == 2 ? "lab, two VMs" : "lab, one VM")
 					  : "local RDMA device",
 		       serve_rc);
 	else
-		printf(CP_PROG ": lab: send failed with exit %d; serve exit %d; see above\n",
-		       send_rc, serve_rc);
+		printf(LAB_PROG ": send failed with exit %d; serve exit %d; see above\n", send_rc,
+		       serve_rc);
 out:
 	if (l->own_stage)
 		clean_stage(l);
@@ -563,7 +538,23 @@ static const struct option lab_opts[] = {
 
 static const char *const both_names[] = {"--chunk", "--window", "--token-file", "--timeout"};
 
-int cp_lab(int argc, char **argv)
+static void usage(FILE *f)
+{
+	fputs("usage: tools/cp-lab [--hosts 1|2] [OPTIONS] FILE... DIR\n"
+	      "Copy FILEs into DIR with the checkout's ringrdma-cp (serve --dir DIR, then\n"
+	      "send), where RDMA works: on the local RDMA device if there is one, else in\n"
+	      "the lab (tools/rdma-lab, Soft-RoCE under QEMU), where DIR must lie inside\n"
+	      "the checkout.\n"
+	      "  --hosts 2            serve on a second lab VM\n"
+	      "  --json FILE          send's summary\n"
+	      "  --as NAME, --force, --quiet             as for ringrdma-cp send/serve\n"
+	      "  --chunk, --window, --token-file, --timeout   handed to both ends\n"
+	      "Exit status: send's (see ringrdma-cp(1)); 124 if the lab timed out, 125 if\n"
+	      "the lab itself failed.\n",
+	      f);
+}
+
+int main(int argc, char **argv)
 {
 	struct lab *l = calloc(1, sizeof(*l));
 	char dev[256];
@@ -573,12 +564,17 @@ int cp_lab(int argc, char **argv)
 	if (!l)
 		return CP_EXIT_FAIL;
 	l->hosts = 1;
-	optind = 2;
+	l->cp = RR_CP_EXE;
+	if (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
+		usage(stdout);
+		rc = 0;
+		goto out;
+	}
 	while ((opt = getopt_long(argc, argv, "", lab_opts, &idx)) != -1) {
 		switch (opt) {
 		case 'H':
 			if (strcmp(optarg, "1") && strcmp(optarg, "2")) {
-				cp_log("lab: --hosts wants 1 or 2");
+				say("--hosts wants 1 or 2");
 				rc = CP_EXIT_USAGE;
 				goto out;
 			}
@@ -598,7 +594,7 @@ int cp_lab(int argc, char **argv)
 			break;
 		case 'B':
 			if (l->nboth > 14) {
-				cp_log("lab: too many options");
+				say("too many options");
 				rc = CP_EXIT_USAGE;
 				goto out;
 			}
@@ -606,12 +602,14 @@ int cp_lab(int argc, char **argv)
 			l->fwd_both[l->nboth++] = optarg;
 			break;
 		default:
+			usage(stderr);
 			rc = CP_EXIT_USAGE;
 			goto out;
 		}
 	}
 	if (argc - optind < 2) {
-		cp_log("lab needs FILE... and DIR");
+		say("needs FILE... and DIR");
+		usage(stderr);
 		rc = CP_EXIT_USAGE;
 		goto out;
 	}
@@ -620,11 +618,16 @@ int cp_lab(int argc, char **argv)
 	l->dir = argv[argc - 1];
 	sl = readlink("/proc/self/exe", l->self, sizeof(l->self) - 1);
 	if (sl < 0) {
-		cp_log("lab: /proc/self/exe: %s", strerror(errno));
+		say("/proc/self/exe: %s", strerror(errno));
 		rc = CP_EXIT_FAIL;
 		goto out;
 	}
 	l->self[sl] = 0;
+	if (access(l->cp, X_OK)) {
+		say("%s: %s (build it: meson compile -C BUILD)", l->cp, strerror(errno));
+		rc = CP_EXIT_FAIL;
+		goto out;
+	}
 	if (getenv("RDMA_LAB")) {
 		const char *a = getenv("RDMA_LAB_ADDR");
 
@@ -632,7 +635,7 @@ int cp_lab(int argc, char **argv)
 		goto out;
 	}
 	if (l->hosts == 1 && labhost_device_addr(dev, sizeof(dev)) == 0) {
-		printf(CP_PROG ": lab: using the local RDMA device at %s, no lab needed\n", dev);
+		printf(LAB_PROG ": using the local RDMA device at %s, no lab needed\n", dev);
 		rc = inside(l, dev);
 		goto out;
 	}

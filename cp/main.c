@@ -34,7 +34,6 @@ static void usage(FILE *f)
 	fputs("usage: " CP_PROG " serve --listen ADDR:PORT --dir DIR [OPTIONS]\n"
 	      "       " CP_PROG " send [OPTIONS] FILE... ADDR:PORT\n"
 	      "       " CP_PROG " proxy --tcp-listen ADDR:PORT --to ADDR:PORT [OPTIONS]\n"
-	      "       " CP_PROG " lab [--hosts 1|2] [OPTIONS] FILE... DIR\n"
 	      "\n"
 	      "serve: store files sent over RDMA under DIR\n"
 	      "  --listen ADDR:PORT   RDMA address to listen on\n"
@@ -61,11 +60,6 @@ static void usage(FILE *f)
 	      "  --prefix NAME        file names NAME-TIME-PID-N (default \"stream\")\n"
 	      "  --count N            exit after N clients were handled\n"
 	      "  --max-clients N      refuse TCP clients beyond N at once (default 16)\n"
-	      "lab: serve --dir DIR and send FILEs to it in the RDMA lab (no device needed;\n"
-	      "     DIR inside the checkout), or on the local RDMA device if there is one\n"
-	      "  --hosts 2            serve on a second lab VM\n"
-	      "  --json FILE          send's summary; also --as, --force, --chunk, --window,\n"
-	      "                       --token-file, --timeout, --quiet\n"
 	      "all modes:\n"
 	      "  --chunk BYTES        chunk size (multiple of 4096, default 1M; the receiver\n"
 	      "                       uses the smaller of both sides' values)\n"
@@ -79,7 +73,8 @@ static void usage(FILE *f)
 	      "Exit status: 0 ok, 1 other failure, 2 usage, 3 local file error, 4 network\n"
 	      "error, 5 refused by the peer, 6 checksum or protocol error, 7 the receiver\n"
 	      "could not store the data, 130 interrupted. Without an RDMA device, serve, send\n"
-	      "and proxy refuse to run: use the lab mode, or tools/rdma-lab run -- ...\n",
+	      "and proxy refuse to run; a ringrdma checkout's tools/cp-lab copies through its\n"
+	      "lab (Soft-RoCE under QEMU).\n",
 	      f);
 }
 
@@ -318,8 +313,6 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	if (!strcmp(mode, "lab"))
-		return cp_lab(argc, argv);
 	optind = 2;
 	if (parse_opts(argc, argv, &o, &seen))
 		goto bad;

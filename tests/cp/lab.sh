@@ -1,5 +1,5 @@
 #!/bin/bash
-# ringrdma-cp lab from the host (suite cp-lab, run by tools/test outside the
+# tools/cp-lab from the host (suite cp-lab, run by tools/test outside the
 # lab): with no RDMA device it boots the lab itself. Copies two files with
 # --hosts 1 and compares checksums; checks the refusals that come before.
 #   lab.sh PATH/TO/ringrdma-cp SOURCE_ROOT BUILD_ROOT
@@ -7,6 +7,8 @@ set -u
 CP=${1:?usage: lab.sh CP SOURCE_ROOT BUILD_ROOT}
 ROOT=$(cd "${2:?}" && pwd -P)
 BUILD=$(cd "${3:?}" && pwd -P)
+# The checkout's lab runner, with the ringrdma-cp of this build.
+lab() { RR_BUILD=$BUILD "$ROOT/tools/cp-lab" "$@"; }
 # The lab writes only inside the checkout: the build dir if it is there.
 case $BUILD/ in "$ROOT"/*) base=$BUILD ;; *) base=$ROOT ;; esac
 T=$(mktemp -d "$base/.cp-lab-test.XXXXXX") || exit 1
@@ -24,14 +26,14 @@ native=0
 [ -n "${RDMA_LAB:-}" ] && native=1
 ls /sys/class/infiniband/* >/dev/null 2>&1 && native=1
 
-# 1: send with no device names the lab mode.
+# 1: send with no device names the checkout's lab runner.
 if [ "$native" = 0 ]; then
 	echo x >"$T/x"
 	"$CP" send "$T/x" 127.0.0.1:7 >"$T/nodev.out" 2>&1
 	rc=$?
 	ok=0
-	[ "$rc" = 1 ] && grep -q "no RDMA device" "$T/nodev.out" && grep -q "ringrdma-cp lab" "$T/nodev.out" && ok=1
-	result $ok "send without a device fails (exit $rc) and points to the lab mode"
+	[ "$rc" = 1 ] && grep -q "no RDMA device" "$T/nodev.out" && grep -q "tools/cp-lab" "$T/nodev.out" && ok=1
+	result $ok "send without a device fails (exit $rc) and points to tools/cp-lab"
 	[ $ok = 1 ] || show "$T/nodev.out"
 else
 	result 1 "send without a device: not applicable, an RDMA device is present"
@@ -40,7 +42,7 @@ fi
 # 2: DIR outside the checkout is refused before booting anything.
 mkdir -p "$T/out"
 if [ "$native" = 0 ]; then
-	"$CP" lab "$CP" /proc >"$T/outside.out" 2>&1
+	lab "$CP" /proc >"$T/outside.out" 2>&1
 	rc=$?
 	ok=0
 	[ "$rc" = 2 ] && grep -q "outside the checkout" "$T/outside.out" && ok=1
@@ -51,17 +53,17 @@ else
 fi
 
 # 3: a usage error, also before any boot.
-"$CP" lab --hosts 3 "$T/x" "$T/out" >"$T/usage.out" 2>&1
+lab --hosts 3 "$T/x" "$T/out" >"$T/usage.out" 2>&1
 rc=$?
 result "$([ "$rc" = 2 ] && echo 1)" "lab --hosts 3 is a usage error (exit $rc)"
 
 # 4-7: two files through the lab.
 head -c $((5 << 20)) /dev/urandom >"$T/big.bin"
 printf 'second file\n' >"$T/small.txt"
-"$CP" lab --hosts 1 --timeout 120 --json "$T/send.json" "$T/big.bin" "$T/small.txt" "$T/out" \
+lab --hosts 1 --timeout 120 --json "$T/send.json" "$T/big.bin" "$T/small.txt" "$T/out" \
 	>"$T/lab.out" 2>"$T/lab.err"
 rc=$?
-result "$([ "$rc" = 0 ] && echo 1)" "ringrdma-cp lab --hosts 1 exits 0 (exit $rc)"
+result "$([ "$rc" = 0 ] && echo 1)" "tools/cp-lab --hosts 1 exits 0 (exit $rc)"
 [ "$rc" = 0 ] || show "$T/lab.out" "$T/lab.err"
 ok=1
 for f in big.bin small.txt; do
@@ -70,7 +72,7 @@ for f in big.bin small.txt; do
 done
 result $ok "both files arrived with the same sha256"
 ok=0
-grep -q "lab: copied 2 files, $(((5 << 20) + 12)) bytes" "$T/lab.out" && ok=1
+grep -q "cp-lab: copied 2 files, $(((5 << 20) + 12)) bytes" "$T/lab.out" && ok=1
 result $ok "summary line names both files and their bytes"
 [ $ok = 1 ] || show "$T/lab.out"
 ok=0

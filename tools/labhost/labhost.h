@@ -2,7 +2,8 @@
 /*
  * The programs' side of tools/rdma-lab: where the lab tool is, whether a
  * real RDMA device is here, and copying a result out of the checkout.
- * Shared by ringrdma-bench and ringrdma-cp; not part of libringrdma.
+ * For programs that are never installed (ringrdma-cp-lab); not part of
+ * libringrdma.
  */
 #ifndef RR_LABHOST_H
 #define RR_LABHOST_H
