@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctl.h"
 #include "hash.h"
 #include "serve.h"
 #include "store.h"
@@ -80,12 +81,10 @@ struct rx {
 	uint64_t down_at, closing_at, last_activity;
 	int result;
 
-	uint8_t *ctl; /* nrecv receive buffers, then RX_SENDS send buffers */
-	struct ibv_mr *ctl_mr;
-	unsigned int nrecv, recvs_posted;
+	struct cp_ctl ctl; /* window + RX_SPARE_RECVS receives, RX_SENDS sends */
+	unsigned int recvs_posted;
 	uint8_t *pending; /* a message that arrived before on_accept */
 	uint32_t pending_len;
-	uint8_t send_type[RX_SENDS];
 	unsigned int grants_out;
 
 	uint8_t *win;
@@ -143,24 +142,7 @@ static void send_done(rr_ep *ep, const struct rr_completion *c, void *data);
 /* SEND one control message; returns 0 or a negative errno. */
 static int rx_send(struct rx *r, const struct cp_msg *m)
 {
-	unsigned int i;
-	uint8_t *buf;
-	size_t len;
-	int rc;
-
-	for (i = 0; i < RX_SENDS && r->send_type[i]; i++)
-		;
-	if (i == RX_SENDS)
-		return -ENOBUFS;
-	buf = r->ctl + (r->nrecv + i) * CP_MSG_MAX;
-	len = cp_encode(m, buf, CP_MSG_MAX);
-	if (!len)
-		return -EINVAL;
-	rc = rr_ep_post_send(r->ep, buf, (uint32_t)len, r->ctl_mr, send_done, (void *)(uintptr_t)i);
-	if (rc)
-		return rc;
-	r->send_type[i] = m->type;
-	return 0;
+	return cp_ctl_send(&r->ctl, r->ep, m, send_done);
 }
 
 /* No longer a connection waiting for its HELLO: it stops holding a place. */
@@ -368,10 +350,8 @@ static void inv_done(rr_ep *ep, const struct rr_completion *c, void *data)
 static void send_done(rr_ep *ep, const struct rr_completion *c, void *data)
 {
 	struct rx *r = rr_ep_data(ep);
-	unsigned int i = (unsigned int)(uintptr_t)data;
-	uint8_t type = r->send_type[i];
+	uint8_t type = cp_ctl_sent(&r->ctl, data);
 
-	r->send_type[i] = 0;
 	if (type == CP_GRANT)
 		r->grants_out--;
 	if (c->status) {
@@ -890,7 +870,7 @@ static void recv_done(rr_ep *ep, const struct rr_completion *c, void *data);
 
 static int post_recv(struct rx *r, uint8_t *buf)
 {
-	int rc = rr_ep_post_recv(r->ep, buf, CP_MSG_MAX, r->ctl_mr, recv_done, buf);
+	int rc = cp_ctl_recv(&r->ctl, r->ep, buf, recv_done);
 
 	if (!rc)
 		r->recvs_posted++;
@@ -952,7 +932,6 @@ struct rx *rx_create(struct serve *s, rr_ep *ep)
 {
 	struct sockaddr *sa = rdma_get_peer_addr(rr_ep_cm_id(ep));
 	struct rx *r = calloc(1, sizeof(*r));
-	size_t len;
 	int rc;
 
 	if (!r)
@@ -964,27 +943,23 @@ struct rx *rx_create(struct serve *s, rr_ep *ep)
 	r->last_activity = r->born_at = cp_now_ns();
 	r->unauth = true;
 	atomic_fetch_add(&s->all->unauth, 1);
-	r->nrecv = s->o->window + RX_SPARE_RECVS;
 	snprintf(r->peer, sizeof(r->peer), "peer");
 	if (sa && sa->sa_family == AF_INET)
 		inet_ntop(AF_INET, &((struct sockaddr_in *)sa)->sin_addr, r->peer, sizeof(r->peer));
 	else if (sa && sa->sa_family == AF_INET6)
 		inet_ntop(AF_INET6, &((struct sockaddr_in6 *)sa)->sin6_addr, r->peer,
 			  sizeof(r->peer));
-	len = (size_t)(r->nrecv + RX_SENDS) * CP_MSG_MAX;
-	r->ctl = aligned_alloc(4096, (len + 4095) / 4096 * 4096);
-	if (!r->ctl)
+	if (cp_ctl_alloc(&r->ctl, s->o->window + RX_SPARE_RECVS, RX_SENDS))
 		goto err;
-	memset(r->ctl, 0, len);
-	rc = rr_ep_reg_mr(ep, r->ctl, len, 0, &r->ctl_mr);
+	rc = cp_ctl_reg(&r->ctl, ep);
 	if (rc) {
 		cp_log("serve: registering receive buffers: %s", strerror(-rc));
 		goto err;
 	}
 	rr_ep_set_data(ep, r);
 	rr_ep_set_on_disconnect(ep, on_down);
-	for (unsigned int i = 0; i < r->nrecv; i++) {
-		rc = post_recv(r, r->ctl + (size_t)i * CP_MSG_MAX);
+	for (unsigned int i = 0; i < r->ctl.nrecv; i++) {
+		rc = post_recv(r, cp_ctl_recv_buf(&r->ctl, i));
 		if (rc) {
 			cp_log("serve: posting receives: %s", strerror(-rc));
 			/* Those posted come back flushed when the library drops it. */
@@ -997,8 +972,7 @@ struct rx *rx_create(struct serve *s, rr_ep *ep)
 	return r;
 err:
 	leave_unauth(r);
-	rr_mr_dereg(r->ctl_mr);
-	free(r->ctl);
+	cp_ctl_free(&r->ctl);
 	free(r);
 	return NULL;
 }
@@ -1034,12 +1008,11 @@ static void rx_free(struct rx *r)
 		cp_store_abort(&r->st);
 	rx_free_windows(r); /* before their region: a bound window holds it */
 	rr_mr_dereg(r->win_mr);
-	rr_mr_dereg(r->ctl_mr);
+	cp_ctl_free(&r->ctl);
 	cp_hasher_destroy(&r->hs);
 	free(r->slots);
 	free(r->stage_mem);
 	free(r->win);
-	free(r->ctl);
 	free(r);
 }
 
