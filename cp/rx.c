@@ -527,7 +527,7 @@ static void on_chunk(struct rx *r, uint32_t imm, uint32_t len)
 		rx_fail(r, CP_E_PROTO, CP_EXIT_INTEGRITY, "%s", why);
 		return;
 	}
-	r->env->chunks++;
+	r->env->n->chunks++;
 	sl = &r->slots[slot];
 	if (sl->arrived) {
 		/* cp_rx_admit() only admits granted seqs, and slots are granted free. */
@@ -799,7 +799,7 @@ static void on_start(struct rx *r, const struct cp_msg *m)
 	r->w.size = m->start.size;
 	r->w.got = 0;
 	if (r->state != RX_IDLE) {
-		r->env->files_ahead++;
+		r->env->n->files_ahead++;
 		r->q.on = true;
 		r->q.end_seen = false;
 		memcpy(r->q.name, m->start.name, sizeof(r->q.name));

@@ -24,8 +24,7 @@ struct rx_env {
 	const struct cp_opts *o;
 	int dirfd;	     /* where files are stored */
 	atomic_uint *unauth; /* established, no HELLO yet, not closing (every loop's) */
-	uint64_t chunks;     /* data chunks received */
-	uint64_t files_ahead; /* files begun before the one before was stored */
+	struct cp_tally *n;  /* the loop's: chunks and files_ahead counted here */
 	/* The token passed: admit the connection (0), or say why not in @why
 	 * (-EBUSY). */
 	int (*admit)(void *data, char *why, size_t len);

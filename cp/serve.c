@@ -65,9 +65,9 @@ static void serve_stored(void *data, uint64_t bytes, uint64_t checksum)
 	struct serve_all *a = s->all;
 
 	pthread_mutex_lock(&a->mu);
-	a->files++;
-	a->bytes += bytes;
-	a->last_checksum = checksum;
+	a->n.files++;
+	a->n.bytes += bytes;
+	a->n.checksum = checksum;
 	pthread_mutex_unlock(&a->mu);
 }
 
@@ -80,6 +80,7 @@ static void serve_init(struct serve *s, struct serve_all *a)
 		.o = a->o,
 		.dirfd = a->dirfd,
 		.unauth = &a->unauth,
+		.n = &s->n,
 		.admit = serve_admit,
 		.stored = serve_stored,
 		.data = s,
@@ -97,7 +98,7 @@ static void on_qp_ready(rr_ep *ep, int status, void *data)
 			cp_log("serve: connection request refused: %u not yet authenticated "
 			       "(--max-pending)",
 			       unauth);
-		s->refused++;
+		s->n.refused++;
 		rr_ep_destroy(ep);
 		return;
 	}
@@ -164,11 +165,11 @@ static void serve_poll(struct cp_loop *lp)
 		else
 			s->conns = next;
 		if (pr == RX_REFUSED)
-			s->refused++;
+			s->n.refused++;
 		if (pr == RX_ENDED) {
-			s->ended++;
+			s->n.connections++;
 			if (result)
-				s->failures++;
+				s->n.failures++;
 			pthread_mutex_lock(&a->mu);
 			a->active--;
 			if (result && !a->result)
@@ -324,7 +325,7 @@ int cp_serve(const struct cp_opts *o)
 		.max_recv_wr = o->window + RX_SPARE_RECVS,
 		.on_qp_ready = on_qp_ready,
 	};
-	struct cp_summary sum = {.mode = "serve", .chunk = o->chunk, .window = o->window};
+	struct cp_summary sum = {.mode = "serve"};
 	unsigned int nthreads = o->threads > 1 ? o->threads : 1;
 	unsigned int *thread_conns = NULL;
 	struct serve_all *a;
@@ -414,24 +415,12 @@ out_loop:
 out_dir:
 	close(a->dirfd);
 	sum.exit_code = ret;
-	sum.files = a->files;
-	sum.bytes = a->bytes;
-	sum.checksum = a->last_checksum;
-	sum.connections = s->ended;
-	sum.refused = s->refused;
-	sum.chunks = s->env.chunks;
-	sum.files_ahead = s->env.files_ahead;
-	sum.failures = s->failures;
-	thread_conns[0] = s->ended;
+	sum.n = a->n;
+	cp_tally_add(&sum.n, &s->n);
+	thread_conns[0] = s->n.connections;
 	for (unsigned int i = 0; i < a->ngroups; i++) {
-		struct serve *g = a->groups[i];
-
-		sum.connections += g->ended;
-		sum.refused += g->refused;
-		sum.chunks += g->env.chunks;
-		sum.files_ahead += g->env.files_ahead;
-		sum.failures += g->failures;
-		thread_conns[i] = g->ended;
+		cp_tally_add(&sum.n, &a->groups[i]->n);
+		thread_conns[i] = a->groups[i]->n.connections;
 	}
 	sum.start_ns = a->first_ns ? a->first_ns : start_ns;
 	sum.threads = nthreads;
@@ -445,11 +434,7 @@ out_dir:
 						thread_conns[i]);
 		cp_log("serve: connections per thread:%s", line);
 	}
-	if (o->json) {
-		rc = cp_json_write(o->json, &sum);
-		if (rc)
-			cp_log("serve: writing %s: %s", o->json, strerror(-rc));
-	}
+	cp_json_report(o, &sum);
 out_free:
 	for (unsigned int i = 0; i < a->ngroups; i++)
 		free(a->groups[i]);

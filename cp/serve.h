@@ -30,7 +30,8 @@ struct serve_all {
 	unsigned int active;   /* admitted (token checked) and not ended */
 	unsigned int admitted; /* ever admitted: what --count counts */
 	int result;	       /* first failure's exit code */
-	uint64_t files, bytes, last_checksum, first_ns;
+	struct cp_tally n; /* files, bytes, checksum */
+	uint64_t first_ns;
 	struct serve **groups; /* --threads N > 1: N groups */
 	unsigned int ngroups;
 };
@@ -43,7 +44,9 @@ struct serve {
 	bool group;	   /* a --threads group, not the listener's loop */
 	rr_listener *l;	   /* the listener's loop only */
 	struct rx *conns;  /* every connection not yet freed */
-	unsigned int ended, failures, refused; /* of admitted; refused: all others */
+	/* connections: admitted, ended; failures: of those; refused: all
+	 * others; chunks, files_ahead: its connections' (env.n) */
+	struct cp_tally n;
 	bool closing;
 	atomic_bool drained; /* a group: closing and no connection left */
 	/* a group's thread */
