@@ -60,6 +60,16 @@ struct cp_opts {
 	uint16_t token_len;
 };
 
+/* What a run counts, whichever the mode: each mode keeps its counts in one. */
+struct cp_tally {
+	uint64_t files, bytes;
+	uint64_t checksum; /* of the last file, when files > 0 */
+	uint64_t chunks;   /* data chunks sent or received */
+	unsigned int connections, failures;
+	unsigned int refused; /* serve: never admitted; proxy: TCP clients over the cap */
+	uint64_t files_ahead; /* serve: FILE_STARTs before the last file was stored */
+};
+
 /* A line on stderr, prefixed and escaped with cp_esc() as a whole. */
 void cp_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

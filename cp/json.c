@@ -1,11 +1,25 @@
 // SPDX-License-Identifier: MIT
 /* ringrdma-cp --json FILE: the run's summary, written when it ends. */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cp.h"
 #include "json.h"
+
+void cp_tally_add(struct cp_tally *to, const struct cp_tally *from)
+{
+	if (from->files)
+		to->checksum = from->checksum;
+	to->files += from->files;
+	to->bytes += from->bytes;
+	to->chunks += from->chunks;
+	to->connections += from->connections;
+	to->failures += from->failures;
+	to->refused += from->refused;
+	to->files_ahead += from->files_ahead;
+}
 
 /* cp_esc() makes it printable ASCII; JSON then only needs '"' and '\\' quoted. */
 static void put_string(FILE *f, const char *s)
@@ -21,47 +35,79 @@ static void put_string(FILE *f, const char *s)
 	fputc('"', f);
 }
 
-int cp_json_write(const char *path, const struct cp_summary *s)
+/* One member of the object but the last: its value as @fmt says. */
+static void __attribute__((format(printf, 3, 4)))
+member(FILE *f, const char *key, const char *fmt, ...)
 {
+	va_list ap;
+
+	fprintf(f, "  \"%s\": ", key);
+	va_start(ap, fmt);
+	vfprintf(f, fmt, ap);
+	va_end(ap);
+	fputs(",\n", f);
+}
+
+static int write_summary(const char *path, const struct cp_opts *o, const struct cp_summary *s)
+{
+	const struct cp_tally *n = &s->n;
 	double secs = (double)(cp_now_ns() - s->start_ns) / 1e9;
 	FILE *f = fopen(path, "w");
 	int rc = 0;
 
 	if (!f)
 		return -errno;
-	fprintf(f, "{\n  \"mode\": \"%s\",\n  \"exit_code\": %d,\n  \"error\": ", s->mode,
-		s->exit_code);
+	fputs("{\n", f);
+	member(f, "mode", "\"%s\"", s->mode);
+	member(f, "exit_code", "%d", s->exit_code);
+	fputs("  \"error\": ", f);
 	if (s->error)
 		put_string(f, s->error);
 	else
 		fputs("null", f);
-	fprintf(f, ",\n  \"files\": %llu,\n  \"bytes\": %llu,\n", (unsigned long long)s->files,
-		(unsigned long long)s->bytes);
-	fprintf(f, "  \"chunks\": %llu,\n", (unsigned long long)s->chunks);
-	fprintf(f, "  \"connections\": %u,\n  \"failures\": %u,\n", s->connections, s->failures);
-	fprintf(f, "  \"refused\": %u,\n", s->refused);
-	fprintf(f, "  \"seconds\": %.6f,\n  \"mb_per_s\": %.3f,\n", secs,
-		secs > 0 ? (double)s->bytes / 1e6 / secs : 0.0);
-	if (s->data_ns)
-		fprintf(f, "  \"data_seconds\": %.6f,\n  \"data_mb_per_s\": %.3f,\n",
-			(double)s->data_ns / 1e9, (double)s->bytes * 1e3 / (double)s->data_ns);
-	fprintf(f, "  \"cpu_seconds\": %.6f,\n", cp_cpu_seconds());
-	if (s->files)
-		fprintf(f, "  \"checksum\": \"xxh3:%016llx\",\n", (unsigned long long)s->checksum);
+	fputs(",\n", f);
+	member(f, "files", "%llu", (unsigned long long)n->files);
+	member(f, "bytes", "%llu", (unsigned long long)n->bytes);
+	member(f, "chunks", "%llu", (unsigned long long)n->chunks);
+	member(f, "connections", "%u", n->connections);
+	member(f, "failures", "%u", n->failures);
+	member(f, "refused", "%u", n->refused);
+	member(f, "seconds", "%.6f", secs);
+	member(f, "mb_per_s", "%.3f", secs > 0 ? (double)n->bytes / 1e6 / secs : 0.0);
+	if (s->data_ns) {
+		member(f, "data_seconds", "%.6f", (double)s->data_ns / 1e9);
+		member(f, "data_mb_per_s", "%.3f", (double)n->bytes * 1e3 / (double)s->data_ns);
+	}
+	member(f, "cpu_seconds", "%.6f", cp_cpu_seconds());
+	if (n->files)
+		member(f, "checksum", "\"xxh3:%016llx\"", (unsigned long long)n->checksum);
 	else
-		fputs("  \"checksum\": null,\n", f);
+		member(f, "checksum", "null");
 	if (s->threads) {
-		fprintf(f, "  \"threads\": %u,\n  \"thread_conns\": [", s->threads);
+		member(f, "threads", "%u", s->threads);
+		fputs("  \"thread_conns\": [", f);
 		for (unsigned int i = 0; i < s->threads; i++)
 			fprintf(f, "%s%u", i ? ", " : "", s->thread_conns[i]);
 		fputs("],\n", f);
-		fprintf(f, "  \"files_ahead\": %llu,\n", (unsigned long long)s->files_ahead);
+		member(f, "files_ahead", "%llu", (unsigned long long)n->files_ahead);
 	}
-	fprintf(f, "  \"chunk\": %u,\n  \"window\": %u,\n", s->chunk, s->window);
+	member(f, "chunk", "%u", o->chunk);
+	member(f, "window", "%u", o->window);
 	fprintf(f, "  \"peak_rss_bytes\": %llu\n}\n", (unsigned long long)cp_peak_rss_bytes());
 	if (ferror(f))
 		rc = -EIO;
 	if (fclose(f) && !rc)
 		rc = -errno;
 	return rc;
+}
+
+void cp_json_report(const struct cp_opts *o, const struct cp_summary *s)
+{
+	int rc;
+
+	if (!o->json)
+		return;
+	rc = write_summary(o->json, o, s);
+	if (rc)
+		cp_log("%s: writing %s: %s", s->mode, o->json, strerror(-rc));
 }

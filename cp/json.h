@@ -3,28 +3,25 @@
 #ifndef CP_JSON_H
 #define CP_JSON_H
 
-#include <stdbool.h>
-#include <stdint.h>
+#include "cp.h"
 
 struct cp_summary {
 	const char *mode; /* "send", "serve" or "proxy" */
 	int exit_code;
 	const char *error; /* last error message, or NULL */
-	uint64_t files, bytes;
-	uint64_t chunks; /* data chunks sent or received */
-	unsigned int connections, failures;
-	unsigned int refused; /* serve: never admitted; proxy: TCP clients over the cap */
-	uint64_t start_ns;    /* the clock starts here */
-	uint64_t data_ns;     /* send: first WELCOME to last FILE_DONE, 0 if none */
-	uint64_t checksum;    /* of the last file, when files > 0 */
-	uint32_t chunk, window;
+	struct cp_tally n;
+	uint64_t start_ns; /* the clock starts here */
+	uint64_t data_ns;  /* send: first WELCOME to last FILE_DONE, 0 if none */
 	/* serve: its threads, and the connections each one ended */
 	unsigned int threads;
 	const unsigned int *thread_conns;
-	uint64_t files_ahead; /* serve: FILE_STARTs before the last file was stored */
 };
 
-/* Fill in seconds, CPU and peak RSS now and write @path; 0 or -errno. */
-int cp_json_write(const char *path, const struct cp_summary *s);
+/* @to gets @from's counts added, and its checksum if it has files. */
+void cp_tally_add(struct cp_tally *to, const struct cp_tally *from);
+
+/* With --json: fill in seconds, CPU and peak RSS now, with @o's chunk and
+ * window, and write the summary; a failure is logged. */
+void cp_json_report(const struct cp_opts *o, const struct cp_summary *s);
 
 #endif

@@ -49,9 +49,9 @@ struct proxy {
 	bool accept_on, closing, cancelled;
 	struct client *clients;
 	unsigned int live; /* clients in the list: --max-clients */
-	unsigned int accepted, ended, failures, refused;
+	unsigned int accepted;
+	struct cp_tally n; /* connections: clients ended; refused: over the cap */
 	int result;
-	uint64_t files, bytes, chunks, last_sum;
 	char msg[256];
 };
 
@@ -127,7 +127,7 @@ static void refuse_client(struct proxy *p, int fd)
 		len = snprintf(msg, sizeof(msg),
 			       "ERROR too many clients (--max-clients %u), try later\n",
 			       p->o->max_clients);
-	p->refused++;
+	p->n.refused++;
 	if (send(fd, msg, (size_t)len, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && !p->o->quiet)
 		cp_log("proxy: refusing a TCP client: %s", strerror(errno));
 	shutdown(fd, SHUT_WR);
@@ -179,8 +179,8 @@ static void accept_done(struct cp_op *op, int res)
 		cp_log("proxy: out of memory for a connection");
 		close(c->fd);
 		free(c);
-		p->ended++;
-		p->failures++;
+		p->n.connections++;
+		p->n.failures++;
 	} else {
 		c->next = p->clients;
 		p->clients = c;
@@ -209,10 +209,10 @@ static void client_ended(struct client *c, int result, const char *msg)
 	struct proxy *p = c->p;
 
 	if (c->stored && !result) {
-		p->files++;
-		p->bytes += c->bytes;
-		p->chunks += c->chunks;
-		p->last_sum = c->sum;
+		p->n.files++;
+		p->n.bytes += c->bytes;
+		p->n.chunks += c->chunks;
+		p->n.checksum = c->sum;
 		c->rlen = (size_t)snprintf(c->reply, sizeof(c->reply), "OK %llu xxh3:%016llx %s\n",
 					   (unsigned long long)c->bytes,
 					   (unsigned long long)c->sum, c->name);
@@ -222,7 +222,7 @@ static void client_ended(struct client *c, int result, const char *msg)
 	} else {
 		if (!result)
 			result = CP_EXIT_FAIL;
-		p->failures++;
+		p->n.failures++;
 		if (!p->result)
 			p->result = result;
 		snprintf(p->msg, sizeof(p->msg), "%s", msg);
@@ -254,9 +254,9 @@ static void proxy_poll(struct cp_loop *lp)
 		close(c->fd);
 		free(c);
 		p->live--;
-		p->ended++;
+		p->n.connections++;
 	}
-	if (p->o->count && p->ended >= p->o->count)
+	if (p->o->count && p->n.connections >= p->o->count)
 		p->closing = true;
 	if (p->closing && p->accept_on && !p->cancelled) {
 		cp_loop_cancel(lp, &p->accept_op);
@@ -365,20 +365,8 @@ out:
 		close(p->lfd);
 	sum.exit_code = ret;
 	sum.error = ret && p->msg[0] ? p->msg : NULL;
-	sum.files = p->files;
-	sum.bytes = p->bytes;
-	sum.checksum = p->last_sum;
-	sum.connections = p->ended;
-	sum.refused = p->refused;
-	sum.chunks = p->chunks;
-	sum.failures = p->failures;
-	sum.chunk = o->chunk;
-	sum.window = o->window;
-	if (o->json) {
-		rc = cp_json_write(o->json, &sum);
-		if (rc)
-			cp_log("proxy: writing %s: %s", o->json, strerror(-rc));
-	}
+	sum.n = p->n;
+	cp_json_report(o, &sum);
 	free(p);
 	return ret;
 }

@@ -34,8 +34,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctl.h"
 #include "hash.h"
-#include "serve.h"
+#include "rx.h"
 #include "store.h"
 
 #define RX_GRANTS_OUT 2
@@ -69,23 +70,21 @@ struct rx_stage {
 
 struct rx {
 	struct rx *next;
-	struct serve *s;
+	struct rx_env *env;
 	rr_ep *ep;
 	char peer[INET6_ADDRSTRLEN];
 	enum rx_state state;
 	bool accepted, orphan, down;
 	bool authed;	  /* the token was good and it was admitted */
-	bool unauth;	  /* counted in serve.unauth */
+	bool unauth;	  /* counted in env->unauth */
 	uint64_t born_at; /* the HELLO deadline runs from here */
 	uint64_t down_at, closing_at, last_activity;
 	int result;
 
-	uint8_t *ctl; /* nrecv receive buffers, then RX_SENDS send buffers */
-	struct ibv_mr *ctl_mr;
-	unsigned int nrecv, recvs_posted;
+	struct cp_ctl ctl; /* window + RX_SPARE_RECVS receives, RX_SENDS sends */
+	unsigned int recvs_posted;
 	uint8_t *pending; /* a message that arrived before on_accept */
 	uint32_t pending_len;
-	uint8_t send_type[RX_SENDS];
 	unsigned int grants_out;
 
 	uint8_t *win;
@@ -133,9 +132,12 @@ void rx_set_next(struct rx *r, struct rx *next)
 	r->next = next;
 }
 
+/* Said once a process: the device has no memory windows. */
+static atomic_bool mw_warned;
+
 static bool quiet(const struct rx *r)
 {
-	return r->s->o->quiet;
+	return r->env->o->quiet;
 }
 
 static void send_done(rr_ep *ep, const struct rr_completion *c, void *data);
@@ -143,24 +145,7 @@ static void send_done(rr_ep *ep, const struct rr_completion *c, void *data);
 /* SEND one control message; returns 0 or a negative errno. */
 static int rx_send(struct rx *r, const struct cp_msg *m)
 {
-	unsigned int i;
-	uint8_t *buf;
-	size_t len;
-	int rc;
-
-	for (i = 0; i < RX_SENDS && r->send_type[i]; i++)
-		;
-	if (i == RX_SENDS)
-		return -ENOBUFS;
-	buf = r->ctl + (r->nrecv + i) * CP_MSG_MAX;
-	len = cp_encode(m, buf, CP_MSG_MAX);
-	if (!len)
-		return -EINVAL;
-	rc = rr_ep_post_send(r->ep, buf, (uint32_t)len, r->ctl_mr, send_done, (void *)(uintptr_t)i);
-	if (rc)
-		return rc;
-	r->send_type[i] = m->type;
-	return 0;
+	return cp_ctl_send(&r->ctl, r->ep, m, send_done);
 }
 
 /* No longer a connection waiting for its HELLO: it stops holding a place. */
@@ -168,7 +153,7 @@ static void leave_unauth(struct rx *r)
 {
 	if (r->unauth) {
 		r->unauth = false;
-		atomic_fetch_sub(&r->s->all->unauth, 1);
+		atomic_fetch_sub(r->env->unauth, 1);
 	}
 }
 
@@ -368,10 +353,8 @@ static void inv_done(rr_ep *ep, const struct rr_completion *c, void *data)
 static void send_done(rr_ep *ep, const struct rr_completion *c, void *data)
 {
 	struct rx *r = rr_ep_data(ep);
-	unsigned int i = (unsigned int)(uintptr_t)data;
-	uint8_t type = r->send_type[i];
+	uint8_t type = cp_ctl_sent(&r->ctl, data);
 
-	r->send_type[i] = 0;
 	if (type == CP_GRANT)
 		r->grants_out--;
 	if (c->status) {
@@ -416,7 +399,7 @@ static int submit_write(struct rx_stage *st)
 
 	if (rc)
 		return rc;
-	sqe = cp_loop_sqe(&r->s->lp, &st->op);
+	sqe = cp_loop_sqe(r->env->lp, &st->op);
 	if (!sqe)
 		return -EBUSY;
 	io_uring_prep_write(sqe, r->st.fd, st->buf + st->done, st->len - st->done,
@@ -544,7 +527,7 @@ static void on_chunk(struct rx *r, uint32_t imm, uint32_t len)
 		rx_fail(r, CP_E_PROTO, CP_EXIT_INTEGRITY, "%s", why);
 		return;
 	}
-	r->s->chunks++;
+	r->env->n->chunks++;
 	sl = &r->slots[slot];
 	if (sl->arrived) {
 		/* cp_rx_admit() only admits granted seqs, and slots are granted free. */
@@ -589,7 +572,7 @@ static void commit_done(struct cp_store *st, int code)
 	r->file_active = false;
 	m.end.bytes = r->end_bytes;
 	m.end.checksum = r->end_sum;
-	serve_stored(r->s, r->end_bytes, r->end_sum);
+	r->env->stored(r->env->data, r->end_bytes, r->end_sum);
 	if (!quiet(r))
 		cp_log("serve: %s: received %s (%llu bytes, xxh3 %016llx)", r->peer, r->name,
 		       (unsigned long long)r->end_bytes, (unsigned long long)r->end_sum);
@@ -646,7 +629,7 @@ static void finish_file(struct rx *r)
 		return;
 	}
 	r->state = RX_SYNC;
-	sqe = cp_loop_sqe(&r->s->lp, &r->sync_op);
+	sqe = cp_loop_sqe(r->env->lp, &r->sync_op);
 	if (!sqe) {
 		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "cannot queue fsync");
 		return;
@@ -657,7 +640,7 @@ static void finish_file(struct rx *r)
 
 static bool token_ok(const struct rx *r, const struct cp_msg *m)
 {
-	const struct cp_opts *o = r->s->o;
+	const struct cp_opts *o = r->env->o;
 	unsigned int diff = 0;
 
 	if (!o->have_token)
@@ -674,8 +657,8 @@ static bool token_ok(const struct rx *r, const struct cp_msg *m)
  */
 static void on_hello(struct rx *r, const struct cp_msg *m)
 {
-	struct serve *s = r->s;
-	const struct cp_opts *o = s->o;
+	struct rx_env *env = r->env;
+	const struct cp_opts *o = env->o;
 	struct cp_msg w = {.type = CP_WELCOME};
 	char why[128];
 	bool use_mw;
@@ -686,7 +669,7 @@ static void on_hello(struct rx *r, const struct cp_msg *m)
 			m->hello.token_len ? "wrong" : "no");
 		return;
 	}
-	if (serve_admit(s, why, sizeof(why))) {
+	if (env->admit(env->data, why, sizeof(why))) {
 		rx_fail(r, CP_E_BUSY, CP_EXIT_REFUSED, "%s", why);
 		return;
 	}
@@ -704,7 +687,7 @@ static void on_hello(struct rx *r, const struct cp_msg *m)
 			r->win_len);
 		return;
 	}
-	rc = cp_hasher_init(&r->hs, &s->lp, rx_hashed);
+	rc = cp_hasher_init(&r->hs, env->lp, rx_hashed);
 	if (rc) {
 		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "cannot start a hashing thread: %s",
 			strerror(-rc));
@@ -728,7 +711,7 @@ static void on_hello(struct rx *r, const struct cp_msg *m)
 		r->slots[i].r = r;
 		rc = rr_ep_alloc_mw(r->ep, &r->slots[i].mw);
 		if (rc == -EOPNOTSUPP || rc == -ENOSYS) {
-			if (!atomic_exchange(&s->all->mw_warned, true))
+			if (!atomic_exchange(&mw_warned, true))
 				cp_log("serve: no memory windows on this device: each window is "
 				       "reachable by every connection that learns its key");
 			use_mw = false;
@@ -793,9 +776,9 @@ static void open_file(struct rx *r, const char *name)
 	memcpy(r->name, name, sizeof(r->name));
 	r->file_off = 0;
 	cp_hasher_reset(&r->hs);
-	code = cp_store_open(&r->st, &r->s->lp, r->s->dirfd, r->name,
-			     (r->s->o->force ? CP_STORE_FORCE : 0) |
-				     (r->s->o->direct ? CP_STORE_DIRECT : 0),
+	code = cp_store_open(&r->st, r->env->lp, r->env->dirfd, r->name,
+			     (r->env->o->force ? CP_STORE_FORCE : 0) |
+				     (r->env->o->direct ? CP_STORE_DIRECT : 0),
 			     open_done);
 
 	if (code) {
@@ -816,7 +799,7 @@ static void on_start(struct rx *r, const struct cp_msg *m)
 	r->w.size = m->start.size;
 	r->w.got = 0;
 	if (r->state != RX_IDLE) {
-		r->s->files_ahead++;
+		r->env->n->files_ahead++;
 		r->q.on = true;
 		r->q.end_seen = false;
 		memcpy(r->q.name, m->start.name, sizeof(r->q.name));
@@ -890,7 +873,7 @@ static void recv_done(rr_ep *ep, const struct rr_completion *c, void *data);
 
 static int post_recv(struct rx *r, uint8_t *buf)
 {
-	int rc = rr_ep_post_recv(r->ep, buf, CP_MSG_MAX, r->ctl_mr, recv_done, buf);
+	int rc = cp_ctl_recv(&r->ctl, r->ep, buf, recv_done);
 
 	if (!rc)
 		r->recvs_posted++;
@@ -948,43 +931,38 @@ static void on_down(rr_ep *ep, int status, void *data)
 	}
 }
 
-struct rx *rx_create(struct serve *s, rr_ep *ep)
+struct rx *rx_create(struct rx_env *env, rr_ep *ep)
 {
 	struct sockaddr *sa = rdma_get_peer_addr(rr_ep_cm_id(ep));
 	struct rx *r = calloc(1, sizeof(*r));
-	size_t len;
 	int rc;
 
 	if (!r)
 		return NULL;
-	r->s = s;
+	r->env = env;
 	r->ep = ep;
 	r->sync_op.done = sync_done;
 	r->st.fd = r->st.parentfd = -1;
 	r->last_activity = r->born_at = cp_now_ns();
 	r->unauth = true;
-	atomic_fetch_add(&s->all->unauth, 1);
-	r->nrecv = s->o->window + RX_SPARE_RECVS;
+	atomic_fetch_add(env->unauth, 1);
 	snprintf(r->peer, sizeof(r->peer), "peer");
 	if (sa && sa->sa_family == AF_INET)
 		inet_ntop(AF_INET, &((struct sockaddr_in *)sa)->sin_addr, r->peer, sizeof(r->peer));
 	else if (sa && sa->sa_family == AF_INET6)
 		inet_ntop(AF_INET6, &((struct sockaddr_in6 *)sa)->sin6_addr, r->peer,
 			  sizeof(r->peer));
-	len = (size_t)(r->nrecv + RX_SENDS) * CP_MSG_MAX;
-	r->ctl = aligned_alloc(4096, (len + 4095) / 4096 * 4096);
-	if (!r->ctl)
+	if (cp_ctl_alloc(&r->ctl, env->o->window + RX_SPARE_RECVS, RX_SENDS))
 		goto err;
-	memset(r->ctl, 0, len);
-	rc = rr_ep_reg_mr(ep, r->ctl, len, 0, &r->ctl_mr);
+	rc = cp_ctl_reg(&r->ctl, ep);
 	if (rc) {
 		cp_log("serve: registering receive buffers: %s", strerror(-rc));
 		goto err;
 	}
 	rr_ep_set_data(ep, r);
 	rr_ep_set_on_disconnect(ep, on_down);
-	for (unsigned int i = 0; i < r->nrecv; i++) {
-		rc = post_recv(r, r->ctl + (size_t)i * CP_MSG_MAX);
+	for (unsigned int i = 0; i < r->ctl.nrecv; i++) {
+		rc = post_recv(r, cp_ctl_recv_buf(&r->ctl, i));
 		if (rc) {
 			cp_log("serve: posting receives: %s", strerror(-rc));
 			/* Those posted come back flushed when the library drops it. */
@@ -997,8 +975,7 @@ struct rx *rx_create(struct serve *s, rr_ep *ep)
 	return r;
 err:
 	leave_unauth(r);
-	rr_mr_dereg(r->ctl_mr);
-	free(r->ctl);
+	cp_ctl_free(&r->ctl);
 	free(r);
 	return NULL;
 }
@@ -1034,19 +1011,18 @@ static void rx_free(struct rx *r)
 		cp_store_abort(&r->st);
 	rx_free_windows(r); /* before their region: a bound window holds it */
 	rr_mr_dereg(r->win_mr);
-	rr_mr_dereg(r->ctl_mr);
+	cp_ctl_free(&r->ctl);
 	cp_hasher_destroy(&r->hs);
 	free(r->slots);
 	free(r->stage_mem);
 	free(r->win);
-	free(r->ctl);
 	free(r);
 }
 
 enum rx_poll_res rx_poll(struct rx *r, int *result)
 {
 	uint64_t now = cp_now_ns();
-	unsigned int t = r->s->o->timeout_s;
+	unsigned int t = r->env->o->timeout_s;
 	bool authed;
 
 	if (r->orphan) {
@@ -1059,9 +1035,9 @@ enum rx_poll_res rx_poll(struct rx *r, int *result)
 		return RX_ALIVE;
 	if (!r->down) {
 		if (r->state == RX_HELLO &&
-		    now - r->born_at > (uint64_t)r->s->o->hello_timeout_s * 1000000000ull) {
+		    now - r->born_at > (uint64_t)r->env->o->hello_timeout_s * 1000000000ull) {
 			rx_fail(r, CP_E_PROTO, CP_EXIT_NET, "no HELLO within %u s, dropped",
-				r->s->o->hello_timeout_s);
+				r->env->o->hello_timeout_s);
 			return RX_ALIVE;
 		}
 		if (r->state == RX_CLOSING && now - r->closing_at > CLOSE_MS * 1000000ull) {
@@ -1110,11 +1086,11 @@ enum rx_poll_res rx_poll(struct rx *r, int *result)
  * connection still waiting for its HELLO goes (pending requests that are
  * not established yet cannot be dropped). Returns whether one went.
  */
-bool rx_evict_oldest(struct serve *s)
+bool rx_evict_oldest(struct rx *conns)
 {
 	struct rx *old = NULL;
 
-	for (struct rx *r = s->conns; r; r = r->next)
+	for (struct rx *r = conns; r; r = r->next)
 		if (r->accepted && r->unauth && r->state == RX_HELLO &&
 		    (!old || r->born_at < old->born_at))
 			old = r;
@@ -1122,6 +1098,6 @@ bool rx_evict_oldest(struct serve *s)
 		return false;
 	rx_fail(old, CP_E_BUSY, CP_EXIT_NET,
 		"no HELLO yet, dropped for a newer connection (--max-pending %u)",
-		s->o->max_pending);
+		old->env->o->max_pending);
 	return true;
 }

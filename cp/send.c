@@ -36,7 +36,8 @@ struct sender {
 	struct sconn c[CP_SEND_CONNS_MAX];
 	unsigned int nconns, live;
 	int next_file;
-	uint64_t total, files, bytes, last_sum;
+	uint64_t total;
+	struct cp_tally n;	       /* files, bytes, checksum as they are stored */
 	uint64_t data_start, data_end; /* first WELCOME, last FILE_DONE */
 	struct cp_progress prog;
 	int result; /* the first connection that failed says it */
@@ -88,13 +89,13 @@ static void file_done(struct tx *t, const struct tx_src *src, uint64_t bytes, ui
 	struct sconn *c = data;
 	struct sender *s = c->s;
 
-	s->files++;
+	s->n.files++;
 	s->data_end = cp_now_ns();
 	if (!s->data_start || tx_welcome_ns(t) < s->data_start)
 		s->data_start = tx_welcome_ns(t);
 	c->chunks = tx_chunks(t);
-	s->bytes += bytes;
-	s->last_sum = sum;
+	s->n.bytes += bytes;
+	s->n.checksum = sum;
 	if (!s->o->quiet) {
 		cp_progress_update(&s->prog, acked(s), false);
 		if (s->prog.drawn)
@@ -237,7 +238,7 @@ int cp_send(const struct cp_opts *o)
 	}
 	ret = ret ? ret : rc ? CP_EXIT_FAIL : s->result;
 	if (!o->quiet && s->prog.drawn)
-		cp_progress_update(&s->prog, s->bytes, true);
+		cp_progress_update(&s->prog, s->n.bytes, true);
 	if (ret)
 		cp_log("send: %s", s->msg[0] ? s->msg : "failed");
 	cp_loop_fini(&s->lp);
@@ -245,23 +246,15 @@ out:
 	for (unsigned int i = 0; i < CP_SEND_CONNS_MAX; i++)
 		if (s->c[i].fd >= 0)
 			close(s->c[i].fd);
+	for (unsigned int i = 0; i < s->nconns; i++)
+		s->n.chunks += s->c[i].chunks;
+	s->n.connections = s->nconns;
+	s->n.failures = ret != 0;
 	sum.exit_code = ret;
 	sum.error = ret && s->msg[0] ? s->msg : NULL;
-	sum.files = s->files;
-	for (unsigned int i = 0; i < s->nconns; i++)
-		sum.chunks += s->c[i].chunks;
-	sum.bytes = s->bytes;
-	sum.data_ns = s->files ? s->data_end - s->data_start : 0;
-	sum.checksum = s->last_sum;
-	sum.connections = s->nconns;
-	sum.failures = ret != 0;
-	sum.chunk = o->chunk;
-	sum.window = o->window;
-	if (o->json) {
-		rc = cp_json_write(o->json, &sum);
-		if (rc)
-			cp_log("send: writing %s: %s", o->json, strerror(-rc));
-	}
+	sum.n = s->n;
+	sum.data_ns = s->n.files ? s->data_end - s->data_start : 0;
+	cp_json_report(o, &sum);
 	free(s);
 	return ret;
 }

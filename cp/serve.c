@@ -33,46 +33,12 @@ static bool closing(const struct serve *s)
 	return s->closing || atomic_load(&s->all->closing);
 }
 
-static void on_qp_ready(rr_ep *ep, int status, void *data)
+/* rx_env.admit: a connection's token passed. */
+static int serve_admit(void *data, char *why, size_t len)
 {
 	struct serve *s = data;
-	struct rx *r;
-	unsigned int unauth = atomic_load(&s->all->unauth);
-
-	if (!closing(s) && unauth >= s->o->max_pending && !rx_evict_oldest(s)) {
-		if (!s->o->quiet)
-			cp_log("serve: connection request refused: %u not yet authenticated "
-			       "(--max-pending)",
-			       unauth);
-		s->refused++;
-		rr_ep_destroy(ep);
-		return;
-	}
-	if (closing(s) || !(r = rx_create(s, ep))) {
-		/* Refused before it exists: the library drops the request. */
-		rr_ep_destroy(ep);
-		return;
-	}
-	rx_set_next(r, s->conns);
-	s->conns = r;
-}
-
-/* On the listener's thread, or with a NULL @l on a group's. */
-static void on_accept(rr_listener *l, rr_ep *ep, void *data)
-{
-	struct serve *s = data;
-	struct rx *r = rr_ep_data(ep);
-
-	/* Not admitted yet: rx.c counts it once its token was checked. */
-	rx_accepted(r);
-	if (closing(s))
-		rx_abort(r, "receiver shutting down");
-}
-
-int serve_admit(struct serve *s, char *why, size_t len)
-{
 	struct serve_all *a = s->all;
-	const struct cp_opts *o = s->o;
+	const struct cp_opts *o = a->o;
 	int rc = 0;
 
 	pthread_mutex_lock(&a->mu);
@@ -92,15 +58,69 @@ int serve_admit(struct serve *s, char *why, size_t len)
 	return rc;
 }
 
-void serve_stored(struct serve *s, uint64_t bytes, uint64_t checksum)
+/* rx_env.stored: a connection stored a file. */
+static void serve_stored(void *data, uint64_t bytes, uint64_t checksum)
 {
+	struct serve *s = data;
 	struct serve_all *a = s->all;
 
 	pthread_mutex_lock(&a->mu);
-	a->files++;
-	a->bytes += bytes;
-	a->last_checksum = checksum;
+	a->n.files++;
+	a->n.bytes += bytes;
+	a->n.checksum = checksum;
 	pthread_mutex_unlock(&a->mu);
+}
+
+/* One loop of @a's, its connections run in s->env. */
+static void serve_init(struct serve *s, struct serve_all *a)
+{
+	s->all = a;
+	s->env = (struct rx_env){
+		.lp = &s->lp,
+		.o = a->o,
+		.dirfd = a->dirfd,
+		.unauth = &a->unauth,
+		.n = &s->n,
+		.admit = serve_admit,
+		.stored = serve_stored,
+		.data = s,
+	};
+}
+
+static void on_qp_ready(rr_ep *ep, int status, void *data)
+{
+	struct serve *s = data;
+	struct rx *r;
+	unsigned int unauth = atomic_load(&s->all->unauth);
+
+	if (!closing(s) && unauth >= s->all->o->max_pending && !rx_evict_oldest(s->conns)) {
+		if (!s->all->o->quiet)
+			cp_log("serve: connection request refused: %u not yet authenticated "
+			       "(--max-pending)",
+			       unauth);
+		s->n.refused++;
+		rr_ep_destroy(ep);
+		return;
+	}
+	if (closing(s) || !(r = rx_create(&s->env, ep))) {
+		/* Refused before it exists: the library drops the request. */
+		rr_ep_destroy(ep);
+		return;
+	}
+	rx_set_next(r, s->conns);
+	s->conns = r;
+}
+
+/* On the listener's thread, or with a NULL @l on a group's. */
+static void on_accept(rr_listener *l, rr_ep *ep, void *data)
+{
+	struct serve *s = data;
+	struct rx *r = rr_ep_data(ep);
+
+	/* Not admitted yet: rx.c counts it once its token was checked. */
+	rx_accepted(r);
+	if (closing(s))
+		rx_abort(r, "receiver shutting down");
 }
 
 /* Every loop closes: no new connection, every one aborted with @why. */
@@ -145,11 +165,11 @@ static void serve_poll(struct cp_loop *lp)
 		else
 			s->conns = next;
 		if (pr == RX_REFUSED)
-			s->refused++;
+			s->n.refused++;
 		if (pr == RX_ENDED) {
-			s->ended++;
+			s->n.connections++;
 			if (result)
-				s->failures++;
+				s->n.failures++;
 			pthread_mutex_lock(&a->mu);
 			a->active--;
 			if (result && !a->result)
@@ -158,11 +178,11 @@ static void serve_poll(struct cp_loop *lp)
 		}
 	}
 	/* --count admitted connections all ended: only strangers are left. */
-	if (s->o->count && !atomic_load(&a->closing)) {
+	if (a->o->count && !atomic_load(&a->closing)) {
 		bool done;
 
 		pthread_mutex_lock(&a->mu);
-		done = a->admitted >= s->o->count && !a->active;
+		done = a->admitted >= a->o->count && !a->active;
 		pthread_mutex_unlock(&a->mu);
 		if (done)
 			close_all(a, "receiver done (--count reached)");
@@ -265,9 +285,7 @@ static int start_groups(struct serve *s, unsigned int n)
 
 		if (!g)
 			return -ENOMEM;
-		g->all = a;
-		g->o = s->o;
-		g->dirfd = s->dirfd;
+		serve_init(g, a);
 		g->group = true;
 		sem_init(&g->ready, 0, 0);
 		rc = pthread_create(&g->thread, NULL, group_main, g);
@@ -307,7 +325,7 @@ int cp_serve(const struct cp_opts *o)
 		.max_recv_wr = o->window + RX_SPARE_RECVS,
 		.on_qp_ready = on_qp_ready,
 	};
-	struct cp_summary sum = {.mode = "serve", .chunk = o->chunk, .window = o->window};
+	struct cp_summary sum = {.mode = "serve"};
 	unsigned int nthreads = o->threads > 1 ? o->threads : 1;
 	unsigned int *thread_conns = NULL;
 	struct serve_all *a;
@@ -332,16 +350,16 @@ int cp_serve(const struct cp_opts *o)
 		return CP_EXIT_FAIL;
 	}
 	pthread_mutex_init(&a->mu, NULL);
-	a->o = s->o = o;
-	s->all = a;
+	a->o = o;
 	start_ns = cp_now_ns();
-	s->dirfd = a->dirfd = open(o->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (s->dirfd < 0) {
+	a->dirfd = open(o->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (a->dirfd < 0) {
 		cp_log("serve: cannot open directory %s: %s", o->dir, strerror(errno));
 		ret = CP_EXIT_LOCAL_IO;
 		goto out_free;
 	}
-	if (o->direct && cp_store_direct_ok(s->dirfd)) {
+	serve_init(s, a);
+	if (o->direct && cp_store_direct_ok(a->dirfd)) {
 		cp_log("serve: --direct: the file system of %s takes no O_DIRECT writes", o->dir);
 		ret = CP_EXIT_LOCAL_IO;
 		goto out_dir;
@@ -395,26 +413,14 @@ int cp_serve(const struct cp_opts *o)
 out_loop:
 	cp_loop_fini(&s->lp);
 out_dir:
-	close(s->dirfd);
+	close(a->dirfd);
 	sum.exit_code = ret;
-	sum.files = a->files;
-	sum.bytes = a->bytes;
-	sum.checksum = a->last_checksum;
-	sum.connections = s->ended;
-	sum.refused = s->refused;
-	sum.chunks = s->chunks;
-	sum.files_ahead = s->files_ahead;
-	sum.failures = s->failures;
-	thread_conns[0] = s->ended;
+	sum.n = a->n;
+	cp_tally_add(&sum.n, &s->n);
+	thread_conns[0] = s->n.connections;
 	for (unsigned int i = 0; i < a->ngroups; i++) {
-		struct serve *g = a->groups[i];
-
-		sum.connections += g->ended;
-		sum.refused += g->refused;
-		sum.chunks += g->chunks;
-		sum.files_ahead += g->files_ahead;
-		sum.failures += g->failures;
-		thread_conns[i] = g->ended;
+		cp_tally_add(&sum.n, &a->groups[i]->n);
+		thread_conns[i] = a->groups[i]->n.connections;
 	}
 	sum.start_ns = a->first_ns ? a->first_ns : start_ns;
 	sum.threads = nthreads;
@@ -428,11 +434,7 @@ out_dir:
 						thread_conns[i]);
 		cp_log("serve: connections per thread:%s", line);
 	}
-	if (o->json) {
-		rc = cp_json_write(o->json, &sum);
-		if (rc)
-			cp_log("serve: writing %s: %s", o->json, strerror(-rc));
-	}
+	cp_json_report(o, &sum);
 out_free:
 	for (unsigned int i = 0; i < a->ngroups; i++)
 		free(a->groups[i]);

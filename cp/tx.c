@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "ctl.h"
 #include "hash.h"
 #include "proto.h"
 #include "tx.h"
@@ -63,10 +64,7 @@ struct tx {
 	char msg[256];
 	char peer[300];
 
-	uint8_t *ctl; /* nrecv receive buffers, then TX_SENDS send buffers */
-	struct ibv_mr *ctl_mr;
-	unsigned int nrecv;
-	uint8_t send_type[TX_SENDS];
+	struct cp_ctl ctl; /* window + TX_SPARE_RECVS receives, TX_SENDS sends */
 
 	uint8_t *data;
 	size_t data_len;
@@ -122,24 +120,7 @@ static void send_done(rr_ep *ep, const struct rr_completion *c, void *data);
 
 static int tx_send(struct tx *t, const struct cp_msg *m)
 {
-	unsigned int i;
-	uint8_t *buf;
-	size_t len;
-	int rc;
-
-	for (i = 0; i < TX_SENDS && t->send_type[i]; i++)
-		;
-	if (i == TX_SENDS)
-		return -ENOBUFS;
-	buf = t->ctl + (t->nrecv + i) * CP_MSG_MAX;
-	len = cp_encode(m, buf, CP_MSG_MAX);
-	if (!len)
-		return -EINVAL;
-	rc = rr_ep_post_send(t->ep, buf, (uint32_t)len, t->ctl_mr, send_done, (void *)(uintptr_t)i);
-	if (rc)
-		return rc;
-	t->send_type[i] = m->type;
-	return 0;
+	return cp_ctl_send(&t->ctl, t->ep, m, send_done);
 }
 
 static void disconnect(struct tx *t)
@@ -219,10 +200,8 @@ static void file_fail(struct tx *t, int result, const char *fmt, ...)
 static void send_done(rr_ep *ep, const struct rr_completion *c, void *data)
 {
 	struct tx *t = rr_ep_data(ep);
-	unsigned int i = (unsigned int)(uintptr_t)data;
-	uint8_t type = t->send_type[i];
+	uint8_t type = cp_ctl_sent(&t->ctl, data);
 
-	t->send_type[i] = 0;
 	if (c->status && c->status != -ECANCELED)
 		tx_fail(t, CP_EXIT_NET, 0, "%s SEND to %s failed: %s", cp_type_name(type), t->peer,
 			strerror(-c->status));
@@ -618,7 +597,7 @@ static void recv_done(rr_ep *ep, const struct rr_completion *c, void *data)
 		on_message(t, buf, c->byte_len);
 	if (t->state == TX_CLOSING || t->down)
 		return;
-	rc = rr_ep_post_recv(ep, buf, CP_MSG_MAX, t->ctl_mr, recv_done, buf);
+	rc = cp_ctl_recv(&t->ctl, ep, buf, recv_done);
 	if (rc && !hung_up(t, rc))
 		tx_fail(t, CP_EXIT_NET, 0, "cannot repost a receive: %s", strerror(-rc));
 }
@@ -648,10 +627,9 @@ static int data_buffers(struct tx *t, rr_ep *ep)
 static void on_qp_ready(rr_ep *ep, int status, void *data)
 {
 	struct tx *t = data;
-	size_t len = (size_t)(t->nrecv + TX_SENDS) * CP_MSG_MAX;
 	int rc;
 
-	rc = rr_ep_reg_mr(ep, t->ctl, len, 0, &t->ctl_mr);
+	rc = cp_ctl_reg(&t->ctl, ep);
 	if (rc) {
 		tx_fail(t, CP_EXIT_FAIL, 0, "registering receive buffers: %s", strerror(-rc));
 		return;
@@ -662,10 +640,8 @@ static void on_qp_ready(rr_ep *ep, int status, void *data)
 		return;
 	}
 	/* Before the connection exists: the receiver's first SEND needs one. */
-	for (unsigned int i = 0; i < t->nrecv; i++) {
-		uint8_t *buf = t->ctl + (size_t)i * CP_MSG_MAX;
-
-		rc = rr_ep_post_recv(ep, buf, CP_MSG_MAX, t->ctl_mr, recv_done, buf);
+	for (unsigned int i = 0; i < t->ctl.nrecv; i++) {
+		rc = cp_ctl_recv(&t->ctl, ep, cp_ctl_recv_buf(&t->ctl, i), recv_done);
 		if (rc) {
 			tx_fail(t, CP_EXIT_FAIL, 0, "posting receives: %s", strerror(-rc));
 			return;
@@ -725,7 +701,6 @@ struct tx *tx_start(struct cp_loop *lp, const struct cp_opts *o, const char *hos
 		.on_disconnect = on_down,
 	};
 	struct tx *t = calloc(1, sizeof(*t));
-	size_t len;
 	int rc;
 
 	if (!t)
@@ -734,17 +709,14 @@ struct tx *tx_start(struct cp_loop *lp, const struct cp_opts *o, const char *hos
 	t->o = o;
 	t->h = *h;
 	t->src.fd = -1;
-	t->nrecv = o->window + TX_SPARE_RECVS;
 	t->last_activity = cp_now_ns();
 	snprintf(t->peer, sizeof(t->peer), "%s:%u", host, port);
-	len = (size_t)(t->nrecv + TX_SENDS) * CP_MSG_MAX;
-	t->ctl = aligned_alloc(4096, (len + 4095) / 4096 * 4096);
-	if (!t->ctl || cp_hasher_init(&t->hs, lp, hashed)) {
-		free(t->ctl);
+	if (cp_ctl_alloc(&t->ctl, o->window + TX_SPARE_RECVS, TX_SENDS) ||
+	    cp_hasher_init(&t->hs, lp, hashed)) {
+		cp_ctl_free(&t->ctl);
 		free(t);
 		return NULL;
 	}
-	memset(t->ctl, 0, len);
 	eo.data = t;
 	rc = rr_connect(lp->b, host, port, &eo, sizeof(eo), on_connect, &t->ep);
 	if (rc) {
@@ -784,14 +756,13 @@ enum tx_poll_res tx_poll(struct tx *t, int *result, char *msg, size_t msg_len)
 		return TX_ALIVE;
 	rr_ep_destroy(t->ep);
 	rr_mr_dereg(t->data_mr);
-	rr_mr_dereg(t->ctl_mr);
+	cp_ctl_free(&t->ctl);
 	*result = t->result;
 	snprintf(msg, msg_len, "%s", t->msg);
 	cp_hasher_destroy(&t->hs);
 	free(t->slots);
 	free(t->rkeys);
 	free(t->data);
-	free(t->ctl);
 	free(t);
 	return TX_ENDED;
 }
