@@ -1,5 +1,5 @@
 #!/bin/bash
-# tools/cp-lab from the host (suite cp-lab, run by tools/test outside the
+# tools/cp-lab from the host (suite boots-lab, run by tools/test outside the
 # lab): with no RDMA device it boots the lab itself. Copies two files with
 # --hosts 1 and compares checksums; checks the refusals that come before.
 #   lab.sh PATH/TO/ringrdma-cp SOURCE_ROOT BUILD_ROOT
@@ -20,6 +20,10 @@ result() { # OK? DESCRIPTION
 	n=$((n + 1))
 	if [ "$1" = 1 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; failed=1; fi
 }
+skip() { # REASON DESCRIPTION
+	n=$((n + 1))
+	echo "ok $n - $2 # SKIP $1"
+}
 show() { for f in "$@"; do [ -s "$f" ] && sed "s|^|# ${f##*/}: |" "$f" | tail -n 40; done; return 0; }
 
 native=0
@@ -36,7 +40,7 @@ if [ "$native" = 0 ]; then
 	result $ok "send without a device fails (exit $rc) and points to tools/cp-lab"
 	[ $ok = 1 ] || show "$T/nodev.out"
 else
-	result 1 "send without a device: not applicable, an RDMA device is present"
+	skip "an RDMA device is present" "send without a device points to the lab mode"
 fi
 
 # 2: DIR outside the checkout is refused before booting anything.
@@ -49,7 +53,7 @@ if [ "$native" = 0 ]; then
 	result $ok "lab refuses a DIR outside the checkout (exit $rc)"
 	[ $ok = 1 ] || show "$T/outside.out"
 else
-	result 1 "DIR outside the checkout: allowed next to a real device"
+	skip "allowed next to a real device" "lab refuses a DIR outside the checkout"
 fi
 
 # 3: a usage error, also before any boot.

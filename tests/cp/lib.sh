@@ -44,13 +44,22 @@ finish() {
 	exit $failed
 }
 
+# In the lab every program started costs a good part of a second (TCG,
+# libraries over 9p): the waits below use shell builtins only. nap SECS
+# sleeps on a FIFO that nobody writes.
+mkfifo "$T/.nap" && exec {NAP_FD}<>"$T/.nap" || exit 1
+nap() { read -r -t "$1" -u "$NAP_FD" _; }
+
 # await_line FILE WORD PID TENTHS: until WORD appears in FILE; fails once
 # PID is gone or after TENTHS tenths of a second.
 await_line() {
-	for _ in $(seq "$4"); do
-		grep -q "$2" "$1" 2>/dev/null && return 0
+	local i text
+	for ((i = 0; i < $4; i++)); do
+		text=
+		[ -e "$1" ] && IFS= read -r -d '' text <"$1"
+		[[ $text == *"$2"* ]] && return 0
 		kill -0 "$3" 2>/dev/null || return 1
-		sleep 0.1
+		nap 0.1
 	done
 	return 1
 }
@@ -69,9 +78,10 @@ start_serve() {
 # wait_pid PID SECS: its exit status, or 124 after SECS (then it is killed).
 wait_pid() {
 	local pid=$1 secs=$2
-	for _ in $(seq $((secs * 10))); do
+	local i
+	for ((i = 0; i < secs * 10; i++)); do
 		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.1
+		nap 0.1
 	done
 	if kill -0 "$pid" 2>/dev/null; then
 		kill -9 "$pid" 2>/dev/null
@@ -81,7 +91,32 @@ wait_pid() {
 	wait "$pid"
 }
 
-# json_field FILE FIELD
+# json_load FILE...: parse each JSON file once (python3 starts slowly in
+# the lab), for json_field. Only complete files: a file is parsed once.
+declare -A JSON_CACHE=()
+json_load() {
+	local f k v
+	for f in "$@"; do
+		JSON_CACHE["$f"]=1
+	done
+	# Through a file: the lab's /dev has no /dev/fd for <(...).
+	python3 -S -c 'import json, sys
+for f in sys.argv[1:]:
+    try:
+        d = json.load(open(f))
+    except (OSError, ValueError):
+        continue
+    if isinstance(d, dict):
+        for k, v in d.items():
+            sys.stdout.write(f"{f}\0{k}\0{v}\0")' "$@" >"$T/.json_load" 2>/dev/null
+	while IFS= read -r -d '' f && IFS= read -r -d '' k && IFS= read -r -d '' v; do
+		JSON_CACHE["$f/$k"]=$v
+	done <"$T/.json_load"
+}
+
+# json_field FILE FIELD: a top-level field of a JSON file, empty if the
+# file is missing or no JSON (parsed here unless json_load did).
 json_field() {
-	python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2" 2>/dev/null
+	[ -n "${JSON_CACHE["$1"]+set}" ] || json_load "$1"
+	[ -z "${JSON_CACHE["$1/$2"]+set}" ] || printf '%s\n' "${JSON_CACHE["$1/$2"]}"
 }

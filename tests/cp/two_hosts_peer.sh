@@ -6,7 +6,7 @@
 # VM sees through the shared checkout.
 #   two_hosts_peer.sh BUILD_DIR
 b=${1:?usage: two_hosts_peer.sh BUILD_DIR}
-"$b/tests/smoke-peer" "$RDMA_LAB_ADDR" 7471 2 &
+"$b/tests/rdma/smoke-peer" "$RDMA_LAB_ADDR" 7471 2 &
 drop=$b/cp-2hosts-drop
 rm -rf "$drop"
 mkdir -p /tmp/cp-peer "$drop"

@@ -1,12 +1,12 @@
 #!/bin/bash
-# tools/test-count on made-up meson logs: in a required suite a skipped
-# case is a failure, except a case the run deselected itself with
-# Criterion's --filter ("# SKIP test was skipped"); TAP.
+# tools/test-count on made-up meson logs: in a required run or suite a
+# skipped case is a failure, except a case the run deselected itself with
+# Criterion's --filter ("# SKIP test was skipped"); the table's figures; TAP.
 set -u
 TOOL=${1:?usage: test_count.sh PATH/TO/test-count}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-python3 - "$dir/log.json" <<'PY'
+python3 - "$dir/log.json" "$dir/suites.json" <<'PY'
 import json, sys
 def t(name, cmd, lines):
     return json.dumps({"name": name, "command": cmd, "result": "OK", "stdout": "\n".join(lines)})
@@ -19,11 +19,17 @@ with open(sys.argv[1], "w") as f:
     # a filtered run whose selected case skipped for another reason
     print(t("filtered-real-skip", ["test-z", "--filter", "d/*"],
             ["ok 1 - d::five  # SKIP needs an RDMA device"]), file=f)
+with open(sys.argv[2], "w") as f:
+    # named as meson names tests with several suites: required by its suite
+    print(json.dumps({"name": "p:cp+device / x", "result": "SKIP", "stdout": "",
+                      "starttime": 100.0, "duration": 5.0}), file=f)
+    print(json.dumps({"name": "p:cp+host / y", "result": "SKIP", "stdout": "",
+                      "starttime": 101.0, "duration": 7.0}), file=f)
 PY
 out=$("$TOOL" --required rdma "rdma=$dir/log.json")
 rc=$?
 echo "$out" | sed 's/^/# /'
-echo "1..3"
+echo "1..5"
 n=0
 check() { n=$((n + 1)); if [ "$2" = 0 ]; then echo "ok $n - $1"; else echo "not ok $n - $1"; fi; }
 echo "$out" | grep -q "^rdma: 2 passed, 2 failed, 0 skipped$"
@@ -32,3 +38,10 @@ echo "$out" | grep -q "flavour" && r=1 || r=0
 check "the flavour run is not reported as skipping" $r
 [ "$rc" = 1 ]
 check "exit status 1 while anything failed (got $rc)" $?
+out=$("$TOOL" --required device "dev=$dir/suites.json")
+rc=$?
+echo "$out" | sed 's/^/# /'
+echo "$out" | grep -q "^dev: 0 passed, 1 failed, 1 skipped$"
+check "a skip counts as failed in a required suite, not in another" $?
+echo "$out" | grep -Eq "^dev +cp +2 +0 +1 +1 +8$"
+check "the table has the run's tests, cases and wall seconds (got rc $rc)" $?
