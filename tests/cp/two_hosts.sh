@@ -1,5 +1,5 @@
 #!/bin/bash
-# ringrdma-cp across two lab VMs (suite rdma-2hosts): this VM sends 24 MiB
+# ringrdma-cp across two lab VMs (suite device-2hosts): this VM sends 24 MiB
 # of random data to the serve that two_hosts_peer.sh runs on the other one;
 # the copy must come back identical through the shared checkout.
 #   two_hosts.sh PATH/TO/ringrdma-cp BUILD_DIR

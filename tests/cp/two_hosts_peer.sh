@@ -1,5 +1,5 @@
 #!/bin/bash
-# The second VM's side of the rdma-2hosts suite (tools/test passes it as
+# The second VM's side of the device-2hosts suite (tools/test passes it as
 # --peer-cmd): the smoke peer for test-two-hosts, and a ringrdma-cp serve
 # for cp-two-hosts that stores into the VM's own /tmp, then copies what it
 # got and its exit status into BUILD_DIR/cp-2hosts-drop, which the first
