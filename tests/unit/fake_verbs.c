@@ -1666,7 +1666,8 @@ static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
 		w->signalled = wr->send_flags & IBV_SEND_SIGNALED;
 		w->seq = q->sq_posted++;
 		w->nsge = wr->num_sge;
-		memcpy(w->sge, wr->sg_list, (size_t)wr->num_sge * sizeof(w->sge[0]));
+		if (wr->num_sge) /* a bind or invalidate may have no list */
+			memcpy(w->sge, wr->sg_list, (size_t)wr->num_sge * sizeof(w->sge[0]));
 		w->raddr = wr->wr.rdma.remote_addr;
 		w->rkey = wr->wr.rdma.rkey;
 		w->imm = wr->imm_data;
@@ -1711,7 +1712,8 @@ static struct fake_rwqe *rwqe(const struct ibv_recv_wr *wr)
 		abort();
 	r->wr_id = wr->wr_id;
 	r->nsge = wr->num_sge;
-	memcpy(r->sge, wr->sg_list, (size_t)wr->num_sge * sizeof(r->sge[0]));
+	if (wr->num_sge)
+		memcpy(r->sge, wr->sg_list, (size_t)wr->num_sge * sizeof(r->sge[0]));
 	return r;
 }
 
@@ -1792,10 +1794,27 @@ unsigned int fake_clock_reads;
 int __real_clock_gettime(clockid_t clk, struct timespec *ts);
 int __wrap_clock_gettime(clockid_t clk, struct timespec *ts);
 
+static uint64_t clock_offset_ns; /* fake_clock_advance() */
+
+void fake_clock_advance(uint64_t ns)
+{
+	__atomic_fetch_add(&clock_offset_ns, ns, __ATOMIC_RELAXED);
+}
+
 int __wrap_clock_gettime(clockid_t clk, struct timespec *ts)
 {
+	uint64_t off = __atomic_load_n(&clock_offset_ns, __ATOMIC_RELAXED);
+	int rc;
+
 	__atomic_fetch_add(&fake_clock_reads, 1, __ATOMIC_RELAXED);
-	return __real_clock_gettime(clk, ts);
+	rc = __real_clock_gettime(clk, ts);
+	if (rc == 0 && off && clk == CLOCK_MONOTONIC) {
+		uint64_t ns = (uint64_t)ts->tv_nsec + off % 1000000000u;
+
+		ts->tv_sec += (time_t)(off / 1000000000u + ns / 1000000000u);
+		ts->tv_nsec = (long)(ns % 1000000000u);
+	}
+	return rc;
 }
 
 unsigned int fake_get_events;

@@ -119,6 +119,9 @@ void fake_async_event(enum ibv_event_type type);
 
 /* clock_gettime() calls (wrapped) since the start of the process. */
 extern unsigned int fake_clock_reads;
+/* Time passes at once: every CLOCK_MONOTONIC reading (wrapped) from now
+ * on is @ns later. Only forward, so every deadline still comes. */
+void fake_clock_advance(uint64_t ns);
 /* io_uring_submit_and_get_events() calls: a pass that does not wait
  * entering the kernel only to collect deferred completions. */
 extern unsigned int fake_get_events;
