@@ -1,0 +1,990 @@
+// SPDX-License-Identifier: MIT
+/*
+ * libFuzzer target for ringrdma-cp's receiving side: the real rx.c (and
+ * ctl.c, store.c, hash.c, loop.c, the real library) over the fake device
+ * and in-process rdma_cm of tests/unit (fake_verbs.c, fake_cm.c). A
+ * listener creates a receiver per connection as serve.c does; a scripted
+ * peer, the fuzzer's input, connects to it and acts:
+ *
+ *   byte 0      the receiver's options (window, chunk, memory windows or
+ *               not, token, --force, busy)
+ *   then ops    op byte % 10, each with its own parameters:
+ *     0 HELLO        1 byte: chunk, window, right/wrong/no token
+ *     1 FILE_START   2 bytes: name, stream flag, size
+ *     2 chunk        2 bytes: the next seq, its granted key, at its slot
+ *     3 FILE_END     1 byte: the right byte count and checksum, or not
+ *     4 WRITE_IMM    1+2+2 (+4 +4) bytes: any imm, key, length, offset
+ *     5 raw SEND     2 bytes of length, then that many bytes (any)
+ *     6 ERROR        1 byte: code
+ *     7 disconnect   (ends the script)
+ *     8 wait         1 byte: passes of both loops
+ *     9 time passes  1 byte: seconds (fake_clock_advance())
+ *
+ * After every step the loops run until quiet, and these must hold (an
+ * abort() otherwise, which libFuzzer and the replay test both catch):
+ * a write the device accepted lies inside a slot granted to the peer, by
+ * the key of that grant, before its chunk arrived (or, without memory
+ * windows, inside the window); every FILE_DONE and every stored file has
+ * the byte count and checksum the peer declared for it; an ERROR from
+ * the receiver means a non-zero result. At the end the receiver ends
+ * exactly once, no longer counted as waiting for its HELLO, and no file
+ * descriptor is left open (LeakSanitizer sees the memory).
+ *
+ * Built with -fsanitize=fuzzer by tools/fuzz-cp; without it (RX_REPLAY)
+ * main() replays every file of the directories it is given: the cp-rx
+ * host test replays tests/cp/corpus-rx so that every find stays covered.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+#include "fake_cm.h"
+#include "loop.h"
+#include "proto.h"
+#include "rx.h"
+
+#define NRECV	    16
+#define NSEND	    16
+#define DATA_MAX    (2 * 8192 + 4096) /* any write: up to two chunks */
+#define FILE_MAX    (64u << 10)	      /* what the peer keeps of a file */
+#define MAX_KEYS    4096	      /* grants remembered */
+#define MAX_DECL    64		      /* FILE_ENDs remembered */
+#define MAX_WRITES  256		      /* writes posted in one run */
+#define SETTLE_MAX  20000	      /* passes before a step is a hang */
+#define END_TICKS   40		      /* simulated seconds to end in */
+#define TOKEN	    "fuzz-token"
+
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+static void fail(const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("fuzz-rx: invariant broken: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	abort();
+}
+
+/* A grant the peer received: seq may be written into its slot with key. */
+struct grant {
+	uint32_t seq, key;
+};
+
+/* A write the peer posted, as it learns how it went. */
+struct write {
+	uint64_t raddr;
+	uint32_t len, key, imm;
+};
+
+struct decl {
+	char name[CP_NAME_MAX + 1];
+	uint64_t bytes, sum;
+};
+
+struct harness {
+	struct cp_opts o;
+	struct cp_loop lp;
+	struct rx_env env;
+	struct cp_tally n;
+	atomic_uint unauth;
+	int dirfd;
+	char dir[64];
+	rr_listener *l;
+	struct rx *rx;
+	unsigned int rx_made, rx_ended;
+	enum rx_poll_res how;
+	int result;
+	bool busy;
+	bool mw_off; /* the device has no memory windows */
+	unsigned int stored;
+
+	/* the peer */
+	struct io_uring ring;
+	rr_bridge *b;
+	rr_ep *ep;
+	bool connected, down, conn_failed;
+	struct ibv_mr *mr;
+	uint8_t *mem; /* NRECV receive buffers, NSEND send buffers, data */
+	bool send_busy[NSEND];
+	unsigned int recvs;
+	bool tearing;
+	/* what the receiver said */
+	bool welcomed;
+	uint64_t addr;
+	uint32_t chunk, window, limit;
+	struct grant grants[MAX_KEYS];
+	unsigned int ngrants;
+	uint32_t arrived; /* seqs below were written with imm == seq */
+	unsigned int errors, dones;
+	/* the peer's file */
+	uint32_t seq; /* the next chunk's seq */
+	bool in_file, stream;
+	char name[CP_NAME_MAX + 1];
+	uint64_t size, wrote;
+	uint8_t *content; /* FILE_MAX bytes: what the peer wrote of it */
+	struct decl decl[MAX_DECL];
+	unsigned int ndecl;
+	struct write writes[MAX_WRITES];
+	unsigned int nwrites;
+};
+
+static struct harness *H;
+
+static uint8_t *recv_buf(unsigned int i)
+{
+	return H->mem + (size_t)i * CP_MSG_MAX;
+}
+
+static uint8_t *send_buf(unsigned int i)
+{
+	return H->mem + (size_t)(NRECV + i) * CP_MSG_MAX;
+}
+
+static uint8_t *data_buf(void)
+{
+	return H->mem + (size_t)(NRECV + NSEND) * CP_MSG_MAX;
+}
+
+/* ---- the receiver, held as serve.c holds it ---- */
+
+static int admit(void *data, char *why, size_t len)
+{
+	struct harness *h = data;
+
+	if (h->busy) {
+		snprintf(why, len, "refused: busy");
+		return -EBUSY;
+	}
+	return 0;
+}
+
+static const struct decl *declared(const char *name, uint64_t bytes, uint64_t sum)
+{
+	for (unsigned int i = 0; i < H->ndecl; i++)
+		if ((!name || !strcmp(H->decl[i].name, name)) && H->decl[i].bytes == bytes &&
+		    H->decl[i].sum == sum)
+			return &H->decl[i];
+	return NULL;
+}
+
+static void stored(void *data, uint64_t bytes, uint64_t sum)
+{
+	struct harness *h = data;
+
+	if (!declared(NULL, bytes, sum))
+		fail("stored %llu bytes with checksum %016llx: the peer declared no such file",
+		     (unsigned long long)bytes, (unsigned long long)sum);
+	h->stored++;
+}
+
+static void rx_qp_ready(rr_ep *ep, int status, void *data)
+{
+	struct harness *h = data;
+
+	if (h->rx || !(h->rx = rx_create(&h->env, ep))) {
+		rr_ep_destroy(ep);
+		return;
+	}
+	h->rx_made++;
+}
+
+static void rx_on_accept(rr_listener *l, rr_ep *ep, void *data)
+{
+	rx_accepted(rr_ep_data(ep));
+}
+
+static void poll_rx(void)
+{
+	enum rx_poll_res pr;
+	int result = 0;
+
+	if (!H->rx)
+		return;
+	pr = rx_poll(H->rx, &result);
+	if (pr == RX_ALIVE)
+		return;
+	H->rx = NULL;
+	H->rx_ended++;
+	H->how = pr;
+	H->result = result;
+	if (H->rx_ended > 1)
+		fail("the receiver ended %u times", H->rx_ended);
+	if (atomic_load(&H->unauth))
+		fail("the receiver ended still counted as waiting for its HELLO");
+	if (pr == RX_ENDED && H->errors && !result)
+		fail("the receiver sent an ERROR and ended with result 0");
+	if (pr != RX_ENDED && H->welcomed)
+		fail("a receiver that sent WELCOME ended as never admitted (%d)", pr);
+}
+
+/* ---- the peer ---- */
+
+static const struct grant *grant_of_key(uint32_t key)
+{
+	for (unsigned int i = H->ngrants; i-- > 0;)
+		if (H->grants[i].key == key)
+			return &H->grants[i];
+	return NULL;
+}
+
+static const struct grant *grant_of_seq(uint32_t seq)
+{
+	for (unsigned int i = H->ngrants; i-- > 0;)
+		if (H->grants[i].seq == seq)
+			return &H->grants[i];
+	return NULL;
+}
+
+static void peer_recv_done(rr_ep *ep, const struct rr_completion *c, void *data);
+
+static void peer_post_recv(unsigned int i)
+{
+	if (rr_ep_post_recv(H->ep, recv_buf(i), CP_MSG_MAX, H->mr, peer_recv_done,
+			    (void *)(uintptr_t)i) == 0)
+		H->recvs++;
+}
+
+static void on_message(const uint8_t *buf, uint32_t len)
+{
+	struct cp_msg m;
+	char why[160];
+
+	if (cp_decode(buf, len, &m, why, sizeof(why)))
+		fail("the receiver sent a malformed message: %s", why);
+	switch (m.type) {
+	case CP_WELCOME:
+		if (H->welcomed)
+			fail("a second WELCOME");
+		H->welcomed = true;
+		H->addr = m.welcome.addr;
+		H->chunk = m.welcome.chunk;
+		H->window = m.welcome.window;
+		break;
+	case CP_GRANT:
+		if (!H->welcomed)
+			fail("GRANT before WELCOME");
+		if (m.grant.limit - H->limit != m.grant.nkeys || m.grant.nkeys > H->window)
+			fail("GRANT of limit %u with %u keys after limit %u", m.grant.limit,
+			     m.grant.nkeys, H->limit);
+		for (unsigned int i = 0; i < m.grant.nkeys && H->ngrants < MAX_KEYS; i++)
+			H->grants[H->ngrants++] = (struct grant){
+				.seq = H->limit + i,
+				.key = m.grant.keys[i],
+			};
+		H->limit = m.grant.limit;
+		break;
+	case CP_FILE_DONE:
+		if (!declared(NULL, m.end.bytes, m.end.checksum))
+			fail("FILE_DONE of %llu bytes, %016llx: not what the peer declared",
+			     (unsigned long long)m.end.bytes, (unsigned long long)m.end.checksum);
+		H->dones++;
+		break;
+	case CP_ERROR:
+		H->errors++;
+		break;
+	default:
+		fail("the receiver sent %s", cp_type_name(m.type));
+	}
+}
+
+static void peer_recv_done(rr_ep *ep, const struct rr_completion *c, void *data)
+{
+	unsigned int i = (unsigned int)(uintptr_t)data;
+
+	H->recvs--;
+	if (c->status)
+		return;
+	if (c->has_imm)
+		fail("the receiver wrote to the sender");
+	on_message(recv_buf(i), c->byte_len);
+	if (!H->tearing && !H->down)
+		peer_post_recv(i);
+}
+
+static void peer_send_done(rr_ep *ep, const struct rr_completion *c, void *data)
+{
+	H->send_busy[(uintptr_t)data] = false;
+}
+
+/* A write landed: inside a slot granted by its key and not used up yet
+ * (without memory windows: inside the window). */
+static void peer_write_done(rr_ep *ep, const struct rr_completion *c, void *data)
+{
+	const struct write *w = &H->writes[(uintptr_t)data];
+	const struct grant *g;
+	uint64_t lo;
+
+	if (c->status)
+		return;
+	if (!H->welcomed)
+		fail("a write landed before WELCOME");
+	if (H->mw_off) {
+		if (w->raddr < H->addr ||
+		    w->raddr + w->len > H->addr + (uint64_t)H->chunk * H->window)
+			fail("a write of %u bytes at window+%lld landed outside the window", w->len,
+			     (long long)(w->raddr - H->addr));
+	} else {
+		g = grant_of_key(w->key);
+		if (!g)
+			fail("a write with key %#x landed: never granted", w->key);
+		if ((int32_t)(g->seq - H->arrived) < 0)
+			fail("a write with the key of seq %u landed after that chunk arrived",
+			     g->seq);
+		lo = H->addr + (uint64_t)(g->seq % H->window) * H->chunk;
+		if (w->raddr < lo || w->raddr + w->len > lo + H->chunk)
+			fail("a write of %u bytes at slot+%lld landed outside its slot %u", w->len,
+			     (long long)(w->raddr - lo), g->seq % H->window);
+	}
+	if (w->imm == H->arrived)
+		H->arrived++;
+}
+
+static void peer_qp_ready(rr_ep *ep, int status, void *data)
+{
+	size_t len = (size_t)(NRECV + NSEND) * CP_MSG_MAX + DATA_MAX;
+
+	H->ep = ep;
+	if (rr_ep_reg_mr(ep, H->mem, len, 0, &H->mr))
+		fail("cannot register the peer's buffers");
+	for (unsigned int i = 0; i < NRECV; i++)
+		peer_post_recv(i);
+}
+
+static void peer_connected(rr_ep *ep, int status, void *data)
+{
+	if (status)
+		H->conn_failed = true;
+	else
+		H->connected = true;
+}
+
+static void peer_down(rr_ep *ep, int status, void *data)
+{
+	H->down = true;
+}
+
+/* ---- driving both sides ---- */
+
+static int pump(unsigned int wait_ms)
+{
+	int n, m;
+
+	n = cp_loop_pass(&H->lp, wait_ms);
+	if (n < 0)
+		fail("cp_loop_pass: %s", strerror(-n));
+	poll_rx();
+	m = rr_bridge_run_once(H->b, 0);
+	if (m < 0)
+		fail("rr_bridge_run_once: %s", strerror(-m));
+	poll_rx();
+	return n + m;
+}
+
+/* Until nothing moves for a few passes, each waiting a little, and no
+ * file I/O of the receiver's is in flight: each step is judged on what
+ * it led to. */
+static void settle(void)
+{
+	unsigned int idle = 0;
+
+	for (unsigned int i = 0; i < SETTLE_MAX && (idle < 3 || H->lp.inflight); i++)
+		idle = pump(idle && H->lp.inflight ? 1 : 0) ? 0 : idle + 1;
+}
+
+static int free_send(void)
+{
+	for (int i = 0; i < NSEND; i++)
+		if (!H->send_busy[i])
+			return i;
+	return -1;
+}
+
+static void send_bytes(const uint8_t *buf, size_t len)
+{
+	int i = free_send();
+
+	if (i < 0 || H->down || !H->ep || len > CP_MSG_MAX)
+		return;
+	memcpy(send_buf((unsigned int)i), buf, len);
+	if (rr_ep_post_send(H->ep, send_buf((unsigned int)i), (uint32_t)len, H->mr,
+			    peer_send_done, (void *)(uintptr_t)i) == 0)
+		H->send_busy[i] = true;
+}
+
+static void send_msg(const struct cp_msg *m)
+{
+	uint8_t buf[CP_MSG_MAX];
+	size_t len = cp_encode(m, buf, sizeof(buf));
+
+	if (len)
+		send_bytes(buf, len);
+}
+
+static void write_imm(uint64_t raddr, uint32_t len, uint32_t key, uint32_t imm)
+{
+	unsigned int i = H->nwrites;
+
+	if (H->down || !H->ep || i == MAX_WRITES || len > DATA_MAX)
+		return;
+	H->writes[i] = (struct write){.raddr = raddr, .len = len, .key = key, .imm = imm};
+	if (rr_ep_post_write_imm(H->ep, data_buf(), len, H->mr, raddr, key, imm,
+				 peer_write_done, (void *)(uintptr_t)i) == 0)
+		H->nwrites++;
+}
+
+/* ---- the script ---- */
+
+struct script {
+	const uint8_t *p, *end;
+};
+
+static uint8_t byte(struct script *s)
+{
+	return s->p < s->end ? *s->p++ : 0;
+}
+
+static uint16_t u16(struct script *s)
+{
+	uint16_t v = byte(s);
+
+	return (uint16_t)(v | byte(s) << 8);
+}
+
+static uint32_t u32(struct script *s)
+{
+	uint32_t v = u16(s);
+
+	return v | (uint32_t)u16(s) << 16;
+}
+
+static const char *const names[] = {
+	"a", "b", "dir/c", "a", "..", "x/../y", "\x01\xff", "stream",
+};
+
+static void op_hello(struct script *s)
+{
+	static const uint32_t chunks[] = {4096, 8192, 16384, 12288};
+	static const uint32_t windows[] = {1, 2, 4, 8, 16, 32, 3, 0};
+	uint8_t p = byte(s);
+	struct cp_msg m = {.type = CP_HELLO};
+
+	m.hello.chunk = chunks[p & 3];
+	m.hello.window = windows[(p >> 2) & 7];
+	switch ((p >> 5) & 3) {
+	case 0:
+	case 3:
+		m.hello.token_len = sizeof(TOKEN) - 1;
+		memcpy(m.hello.token, TOKEN, m.hello.token_len);
+		break;
+	case 1:
+		m.hello.token_len = 5;
+		memcpy(m.hello.token, "wrong", 5);
+		break;
+	}
+	send_msg(&m);
+}
+
+static void op_start(struct script *s)
+{
+	uint8_t p = byte(s), q = byte(s);
+	struct cp_msg m = {.type = CP_FILE_START};
+	const char *name = names[p & 7];
+
+	m.start.size = ((uint64_t)(p >> 4) << 11) + q;
+	m.start.flags = p & 8 ? CP_START_STREAM : 0;
+	m.start.name_len = (uint16_t)strlen(name);
+	memcpy(m.start.name, name, m.start.name_len);
+	/* The peer's own view: a new file from here, whatever the receiver
+	 * makes of it. */
+	H->in_file = true;
+	H->stream = p & 8;
+	H->size = m.start.size;
+	H->wrote = 0;
+	snprintf(H->name, sizeof(H->name), "%s", name);
+	send_msg(&m);
+}
+
+/* What a chunk of @len bytes holds: a pattern from @fill and the offset. */
+static void fill_data(uint8_t fill, uint32_t len)
+{
+	uint8_t *d = data_buf();
+
+	for (uint32_t i = 0; i < len; i++)
+		d[i] = (uint8_t)(fill + i * 7 + (i >> 9));
+}
+
+static void account(uint32_t len)
+{
+	if (H->in_file && H->wrote + len <= FILE_MAX)
+		memcpy(H->content + H->wrote, data_buf(), len);
+	H->wrote += len;
+}
+
+static void op_chunk(struct script *s)
+{
+	uint8_t fill = byte(s), q = byte(s);
+	const struct grant *g = grant_of_seq(H->seq);
+	uint64_t left = H->size - H->wrote;
+	uint32_t len;
+
+	if (!H->welcomed || !H->chunk)
+		return;
+	if (H->stream)
+		len = ((uint32_t)q + 1) * 64;
+	else
+		len = left >= H->chunk ? H->chunk : (uint32_t)left;
+	if (!len || len > H->chunk)
+		len = H->chunk;
+	fill_data(fill, len);
+	write_imm(H->addr + (uint64_t)(H->seq % H->window) * H->chunk, len, g ? g->key : 0,
+		  H->seq);
+	account(len);
+	H->seq++;
+}
+
+static void op_end(struct script *s)
+{
+	uint8_t p = byte(s);
+	struct cp_msg m = {.type = CP_FILE_END};
+	size_t have = H->wrote <= FILE_MAX ? H->wrote : FILE_MAX;
+
+	m.end.bytes = H->wrote + (p & 2 ? 1 : 0);
+	m.end.checksum = XXH3_64bits(H->content, have) ^ (p & 1 ? 1 : 0);
+	if (H->ndecl < MAX_DECL) {
+		struct decl *d = &H->decl[H->ndecl++];
+
+		snprintf(d->name, sizeof(d->name), "%s", H->name);
+		d->bytes = m.end.bytes;
+		d->sum = m.end.checksum;
+	}
+	H->in_file = false;
+	send_msg(&m);
+}
+
+static void op_write(struct script *s)
+{
+	uint8_t p = byte(s);
+	uint32_t len = u16(s) % (2 * 8192 + 1);
+	int16_t off = (int16_t)u16(s);
+	uint32_t imm = H->seq, key = 0;
+	const struct grant *g;
+
+	switch (p & 3) {
+	case 1:
+		imm = H->seq + 1;
+		break;
+	case 2:
+		imm = H->seq - 1;
+		break;
+	case 3:
+		imm = u32(s);
+		break;
+	}
+	switch ((p >> 2) & 7) {
+	case 0: /* the key of imm's grant */
+	case 1:
+		g = grant_of_seq(imm);
+		key = g ? g->key : 0;
+		break;
+	case 2: /* another seq's */
+		g = grant_of_seq(imm + 1);
+		key = g ? g->key : 0;
+		break;
+	case 3: /* the oldest the peer ever had */
+		key = H->ngrants ? H->grants[0].key : 0;
+		break;
+	case 4: /* the next key of imm's window, guessed */
+		g = grant_of_seq(imm);
+		key = g ? ibv_inc_rkey(g->key) : 0;
+		break;
+	default:
+		key = u32(s);
+		break;
+	}
+	if (!H->welcomed || !H->chunk)
+		return;
+	fill_data(p, len);
+	write_imm(H->addr + (uint64_t)(imm % H->window) * H->chunk + (uint64_t)(int64_t)off, len,
+		  key, imm);
+	if (imm == H->seq) {
+		account(len);
+		H->seq++;
+	}
+}
+
+static void op_raw(struct script *s)
+{
+	size_t len = u16(s) % (CP_MSG_MAX + 1), have = (size_t)(s->end - s->p);
+
+	if (len > have)
+		len = have;
+	send_bytes(s->p, len);
+	s->p += len;
+}
+
+static void op_error(struct script *s)
+{
+	struct cp_msg m = {.type = CP_ERROR};
+
+	m.error.code = byte(s) % (CP_E_MAX + 2);
+	m.error.len = 4;
+	memcpy(m.error.text, "gone", 4);
+	send_msg(&m);
+}
+
+static void op_disconnect(void)
+{
+	if (H->ep && !H->down)
+		rr_ep_disconnect(H->ep);
+}
+
+static void op_wait(struct script *s)
+{
+	unsigned int n = byte(s) % 32 + 1;
+
+	for (unsigned int i = 0; i < n; i++)
+		pump(0);
+}
+
+static void op_time(struct script *s)
+{
+	fake_clock_advance((uint64_t)(byte(s) % 16 + 1) * 1000000000ull);
+	settle();
+}
+
+/* ---- one run ---- */
+
+static unsigned int count_fds(void)
+{
+	unsigned int n = 0;
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *de;
+
+	if (!d)
+		return 0;
+	while ((de = readdir(d)))
+		n++;
+	closedir(d);
+	return n;
+}
+
+/* Every file the store kept: one the peer declared, under that name. */
+static unsigned int check_dir(int dirfd, const char *prefix)
+{
+	unsigned int files = 0;
+	struct dirent *de;
+	DIR *d;
+	int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	if (fd < 0 || !(d = fdopendir(fd)))
+		fail("cannot read the directory");
+	while ((de = readdir(d))) {
+		char path[2 * CP_NAME_MAX + 2];
+		struct stat sb;
+		uint8_t *buf;
+		int f;
+
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		snprintf(path, sizeof(path), "%s%s", prefix, de->d_name);
+		if (fstatat(dirfd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW))
+			fail("stat %s: %s", path, strerror(errno));
+		if (S_ISDIR(sb.st_mode)) {
+			char sub[2 * CP_NAME_MAX + 3];
+			int sfd = openat(dirfd, de->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+			if (sfd < 0)
+				fail("open %s: %s", path, strerror(errno));
+			snprintf(sub, sizeof(sub), "%s/", path);
+			files += check_dir(sfd, sub);
+			close(sfd);
+			continue;
+		}
+		if (!S_ISREG(sb.st_mode))
+			fail("%s: not a regular file", path);
+		buf = malloc((size_t)sb.st_size + 1);
+		f = openat(dirfd, de->d_name, O_RDONLY | O_CLOEXEC);
+		if (!buf || f < 0 || read(f, buf, (size_t)sb.st_size) != sb.st_size)
+			fail("cannot read %s", path);
+		close(f);
+		if (!declared(path, (uint64_t)sb.st_size, XXH3_64bits(buf, (size_t)sb.st_size)))
+			fail("%s (%lld bytes, %016llx) stored: not what the peer declared", path,
+			     (long long)sb.st_size,
+			     (unsigned long long)XXH3_64bits(buf, (size_t)sb.st_size));
+		free(buf);
+		files++;
+	}
+	closedir(d);
+	return files;
+}
+
+static void remove_tree(int dirfd)
+{
+	int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	struct dirent *de;
+	DIR *d;
+
+	if (fd < 0 || !(d = fdopendir(fd)))
+		return;
+	while ((de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		if (de->d_type == DT_DIR) {
+			int sfd = openat(dirfd, de->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+			if (sfd >= 0) {
+				remove_tree(sfd);
+				close(sfd);
+			}
+			unlinkat(dirfd, de->d_name, AT_REMOVEDIR);
+		} else {
+			unlinkat(dirfd, de->d_name, 0);
+		}
+	}
+	closedir(d);
+}
+
+static void setup(struct harness *h, uint8_t cfg)
+{
+	struct rr_ep_opts eo, po = {
+		.max_send_wr = 2 * MAX_WRITES,
+		.max_recv_wr = NRECV,
+		.on_qp_ready = peer_qp_ready,
+		.on_disconnect = peer_down,
+	};
+	struct rr_bridge_opts bo = {0};
+	unsigned int spins = 0;
+
+	h->o.window = 1u << (cfg & 3);
+	h->o.chunk = cfg & 4 ? 8192 : 4096;
+	fake_set_mw_supported(!(cfg & 8));
+	if (cfg & 16) {
+		h->o.have_token = true;
+		h->o.token_len = sizeof(TOKEN) - 1;
+		memcpy(h->o.token, TOKEN, h->o.token_len);
+	}
+	h->o.force = cfg & 32;
+	h->busy = (cfg & 0xc0) == 0xc0;
+	h->o.quiet = true;
+	h->o.max_conns = 4;
+	h->o.max_pending = 4;
+	h->o.hello_timeout_s = 10;
+	h->o.timeout_s = 30;
+	h->mw_off = cfg & 8;
+
+	snprintf(h->dir, sizeof(h->dir), "/tmp/fuzz-rx.XXXXXX");
+	if (!mkdtemp(h->dir))
+		fail("mkdtemp: %s", strerror(errno));
+	h->dirfd = open(h->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (h->dirfd < 0 || mkdirat(h->dirfd, "dir", 0700))
+		fail("cannot make %s", h->dir);
+	h->mem = aligned_alloc(4096, (size_t)(NRECV + NSEND) * CP_MSG_MAX + DATA_MAX);
+	h->content = calloc(1, FILE_MAX);
+	if (!h->mem || !h->content)
+		fail("out of memory");
+	memset(h->mem, 0, (size_t)(NRECV + NSEND) * CP_MSG_MAX + DATA_MAX);
+
+	if (cp_loop_init_group(&h->lp, 256))
+		fail("cp_loop_init_group");
+	h->env = (struct rx_env){
+		.lp = &h->lp,
+		.o = &h->o,
+		.dirfd = h->dirfd,
+		.unauth = &h->unauth,
+		.n = &h->n,
+		.admit = admit,
+		.stored = stored,
+		.data = h,
+	};
+	eo = (struct rr_ep_opts){
+		.max_send_wr = 2 * h->o.window + RX_SENDS,
+		.max_recv_wr = h->o.window + RX_SPARE_RECVS,
+		.on_qp_ready = rx_qp_ready,
+	};
+	if (rr_listen(h->lp.b, "127.0.0.1", 0, &eo, sizeof(eo), rx_on_accept, h, &h->l))
+		fail("rr_listen");
+	if (io_uring_queue_init(64, &h->ring, 0) || rr_bridge_create(&h->b, &h->ring, &bo, sizeof(bo)))
+		fail("the peer's bridge");
+	if (rr_connect(h->b, "127.0.0.1", rr_listener_port(h->l), &po, sizeof(po), peer_connected,
+		       &h->ep))
+		fail("rr_connect");
+	while (!h->connected && !h->conn_failed && spins++ < SETTLE_MAX)
+		pump(spins > 100);
+	if (!h->connected)
+		fail("the peer could not connect");
+	settle();
+}
+
+static void teardown(struct harness *h)
+{
+	unsigned int ticks = 0;
+
+	h->tearing = true;
+	op_disconnect();
+	settle();
+	/* Time passes until the receiver ends: every deadline of rx.c comes
+	 * within END_TICKS simulated seconds. */
+	while (h->rx && ticks++ < END_TICKS) {
+		fake_clock_advance(1000000000ull);
+		settle();
+	}
+	if (h->rx)
+		fail("the receiver never ended");
+	if (h->rx_made != 1 || h->rx_ended != 1)
+		fail("%u receivers made, %u ended", h->rx_made, h->rx_ended);
+	if (h->how == RX_ENDED && !h->result && h->errors)
+		fail("result 0 after an ERROR");
+	if (getenv("FUZZ_RX_VERBOSE"))
+		fprintf(stderr,
+			"fuzz-rx: ended %s, result %d; %u stored, %u FILE_DONE, %u ERROR; "
+			"%u writes, %u chunks arrived\n",
+			h->how == RX_ENDED ? "admitted" : h->how == RX_REFUSED ? "refused" : "dropped",
+			h->result, h->stored, h->dones, h->errors, h->nwrites, h->arrived);
+	while (rr_ep_outstanding(h->ep) && ticks++ < SETTLE_MAX)
+		pump(1);
+	if (h->mr)
+		rr_mr_dereg(h->mr);
+	rr_ep_destroy(h->ep);
+	if (rr_listener_destroy(h->l))
+		fail("rr_listener_destroy");
+	if (rr_bridge_destroy(h->b))
+		fail("rr_bridge_destroy");
+	io_uring_queue_exit(&h->ring);
+	cp_loop_fini(&h->lp);
+	if (check_dir(h->dirfd, "") > h->stored)
+		fail("more files stored than the receiver reported");
+	remove_tree(h->dirfd);
+	close(h->dirfd);
+	if (rmdir(h->dir))
+		fail("rmdir %s: %s", h->dir, strerror(errno));
+	free(h->mem);
+	free(h->content);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct script s = {.p = data, .end = data + size};
+	struct harness *h;
+	unsigned int fds;
+
+	fake_device(); /* its async fd stays for the process: open it first */
+	fds = count_fds();
+	h = calloc(1, sizeof(*h));
+
+	if (!h)
+		return 0;
+	H = h;
+	setup(h, byte(&s));
+	while (s.p < s.end && !h->down) {
+		switch (byte(&s) % 10) {
+		case 0:
+			op_hello(&s);
+			break;
+		case 1:
+			op_start(&s);
+			break;
+		case 2:
+			op_chunk(&s);
+			break;
+		case 3:
+			op_end(&s);
+			break;
+		case 4:
+			op_write(&s);
+			break;
+		case 5:
+			op_raw(&s);
+			break;
+		case 6:
+			op_error(&s);
+			break;
+		case 7:
+			op_disconnect();
+			break;
+		case 8:
+			op_wait(&s);
+			break;
+		case 9:
+			op_time(&s);
+			break;
+		}
+		settle();
+	}
+	teardown(h);
+	H = NULL;
+	free(h);
+	if (count_fds() != fds)
+		fail("%u file descriptors open after the run, %u before", count_fds(), fds);
+	return 0;
+}
+
+#ifdef RX_REPLAY
+/* Replay every file of the directories named: a TAP line each. */
+static int replay(const char *path, unsigned int *n)
+{
+	struct stat sb;
+	uint8_t *buf;
+	FILE *f;
+
+	if (stat(path, &sb) || !S_ISREG(sb.st_mode))
+		return 0;
+	buf = malloc((size_t)sb.st_size + 1);
+	f = fopen(path, "rb");
+	if (!buf || !f || fread(buf, 1, (size_t)sb.st_size, f) != (size_t)sb.st_size) {
+		printf("not ok %u - %s: cannot read\n", ++*n, path);
+		return 1;
+	}
+	fclose(f);
+	LLVMFuzzerTestOneInput(buf, (size_t)sb.st_size);
+	free(buf);
+	printf("ok %u - %s\n", ++*n, path);
+	fflush(stdout);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	unsigned int n = 0;
+	int bad = 0;
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	for (int i = 1; i < argc; i++) {
+		struct dirent **list;
+		int k = scandir(argv[i], &list, NULL, alphasort);
+
+		if (k < 0) {
+			bad |= replay(argv[i], &n);
+			continue;
+		}
+		for (int j = 0; j < k; j++) {
+			char path[4096];
+
+			if (list[j]->d_name[0] != '.') {
+				snprintf(path, sizeof(path), "%s/%s", argv[i], list[j]->d_name);
+				bad |= replay(path, &n);
+			}
+			free(list[j]);
+		}
+		free(list);
+	}
+	printf("1..%u\n", n);
+	if (n < 5) {
+		printf("Bail out! only %u inputs\n", n);
+		return 1;
+	}
+	return bad;
+}
+#endif
