@@ -51,16 +51,16 @@
 #include "proto.h"
 #include "rx.h"
 
-#define NRECV	    16
-#define NSEND	    16
-#define DATA_MAX    (2 * 8192 + 4096) /* any write: up to two chunks */
-#define FILE_MAX    (64u << 10)	      /* what the peer keeps of a file */
-#define MAX_KEYS    4096	      /* grants remembered */
-#define MAX_DECL    64		      /* FILE_ENDs remembered */
-#define MAX_WRITES  256		      /* writes posted in one run */
-#define SETTLE_MAX  20000	      /* passes before a step is a hang */
-#define END_TICKS   40		      /* simulated seconds to end in */
-#define TOKEN	    "fuzz-token"
+#define NRECV	   16
+#define NSEND	   16
+#define DATA_MAX   (2 * 8192 + 4096) /* any write: up to two chunks */
+#define FILE_MAX   (64u << 10)	     /* what the peer keeps of a file */
+#define MAX_KEYS   4096		     /* grants remembered */
+#define MAX_DECL   64		     /* FILE_ENDs remembered */
+#define MAX_WRITES 256		     /* writes posted in one run */
+#define SETTLE_MAX 20000	     /* passes before a step is a hang */
+#define END_TICKS  40		     /* simulated seconds to end in */
+#define TOKEN	   "fuzz-token"
 
 static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 
@@ -417,8 +417,8 @@ static void send_bytes(const uint8_t *buf, size_t len)
 	if (i < 0 || H->down || !H->ep || len > CP_MSG_MAX)
 		return;
 	memcpy(send_buf((unsigned int)i), buf, len);
-	if (rr_ep_post_send(H->ep, send_buf((unsigned int)i), (uint32_t)len, H->mr,
-			    peer_send_done, (void *)(uintptr_t)i) == 0)
+	if (rr_ep_post_send(H->ep, send_buf((unsigned int)i), (uint32_t)len, H->mr, peer_send_done,
+			    (void *)(uintptr_t)i) == 0)
 		H->send_busy[i] = true;
 }
 
@@ -438,8 +438,8 @@ static void write_imm(uint64_t raddr, uint32_t len, uint32_t key, uint32_t imm)
 	if (H->down || !H->ep || i == MAX_WRITES || len > DATA_MAX)
 		return;
 	H->writes[i] = (struct write){.raddr = raddr, .len = len, .key = key, .imm = imm};
-	if (rr_ep_post_write_imm(H->ep, data_buf(), len, H->mr, raddr, key, imm,
-				 peer_write_done, (void *)(uintptr_t)i) == 0)
+	if (rr_ep_post_write_imm(H->ep, data_buf(), len, H->mr, raddr, key, imm, peer_write_done,
+				 (void *)(uintptr_t)i) == 0)
 		H->nwrites++;
 }
 
@@ -547,8 +547,7 @@ static void op_chunk(struct script *s)
 	if (!len || len > H->chunk)
 		len = H->chunk;
 	fill_data(fill, len);
-	write_imm(H->addr + (uint64_t)(H->seq % H->window) * H->chunk, len, g ? g->key : 0,
-		  H->seq);
+	write_imm(H->addr + (uint64_t)(H->seq % H->window) * H->chunk, len, g ? g->key : 0, H->seq);
 	account(len);
 	H->seq++;
 }
@@ -758,11 +757,11 @@ static void remove_tree(int dirfd)
 static void setup(struct harness *h, uint8_t cfg)
 {
 	struct rr_ep_opts eo, po = {
-		.max_send_wr = 2 * MAX_WRITES,
-		.max_recv_wr = NRECV,
-		.on_qp_ready = peer_qp_ready,
-		.on_disconnect = peer_down,
-	};
+				      .max_send_wr = 2 * MAX_WRITES,
+				      .max_recv_wr = NRECV,
+				      .on_qp_ready = peer_qp_ready,
+				      .on_disconnect = peer_down,
+			      };
 	struct rr_bridge_opts bo = {0};
 	unsigned int spins = 0;
 
@@ -814,7 +813,8 @@ static void setup(struct harness *h, uint8_t cfg)
 	};
 	if (rr_listen(h->lp.b, "127.0.0.1", 0, &eo, sizeof(eo), rx_on_accept, h, &h->l))
 		fail("rr_listen");
-	if (io_uring_queue_init(64, &h->ring, 0) || rr_bridge_create(&h->b, &h->ring, &bo, sizeof(bo)))
+	if (io_uring_queue_init(64, &h->ring, 0) ||
+	    rr_bridge_create(&h->b, &h->ring, &bo, sizeof(bo)))
 		fail("the peer's bridge");
 	if (rr_connect(h->b, "127.0.0.1", rr_listener_port(h->l), &po, sizeof(po), peer_connected,
 		       &h->ep))
@@ -849,7 +849,9 @@ static void teardown(struct harness *h)
 		fprintf(stderr,
 			"fuzz-rx: ended %s, result %d; %u stored, %u FILE_DONE, %u ERROR; "
 			"%u writes, %u chunks arrived\n",
-			h->how == RX_ENDED ? "admitted" : h->how == RX_REFUSED ? "refused" : "dropped",
+			h->how == RX_ENDED     ? "admitted"
+			: h->how == RX_REFUSED ? "refused"
+					       : "dropped",
 			h->result, h->stored, h->dones, h->errors, h->nwrites, h->arrived);
 	while (rr_ep_outstanding(h->ep) && ticks++ < SETTLE_MAX)
 		pump(1);
