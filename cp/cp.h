@@ -36,6 +36,7 @@ struct cp_opts {
 	unsigned int max_pending;     /* connections not admitted yet, at once */
 	unsigned int hello_timeout_s; /* an established connection's HELLO is due */
 	unsigned int threads;	      /* poll groups the connections are spread over */
+	bool no_auth;		      /* no token: said so, loudly */
 	/* send */
 	char **files;
 	int nfiles;

@@ -384,6 +384,11 @@ int cp_serve(const struct cp_opts *o)
 		ret = CP_EXIT_NET;
 		goto out_loop;
 	}
+	/* Whoever reads the log must not miss it, --quiet or not. */
+	if (o->no_auth)
+		cp_log("serve: WARNING: --no-auth: no token is checked; any host that can reach "
+		       "%s:%u may store files in %s%s",
+		       host, port, o->dir, o->force ? " and replace existing ones (--force)" : "");
 	if (nthreads > 1) {
 		rc = start_groups(s, nthreads);
 		if (rc) {

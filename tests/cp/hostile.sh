@@ -15,8 +15,8 @@ PORT=7530 HELLO=3
 mkdir -p "$T/src"
 head -c $((8 << 20)) /dev/urandom >"$T/src/eight"
 head -c $((16 << 20)) /dev/urandom >"$T/src/sixteen"
-printf 'right-secret\n' >"$T/good.tok"
-printf 'wrong-secret\n' >"$T/bad.tok"
+tok "$T/good.tok" right-secret
+tok "$T/bad.tok" wrong-secret
 
 # Is every byte of FILE... printable ASCII or a newline?
 printable() { python3 -c 'import sys

@@ -105,9 +105,9 @@ result $ok "SIGTERM ends serve --threads 2 mid-transfer: exit 130, both senders 
 [ $ok = 1 ] || { show "$T/sg.err" "$T/sg1.err" "$T/sg2.err"; ls -la "$T/sig" | sed 's/^/# /'; }
 
 # --- bad values
-"$CP" serve --listen "$ADDR:$PORT" --dir "$T" --threads 0 >/dev/null 2>"$T/usage.err"
+"$CP" serve --listen "$ADDR:$PORT" --no-auth --dir "$T" --threads 0 >/dev/null 2>"$T/usage.err"
 c1=$?
-"$CP" serve --listen "$ADDR:$PORT" --dir "$T" --threads 65 >/dev/null 2>>"$T/usage.err"
+"$CP" serve --listen "$ADDR:$PORT" --no-auth --dir "$T" --threads 65 >/dev/null 2>>"$T/usage.err"
 c2=$?
 "$CP" send --threads 2 "$T/src32" "$ADDR:$PORT" >/dev/null 2>>"$T/usage.err"
 c3=$?
