@@ -25,6 +25,7 @@ enum cp_exit {
 };
 
 #define CP_SEND_CONNS_MAX 16
+#define CP_TCP_ALLOW_MAX  16
 
 struct cp_opts {
 	/* serve */
@@ -47,6 +48,10 @@ struct cp_opts {
 	const char *tcp_listen;
 	const char *prefix;
 	unsigned int max_clients; /* TCP clients at once */
+	const char *tcp_allow[CP_TCP_ALLOW_MAX]; /* CIDRs beside loopback */
+	unsigned int n_tcp_allow;
+	uint64_t min_rate;	 /* bytes/s a client must keep up while awaited, 0: any */
+	unsigned int max_time_s; /* a client's whole time, 0: unlimited */
 	/* send and proxy */
 	const char *to;
 	/* all */

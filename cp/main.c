@@ -26,6 +26,7 @@
 #define DEFAULT_PENDING 16u
 #define DEFAULT_HELLO	5u
 #define DEFAULT_CLIENTS 16u
+#define DEFAULT_MIN_RATE 1024u
 #define CP_THREADS_MAX	64
 #define CP_STR_(x)	#x
 #define CP_STR(x)	CP_STR_(x)
@@ -63,7 +64,11 @@ static void usage(FILE *f)
 	      "  --prefix NAME        file names NAME-TIME-PID-N (default \"stream\")\n"
 	      "  --count N            exit after N clients were handled\n"
 	      "  --max-clients N      refuse TCP clients beyond N at once (default 16)\n"
-
+	      "  --tcp-allow CIDR     also take TCP clients from CIDR (repeatable; loopback\n"
+	      "                       only by default, and a non-loopback --tcp-listen needs it)\n"
+	      "  --min-rate BYTES     drop a client that sends less than BYTES/s over 10 s\n"
+	      "                       while the proxy waits for it (default 1K; 0: never)\n"
+	      "  --max-time SECS      drop a client still sending after SECS (default 0: never)\n"
 	      "all modes:\n"
 	      "  --chunk BYTES        chunk size (multiple of 4096, default 1M; the receiver\n"
 	      "                       uses the smaller of both sides' values)\n"
@@ -160,11 +165,12 @@ enum {
 	OPT_LISTEN = 256, OPT_DIR, OPT_FORCE, OPT_COUNT, OPT_MAX_CONNS, OPT_AS, OPT_RATE,
 	OPT_PROGRESS, OPT_NO_PROGRESS, OPT_TCP_LISTEN, OPT_TO, OPT_PREFIX, OPT_CHUNK, OPT_WINDOW,
 	OPT_TOKEN, OPT_TIMEOUT, OPT_JSON, OPT_QUIET, OPT_MAX_PENDING, OPT_HELLO_TIMEOUT,
-	OPT_MAX_CLIENTS, OPT_DIRECT, OPT_THREADS, OPT_CONNS, OPT_NO_AUTH,
+	OPT_MAX_CLIENTS, OPT_DIRECT, OPT_THREADS, OPT_CONNS, OPT_NO_AUTH, OPT_TCP_ALLOW,
+	OPT_MIN_RATE, OPT_MAX_TIME,
 };
 
 /* Each option is a bit of the "seen" mask. */
-_Static_assert(OPT_NO_AUTH - OPT_LISTEN < 32, "too many options for the seen mask");
+_Static_assert(OPT_MAX_TIME - OPT_LISTEN < 32, "too many options for the seen mask");
 
 static const struct option long_opts[] = {
 	{"listen", required_argument, NULL, OPT_LISTEN},
@@ -192,6 +198,9 @@ static const struct option long_opts[] = {
 	{"threads", required_argument, NULL, OPT_THREADS},
 	{"conns", required_argument, NULL, OPT_CONNS},
 	{"no-auth", no_argument, NULL, OPT_NO_AUTH},
+	{"tcp-allow", required_argument, NULL, OPT_TCP_ALLOW},
+	{"min-rate", required_argument, NULL, OPT_MIN_RATE},
+	{"max-time", required_argument, NULL, OPT_MAX_TIME},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
 };
@@ -216,6 +225,22 @@ static int parse_opts(int argc, char **argv, struct cp_opts *o, unsigned int *se
 		case OPT_FORCE: o->force = true; break;
 		case OPT_DIRECT: o->direct = true; break;
 		case OPT_NO_AUTH: o->no_auth = true; break;
+		case OPT_TCP_ALLOW:
+			if (o->n_tcp_allow >= CP_TCP_ALLOW_MAX)
+				return bad_value("tcp-allow", optarg,
+						 "at most " CP_STR(CP_TCP_ALLOW_MAX) " of them");
+			o->tcp_allow[o->n_tcp_allow++] = optarg;
+			break;
+		case OPT_MIN_RATE:
+			if (parse_u64(optarg, 0, UINT32_MAX, &v))
+				return bad_value("min-rate", optarg, "want a byte count per second");
+			o->min_rate = v;
+			break;
+		case OPT_MAX_TIME:
+			if (parse_u64(optarg, 0, 30 * 86400, &v))
+				return bad_value("max-time", optarg, "want 0 to 2592000 seconds");
+			o->max_time_s = (unsigned int)v;
+			break;
 		case OPT_AS: o->as = optarg; break;
 		case OPT_TCP_LISTEN: o->tcp_listen = optarg; break;
 		case OPT_TO: o->to = optarg; break;
@@ -324,6 +349,7 @@ int main(int argc, char **argv)
 		.hello_timeout_s = DEFAULT_HELLO,
 		.threads = 1,
 		.max_clients = DEFAULT_CLIENTS,
+		.min_rate = DEFAULT_MIN_RATE,
 		.progress = -1,
 		.prefix = "stream",
 	};
@@ -391,7 +417,8 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(mode, "proxy")) {
 		if (only(seen, COMMON | B(OPT_TCP_LISTEN) | B(OPT_TO) | B(OPT_PREFIX) | B(OPT_COUNT) |
-				       B(OPT_MAX_CLIENTS),
+				       B(OPT_MAX_CLIENTS) | B(OPT_TCP_ALLOW) | B(OPT_MIN_RATE) |
+				       B(OPT_MAX_TIME),
 			 mode))
 			goto bad;
 		if (!o.tcp_listen || !o.to || optind != argc) {
