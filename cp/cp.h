@@ -25,6 +25,7 @@ enum cp_exit {
 };
 
 #define CP_SEND_CONNS_MAX 16
+#define CP_TCP_ALLOW_MAX  16
 
 struct cp_opts {
 	/* serve */
@@ -36,6 +37,7 @@ struct cp_opts {
 	unsigned int max_pending;     /* connections not admitted yet, at once */
 	unsigned int hello_timeout_s; /* an established connection's HELLO is due */
 	unsigned int threads;	      /* poll groups the connections are spread over */
+	bool no_auth;		      /* no token: said so, loudly */
 	/* send */
 	char **files;
 	int nfiles;
@@ -46,6 +48,10 @@ struct cp_opts {
 	const char *tcp_listen;
 	const char *prefix;
 	unsigned int max_clients; /* TCP clients at once */
+	const char *tcp_allow[CP_TCP_ALLOW_MAX]; /* CIDRs beside loopback */
+	unsigned int n_tcp_allow;
+	uint64_t min_rate;	 /* bytes/s a client must keep up while awaited, 0: any */
+	unsigned int max_time_s; /* a client's whole time, 0: unlimited */
 	/* send and proxy */
 	const char *to;
 	/* all */

@@ -180,6 +180,15 @@ static int run_wait(char **av)
 }
 
 /* The host side: boot the lab and run this command again inside. */
+/* serve checks a token only when given one; the lab's network is its own. */
+static const char *serve_auth(const struct lab *l)
+{
+	for (int i = 0; i < l->nboth; i++)
+		if (!strcmp(l->fwd_both[i], "--token-file"))
+			return NULL;
+	return "--no-auth";
+}
+
 static int boot(struct lab *l, int argc, char **argv)
 {
 	char tool[PATH_MAX], peer[4 * PATH_MAX], q[3][2 * PATH_MAX], json[PATH_MAX + 32],
@@ -221,6 +230,8 @@ static int boot(struct lab *l, int argc, char **argv)
 		pl = (size_t)snprintf(peer, sizeof(peer),
 				      "%s serve --listen \"$RDMA_LAB_ADDR:%d\" --dir %s --count 1",
 				      q[0], port, q[1]);
+		if (serve_auth(l))
+			pl += (size_t)snprintf(peer + pl, sizeof(peer) - pl, " %s", serve_auth(l));
 		if (l->force)
 			pl += (size_t)snprintf(peer + pl, sizeof(peer) - pl, " --force");
 		for (int i = 0; i < l->nboth && pl < sizeof(peer); i++) {
@@ -354,6 +365,8 @@ static pid_t start_serve(struct lab *l, const char *addr, int port)
 	av[n++] = l->dir;
 	av[n++] = "--count";
 	av[n++] = "1";
+	if (serve_auth(l))
+		av[n++] = serve_auth(l);
 	if (l->force)
 		av[n++] = "--force";
 	for (int i = 0; i < l->nboth; i++)

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cp.h"
@@ -25,6 +26,7 @@
 #define DEFAULT_PENDING 16u
 #define DEFAULT_HELLO	5u
 #define DEFAULT_CLIENTS 16u
+#define DEFAULT_MIN_RATE 1024u
 #define CP_THREADS_MAX	64
 #define CP_STR_(x)	#x
 #define CP_STR(x)	CP_STR_(x)
@@ -48,6 +50,8 @@ static void usage(FILE *f)
 	      "  --hello-timeout SECS  drop a connection without HELLO after SECS (default 5)\n"
 	      "  --threads N          spread connections over N threads, each with its own\n"
 	      "                       ring (default 1)\n"
+	      "  --no-auth            check no token: any host that reaches ADDR:PORT may\n"
+	      "                       store files (serve needs this or --token-file)\n"
 	      "send: copy FILEs to a serve peer\n"
 	      "  --as NAME            name of the single FILE on the receiver\n"
 	      "  --limit-rate BYTES   at most BYTES per second (suffix K, M, G)\n"
@@ -60,11 +64,17 @@ static void usage(FILE *f)
 	      "  --prefix NAME        file names NAME-TIME-PID-N (default \"stream\")\n"
 	      "  --count N            exit after N clients were handled\n"
 	      "  --max-clients N      refuse TCP clients beyond N at once (default 16)\n"
+	      "  --tcp-allow CIDR     also take TCP clients from CIDR (repeatable; loopback\n"
+	      "                       only by default, and a non-loopback --tcp-listen needs it)\n"
+	      "  --min-rate BYTES     drop a client that sends less than BYTES/s over 10 s\n"
+	      "                       while the proxy waits for it (default 1K; 0: never)\n"
+	      "  --max-time SECS      drop a client still sending after SECS (default 0: never)\n"
 	      "all modes:\n"
 	      "  --chunk BYTES        chunk size (multiple of 4096, default 1M; the receiver\n"
 	      "                       uses the smaller of both sides' values)\n"
 	      "  --window N           chunks in flight, a power of two <= 256 (default 64)\n"
-	      "  --token-file FILE    shared secret the receiver checks before any data\n"
+	      "  --token-file FILE    shared secret the receiver checks before any data (a\n"
+	      "                       regular file no one else may read or write: chmod 600)\n"
 	      "  --timeout SECS       give up after SECS without progress (default 60; 0: never)\n"
 	      "  --json FILE          write a summary (bytes, seconds, MB/s, CPU, RSS)\n"
 	      "  --quiet              only errors\n"
@@ -107,11 +117,28 @@ static int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
 static int load_token(struct cp_opts *o, const char *path)
 {
 	char buf[CP_TOKEN_MAX + 2];
+	struct stat st;
 	ssize_t n;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 
 	if (fd < 0) {
 		fprintf(stderr, CP_PROG ": --token-file %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	/* As ssh with a private key: a secret others can read is no secret,
+	 * and one others can write is theirs. */
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+		fprintf(stderr, CP_PROG ": --token-file %s: not a regular file\n", path);
+		close(fd);
+		return -1;
+	}
+	if (st.st_mode & (S_IRWXG | S_IRWXO)) {
+		fprintf(stderr,
+			CP_PROG ": --token-file %s: permissions %04o are too open: the token "
+				"must not be readable or writable by group or others; run: chmod "
+				"600 %s\n",
+			path, (unsigned int)(st.st_mode & 07777), path);
+		close(fd);
 		return -1;
 	}
 	n = read(fd, buf, sizeof(buf));
@@ -138,8 +165,12 @@ enum {
 	OPT_LISTEN = 256, OPT_DIR, OPT_FORCE, OPT_COUNT, OPT_MAX_CONNS, OPT_AS, OPT_RATE,
 	OPT_PROGRESS, OPT_NO_PROGRESS, OPT_TCP_LISTEN, OPT_TO, OPT_PREFIX, OPT_CHUNK, OPT_WINDOW,
 	OPT_TOKEN, OPT_TIMEOUT, OPT_JSON, OPT_QUIET, OPT_MAX_PENDING, OPT_HELLO_TIMEOUT,
-	OPT_MAX_CLIENTS, OPT_DIRECT, OPT_THREADS, OPT_CONNS,
+	OPT_MAX_CLIENTS, OPT_DIRECT, OPT_THREADS, OPT_CONNS, OPT_NO_AUTH, OPT_TCP_ALLOW,
+	OPT_MIN_RATE, OPT_MAX_TIME,
 };
+
+/* Each option is a bit of the "seen" mask. */
+_Static_assert(OPT_MAX_TIME - OPT_LISTEN < 32, "too many options for the seen mask");
 
 static const struct option long_opts[] = {
 	{"listen", required_argument, NULL, OPT_LISTEN},
@@ -166,6 +197,10 @@ static const struct option long_opts[] = {
 	{"max-clients", required_argument, NULL, OPT_MAX_CLIENTS},
 	{"threads", required_argument, NULL, OPT_THREADS},
 	{"conns", required_argument, NULL, OPT_CONNS},
+	{"no-auth", no_argument, NULL, OPT_NO_AUTH},
+	{"tcp-allow", required_argument, NULL, OPT_TCP_ALLOW},
+	{"min-rate", required_argument, NULL, OPT_MIN_RATE},
+	{"max-time", required_argument, NULL, OPT_MAX_TIME},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
 };
@@ -189,6 +224,23 @@ static int parse_opts(int argc, char **argv, struct cp_opts *o, unsigned int *se
 		case OPT_DIR: o->dir = optarg; break;
 		case OPT_FORCE: o->force = true; break;
 		case OPT_DIRECT: o->direct = true; break;
+		case OPT_NO_AUTH: o->no_auth = true; break;
+		case OPT_TCP_ALLOW:
+			if (o->n_tcp_allow >= CP_TCP_ALLOW_MAX)
+				return bad_value("tcp-allow", optarg,
+						 "at most " CP_STR(CP_TCP_ALLOW_MAX) " of them");
+			o->tcp_allow[o->n_tcp_allow++] = optarg;
+			break;
+		case OPT_MIN_RATE:
+			if (parse_u64(optarg, 0, UINT32_MAX, &v))
+				return bad_value("min-rate", optarg, "want a byte count per second");
+			o->min_rate = v;
+			break;
+		case OPT_MAX_TIME:
+			if (parse_u64(optarg, 0, 30 * 86400, &v))
+				return bad_value("max-time", optarg, "want 0 to 2592000 seconds");
+			o->max_time_s = (unsigned int)v;
+			break;
 		case OPT_AS: o->as = optarg; break;
 		case OPT_TCP_LISTEN: o->tcp_listen = optarg; break;
 		case OPT_TO: o->to = optarg; break;
@@ -297,6 +349,7 @@ int main(int argc, char **argv)
 		.hello_timeout_s = DEFAULT_HELLO,
 		.threads = 1,
 		.max_clients = DEFAULT_CLIENTS,
+		.min_rate = DEFAULT_MIN_RATE,
 		.progress = -1,
 		.prefix = "stream",
 	};
@@ -319,11 +372,20 @@ int main(int argc, char **argv)
 	if (!strcmp(mode, "serve")) {
 		if (only(seen, COMMON | B(OPT_LISTEN) | B(OPT_DIR) | B(OPT_FORCE) | B(OPT_COUNT) |
 				       B(OPT_DIRECT) | B(OPT_MAX_CONNS) | B(OPT_MAX_PENDING) | B(OPT_HELLO_TIMEOUT) |
-				       B(OPT_THREADS),
+				       B(OPT_THREADS) | B(OPT_NO_AUTH),
 			 mode))
 			goto bad;
 		if (!o.listen || !o.dir || optind != argc) {
 			fprintf(stderr, CP_PROG ": serve needs --listen and --dir and no operands\n");
+			goto bad;
+		}
+		/* Open to anyone only when asked for in so many words. */
+		if (o.have_token == o.no_auth) {
+			fprintf(stderr, o.no_auth ? CP_PROG ": serve takes --token-file or --no-auth, "
+							    "not both\n"
+						  : CP_PROG ": serve needs --token-file FILE (a shared "
+							    "secret senders must present), or --no-auth to "
+							    "take files from anyone who can reach it\n");
 			goto bad;
 		}
 		if (!cp_have_device())
@@ -355,7 +417,8 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(mode, "proxy")) {
 		if (only(seen, COMMON | B(OPT_TCP_LISTEN) | B(OPT_TO) | B(OPT_PREFIX) | B(OPT_COUNT) |
-				       B(OPT_MAX_CLIENTS),
+				       B(OPT_MAX_CLIENTS) | B(OPT_TCP_ALLOW) | B(OPT_MIN_RATE) |
+				       B(OPT_MAX_TIME),
 			 mode))
 			goto bad;
 		if (!o.tcp_listen || !o.to || optind != argc) {

@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "ctl.h"
+#include "gate.h"
 #include "hash.h"
 #include "rx.h"
 #include "store.h"
@@ -43,6 +44,8 @@
 #define RX_STAGES     4 /* file writes in flight per connection */
 #define FLUSH_MS      3000
 #define CLOSE_MS      5000
+/* A refused stranger's ERROR gets this long to go out, then its QP goes. */
+#define REFUSE_MS 500
 
 /* RX_OPEN: FILE_START arrived, its file is being opened. */
 enum rx_state { RX_HELLO, RX_IDLE, RX_OPEN, RX_FILE, RX_SYNC, RX_CLOSING };
@@ -73,11 +76,13 @@ struct rx {
 	struct rx_env *env;
 	rr_ep *ep;
 	char peer[INET6_ADDRSTRLEN];
+	struct sockaddr_storage src; /* the peer's address, for the gate */
 	enum rx_state state;
 	bool accepted, orphan, down;
-	bool authed;	  /* the token was good and it was admitted */
-	bool unauth;	  /* counted in env->unauth */
-	uint64_t born_at; /* the HELLO deadline runs from here */
+	bool authed;		  /* the token was good and it was admitted */
+	bool error_out;		  /* an ERROR is being sent */
+	struct cp_gate_ticket gt; /* in env->gate until admitted or freed */
+	uint64_t born_at;	  /* its connect request: the HELLO deadline runs from here */
 	uint64_t down_at, closing_at, last_activity;
 	int result;
 
@@ -148,13 +153,23 @@ static int rx_send(struct rx *r, const struct cp_msg *m)
 	return cp_ctl_send(&r->ctl, r->ep, m, send_done);
 }
 
-/* No longer a connection waiting for its HELLO: it stops holding a place. */
+/* Admitted or gone: it stops holding a place in the gate. */
 static void leave_unauth(struct rx *r)
 {
-	if (r->unauth) {
-		r->unauth = false;
-		atomic_fetch_sub(r->env->unauth, 1);
-	}
+	cp_gate_leave(r->env->gate, &r->gt);
+}
+
+/* A line about a connection: before authentication, rate-limited (a
+ * stranger decides how many there are). */
+static void rx_log(struct rx *r, const char *msg)
+{
+	unsigned int skipped = 0;
+
+	if (!r->authed && !cp_gate_log_ok(r->env->gate, cp_now_ns(), &skipped))
+		return;
+	if (skipped)
+		cp_log("serve: (%u more refusals not logged)", skipped);
+	cp_log("serve: %s: %s", r->peer, msg);
 }
 
 static void disconnect(struct rx *r)
@@ -183,10 +198,11 @@ static void rx_fail(struct rx *r, unsigned int code, int result, const char *fmt
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	cp_log("serve: %s: %s", r->peer, msg);
+	rx_log(r, msg);
 	if (!r->result)
 		r->result = result;
-	leave_unauth(r);
+	/* Still in the gate while it holds a QP: refusals count toward
+	 * --max-pending until they are gone, which rx_poll() makes quick. */
 	/* A write or fsync of ours may still name the fd, even queued and not
 	 * yet submitted: closed now, the number could go to a file opened
 	 * meanwhile and the write with it. rx_free() drops the file once
@@ -203,8 +219,10 @@ static void rx_fail(struct rx *r, unsigned int code, int result, const char *fmt
 		m.error.code = code;
 		cp_esc(msg, m.error.text, sizeof(m.error.text));
 		m.error.len = (uint16_t)strlen(m.error.text);
-		if (rx_send(r, &m) == 0)
+		if (rx_send(r, &m) == 0) {
+			r->error_out = true;
 			return; /* disconnect once it went out: send_done() */
+		}
 	}
 	disconnect(r);
 }
@@ -357,6 +375,8 @@ static void send_done(rr_ep *ep, const struct rr_completion *c, void *data)
 
 	if (type == CP_GRANT)
 		r->grants_out--;
+	if (type == CP_ERROR)
+		r->error_out = false;
 	if (c->status) {
 		/* Mid-file this is a lost sender as much as a disconnect is
 		 * (whichever the killed peer's QP shows first): say both. */
@@ -660,15 +680,33 @@ static void on_hello(struct rx *r, const struct cp_msg *m)
 	struct rx_env *env = r->env;
 	const struct cp_opts *o = env->o;
 	struct cp_msg w = {.type = CP_WELCOME};
+	const struct sockaddr *src = (const struct sockaddr *)&r->src;
 	char why[128];
+	unsigned int held;
 	bool use_mw;
 	int rc;
 
-	if (!token_ok(r, m)) {
-		rx_fail(r, CP_E_AUTH, CP_EXIT_REFUSED, "refused: %s token",
-			m->hello.token_len ? "wrong" : "no");
+	/* A source that failed too often is not even checked: a guesser
+	 * gets one try per hold, whatever it sends meanwhile. */
+	held = o->have_token ? cp_gate_held(env->gate, src, cp_now_ns()) : 0;
+	if (held) {
+		rx_fail(r, CP_E_AUTH, CP_EXIT_REFUSED,
+			"refused: too many wrong tokens from %s, try again in %u s", r->peer, held);
 		return;
 	}
+	if (!token_ok(r, m)) {
+		held = cp_gate_failed(env->gate, src, cp_now_ns());
+		if (held)
+			rx_fail(r, CP_E_AUTH, CP_EXIT_REFUSED,
+				"refused: %s token; %s held back for %u s",
+				m->hello.token_len ? "wrong" : "no", r->peer, held);
+		else
+			rx_fail(r, CP_E_AUTH, CP_EXIT_REFUSED, "refused: %s token",
+				m->hello.token_len ? "wrong" : "no");
+		return;
+	}
+	if (o->have_token)
+		cp_gate_passed(env->gate, src);
 	if (env->admit(env->data, why, sizeof(why))) {
 		rx_fail(r, CP_E_BUSY, CP_EXIT_REFUSED, "%s", why);
 		return;
@@ -944,14 +982,18 @@ struct rx *rx_create(struct rx_env *env, rr_ep *ep)
 	r->sync_op.done = sync_done;
 	r->st.fd = r->st.parentfd = -1;
 	r->last_activity = r->born_at = cp_now_ns();
-	r->unauth = true;
-	atomic_fetch_add(env->unauth, 1);
 	snprintf(r->peer, sizeof(r->peer), "peer");
-	if (sa && sa->sa_family == AF_INET)
+	if (sa && sa->sa_family == AF_INET) {
 		inet_ntop(AF_INET, &((struct sockaddr_in *)sa)->sin_addr, r->peer, sizeof(r->peer));
-	else if (sa && sa->sa_family == AF_INET6)
+		memcpy(&r->src, sa, sizeof(struct sockaddr_in));
+	} else if (sa && sa->sa_family == AF_INET6) {
 		inet_ntop(AF_INET6, &((struct sockaddr_in6 *)sa)->sin6_addr, r->peer,
 			  sizeof(r->peer));
+		memcpy(&r->src, sa, sizeof(struct sockaddr_in6));
+	}
+	/* Counted from its request on; a full gate makes room (the victim's
+	 * own loop drops it, see rx_poll()). */
+	cp_gate_enter(env->gate, &r->gt, r->born_at);
 	if (cp_ctl_alloc(&r->ctl, env->o->window + RX_SPARE_RECVS, RX_SENDS))
 		goto err;
 	rc = cp_ctl_reg(&r->ctl, ep);
@@ -983,6 +1025,7 @@ err:
 void rx_accepted(struct rx *r)
 {
 	r->accepted = true;
+	cp_gate_established(r->env->gate, &r->gt);
 	if (r->state == RX_CLOSING) {
 		disconnect(r);
 		return;
@@ -1019,10 +1062,33 @@ static void rx_free(struct rx *r)
 	free(r);
 }
 
+/* A connection never established, dropped by us: the library rejects it. */
+static enum rx_poll_res drop_half_open(struct rx *r, const char *why)
+{
+	if (why)
+		rx_log(r, why);
+	leave_unauth(r);
+	rr_ep_destroy(r->ep); /* its receives come back flushed, at once */
+	rx_free(r);
+	return RX_REFUSED;
+}
+
+/* Not admitted, refused, its ERROR out (or given up on): its QP and
+ * buffers go now, without waiting for the peer to answer the disconnect;
+ * a stranger that never answers would otherwise hold them for seconds. */
+static bool refused_done(const struct rx *r, uint64_t now)
+{
+	return !r->authed && r->accepted && r->state == RX_CLOSING && !r->io_inflight &&
+	       (!r->error_out || atomic_load(&r->gt.evicted) ||
+		now - r->closing_at > REFUSE_MS * 1000000ull);
+}
+
 enum rx_poll_res rx_poll(struct rx *r, int *result)
 {
 	uint64_t now = cp_now_ns();
 	unsigned int t = r->env->o->timeout_s;
+	unsigned int hello = r->env->o->hello_timeout_s;
+	char why[128];
 	bool authed;
 
 	if (r->orphan) {
@@ -1031,13 +1097,36 @@ enum rx_poll_res rx_poll(struct rx *r, int *result)
 		rx_free(r);
 		return RX_DROPPED;
 	}
-	if (!r->accepted)
+	if (!r->accepted) {
+		if (atomic_load(&r->gt.evicted)) {
+			snprintf(why, sizeof(why),
+				 "connection not established, dropped for a newer request "
+				 "(--max-pending %u)",
+				 r->env->o->max_pending);
+			return drop_half_open(r, why);
+		}
+		if (r->state == RX_CLOSING)
+			return drop_half_open(r, NULL); /* said in rx_fail() */
+		/* Half-open: the HELLO deadline runs from the request too. */
+		if (now - r->born_at > (uint64_t)hello * 1000000000ull) {
+			snprintf(why, sizeof(why),
+				 "connection not established within %u s of its request, dropped",
+				 hello);
+			return drop_half_open(r, why);
+		}
 		return RX_ALIVE;
+	}
+	/* Evicted by a newer request (on any thread), unless its token
+	 * passed in the meantime. */
+	if (!r->authed && atomic_load(&r->gt.evicted) && r->state != RX_CLOSING)
+		rx_fail(r, CP_E_BUSY, CP_EXIT_NET,
+			"no HELLO yet, dropped for a newer connection (--max-pending %u)",
+			r->env->o->max_pending);
+	if (refused_done(r, now))
+		goto destroy;
 	if (!r->down) {
-		if (r->state == RX_HELLO &&
-		    now - r->born_at > (uint64_t)r->env->o->hello_timeout_s * 1000000000ull) {
-			rx_fail(r, CP_E_PROTO, CP_EXIT_NET, "no HELLO within %u s, dropped",
-				r->env->o->hello_timeout_s);
+		if (r->state == RX_HELLO && now - r->born_at > (uint64_t)hello * 1000000000ull) {
+			rx_fail(r, CP_E_PROTO, CP_EXIT_NET, "no HELLO within %u s, dropped", hello);
 			return RX_ALIVE;
 		}
 		if (r->state == RX_CLOSING && now - r->closing_at > CLOSE_MS * 1000000ull) {
@@ -1073,31 +1162,11 @@ enum rx_poll_res rx_poll(struct rx *r, int *result)
 		return RX_ALIVE;
 	if (io_busy(r))
 		return RX_ALIVE;
+destroy:
 	rx_free_windows(r);
 	rr_ep_destroy(r->ep);
 	*result = r->result;
 	authed = r->authed;
 	rx_free(r);
 	return authed ? RX_ENDED : RX_REFUSED;
-}
-
-/*
- * A new connection request and --max-pending are reached: the oldest
- * connection still waiting for its HELLO goes (pending requests that are
- * not established yet cannot be dropped). Returns whether one went.
- */
-bool rx_evict_oldest(struct rx *conns)
-{
-	struct rx *old = NULL;
-
-	for (struct rx *r = conns; r; r = r->next)
-		if (r->accepted && r->unauth && r->state == RX_HELLO &&
-		    (!old || r->born_at < old->born_at))
-			old = r;
-	if (!old)
-		return false;
-	rx_fail(old, CP_E_BUSY, CP_EXIT_NET,
-		"no HELLO yet, dropped for a newer connection (--max-pending %u)",
-		old->env->o->max_pending);
-	return true;
 }

@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 
 #include "cp.h"
+#include "gate.h"
 #include "loop.h"
 
 struct rx;
@@ -23,7 +24,7 @@ struct rx_env {
 	struct cp_loop *lp;
 	const struct cp_opts *o;
 	int dirfd;	     /* where files are stored */
-	atomic_uint *unauth; /* established, no HELLO yet, not closing (every loop's) */
+	struct cp_gate *gate; /* not yet admitted, source failures (every loop's) */
 	struct cp_tally *n;  /* the loop's: chunks and files_ahead counted here */
 	/* The token passed: admit the connection (0), or say why not in @why
 	 * (-EBUSY). */
@@ -44,15 +45,12 @@ enum rx_poll_res {
 	RX_ALIVE,   /* still running */
 	RX_ENDED,   /* an established connection ended; freed; *result set */
 	RX_DROPPED, /* never established; freed */
-	RX_REFUSED, /* established but never admitted (token, HELLO); freed */
+	RX_REFUSED, /* never admitted (token, HELLO, evicted, half-open); freed */
 };
 /* Called every loop pass. */
 enum rx_poll_res rx_poll(struct rx *r, int *result);
 /* The holder keeps its receivers in a list of their own links. */
 struct rx *rx_next(struct rx *r);
 void rx_set_next(struct rx *r, struct rx *next);
-/* --max-pending reached: drop the oldest connection of @conns still
- * without HELLO. Returns whether one went. */
-bool rx_evict_oldest(struct rx *conns);
 
 #endif

@@ -79,7 +79,7 @@ static void serve_init(struct serve *s, struct serve_all *a)
 		.lp = &s->lp,
 		.o = a->o,
 		.dirfd = a->dirfd,
-		.unauth = &a->unauth,
+		.gate = &a->gate,
 		.n = &s->n,
 		.admit = serve_admit,
 		.stored = serve_stored,
@@ -87,21 +87,18 @@ static void serve_init(struct serve *s, struct serve_all *a)
 	};
 }
 
+/*
+ * A connect request, on the thread of the loop it was placed on. It is
+ * counted from now toward --max-pending, and a full gate makes room by
+ * evicting the oldest half-open or unauthenticated connection, whichever
+ * thread holds it (rx_create()).
+ */
 static void on_qp_ready(rr_ep *ep, int status, void *data)
 {
 	struct serve *s = data;
 	struct rx *r;
-	unsigned int unauth = atomic_load(&s->all->unauth);
 
-	if (!closing(s) && unauth >= s->all->o->max_pending && !rx_evict_oldest(s->conns)) {
-		if (!s->all->o->quiet)
-			cp_log("serve: connection request refused: %u not yet authenticated "
-			       "(--max-pending)",
-			       unauth);
-		s->n.refused++;
-		rr_ep_destroy(ep);
-		return;
-	}
+	(void)status;
 	if (closing(s) || !(r = rx_create(&s->env, ep))) {
 		/* Refused before it exists: the library drops the request. */
 		rr_ep_destroy(ep);
@@ -350,6 +347,7 @@ int cp_serve(const struct cp_opts *o)
 		return CP_EXIT_FAIL;
 	}
 	pthread_mutex_init(&a->mu, NULL);
+	cp_gate_init(&a->gate, o->max_pending);
 	a->o = o;
 	start_ns = cp_now_ns();
 	a->dirfd = open(o->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -384,6 +382,11 @@ int cp_serve(const struct cp_opts *o)
 		ret = CP_EXIT_NET;
 		goto out_loop;
 	}
+	/* Whoever reads the log must not miss it, --quiet or not. */
+	if (o->no_auth)
+		cp_log("serve: WARNING: --no-auth: no token is checked; any host that can reach "
+		       "%s:%u may store files in %s%s",
+		       host, port, o->dir, o->force ? " and replace existing ones (--force)" : "");
 	if (nthreads > 1) {
 		rc = start_groups(s, nthreads);
 		if (rc) {
@@ -440,6 +443,7 @@ out_free:
 		free(a->groups[i]);
 	free(a->groups);
 	pthread_mutex_destroy(&a->mu);
+	cp_gate_fini(&a->gate);
 	free(thread_conns);
 	free(a);
 	free(s);

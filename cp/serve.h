@@ -12,6 +12,7 @@
 #include <stdatomic.h>
 
 #include "cp.h"
+#include "gate.h"
 #include "loop.h"
 #include "rx.h"
 
@@ -19,7 +20,7 @@
 struct serve_all {
 	const struct cp_opts *o;
 	int dirfd;
-	atomic_uint unauth; /* not yet admitted, not closing: --max-pending */
+	struct cp_gate gate; /* not yet admitted: --max-pending, failures per source */
 	/* Set once: every connection is aborted with why, and no new one
 	 * starts; each group's loop sees it at its next pass (a tick at the
 	 * latest, every 100 ms). */

@@ -49,7 +49,7 @@ result $ok "--direct on ext4: three files stored intact (exit $crc/$src)"
 
 # --- a file system without O_DIRECT (tmpfs on 6.1) is refused up front
 mount -t tmpfs -o size=1m tmpfs "$T/ram" && MOUNTS+=("$T/ram")
-timeout 30 "$CP" serve --listen "$ADDR:$((PORT + 1))" --dir "$T/ram" --direct \
+timeout 30 "$CP" serve --listen "$ADDR:$((PORT + 1))" --no-auth --dir "$T/ram" --direct \
 	>"$T/ram.out" 2>"$T/ram.err"
 src=$?
 if python3 -c 'import os, sys; os.close(os.open(sys.argv[1], os.O_WRONLY | os.O_TMPFILE | os.O_DIRECT))' \

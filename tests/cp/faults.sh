@@ -45,8 +45,8 @@ result $ok "unwritable DIR: sender exits 7, serve 3, both say why (exit $crc/$sr
 [ $ok = 1 ] || show "$T/ro.c.err" "$T/ro.err"
 
 # --- tokens
-printf 'right-secret\n' >"$T/good.tok"
-printf 'wrong-secret\n' >"$T/bad.tok"
+tok "$T/good.tok" right-secret
+tok "$T/bad.tok" wrong-secret
 mkdir -p "$T/tok"
 # Strangers do not count toward --count, nor change serve's exit status.
 start_serve tok $((PORT + 2)) --dir "$T/tok" --count 1 --token-file "$T/good.tok"
@@ -220,7 +220,7 @@ rm -rf "$NT"
 # --- bad command lines
 "$CP" send "$T/src/eight" >/dev/null 2>"$T/usage.err"
 c1=$?
-"$CP" serve --listen "$ADDR:$PORT" --dir "$T" --window 3 >/dev/null 2>>"$T/usage.err"
+"$CP" serve --listen "$ADDR:$PORT" --no-auth --dir "$T" --window 3 >/dev/null 2>>"$T/usage.err"
 c2=$?
 ok=0
 [ "$c1" = 2 ] && [ "$c2" = 2 ] && ok=1

@@ -8,6 +8,24 @@
  *	seconds. Prints "established E refused R" once every connect was
  *	tried.
  *
+ *   cp-hostile halfopen ADDR PORT N SECS
+ *	N connection requests that are never completed: each is sent, the
+ *	receiver's reply (REP) arrives, and the event that would make
+ *	librdmacm answer it (RTU) is never read, so the receiver holds a
+ *	request that is never established. Held SECS seconds. Prints
+ *	"requested N" once every request was sent.
+ *
+ *   cp-hostile guess ADDR PORT N TOKEN_FILE
+ *	N connections one after the other, each a HELLO with a wrong token,
+ *	then one with the token of TOKEN_FILE; prints the answer to each:
+ *	"try I: refused CODE TEXT" or "try I: welcome", the last as "good: ...".
+ *
+ *   cp-hostile churn ADDR PORT SECS
+ *	For SECS seconds: connect, send a HELLO with a wrong token, and keep
+ *	the connection without ever answering the receiver's disconnect,
+ *	as a reconnect loop would (200 kept at most, the oldest let go).
+ *	Prints "connections N".
+ *
  *   cp-hostile rewrite ADDR PORT NAME FILE
  *	A sender of one chunk-sized file NAME that, right behind the chunk,
  *	keeps rewriting the chunk's first 64 bytes in the receiver's window for
@@ -29,6 +47,7 @@
  */
 #include <endian.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -460,8 +479,184 @@ static int steal(int argc, char **argv)
 	return rc ? 1 : 0;
 }
 
+/* One request, sent and never completed; NULL on failure. */
+static struct rdma_cm_id *half_open(struct rdma_addrinfo *ai)
+{
+	struct ibv_qp_init_attr qa = {
+		.cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1},
+		.qp_type = IBV_QPT_RC,
+	};
+	struct rdma_event_channel *ch = rdma_create_event_channel();
+	enum rdma_cm_event_type want[] = {RDMA_CM_EVENT_ADDR_RESOLVED,
+					  RDMA_CM_EVENT_ROUTE_RESOLVED};
+	struct rdma_cm_event *ev;
+	struct rdma_cm_id *id;
+
+	if (!ch || rdma_create_id(ch, &id, NULL, RDMA_PS_TCP))
+		return NULL;
+	for (int i = 0; i < 2; i++) {
+		bool ok;
+
+		if ((i == 0 ? rdma_resolve_addr(id, ai->ai_src_addr, ai->ai_dst_addr, 2000)
+			    : rdma_resolve_route(id, 2000)) ||
+		    rdma_get_cm_event(ch, &ev))
+			goto err;
+		ok = ev->event == want[i];
+		rdma_ack_cm_event(ev);
+		if (!ok)
+			goto err;
+	}
+	/* The reply to this is an event on @ch that nobody reads: librdmacm
+	 * sends the RTU only from rdma_get_cm_event(). */
+	if (rdma_create_qp(id, NULL, &qa) || rdma_connect(id, &conn_param))
+		goto err;
+	return id;
+err:
+	fprintf(stderr, "cp-hostile: half-open request: %s\n", strerror(errno));
+	rdma_destroy_id(id);
+	rdma_destroy_event_channel(ch);
+	return NULL;
+}
+
+static int halfopen(int argc, char **argv)
+{
+	struct rdma_addrinfo *ai;
+	int n, secs, sent = 0;
+
+	if (argc != 6) {
+		fprintf(stderr, "usage: cp-hostile halfopen ADDR PORT N SECS\n");
+		return 2;
+	}
+	n = atoi(argv[4]);
+	secs = atoi(argv[5]);
+	if (n < 1 || n > 4096 || secs < 0)
+		return 2;
+	ai = resolve(argv[2], argv[3]);
+	if (!ai)
+		return 1;
+	for (int i = 0; i < n; i++)
+		if (half_open(ai))
+			sent++;
+	printf("requested %d\n", sent);
+	fflush(stdout);
+	sleep((unsigned int)secs);
+	/* The process's end takes the ids with it. */
+	return sent == n ? 0 : 1;
+}
+
+/* HELLO with @token, then the answer, printed after @label. */
+static int try_token(struct rdma_addrinfo *ai, const char *label, const char *token, size_t len)
+{
+	struct cp_msg m = {.type = CP_HELLO}, w;
+	struct rw *c = rw_open(ai);
+	int rc;
+
+	if (!c)
+		return -1;
+	m.hello.chunk = 4096;
+	m.hello.window = 1;
+	m.hello.token_len = (uint16_t)len;
+	memcpy(m.hello.token, token, len);
+	printf("%s: ", label);
+	rc = rw_send(c, &m) ? -1 : rw_expect(c, &w, CP_WELCOME);
+	if (rc == 0)
+		printf("welcome\n");
+	else if (rc < 0)
+		printf("failed\n");
+	fflush(stdout);
+	rw_close(c);
+	return rc < 0 ? -1 : 0;
+}
+
+static int guess(int argc, char **argv)
+{
+	char good[CP_TOKEN_MAX + 1], label[32], wrong[32];
+	struct rdma_addrinfo *ai;
+	int n, fd, rc = 0;
+	ssize_t len;
+
+	if (argc != 6) {
+		fprintf(stderr, "usage: cp-hostile guess ADDR PORT N TOKEN_FILE\n");
+		return 2;
+	}
+	n = atoi(argv[4]);
+	fd = open(argv[5], O_RDONLY);
+	len = fd < 0 ? -1 : read(fd, good, sizeof(good) - 1);
+	if (fd >= 0)
+		close(fd);
+	while (len > 0 && (good[len - 1] == '\n' || good[len - 1] == ' '))
+		len--;
+	if (n < 0 || len <= 0 || len > CP_TOKEN_MAX)
+		return 2;
+	ai = resolve(argv[2], argv[3]);
+	if (!ai)
+		return 1;
+	for (int i = 1; i <= n && !rc; i++) {
+		snprintf(label, sizeof(label), "try %d", i);
+		snprintf(wrong, sizeof(wrong), "guess-%d", i);
+		rc = try_token(ai, label, wrong, strlen(wrong));
+	}
+	if (!rc)
+		rc = try_token(ai, "good", good, (size_t)len);
+	rdma_freeaddrinfo(ai);
+	return rc ? 1 : 0;
+}
+
+#define CHURN_KEEP 200
+
+static int churn(int argc, char **argv)
+{
+	struct rw *kept[CHURN_KEEP] = {0};
+	struct cp_msg m = {.type = CP_HELLO};
+	struct rdma_addrinfo *ai;
+	uint64_t end;
+	int n = 0;
+
+	if (argc != 5) {
+		fprintf(stderr, "usage: cp-hostile churn ADDR PORT SECS\n");
+		return 2;
+	}
+	ai = resolve(argv[2], argv[3]);
+	if (!ai)
+		return 1;
+	m.hello.chunk = 4096;
+	m.hello.window = 1;
+	m.hello.token_len = 5;
+	memcpy(m.hello.token, "wrong", 5);
+	end = now_ms() + (uint64_t)atoi(argv[4]) * 1000;
+	while (now_ms() < end) {
+		struct rw *c = rw_open(ai);
+
+		if (!c)
+			continue; /* refused: try again, as a loop would */
+		/* Its QP stays; the receiver's disconnect is never answered
+		 * (nobody reads this id's events). */
+		if (rw_send(c, &m)) {
+			rw_close(c);
+			continue;
+		}
+		if (kept[n % CHURN_KEEP])
+			rw_close(kept[n % CHURN_KEEP]);
+		kept[n % CHURN_KEEP] = c;
+		n++;
+	}
+	printf("connections %d\n", n);
+	fflush(stdout);
+	for (int i = 0; i < CHURN_KEEP; i++)
+		if (kept[i])
+			rw_close(kept[i]);
+	rdma_freeaddrinfo(ai);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc > 1 && !strcmp(argv[1], "halfopen"))
+		return halfopen(argc, argv);
+	if (argc > 1 && !strcmp(argv[1], "guess"))
+		return guess(argc, argv);
+	if (argc > 1 && !strcmp(argv[1], "churn"))
+		return churn(argc, argv);
 	if (argc > 1 && !strcmp(argv[1], "idle"))
 		return idle(argc, argv);
 	if (argc > 1 && !strcmp(argv[1], "rewrite"))
@@ -469,6 +664,9 @@ int main(int argc, char **argv)
 	if (argc > 1 && !strcmp(argv[1], "steal"))
 		return steal(argc, argv);
 	fprintf(stderr, "usage: cp-hostile idle ADDR PORT N SECS\n"
+			"       cp-hostile halfopen ADDR PORT N SECS\n"
+			"       cp-hostile guess ADDR PORT N TOKEN_FILE\n"
+			"       cp-hostile churn ADDR PORT SECS\n"
 			"       cp-hostile rewrite ADDR PORT NAME FILE\n"
 			"       cp-hostile steal ADDR PORT NAME FILE\n");
 	return 2;

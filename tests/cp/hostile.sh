@@ -1,6 +1,7 @@
 #!/bin/bash
 # ringrdma-cp against hostile peers, in the lab: connections that never say
-# HELLO, strangers with a wrong or no token, names with control and 8-bit
+# HELLO, connection requests never completed (half-open), a token guesser,
+# a reconnect loop, strangers with a wrong or no token, names with control and 8-bit
 # bytes, and more TCP clients than the proxy takes. None of them may lock
 # out, end or slow down the legitimate transfer beyond the HELLO deadline.
 # And a sender that rewrites its chunk in the window after sending it: what
@@ -9,14 +10,15 @@
 #   hostile.sh PATH/TO/ringrdma-cp PATH/TO/cp-hostile
 CP=${1:?usage: hostile.sh PATH/TO/ringrdma-cp PATH/TO/cp-hostile}
 HOSTILE=${2:?usage: hostile.sh PATH/TO/ringrdma-cp PATH/TO/cp-hostile}
-. "$(dirname "$0")/lib.sh" 13
+. "$(dirname "$0")/lib.sh" 20
 PORT=7530 HELLO=3
 
 mkdir -p "$T/src"
 head -c $((8 << 20)) /dev/urandom >"$T/src/eight"
 head -c $((16 << 20)) /dev/urandom >"$T/src/sixteen"
-printf 'right-secret\n' >"$T/good.tok"
-printf 'wrong-secret\n' >"$T/bad.tok"
+printf 'hello\n' >"$T/src/small"
+tok "$T/good.tok" right-secret
+tok "$T/bad.tok" wrong-secret
 
 # Is every byte of FILE... printable ASCII or a newline?
 printable() { python3 -c 'import sys
@@ -65,8 +67,9 @@ start_serve cnt $((PORT + 1)) --dir "$T/cnt" --count 1 --hello-timeout 2 \
 timeout 30 "$CP" send --token-file "$T/bad.tok" "$T/src/eight" "$ADDR:$((PORT + 1))" \
 	>"$T/cnt.s1.out" 2>"$T/cnt.s1.err"
 s1=$?
-# The real transfer takes about 8 s: the strangers below all come during it.
-timeout 60 "$CP" send --token-file "$T/good.tok" --limit-rate 2M "$T/src/sixteen" \
+# The real transfer takes about 16 s: the strangers below all come during it,
+# however slowly the lab starts each program.
+timeout 90 "$CP" send --token-file "$T/good.tok" --limit-rate 1M "$T/src/sixteen" \
 	"$ADDR:$((PORT + 1))" >"$T/cnt.c.out" 2>"$T/cnt.c.err" &
 cpid=$!
 PIDS+=("$cpid")
@@ -77,7 +80,7 @@ timeout 30 "$CP" send --token-file "$T/bad.tok" "$T/src/eight" "$ADDR:$((PORT + 
 	>"$T/cnt.s3.out" 2>"$T/cnt.s3.err"
 s3=$?
 hold_idle cnt.idle $((PORT + 1)) 4 4
-wait_pid "$cpid" 60
+wait_pid "$cpid" 90
 crc=$?
 kill "$IDLE_PID" 2>/dev/null
 wait_pid "$SERVE_PID" 30
@@ -99,12 +102,133 @@ result $ok "serve --count 1 counted only the real sender and exits 0 (exit $src)
 [ $ok = 1 ] || show "$T/cnt.err" "$T/cnt.json"
 
 echo "# $SECONDS s"
+# --- token guessing: after 3 wrong tokens from one address, each more
+# failure holds that address back for a time that doubles (2 s first),
+# without checking what it sends meanwhile, not even the right token.
+mkdir -p "$T/guess"
+start_serve guess $((PORT + 7)) --dir "$T/guess" --count 1 --token-file "$T/good.tok" \
+	--json "$T/guess.json"
+timeout 60 "$HOSTILE" guess "$ADDR" $((PORT + 7)) 6 "$T/good.tok" >"$T/guess.h.out" \
+	2>"$T/guess.h.err"
+hrc=$?
+nap 3 # the hold from the 4th failure (2 s) is over: the right token gets in
+timeout 60 "$CP" send --token-file "$T/good.tok" "$T/src/small" "$ADDR:$((PORT + 7))" \
+	>"$T/guess.c.out" 2>"$T/guess.c.err"
+crc=$?
+wait_pid "$SERVE_PID" 30
+src=$?
+ok=0
+[ "$hrc" = 0 ] && [ "$(grep -c 'refused: wrong token$' "$T/guess.h.out")" = 3 ] &&
+	grep -q '^try 4: .*refused: wrong token; .* held back for 2 s' "$T/guess.h.out" &&
+	grep -q '^try 6: .*too many wrong tokens from .*, try again in [12] s' "$T/guess.h.out" &&
+	grep -q '^good: .*too many wrong tokens' "$T/guess.h.out" && ok=1
+result $ok "wrong tokens back off per address: 3 free, then held back, even the right token"
+[ $ok = 1 ] || show "$T/guess.h.out" "$T/guess.h.err" "$T/guess.err"
+ok=0
+[ "$crc" = 0 ] && [ "$src" = 0 ] && cmp -s "$T/src/small" "$T/guess/small" && ok=1
+result $ok "once the hold is over the right token gets the file through (exit $crc, serve $src)"
+[ $ok = 1 ] || show "$T/guess.c.err" "$T/guess.err"
+
+echo "# $SECONDS s"
+# --- half-open connections: requests whose RTU never comes (the peer
+# never completes the connection). Sixteen fill --max-pending; a token
+# holder must still get in at once: the oldest half-open one makes room.
+# Before, eviction picked only established connections: refused until the
+# connection manager gave up on them, more than a minute later.
+mkdir -p "$T/half"
+start_serve half $((PORT + 8)) --dir "$T/half" --count 1 --hello-timeout 60 \
+	--token-file "$T/good.tok" --json "$T/half.json"
+"$HOSTILE" halfopen "$ADDR" $((PORT + 8)) 16 60 >"$T/half.h.out" 2>"$T/half.h.err" &
+hpid=$!
+PIDS+=("$hpid")
+await_line "$T/half.h.out" requested "$hpid" 600
+timeout 20 "$CP" send --token-file "$T/good.tok" "$T/src/small" "$ADDR:$((PORT + 8))" \
+	>"$T/half.c.out" 2>"$T/half.c.err"
+crc=$?
+wait_pid "$SERVE_PID" 30
+src=$?
+kill "$hpid" 2>/dev/null
+ok=0
+[ "$crc" = 0 ] && cmp -s "$T/src/small" "$T/half/small" &&
+	grep -q "requested 16" "$T/half.h.out" && ok=1
+result $ok "16 half-open requests fill --max-pending: a token holder still gets in (exit $crc; $(cat "$T/half.h.out"))"
+[ $ok = 1 ] || show "$T/half.h.out" "$T/half.h.err" "$T/half.c.err" "$T/half.err"
+ok=0
+[ "$src" = 0 ] && grep -q "not established, dropped for a newer request" "$T/half.err" &&
+	[ "$(json_field "$T/half.json" refused)" -ge 1 ] && ok=1
+result $ok "the oldest half-open one was dropped for it, counted as refused (serve exit $src)"
+[ $ok = 1 ] || show "$T/half.err" "$T/half.json"
+
+echo "# $SECONDS s"
+# --- the HELLO deadline runs from the request: half-open connections go
+# after --hello-timeout even when nothing needs their place.
+mkdir -p "$T/dl"
+start_serve dl $((PORT + 9)) --dir "$T/dl" --hello-timeout 2 --max-pending 64 --json "$T/dl.json"
+"$HOSTILE" halfopen "$ADDR" $((PORT + 9)) 4 60 >"$T/dl.h.out" 2>"$T/dl.h.err" &
+hpid=$!
+PIDS+=("$hpid")
+await_line "$T/dl.h.out" requested "$hpid" 600
+nap 6
+dropped=$(grep -c "not established within 2 s of its request" "$T/dl.err")
+kill "$SERVE_PID" 2>/dev/null
+wait_pid "$SERVE_PID" 30
+kill "$hpid" 2>/dev/null
+ok=0
+[ "$dropped" = 4 ] && [ "$(json_field "$T/dl.json" refused)" = 4 ] && ok=1
+result $ok "half-open requests are dropped --hello-timeout (2 s) after the request ($dropped of 4 within 6 s)"
+[ $ok = 1 ] || show "$T/dl.h.out" "$T/dl.h.err" "$T/dl.err" "$T/dl.json"
+
+echo "# $SECONDS s"
+# --- a reconnect loop: each connection sends a wrong token and never
+# answers the disconnect. Refused connections give back their QP at once
+# and count toward --max-pending until then, so serve never holds more
+# than --max-pending QPs; and the refusals are logged a few a second, with
+# a count of the rest. Before, each kept its QP until the disconnect timed
+# out (5 s, then up to 3 s of flushing), and every refusal had its line.
+mkdir -p "$T/churn"
+start_serve churn $((PORT + 10)) --dir "$T/churn" --max-pending 4 --hello-timeout 30 \
+	--token-file "$T/good.tok"
+"$HOSTILE" churn "$ADDR" $((PORT + 10)) 10 >"$T/churn.h.out" 2>"$T/churn.h.err" &
+hpid=$!
+PIDS+=("$hpid")
+nap 2
+# QPs of serve and of the loop in each sample (the loop's show that the
+# count works: it keeps up to 200).
+most=0 seen=0
+samples=
+for ((i = 0; i < 6; i++)); do
+	rdma res show qp >"$T/qp.txt" 2>"$T/rdma.err"
+	q=0 h=0
+	while IFS= read -r l; do
+		[[ $l =~ pid\ $SERVE_PID( |$) ]] && q=$((q + 1))
+		[[ $l =~ pid\ $hpid( |$) ]] && h=$((h + 1))
+	done <"$T/qp.txt"
+	samples+=" $q/$h"
+	[ "$q" -gt "$most" ] && most=$q
+	[ "$h" -gt "$seen" ] && seen=$h
+	nap 1
+done
+wait_pid "$hpid" 60
+kill "$SERVE_PID" 2>/dev/null
+wait_pid "$SERVE_PID" 30
+conns=$(sed -n 's/^connections //p' "$T/churn.h.out")
+lines=$(grep -c "serve: $ADDR: " "$T/churn.err")
+ok=0
+[ -n "$conns" ] && [ "$conns" -ge 20 ] && [ "$seen" -ge 5 ] && [ "$most" -le 5 ] && ok=1
+result $ok "a reconnect loop of $conns refused connections: serve held at most $most QPs (--max-pending 4; samples serve/loop:$samples)"
+[ $ok = 1 ] || show "$T/churn.h.out" "$T/churn.h.err" "$T/rdma.err" "$T/qp.txt" "$T/churn.err"
+ok=0
+[ -n "$conns" ] && [ "$lines" -lt 25 ] && [ "$lines" -lt "$conns" ] &&
+	grep -q "more refusals not logged" "$T/churn.err" && ok=1
+result $ok "refusals are logged a few a second with a count of the rest ($lines lines for $conns)"
+[ $ok = 1 ] || show "$T/churn.err"
+
+echo "# $SECONDS s"
 # --- hostile names: 8-bit and C1 bytes from the peer, control bytes locally
 mkdir -p "$T/names"
 evil=$'n\x9b[31m\xff\xfe'
 raw=$'\e[2J\xc3'
 start_serve names $((PORT + 2)) --dir "$T/names" --count 2 --json "$T/names.json"
-printf 'hello\n' >"$T/src/small"
 timeout 30 "$CP" send --as "$evil" "$T/src/small" "$ADDR:$((PORT + 2))" \
 	>"$T/n1.out" 2>"$T/n1.err"
 n1=$?

@@ -64,12 +64,23 @@ await_line() {
 	return 1
 }
 
+# A token file as ringrdma-cp wants it (no one else may read it), for the
+# tests that authenticate: serve --token-file "$TOKEN", send likewise.
+TOKEN=$T/token
+(umask 077 && printf 'lab-secret-%s\n' "$RANDOM$RANDOM" >"$TOKEN") || exit 1
+# tok FILE TEXT: a token file with TEXT, mode 0600.
+tok() { (umask 077 && printf '%s\n' "$2" >"$1"); }
+
 # start_serve NAME PORT ARGS...: serve in the background, logs in $T/NAME.*,
-# its pid in SERVE_PID; waits until it listens.
+# its pid in SERVE_PID; waits until it listens. Without --token-file in
+# ARGS it runs with --no-auth: the test is not about authentication.
 start_serve() {
-	local name=$1 port=$2
+	local name=$1 port=$2 a auth=--no-auth
 	shift 2
-	"$CP" serve --listen "$ADDR:$port" "$@" >"$T/$name.out" 2>"$T/$name.err" &
+	for a in "$@"; do
+		case $a in --token-file | --no-auth) auth= ;; esac
+	done
+	"$CP" serve --listen "$ADDR:$port" ${auth:+"$auth"} "$@" >"$T/$name.out" 2>"$T/$name.err" &
 	SERVE_PID=$!
 	PIDS+=("$SERVE_PID")
 	await_line "$T/$name.out" listening "$SERVE_PID" 300

@@ -34,7 +34,7 @@ for run in "$@"; do
 	rm -rf "$T/d" && mkdir "$T/d"
 	port=$((port + 1))
 	# shellcheck disable=SC2086
-	"$bin" serve --listen "$A:$port" --dir "$T/d" --count 1 --json "$T/s.json" $args >"$T/s.out" &
+	"$bin" serve --listen "$A:$port" --no-auth --dir "$T/d" --count 1 --json "$T/s.json" $args >"$T/s.out" &
 	spid=$!
 	for _ in $(seq 100); do grep -q listening "$T/s.out" && break; sleep 0.1; done
 	# shellcheck disable=SC2086

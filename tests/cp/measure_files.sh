@@ -31,7 +31,7 @@ for _ in $(seq "$ROUNDS"); do
 					rmdir "$T/d/lost+found" || exit 1
 			fi
 			port=$((port + 1))
-			"$bin" serve --listen "$A:$port" --dir "$T/d" --count "$conns" --threads "$threads" \
+			"$bin" serve --listen "$A:$port" --no-auth --dir "$T/d" --count "$conns" --threads "$threads" \
 				--quiet >"$T/s.out" 2>&1 &
 			spid=$!
 			for _ in $(seq 100); do grep -q listening "$T/s.out" && break; sleep 0.1; done

@@ -5,11 +5,13 @@
 # --count 6: every file byte for byte, connections on more than one
 # thread in the --json summary, and --count still ends serve. Then a
 # signal reaches every thread: SIGTERM mid-transfer ends serve --threads 2
-# with 130 and nothing half-written left. Bad --threads values are usage
-# errors.
-#   threads.sh PATH/TO/ringrdma-cp
-CP=${1:?usage: threads.sh PATH/TO/ringrdma-cp}
-. "$(dirname "$0")/lib.sh" 8
+# with 130 and nothing half-written left. --max-pending is one count for
+# all threads, and a full one evicts a stranger on any thread. Bad
+# --threads values are usage errors.
+#   threads.sh PATH/TO/ringrdma-cp PATH/TO/cp-hostile
+CP=${1:?usage: threads.sh PATH/TO/ringrdma-cp PATH/TO/cp-hostile}
+HOSTILE=${2:?usage: threads.sh PATH/TO/ringrdma-cp PATH/TO/cp-hostile}
+. "$(dirname "$0")/lib.sh" 10
 PORT=7550 SENDERS=6
 
 mkdir -p "$T/src" "$T/dst"
@@ -104,10 +106,37 @@ ok=0
 result $ok "SIGTERM ends serve --threads 2 mid-transfer: exit 130, both senders told, nothing left (exit $src, senders$codes)"
 [ $ok = 1 ] || { show "$T/sg.err" "$T/sg1.err" "$T/sg2.err"; ls -la "$T/sig" | sed 's/^/# /'; }
 
+# --- --max-pending 1 over two threads: a stranger that never says HELLO
+# holds the one place on one thread; the sender's request goes to the
+# other (fewest connections), and must evict it there. Before, eviction
+# looked only at the request's own thread and refused the sender.
+mkdir -p "$T/ev"
+start_serve ev $((PORT + 2)) --dir "$T/ev" --threads 2 --max-pending 1 --hello-timeout 60 \
+	--count 1 --token-file "$TOKEN" --json "$T/ev.json"
+"$HOSTILE" idle "$ADDR" $((PORT + 2)) 1 60 >"$T/ev.h.out" 2>"$T/ev.h.err" &
+hpid=$!
+PIDS+=("$hpid")
+await_line "$T/ev.h.out" established "$hpid" 600
+timeout 30 "$CP" send --token-file "$TOKEN" "$T/src/small1" "$ADDR:$((PORT + 2))" \
+	>"$T/ev.c.out" 2>"$T/ev.c.err"
+crc=$?
+wait_pid "$SERVE_PID" 30
+src=$?
+kill "$hpid" 2>/dev/null
+ok=0
+[ "$crc" = 0 ] && cmp -s "$T/src/small1" "$T/ev/small1" &&
+	grep -q "established 1 refused 0" "$T/ev.h.out" && ok=1
+result $ok "--threads 2 --max-pending 1: a stranger on one thread does not lock out a sender on the other (exit $crc)"
+[ $ok = 1 ] || show "$T/ev.h.out" "$T/ev.c.err" "$T/ev.err"
+ok=0
+[ "$src" = 0 ] && grep -q "no HELLO yet, dropped for a newer connection" "$T/ev.err" && ok=1
+result $ok "the stranger was evicted from the other thread; serve exits 0 (exit $src)"
+[ $ok = 1 ] || show "$T/ev.err" "$T/ev.json"
+
 # --- bad values
-"$CP" serve --listen "$ADDR:$PORT" --dir "$T" --threads 0 >/dev/null 2>"$T/usage.err"
+"$CP" serve --listen "$ADDR:$PORT" --no-auth --dir "$T" --threads 0 >/dev/null 2>"$T/usage.err"
 c1=$?
-"$CP" serve --listen "$ADDR:$PORT" --dir "$T" --threads 65 >/dev/null 2>>"$T/usage.err"
+"$CP" serve --listen "$ADDR:$PORT" --no-auth --dir "$T" --threads 65 >/dev/null 2>>"$T/usage.err"
 c2=$?
 "$CP" send --threads 2 "$T/src32" "$ADDR:$PORT" >/dev/null 2>>"$T/usage.err"
 c3=$?

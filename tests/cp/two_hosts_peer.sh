@@ -10,7 +10,7 @@ b=${1:?usage: two_hosts_peer.sh BUILD_DIR}
 drop=$b/cp-2hosts-drop
 rm -rf "$drop"
 mkdir -p /tmp/cp-peer "$drop"
-"$b/cp/ringrdma-cp" serve --listen "$RDMA_LAB_ADDR:7490" --dir /tmp/cp-peer --count 1 \
+"$b/cp/ringrdma-cp" serve --listen "$RDMA_LAB_ADDR:7490" --no-auth --dir /tmp/cp-peer --count 1 \
 	--timeout 300 >"$drop/serve.log" 2>&1
 echo $? >"$drop/serve.rc.tmp"
 cp /tmp/cp-peer/* "$drop/" 2>/dev/null
