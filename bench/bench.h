@@ -15,9 +15,12 @@
 #define BENCH_MAX_THREADS  16 /* server groups (--threads) */
 #define BENCH_DEFAULT_PORT 18515
 #define BENCH_CDF_POINTS   200
+#define BENCH_MAX_REPEAT   16
+/* The smallest slot: a FIN's header and figures fit in one. */
+#define BENCH_MIN_SLOT 128
 
 /* How a side waits for its work completions. */
-enum strategy { S_BUSY, S_THREAD, S_EPOLL, S_URING, S_HYBRID, S_COUNT };
+enum strategy { S_BUSY, S_THREAD, S_EPOLL, S_URING, S_HYBRID, S_HYBRID_PLAIN, S_COUNT };
 /* What the client asks of the server. */
 enum workload { W_PINGPONG, W_RATE, W_MIXED, W_IDLE, W_CONNS, W_COUNT };
 /* How a message travels: SEND/RECV, or RDMA WRITE with immediate. */
@@ -29,10 +32,13 @@ struct bench_cfg {
 	enum workload wl;
 	enum op op;
 	uint32_t msg_size;
-	uint32_t qd;	  /* messages in flight per connection */
-	uint32_t conns;	  /* connections sharing one CQ per side */
-	uint32_t threads; /* server: groups, each a bridge on a thread (1: none) */
-	long iters;	  /* measured round trips, all connections together */
+	uint32_t qd;		 /* messages in flight per connection */
+	uint32_t conns;		 /* connections sharing one CQ per side */
+	uint32_t threads;	 /* server: groups, each a bridge on a thread (1: none) */
+	uint32_t client_threads; /* client: threads, connections split evenly */
+	uint32_t all_conns;	 /* a client thread's hello: the run's, not its share */
+	long all_iters;
+	long iters; /* measured round trips, all connections together */
 	uint32_t idle_ms;
 	unsigned int spin_us;
 	bool spin_fixed;	   /* hybrid: RR_WAIT_HYBRID_FIXED */
@@ -42,6 +48,8 @@ struct bench_cfg {
 	const char *addr;
 	uint16_t port;
 	const char *file; /* mixed: the file the client reads */
+	bool file_direct; /* mixed: read it with O_DIRECT */
+	bool count_pass;  /* count syscalls (a pass of its own, not timed) */
 };
 
 /* Figures of one side, measured over its timed part. */
@@ -49,9 +57,17 @@ struct side_figures {
 	double cpu_s;
 	double elapsed_s;
 	int64_t ctx_switches;
-	int64_t syscalls; /* -1 when the kernel cannot count them */
+	int64_t syscalls; /* -1 when the kernel cannot count them (or not asked) */
 	int64_t wcs, wakeups;
+	double sys_cpu_s;	/* the machine's busy CPU (/proc/stat); -1: unknown */
+	int64_t verbs_syscalls; /* of syscalls: posts and arms (write, ioctl) */
 };
+
+/* A side's syscall counters (-1: none): all, and the verbs' own. */
+struct side_counters {
+	int all, verbs;
+};
+extern bool count_syscalls; /* open counters in side_begin() */
 
 /* This process's work completions handled and wake-ups from a blocking
  * wait for them (thread, epoll: the wait returned; the bridge: CQ events
@@ -59,7 +75,7 @@ struct side_figures {
 struct side_counts {
 	uint64_t wcs, wakeups;
 };
-extern struct side_counts side_counts;
+extern __thread struct side_counts side_counts;
 
 /* Where a side of a local run is, in memory the parent shares: a run the
  * watchdog stops says where each side was stuck. */
@@ -81,6 +97,8 @@ struct filer {
 	uint64_t size, off, bytes;
 	uint8_t *buf;
 	unsigned int inflight;
+	bool want; /* bridges: read one chunk on the next pass */
+	bool direct;
 };
 
 /* One connection. */
@@ -91,6 +109,7 @@ struct bqp {
 	uint32_t rkey;
 	uint32_t echo_next;   /* server: the next send slot for an echo */
 	uint32_t unsignalled; /* sends since the last signalled one */
+	bool up;	      /* established */
 };
 
 struct bside;
@@ -102,12 +121,16 @@ struct bside {
 	struct rdma_event_channel *ec;
 	struct rdma_cm_id *listen_id;
 	struct bqp *qps;
-	uint32_t nqp;
+	uint32_t nqp;	    /* places used, holes (id NULL) included */
+	uint32_t nslots;    /* places there are room for */
+	uint32_t half_made; /* server: connections dropped half-way */
+	uint32_t retries;   /* client: connection requests made again */
 	struct ibv_pd *pd;
 	struct ibv_comp_channel *ch; /* thread, epoll */
 	struct ibv_cq *cq;
 	int epfd;
 	unsigned int unacked;
+	bool armed; /* hybrid-plain: the CQ is armed */
 	/* uring, hybrid: the bridge owns the channel and the CQ */
 	struct io_uring ring;
 	bool ring_ready;
@@ -187,14 +210,14 @@ int side_step(struct bside *s);
 int side_loop(struct bside *s);
 
 /* filer.c: mixed workload file reads; io_uring or pread by strategy. */
-int filer_open(struct filer *f, const char *path);
+int filer_open(struct filer *f, const char *path, bool direct);
 void filer_close(struct filer *f);
 int filer_kick(struct bside *s);  /* keep io_uring reads in flight */
 int filer_pread(struct filer *f); /* one synchronous chunk */
 void filer_on_cqe(rr_bridge *b, const struct io_uring_cqe *cqe, void *data);
 int filer_make_file(const char *dir, uint64_t size, char *path, size_t len);
 struct result;
-int filer_only(const char *path, unsigned int ms, struct result *r);
+int filer_only(const char *path, bool direct, unsigned int ms, struct result *r);
 
 /* A server with groups (--threads N): what each group served, measured
  * over the timed part; written by a local server into shared memory. */
@@ -211,6 +234,8 @@ struct client_out {
 	struct side_figures cli, srv;
 	struct group_figures grp;
 	struct side_trace cli_at, srv_at;
+	uint32_t cli_threads;			    /* client threads that ran */
+	double cli_thread_cpu_s[BENCH_MAX_THREADS]; /* each one's CPU, timed part */
 	uint64_t file_bytes;
 	int rc;
 	char err[160];
@@ -225,15 +250,17 @@ int server_run_one(struct bside *s, const char *addr, uint16_t port, int port_fd
 int group_server_run(const struct bench_cfg *known, const char *addr, int port_fd);
 
 /* figures.c */
-int syscalls_open(void);
-int syscalls_hold(void);
-void side_begin(struct side_figures *f, int *sc_fd);
-void side_end(struct side_figures *f, int sc_fd);
-/* The same over several threads: syscalls counted on each of tids (fds:
+bool syscalls_hold(bool on);
+void side_begin(struct side_figures *f, struct side_counters *sc);
+void side_end(struct side_figures *f, struct side_counters *sc);
+/* The same over several threads: syscalls counted on each of tids (scs:
  * n slots), completions and wake-ups as given. */
-void side_begin_threads(struct side_figures *f, int *fds, const int *tids, int n, uint64_t wcs,
-			uint64_t wakeups);
-void side_end_threads(struct side_figures *f, int *fds, int n, uint64_t wcs, uint64_t wakeups);
+void side_begin_threads(struct side_figures *f, struct side_counters *scs, const int *tids, int n,
+			uint64_t wcs, uint64_t wakeups);
+void side_end_threads(struct side_figures *f, struct side_counters *scs, int n, uint64_t wcs,
+		      uint64_t wakeups);
+double thread_cpu_now(void);
+double system_cpu_now(void);
 double now_us(void);
 /* Microseconds from the CPU's cycle counter, calibrated once: no syscall,
  * where clock_gettime() is one (the lab's TCG). */
@@ -245,19 +272,28 @@ struct result {
 	const char *name; /* strategy, or a reference tool's row */
 	double p50, p99, p999, max, ops_per_s;
 	double cpu_us_per_op, syscalls_per_op, ctx_per_op;
-	double cpu_pct_per_side; /* idle: CPU of a core, mean of both sides */
-	double file_mb_per_s;	 /* mixed */
-	double wcs_per_wakeup;	 /* both sides; 0: never woke (busy) */
+	double verbs_syscalls_per_op; /* posts and arms: doorbells on mlx5 */
+	double crossings_per_op;      /* the rest: would remain on mlx5 */
+	double sys_cpu_us_per_op;     /* the machine's, /proc/stat; <0: unknown */
+	double cpu_pct_per_side;      /* idle: CPU of a core, mean of both sides */
+	double file_mb_per_s;	      /* mixed */
+	double wcs_per_wakeup;	      /* both sides; 0: never woke (busy) */
 	double cli_cpu_us_per_op, srv_cpu_us_per_op;
 	uint32_t threads, ngroups; /* ngroups: group figures known */
 	uint32_t group_conns[BENCH_MAX_THREADS];
 	double group_cpu_us_per_op[BENCH_MAX_THREADS];
+	uint32_t client_threads;
+	double client_thread_cpu_us_per_op[BENCH_MAX_THREADS];
+	uint32_t repeat; /* runs reduced into this one (medians) */
+	double rep_p50[BENCH_MAX_REPEAT], rep_ops[BENCH_MAX_REPEAT], rep_cpu[BENCH_MAX_REPEAT];
 	bool syscalls_known, has_latency, reference;
 	double cdf[BENCH_CDF_POINTS + 1]; /* latency quantiles, for --plot */
 };
 
 /* run.c: fork the server and the client of one run, or serve forever. */
 int run_local(const struct bench_cfg *cfg, struct result *r, int timeout_s);
+/* Medians of n runs of one configuration (n <= BENCH_MAX_REPEAT) into out. */
+void reduce_repeats(const struct result *runs, int n, struct result *out);
 int run_remote(const struct bench_cfg *cfg, struct result *r, int timeout_s);
 int serve_forever(const char *addr, uint16_t port);
 
@@ -270,5 +306,7 @@ int report_plot(const char *path, const struct result *r, int n);
 
 /* perftest.c: perftest's ib_send_lat as reference rows. */
 int perftest_rows(const char *addr, uint32_t msg_size, long iters, struct result *r, int max);
+/* Before and after: each row the mean of the two, each run kept. */
+void perftest_merge(struct result *after, const struct result *before, int n);
 
 #endif

@@ -21,6 +21,8 @@
 #include "cmsync.h"
 
 #define CM_TIMEOUT_MS 10000
+#define SPARE_SLOTS   64	  /* server: places for half-made connections */
+#define CONNECT_TRIES 6		  /* client: a connection after the first */
 #define HELLO_MAGIC   0x72726231u /* "rrb1" */
 
 /* rdma_cm private data: at most 56 bytes in a connection request. */
@@ -38,7 +40,10 @@ struct hello {
 	uint32_t timeout_s;
 	uint8_t spin_fixed;
 	uint8_t ring_read;
+	uint8_t flags; /* HELLO_COUNT */
 } __attribute__((packed));
+#define HELLO_COUNT 1u /* a counting pass: count syscalls, time nothing */
+_Static_assert(sizeof(struct hello) <= RR_PRIVATE_DATA_CONNECT_MAX, "hello fits a request");
 
 static int wait_cm(struct bside *s, enum rdma_cm_event_type want, struct cmsync_event *ev)
 {
@@ -126,11 +131,15 @@ static int make_cq(struct bside *s, struct ibv_context *ctx)
 		break;
 	case S_THREAD:
 	case S_EPOLL:
+	case S_HYBRID_PLAIN:
 		s->ch = ibv_create_comp_channel(ctx);
 		if (!s->ch)
 			return -errno;
 		s->cq = ibv_create_cq(ctx, n, NULL, s->ch, 0);
-		if (!s->cq || ibv_req_notify_cq(s->cq, 0))
+		if (!s->cq)
+			return -EIO;
+		/* hybrid-plain arms only before it blocks */
+		if (s->cfg.strat != S_HYBRID_PLAIN && ibv_req_notify_cq(s->cq, 0))
 			return -EIO;
 		if (s->cfg.strat == S_EPOLL) {
 			fl = fcntl(s->ch->fd, F_GETFL);
@@ -182,10 +191,13 @@ static int make_shared(struct bside *s, struct ibv_context *ctx)
 	rc = make_cq(s, ctx);
 	if (rc)
 		return rc;
-	s->slot_sz = s->cfg.msg_size < 64 ? 64 : s->cfg.msg_size;
-	s->buf_len = (size_t)s->cfg.conns * per * s->slot_sz;
+	s->slot_sz = s->cfg.msg_size < BENCH_MIN_SLOT ? BENCH_MIN_SLOT : s->cfg.msg_size;
+	/* A server keeps spare places for connections a client gave up on
+	 * half-way (a storm's timeouts) and made again. */
+	s->nslots = s->cfg.conns + (s->listen_id ? SPARE_SLOTS : 0);
+	s->buf_len = (size_t)s->nslots * per * s->slot_sz;
 	s->buf = aligned_alloc(4096, (s->buf_len + 4095) & ~(size_t)4095);
-	s->qps = calloc(s->cfg.conns, sizeof(*s->qps));
+	s->qps = calloc(s->nslots, sizeof(*s->qps));
 	if (!s->buf || !s->qps)
 		return -ENOMEM;
 	memset(s->buf, 0, s->buf_len);
@@ -194,12 +206,14 @@ static int make_shared(struct bside *s, struct ibv_context *ctx)
 	return s->mr ? 0 : -errno;
 }
 
-/* The QP of connection s->nqp, with every receive posted before the
- * connection is requested or accepted: the peer's first message finds one. */
-static int make_qp(struct bside *s, struct rdma_cm_id *id)
+/* The QP of a new connection in the first free place (from s->nqp on, or
+ * one a half-made connection left), with every receive posted before the
+ * connection is requested or accepted: the peer's first message finds one.
+ * Its place in *at. */
+static int make_qp(struct bside *s, struct rdma_cm_id *id, uint32_t *at)
 {
 	struct ibv_qp_init_attr attr = {0};
-	uint32_t per = (2 * s->cfg.qd + 1) + (s->cfg.qd + 1);
+	uint32_t per = (2 * s->cfg.qd + 1) + (s->cfg.qd + 1), k;
 	struct bqp *q;
 	int rc = 0;
 
@@ -210,6 +224,10 @@ static int make_qp(struct bside *s, struct rdma_cm_id *id)
 	}
 	if (id->verbs != s->pd->context)
 		return -EXDEV; /* every connection must be on one device */
+	for (k = 0; k < s->nqp && s->qps[k].id; k++)
+		;
+	if (k == s->nslots)
+		return -ENOSPC;
 	attr.send_cq = attr.recv_cq = s->cq;
 	attr.qp_type = IBV_QPT_RC;
 	/* Unsignalled sends keep their SQ slot until a later signalled one
@@ -220,14 +238,41 @@ static int make_qp(struct bside *s, struct rdma_cm_id *id)
 	attr.cap.max_send_sge = attr.cap.max_recv_sge = 1;
 	if (rdma_create_qp(id, s->pd, &attr))
 		return -errno;
-	q = &s->qps[s->nqp];
+	q = &s->qps[k];
+	memset(q, 0, sizeof(*q));
 	q->id = id;
-	q->recv = s->buf + (size_t)s->nqp * per * s->slot_sz;
+	q->recv = s->buf + (size_t)k * per * s->slot_sz;
 	q->send = q->recv + (size_t)(2 * s->cfg.qd + 1) * s->slot_sz;
-	s->nqp++;
+	if (k == s->nqp)
+		s->nqp++;
+	*at = k;
 	for (uint32_t i = 0; !rc && i < 2 * s->cfg.qd + 1; i++)
-		rc = side_post_recv(s, s->nqp - 1, i);
+		rc = side_post_recv(s, k, i);
 	return rc;
+}
+
+/* Undo connection k, made or half-made: its place is free again. */
+static void drop_qp(struct bside *s, uint32_t k)
+{
+	struct rdma_cm_id *id = s->qps[k].id;
+
+	if (!id)
+		return;
+	if (id->qp)
+		rdma_destroy_qp(id);
+	rdma_destroy_id(id);
+	s->qps[k].id = NULL;
+	s->qps[k].up = false;
+	while (s->nqp && !s->qps[s->nqp - 1].id)
+		s->nqp--;
+}
+
+static int slot_of(const struct bside *s, const struct rdma_cm_id *id)
+{
+	for (uint32_t k = 0; k < s->nqp; k++)
+		if (s->qps[k].id == id)
+			return (int)k;
+	return -1;
 }
 
 static void hello_fill(struct hello *h, const struct bside *s, uint32_t conn)
@@ -238,15 +283,16 @@ static void hello_fill(struct hello *h, const struct bside *s, uint32_t conn)
 	h->wl = (uint8_t)s->cfg.wl;
 	h->op = (uint8_t)s->cfg.op;
 	h->qd = (uint16_t)s->cfg.qd;
-	h->conns = (uint16_t)s->cfg.conns;
+	h->conns = (uint16_t)(s->cfg.all_conns ? s->cfg.all_conns : s->cfg.conns);
 	h->msg_size = s->cfg.msg_size;
-	h->iters = (uint32_t)s->cfg.iters;
+	h->iters = (uint32_t)(s->cfg.all_iters ? s->cfg.all_iters : s->cfg.iters);
 	h->idle_ms = s->cfg.idle_ms;
 	h->spin_us = s->cfg.spin_us;
 	h->spin_fixed = s->cfg.spin_fixed;
 	h->ring_read = s->cfg.ring_read;
 	h->signal_every = (uint8_t)s->cfg.signal_every;
 	h->timeout_s = s->cfg.timeout_s;
+	h->flags = s->cfg.count_pass ? HELLO_COUNT : 0;
 	h->conn = conn;
 	h->rkey = s->mr ? s->mr->rkey : 0;
 	h->addr = conn < s->nqp ? (uintptr_t)s->qps[conn].recv : 0;
@@ -273,6 +319,7 @@ static int hello_cfg(const struct hello *h, struct bench_cfg *cfg)
 	cfg->ring_read = h->ring_read != 0;
 	cfg->signal_every = h->signal_every ? h->signal_every : 1;
 	cfg->timeout_s = h->timeout_s;
+	cfg->count_pass = h->flags & HELLO_COUNT;
 	return 0;
 }
 
@@ -339,20 +386,55 @@ int side_listen(struct bside *s, const char *addr, uint16_t port, uint16_t *boun
 	return 0;
 }
 
-/* Accept the client's connections; the first one says what to run. */
+/* Accept the client's connections; the first one says what to run. A
+ * connection the client gives up on half-way (it timed out waiting for our
+ * answer in a storm and will ask again) is dropped and its place reused:
+ * the run goes on once cfg->conns are established. */
 int side_accept(struct bside *s, struct bench_cfg *cfg, unsigned int timeout_s)
 {
 	struct rdma_conn_param p = {
 		.responder_resources = 1, .initiator_depth = 1, .rnr_retry_count = 7};
 	struct cmsync_event ev;
+	uint32_t up = 0, k;
 	struct hello h;
-	int rc;
+	char err[160];
+	int rc, at;
 
-	do {
-		rc = wait_cm(s, RDMA_CM_EVENT_CONNECT_REQUEST, &ev);
-		if (rc)
+	while (!s->nqp || up < s->cfg.conns) {
+		memset(&ev, 0, sizeof(ev));
+		rc = cmsync_wait(s->ec, RDMA_CM_EVENT_CONNECT_REQUEST, -1, &ev, err, sizeof(err));
+		if (rc && !ev.id) {
+			fprintf(stderr, "ringrdma-bench: %s\n", err);
 			return rc;
-		if (s->nqp == 0) {
+		}
+		if (rc) {
+			at = slot_of(s, ev.id);
+			if (ev.type == RDMA_CM_EVENT_ESTABLISHED && at >= 0 && !s->qps[at].up) {
+				s->qps[at].up = true;
+				up++;
+				continue;
+			}
+			/* A half-made connection that failed: the client
+			 * asks again. One established that goes: the run
+			 * is over. */
+			if (at >= 0 && !s->qps[at].up &&
+			    (ev.type == RDMA_CM_EVENT_REJECTED ||
+			     ev.type == RDMA_CM_EVENT_CONNECT_ERROR ||
+			     ev.type == RDMA_CM_EVENT_UNREACHABLE ||
+			     ev.type == RDMA_CM_EVENT_DISCONNECTED)) {
+				fprintf(stderr,
+					"ringrdma-bench: connection %d given up half-way (%s, "
+					"status "
+					"%d): dropped\n",
+					at, rdma_event_str(ev.type), ev.status);
+				drop_qp(s, (uint32_t)at);
+				s->half_made++;
+				continue;
+			}
+			fprintf(stderr, "ringrdma-bench: %s\n", err);
+			return rc;
+		}
+		if (s->nqp == 0 && !s->pd) {
 			rc = hello_cfg(hello_of(&ev), cfg);
 			if (rc) {
 				rdma_reject(ev.id, NULL, 0);
@@ -361,6 +443,11 @@ int side_accept(struct bside *s, struct bench_cfg *cfg, unsigned int timeout_s)
 			}
 			cfg->addr = s->cfg.addr;
 			s->cfg = *cfg;
+			/* Counting: the syscall key flips now, while the
+			 * client waits for the answer, not mid-traffic. */
+			count_syscalls = cfg->count_pass;
+			if (cfg->count_pass)
+				syscalls_hold(true);
 			/* A server whose client vanished must not wait forever. */
 			if (timeout_s && cfg->timeout_s)
 				alarm(cfg->timeout_s + cfg->idle_ms / 1000);
@@ -370,27 +457,32 @@ int side_accept(struct bside *s, struct bench_cfg *cfg, unsigned int timeout_s)
 			return -EPROTO;
 		}
 		memcpy(&h, hello_of(&ev), sizeof(h));
-		rc = make_qp(s, ev.id);
+		rc = make_qp(s, ev.id, &k);
 		if (rc) {
-			if (ev.id->qp) {
-				s->nqp = s->nqp && s->qps[s->nqp - 1].id == ev.id ? s->nqp - 1
-										  : s->nqp;
-				rdma_destroy_qp(ev.id);
+			at = slot_of(s, ev.id);
+			if (at >= 0) {
+				drop_qp(s, (uint32_t)at);
+			} else {
+				rdma_reject(ev.id, NULL, 0);
+				rdma_destroy_id(ev.id);
 			}
-			rdma_reject(ev.id, NULL, 0);
-			rdma_destroy_id(ev.id);
 			return rc;
 		}
-		s->qps[s->nqp - 1].raddr = h.addr;
-		s->qps[s->nqp - 1].rkey = h.rkey;
-		hello_fill(&h, s, s->nqp - 1);
+		s->qps[k].raddr = h.addr;
+		s->qps[k].rkey = h.rkey;
+		hello_fill(&h, s, k);
 		p.private_data = &h;
 		p.private_data_len = sizeof(h);
-		if (rdma_accept(ev.id, &p))
-			return -errno;
-		rc = wait_cm(s, RDMA_CM_EVENT_ESTABLISHED, NULL);
-	} while (!rc && s->nqp < s->cfg.conns);
-	return rc;
+		if (rdma_accept(ev.id, &p)) {
+			/* The request went stale while we set up (the client
+			 * gave up on it): it asks again. */
+			fprintf(stderr, "ringrdma-bench: rdma_accept: %s: dropped\n",
+				strerror(errno));
+			drop_qp(s, k);
+			s->half_made++;
+		}
+	}
+	return 0;
 }
 
 static int connect_one(struct bside *s, struct rdma_addrinfo *ai)
@@ -402,7 +494,7 @@ static int connect_one(struct bside *s, struct rdma_addrinfo *ai)
 	struct cmsync_event ev;
 	struct rdma_cm_id *id;
 	struct hello h;
-	uint32_t before = s->nqp;
+	uint32_t k = UINT32_MAX;
 	int rc;
 
 	if (rdma_create_id(s->ec, &id, NULL, RDMA_PS_TCP))
@@ -415,45 +507,56 @@ static int connect_one(struct bside *s, struct rdma_addrinfo *ai)
 	if (!rc)
 		rc = wait_cm(s, RDMA_CM_EVENT_ROUTE_RESOLVED, NULL);
 	if (!rc)
-		rc = make_qp(s, id);
-	if (rc) {
-		s->nqp = before;
-		if (id->qp)
-			rdma_destroy_qp(id);
-		rdma_destroy_id(id);
-		return rc;
+		rc = make_qp(s, id, &k);
+	if (!rc) {
+		hello_fill(&h, s, k);
+		p.private_data = &h;
+		p.private_data_len = sizeof(h);
+		if (rdma_connect(id, &p))
+			rc = -errno;
 	}
-	hello_fill(&h, s, s->nqp - 1);
-	p.private_data = &h;
-	p.private_data_len = sizeof(h);
-	if (rdma_connect(id, &p))
-		return -errno;
-	rc = wait_cm(s, RDMA_CM_EVENT_ESTABLISHED, &ev);
+	if (!rc)
+		rc = wait_cm(s, RDMA_CM_EVENT_ESTABLISHED, &ev);
 	if (!rc && !hello_of(&ev))
 		rc = -EPROTO;
 	if (!rc) {
 		memcpy(&h, hello_of(&ev), sizeof(h));
-		s->qps[s->nqp - 1].raddr = h.addr;
-		s->qps[s->nqp - 1].rkey = h.rkey;
+		s->qps[k].raddr = h.addr;
+		s->qps[k].rkey = h.rkey;
+		s->qps[k].up = true;
+		return 0;
+	}
+	/* Undone, so that it can be asked again. */
+	if (k != UINT32_MAX) {
+		drop_qp(s, k);
+	} else {
+		if (id->qp)
+			rdma_destroy_qp(id);
+		rdma_destroy_id(id);
 	}
 	return rc;
 }
 
-/* Undo a refused first connection, so it can be tried again. */
-static void forget_first(struct bside *s)
+/* Failures a client meets when the server or the fabric is busy, not
+ * when it refuses: the request timed out (UNREACHABLE), the server's
+ * backlog was full or it was still starting (REJECTED), the answer came
+ * too late (CONNECT_ERROR). Real clients try again after a while. */
+static bool worth_retrying(int rc)
 {
-	rdma_destroy_qp(s->qps[0].id);
-	rdma_destroy_id(s->qps[0].id);
-	s->nqp = 0;
+	return rc == -EHOSTUNREACH || rc == -ETIMEDOUT || rc == -ECONNREFUSED ||
+	       rc == -ECONNABORTED || rc == -ECONNRESET;
 }
 
 /* Connect cfg->conns times. A server starting up refuses (or, on a host
  * still booting, cannot be reached) for a moment, so the first connection
- * is retried for up to retry_s seconds. */
+ * is tried for up to retry_s seconds; every later one CONNECT_TRIES times,
+ * with a doubling, jittered backoff, so a connection storm (many clients
+ * at once) costs retries, not the run. */
 int side_connect(struct bside *s, const struct bench_cfg *cfg, unsigned int retry_s)
 {
 	struct rdma_addrinfo *ai;
 	double until = now_us() + retry_s * 1e6;
+	unsigned int seed = (unsigned int)getpid() ^ (unsigned int)now_us();
 	int rc = side_init(s, cfg);
 
 	if (rc)
@@ -464,12 +567,20 @@ int side_connect(struct bside *s, const struct bench_cfg *cfg, unsigned int retr
 	while (!rc && s->nqp < cfg->conns) {
 		bool first = s->nqp == 0;
 
-		rc = connect_one(s, ai);
-		if (rc && first && rc != -ENOMEM && now_us() < until) {
-			if (s->nqp)
-				forget_first(s);
-			usleep(100000);
-			rc = 0;
+		for (unsigned int tries = 0;; tries++) {
+			rc = connect_one(s, ai);
+			if (!rc || rc == -ENOMEM)
+				break;
+			if (first && now_us() < until) {
+				usleep(100000);
+				continue;
+			}
+			if (first || !worth_retrying(rc) || tries + 1 >= CONNECT_TRIES)
+				break;
+			/* 50 ms, 100, 200...: up to 1.6 s, +-50% */
+			usleep((50000u << tries) / 2 +
+			       (unsigned int)rand_r(&seed) % (50000u << tries));
+			s->retries++;
 		}
 	}
 	rdma_freeaddrinfo(ai);
@@ -533,6 +644,8 @@ int side_post(struct bside *s, uint32_t conn, uint64_t wr_id, const uint8_t *buf
 void side_close(struct bside *s)
 {
 	for (uint32_t i = 0; i < s->nqp; i++) {
+		if (!s->qps[i].id)
+			continue;
 		rdma_disconnect(s->qps[i].id);
 		rdma_destroy_qp(s->qps[i].id);
 	}
@@ -556,7 +669,8 @@ void side_close(struct bside *s)
 	if (s->pd)
 		ibv_dealloc_pd(s->pd);
 	for (uint32_t i = 0; i < s->nqp; i++)
-		rdma_destroy_id(s->qps[i].id);
+		if (s->qps[i].id)
+			rdma_destroy_id(s->qps[i].id);
 	free(s->qps);
 	if (s->listen_id)
 		rdma_destroy_id(s->listen_id);

@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: MIT
 /*
- * The mixed workload's file reads, issued by the thread of the RDMA traffic,
- * the same work per loop pass in every strategy: one chunk. The bridge
- * strategies keep one io_uring read in flight on the bridge's own ring,
- * handed to io_uring's workers (IOSQE_ASYNC) so the copy never runs in the
- * loop; the others read a chunk with pread() whenever they find no
- * completion (a thread blocked in a syscall can do nothing else). The file
- * is read round and round; only the byte count matters. The file-only row
- * is the same pread() loop with no RDMA at all.
+ * The mixed workload's file reads, issued by the thread of the RDMA traffic
+ * on one schedule for every strategy: one chunk after each loop pass that
+ * handled completions, read inline. Those without a ring pread() it; the
+ * bridges submit an io_uring read with the next pass's io_uring_enter, not
+ * handed to io_uring's workers (no IOSQE_ASYNC: a worker would be a third
+ * runnable thread the others do not get), so a page-cache read is copied
+ * in that enter as pread() copies it. --file-direct opens the file with
+ * O_DIRECT: pread() then waits for the device, where the ring's read goes
+ * on without the loop. The file is read round and round; only the byte
+ * count matters. The file-only row is the same pread() loop with no RDMA.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -21,12 +23,13 @@
 #define FILER_DEPTH 1
 #define FILER_TAG   0x46494c45u /* user_data of the reads: "FILE" | slot */
 
-int filer_open(struct filer *f, const char *path)
+int filer_open(struct filer *f, const char *path, bool direct)
 {
 	off_t end;
 
 	memset(f, 0, sizeof(*f));
-	f->fd = open(path, O_RDONLY | O_CLOEXEC);
+	f->direct = direct;
+	f->fd = open(path, O_RDONLY | O_CLOEXEC | (direct ? O_DIRECT : 0));
 	if (f->fd < 0)
 		return -errno;
 	end = lseek(f->fd, 0, SEEK_END);
@@ -70,7 +73,7 @@ int filer_kick(struct bside *s)
 {
 	struct filer *f = s->filer;
 
-	while (f->inflight < FILER_DEPTH) {
+	while (f->want && f->inflight < FILER_DEPTH) {
 		struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
 		unsigned int slot = f->inflight;
 
@@ -79,8 +82,8 @@ int filer_kick(struct bside *s)
 		io_uring_prep_read(sqe, f->fd, f->buf + (size_t)slot * FILER_CHUNK, FILER_CHUNK,
 				   next_off(f));
 		io_uring_sqe_set_data64(sqe, (uint64_t)FILER_TAG << 32 | slot);
-		sqe->flags |= IOSQE_ASYNC;
 		f->inflight++;
+		f->want = false;
 	}
 	return 0;
 }
@@ -101,11 +104,11 @@ void filer_on_cqe(rr_bridge *b, const struct io_uring_cqe *cqe, void *data)
 }
 
 /* The file-only reference: pread() of one chunk after another for ms. */
-int filer_only(const char *path, unsigned int ms, struct result *r)
+int filer_only(const char *path, bool direct, unsigned int ms, struct result *r)
 {
 	struct filer f;
 	double t0, t;
-	int rc = filer_open(&f, path);
+	int rc = filer_open(&f, path, direct);
 
 	if (rc)
 		return rc;

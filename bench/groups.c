@@ -35,6 +35,15 @@ struct gconn {
 	uint32_t rkey;
 	uint32_t echo_next;
 	uint32_t id;
+	/* Echoes of messages that arrived before the connection's
+	 * ESTABLISHED reached us (the client sends once it has its own):
+	 * sent from on_accept. */
+	struct pending_echo {
+		uint8_t *buf;
+		uint32_t len;
+		int slot;
+	} pend[BENCH_MAX_QD];
+	uint32_t npend;
 };
 
 struct group {
@@ -72,7 +81,8 @@ struct gserver {
 	atomic_int done, err, fin_posted;
 	long warm;
 	struct side_figures f;
-	int fds[BENCH_MAX_THREADS + 1], tids[BENCH_MAX_THREADS + 1];
+	struct side_counters scs[BENCH_MAX_THREADS + 1];
+	int tids[BENCH_MAX_THREADS + 1];
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 };
@@ -121,7 +131,7 @@ static void measure_begin(void)
 		SV->g[i].ops0 = atomic_load(&SV->g[i].ops);
 	}
 	sums(&wcs, &wk);
-	side_begin_threads(&SV->f, SV->fds, SV->tids, (int)SV->n + 1, wcs, wk);
+	side_begin_threads(&SV->f, SV->scs, SV->tids, (int)SV->n + 1, wcs, wk);
 	atomic_store(&SV->measuring, 1);
 }
 
@@ -133,7 +143,7 @@ static void measure_end(void)
 	if (!atomic_compare_exchange_strong(&SV->measuring, &one, 2))
 		return;
 	sums(&wcs, &wk);
-	side_end_threads(&SV->f, SV->fds, (int)SV->n + 1, wcs, wk);
+	side_end_threads(&SV->f, SV->scs, (int)SV->n + 1, wcs, wk);
 	if (!group_out)
 		return;
 	group_out->threads = SV->n;
@@ -177,6 +187,14 @@ static void send_fin(struct gconn *k)
 	}
 }
 
+static int echo(rr_ep *ep, struct gconn *k, uint8_t *buf, uint32_t len, int slot)
+{
+	if (slot < 0)
+		return rr_ep_post_send(ep, buf, len, SV->mr, on_sent, NULL);
+	return rr_ep_post_write_imm(ep, buf, len, SV->mr, k->raddr + (uint64_t)slot * SV->slot_sz,
+				    k->rkey, (uint32_t)slot, on_sent, NULL);
+}
+
 static void on_recv(rr_ep *ep, const struct rr_completion *c, void *data)
 {
 	uint8_t *p = data, *buf = p;
@@ -212,11 +230,16 @@ static void on_recv(rr_ep *ep, const struct rr_completion *c, void *data)
 		uint8_t *out = k->send + (size_t)(k->echo_next++ % SV->cfg.qd) * SV->slot_sz;
 
 		memcpy(out, buf, c->byte_len);
-		rc = rr_ep_post_send(ep, out, c->byte_len, SV->mr, on_sent, NULL);
+		buf = out;
+	}
+	if (!k->ep) {
+		/* Not accepted yet: posts would fail, so the echo waits. */
+		if (k->npend == SV->cfg.qd)
+			return fail(-ENOBUFS);
+		k->pend[k->npend++] = (struct pending_echo){buf, c->byte_len, slot};
+		rc = 0;
 	} else {
-		rc = rr_ep_post_write_imm(ep, buf, c->byte_len, SV->mr,
-					  k->raddr + (uint64_t)slot * SV->slot_sz, k->rkey,
-					  (uint32_t)slot, on_sent, NULL);
+		rc = echo(ep, k, buf, c->byte_len, slot);
 	}
 	if (!rc)
 		rc = rr_ep_post_recv(ep, p, (uint32_t)SV->slot_sz, SV->mr, on_recv, p);
@@ -260,6 +283,13 @@ static void on_accept(rr_listener *l, rr_ep *ep, void *data)
 	(void)l;
 	k->ep = ep;
 	g->mine[g->nmine++] = k;
+	for (uint32_t i = 0; i < k->npend; i++) {
+		int rc = echo(ep, k, k->pend[i].buf, k->pend[i].len, k->pend[i].slot);
+
+		if (rc)
+			fail(rc);
+	}
+	k->npend = 0;
 	atomic_fetch_add(&g->conns, 1);
 	atomic_fetch_add(&SV->accepted, 1);
 }
@@ -416,7 +446,7 @@ static int setup(const struct bench_cfg *known, const char *addr, int port_fd)
 	if (rc)
 		return rc;
 	rr_listener_set_on_request(SV->l, on_request);
-	SV->slot_sz = c->msg_size < 64 ? 64 : c->msg_size;
+	SV->slot_sz = c->msg_size < BENCH_MIN_SLOT ? BENCH_MIN_SLOT : c->msg_size;
 	SV->per = (2 * c->qd + 1) + (c->qd + 1);
 	SV->buf_len = (size_t)c->conns * SV->per * SV->slot_sz;
 	SV->buf = aligned_alloc(4096, (SV->buf_len + 4095) & ~(size_t)4095);
@@ -479,7 +509,8 @@ int group_server_run(const struct bench_cfg *known, const char *addr, int port_f
 	sv.warm = known->wl == W_IDLE ? -1 : (known->iters / 10 < 10 ? 10 : known->iters / 10);
 	sv.tids[0] = (int)syscall(SYS_gettid);
 	for (unsigned int i = 0; i <= BENCH_MAX_THREADS; i++)
-		sv.fds[i] = -1;
+		sv.scs[i] = (struct side_counters){-1, -1};
+	count_syscalls = known->count_pass;
 	pthread_mutex_init(&sv.lock, NULL);
 	pthread_cond_init(&sv.cond, NULL);
 	side_phase(PH_CONNECT);

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -36,7 +37,9 @@ struct opts {
 	unsigned int spin_us;
 	bool spin_fixed, ring_read;
 	unsigned int signal_every;
-	bool quick, server, perftest;
+	bool quick, server, perftest, file_direct, no_count;
+	uint32_t client_threads;
+	int repeat;
 	int timeout_s;
 	const char *addr, *client, *json, *csv, *plot, *file;
 	uint16_t port;
@@ -46,7 +49,8 @@ static void usage(FILE *out)
 {
 	fprintf(out,
 		"usage: ringrdma-bench [OPTIONS]\n"
-		"  --strategies LIST  busy,thread,epoll,uring,hybrid (default: all)\n"
+		"  --strategies LIST  busy,thread,epoll,uring,hybrid,hybrid-plain (default:\n"
+		"                     all)\n"
 		"  --workloads LIST   pingpong,rate,mixed,idle,conns (default: all)\n"
 		"  --ops LIST         send,write_imm: pingpong runs each, the others the\n"
 		"                     first (default: send,write_imm)\n"
@@ -58,7 +62,13 @@ static void usage(FILE *out)
 		"                     poll groups, each a bridge on its own ring and\n"
 		"                     thread; uring and hybrid only, local runs only\n"
 		"                     (default 1: one thread, no groups)\n"
+		"  --client-threads N conns: the client's connections split over N threads,\n"
+		"                     each with its own CQ (and ring and bridge) (default 1)\n"
 		"  --iters N          round trips per run (default: 20000; rate 200000)\n"
+		"  --repeat N         run each configuration N times, the strategies of one\n"
+		"                     configuration interleaved (A B, B A, ...); figures are\n"
+		"                     medians, ratios paired per round (default 1)\n"
+		"  --no-count         no syscall-counting pass (it runs after the timed ones)\n"
 		"  --idle-ms MS       idle: how long to wait (default 10000)\n"
 		"  --spin-us US       hybrid: longest spin window (default 200)\n"
 		"  --spin-fixed       hybrid: always spin --spin-us (default: adapt)\n"
@@ -71,6 +81,7 @@ static void usage(FILE *out)
 		"  --with-perftest    add perftest ib_send_lat (polling and -e) rows\n"
 		"  --timeout SECS     watchdog per run (default 300)\n"
 		"  --file PATH        mixed: the file to read (default: a temporary one)\n"
+		"  --file-direct      mixed: read it with O_DIRECT (not on tmpfs)\n"
 		"  --addr ADDR        a local RDMA device's address (default: $RR_TEST_ADDR)\n"
 		"  --server           serve runs for --client on --addr (port --port)\n"
 		"  --client ADDR      run against `ringrdma-bench --server` at ADDR\n"
@@ -152,6 +163,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
 					   {"qd", required_argument, NULL, 'Q'},
 					   {"conns", required_argument, NULL, 'C'},
 					   {"threads", required_argument, NULL, 'N'},
+					   {"client-threads", required_argument, NULL, 'L'},
+					   {"repeat", required_argument, NULL, 'r'},
+					   {"no-count", no_argument, NULL, 'x'},
+					   {"file-direct", no_argument, NULL, 'd'},
 					   {"iters", required_argument, NULL, 'n'},
 					   {"idle-ms", required_argument, NULL, 'I'},
 					   {"spin-us", required_argument, NULL, 'w'},
@@ -203,6 +218,20 @@ static int parse_args(int argc, char **argv, struct opts *o)
 						 sizeof(o->threads[0]));
 			if (o->nthreads < 0)
 				return -1;
+			break;
+		case 'L':
+			v = num_arg(optarg, 1, BENCH_MAX_THREADS);
+			o->client_threads = (uint32_t)v;
+			break;
+		case 'r':
+			v = num_arg(optarg, 1, BENCH_MAX_REPEAT);
+			o->repeat = (int)v;
+			break;
+		case 'x':
+			o->no_count = true;
+			break;
+		case 'd':
+			o->file_direct = true;
 			break;
 		case 'S':
 			v = num_arg(optarg, sizeof(struct msg_hdr), BENCH_MAX_MSG);
@@ -316,6 +345,8 @@ static int plan(const struct opts *o, struct bench_cfg *runs, int max)
 						r->qd = wl == W_RATE ? o->qd : 1;
 						r->conns = wl == W_CONNS ? o->conns[c] : 1;
 						r->threads = o->threads[t];
+						r->client_threads =
+							wl == W_CONNS ? o->client_threads : 1;
 						r->iters = iters_for(o, wl);
 						r->idle_ms = wl == W_IDLE ? o->idle_ms : 0;
 						r->spin_us = o->spin_us;
@@ -423,9 +454,134 @@ static int write_outputs(const struct opts *o, const struct result *res, int n)
 	return failed;
 }
 
+/* Runs g.. that differ only by strategy: one configuration. */
+static int group_len(const struct bench_cfg *runs, int g, int n)
+{
+	const struct bench_cfg *a = &runs[g];
+	int k = 1;
+
+	for (; g + k < n; k++) {
+		const struct bench_cfg *b = &runs[g + k];
+
+		if (a->wl != b->wl || a->op != b->op || a->msg_size != b->msg_size ||
+		    a->qd != b->qd || a->conns != b->conns || a->threads != b->threads ||
+		    a->client_threads != b->client_threads || a->iters != b->iters)
+			break;
+	}
+	return k;
+}
+
+static int run_one(struct bench_cfg *cfg, const struct opts *o, bool remote, struct result *r,
+		   const char *what)
+{
+	double t0 = now_us();
+	int rc;
+
+	fprintf(stderr, "  %-12s %-9s %-9s qd %-3u conns %-4u ", strategy_name(cfg->strat),
+		workload_name(cfg->wl), op_name(cfg->op), cfg->qd, cfg->conns);
+	if (cfg->threads > 1)
+		fprintf(stderr, "threads %u ", cfg->threads);
+	if (cfg->client_threads > 1)
+		fprintf(stderr, "client threads %u ", cfg->client_threads);
+	fprintf(stderr, "%s", what);
+	rc = remote ? run_remote(cfg, r, o->timeout_s) : run_local(cfg, r, o->timeout_s);
+	fprintf(stderr, "%s in %.1f s\n", rc ? "failed" : "done", (now_us() - t0) / 1e6);
+	return rc;
+}
+
+/*
+ * One configuration's k strategies: o->repeat timed rounds, the order
+ * reversed every other round (A B C, C B A, ...) so drift within a boot
+ * falls on every strategy alike, with no syscall counter anywhere; then a
+ * counting pass per strategy, with the counter held (syscalls_hold()), for
+ * the syscall columns. Results appended at out; 1 if any run failed.
+ */
+static int run_group(const struct opts *o, struct bench_cfg *cfgs, int k, const char *addr,
+		     bool remote, struct result *out, int *nres)
+{
+	struct result *reps = calloc((size_t)k * BENCH_MAX_REPEAT, sizeof(*reps)), cnt;
+	bool *ok = calloc((size_t)k * BENCH_MAX_REPEAT, sizeof(*ok));
+	int failed = 0;
+	char what[32];
+
+	if (!reps || !ok) {
+		free(reps);
+		free(ok);
+		return 1;
+	}
+	for (int r = 0; r < o->repeat; r++)
+		for (int j = 0; j < k; j++) {
+			int i = r % 2 ? k - 1 - j : j;
+			struct bench_cfg c = cfgs[i];
+
+			c.addr = addr;
+			c.port = o->port;
+			c.file = o->file;
+			c.file_direct = o->file_direct;
+			what[0] = 0;
+			if (o->repeat > 1)
+				snprintf(what, sizeof(what), "round %d ", r + 1);
+			ok[i * BENCH_MAX_REPEAT + r] =
+				!run_one(&c, o, remote, &reps[i * BENCH_MAX_REPEAT + r], what);
+			failed |= !ok[i * BENCH_MAX_REPEAT + r];
+		}
+	for (int i = 0; i < k; i++) {
+		struct result good[BENCH_MAX_REPEAT], *x = &out[*nres];
+		int n = 0;
+
+		for (int r = 0; r < o->repeat; r++)
+			if (ok[i * BENCH_MAX_REPEAT + r])
+				good[n++] = reps[i * BENCH_MAX_REPEAT + r];
+		if (!n)
+			continue;
+		reduce_repeats(good, n, x);
+		/* Paired by round: a failed round is NaN in every list. */
+		x->repeat = (uint32_t)o->repeat;
+		for (int r = 0; r < o->repeat; r++) {
+			const struct result *y = &reps[i * BENCH_MAX_REPEAT + r];
+			bool have = ok[i * BENCH_MAX_REPEAT + r];
+
+			x->rep_p50[r] = have ? y->p50 : NAN;
+			x->rep_ops[r] = have ? y->ops_per_s : NAN;
+			x->rep_cpu[r] = have ? y->cpu_us_per_op : NAN;
+		}
+		x->syscalls_known = false;
+		x->syscalls_per_op = x->verbs_syscalls_per_op = x->crossings_per_op = -1;
+		if (!o->no_count && cfgs[i].wl != W_IDLE) {
+			struct bench_cfg c = cfgs[i];
+
+			c.addr = addr;
+			c.port = o->port;
+			c.file = o->file;
+			c.file_direct = o->file_direct;
+			c.count_pass = true;
+			/* Counts per operation settle quickly: a shorter pass. */
+			if (c.iters > 8000)
+				c.iters = c.iters / 4 > 8000 ? c.iters / 4 : 8000;
+			/* The key flips here, with no side running. */
+			syscalls_hold(true);
+			if (run_one(&c, o, remote, &cnt, "count ") == 0) {
+				x->syscalls_known = cnt.syscalls_known;
+				x->syscalls_per_op = cnt.syscalls_per_op;
+				x->verbs_syscalls_per_op = cnt.verbs_syscalls_per_op;
+				x->crossings_per_op = cnt.crossings_per_op;
+			} else {
+				failed = 1;
+			}
+			syscalls_hold(false);
+		}
+		(*nres)++;
+	}
+	free(reps);
+	free(ok);
+	return failed;
+}
+
 int main(int argc, char **argv)
 {
 	struct opts o = {.qd = 64,
+			 .repeat = 1,
+			 .client_threads = 1,
 			 .msg_size = 64,
 			 .spin_us = 200,
 			 .signal_every = 16,
@@ -433,8 +589,8 @@ int main(int argc, char **argv)
 			 .port = BENCH_DEFAULT_PORT};
 	char file_buf[PATH_MAX] = "";
 	struct bench_cfg *runs;
-	struct result *res;
-	int nruns, nres = 0, failed = 0, max;
+	struct result *res, pt_before[2];
+	int nruns, nres = 0, failed = 0, max, npt = 0;
 	bool remote = false;
 	const char *addr;
 
@@ -448,8 +604,6 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	raise_limits();
-	/* Before any connection exists: see syscalls_hold(). */
-	syscalls_hold();
 	if (o.plot && system("command -v gnuplot >/dev/null 2>&1")) {
 		fprintf(stderr, "ringrdma-bench: --plot needs gnuplot "
 				"(Debian: apt-get install gnuplot-nox)\n");
@@ -475,7 +629,7 @@ int main(int argc, char **argv)
 		      stderr);
 		return 2;
 	}
-	max = S_COUNT * (W_COUNT + OP_COUNT + MAX_CONNS_LIST) * o.nthreads + 2;
+	max = S_COUNT * (W_COUNT + OP_COUNT + MAX_CONNS_LIST) * o.nthreads + 4;
 	runs = calloc((size_t)max, sizeof(*runs));
 	res = calloc((size_t)max, sizeof(*res));
 	if (!runs || !res)
@@ -499,30 +653,22 @@ int main(int argc, char **argv)
 	printf("ringrdma-bench %s: %d runs against %s%s\n", rr_version(), nruns, addr,
 	       remote ? " (remote server)" : "");
 	fflush(stdout);
-	for (int i = 0; i < nruns; i++) {
-		int rc;
+	if (o.perftest && !remote) {
+		/* Before the runs and again after them: the lab drifts. */
+		int n = perftest_rows(addr, o.msg_size, iters_for(&o, W_PINGPONG), pt_before, 2);
 
-		runs[i].addr = addr;
-		runs[i].port = o.port;
-		runs[i].file = o.file;
-		double t0 = now_us();
-
-		fprintf(stderr, "  %-7s %-9s %-9s qd %-3u conns %-3u ",
-			strategy_name(runs[i].strat), workload_name(runs[i].wl),
-			op_name(runs[i].op), runs[i].qd, runs[i].conns);
-		if (runs[i].threads > 1)
-			fprintf(stderr, "threads %u ", runs[i].threads);
-		rc = remote ? run_remote(&runs[i], &res[nres], o.timeout_s)
-			    : run_local(&runs[i], &res[nres], o.timeout_s);
-		fprintf(stderr, "%s in %.1f s\n", rc ? "failed" : "done", (now_us() - t0) / 1e6);
-		if (rc) {
+		if (n < 0)
 			failed = 1;
-			continue;
-		}
-		nres++;
+		npt = n < 0 ? 0 : n;
+	}
+	for (int g = 0; g < nruns;) {
+		int k = group_len(runs, g, nruns);
+
+		failed |= run_group(&o, &runs[g], k, addr, remote, res, &nres);
+		g += k;
 	}
 	if (wants(&o, W_MIXED) && !remote && nres < max) {
-		if (filer_only(o.file, o.quick ? 1000 : 3000, &res[nres]) == 0) {
+		if (filer_only(o.file, o.file_direct, o.quick ? 1000 : 3000, &res[nres]) == 0) {
 			res[nres].cfg.msg_size = o.msg_size;
 			res[nres].cfg.qd = res[nres].cfg.conns = 1;
 			nres++;
@@ -531,13 +677,17 @@ int main(int argc, char **argv)
 	}
 	if (file_buf[0])
 		unlink(file_buf);
-	if (o.perftest && !remote) {
+	if (npt) {
 		int n = perftest_rows(addr, o.msg_size, iters_for(&o, W_PINGPONG), &res[nres], 2);
 
-		if (n < 0)
+		if (n == npt)
+			perftest_merge(&res[nres], pt_before, n);
+		else {
+			/* No after: the before rows alone. */
+			memcpy(&res[nres], pt_before, sizeof(pt_before[0]) * (size_t)npt);
 			failed = 1;
-		else
-			nres += n;
+		}
+		nres += npt;
 	}
 	report_table(stdout, res, nres);
 	report_targets(stdout, res, nres);

@@ -168,6 +168,8 @@ static int one(const char *dev, const char *addr, uint32_t size, long iters, boo
 	r->cfg.msg_size = size;
 	r->cfg.qd = r->cfg.conns = 1;
 	r->cfg.iters = iters;
+	r->repeat = 1;
+	r->sys_cpu_us_per_op = r->verbs_syscalls_per_op = r->crossings_per_op = -1;
 	r->p50 = 2 * v[4];
 	r->p99 = 2 * v[7];
 	r->p999 = 2 * v[8];
@@ -201,4 +203,26 @@ int perftest_rows(const char *addr, uint32_t msg_size, long iters, struct result
 		n++;
 	}
 	return n;
+}
+
+/* The rows of a run before the bench's and one after: figures the mean of
+ * the two, each kept (rep_p50) so the drift between them shows. */
+void perftest_merge(struct result *after, const struct result *before, int n)
+{
+	for (int i = 0; i < n; i++) {
+		struct result *a = &after[i];
+		const struct result *b = &before[i];
+
+		a->repeat = 2;
+		a->rep_p50[0] = b->p50;
+		a->rep_p50[1] = a->p50;
+		a->rep_ops[0] = a->rep_ops[1] = NAN;
+		a->rep_cpu[0] = a->rep_cpu[1] = NAN;
+		a->p50 = (a->p50 + b->p50) / 2;
+		a->p99 = (a->p99 + b->p99) / 2;
+		a->p999 = (a->p999 + b->p999) / 2;
+		a->max = a->max > b->max ? a->max : b->max;
+		for (int q = 0; q <= BENCH_CDF_POINTS; q++)
+			a->cdf[q] = a->p50;
+	}
 }

@@ -31,14 +31,15 @@ void report_table(FILE *out, const struct result *r, int n)
 
 		if (x->cfg.wl != last) {
 			fprintf(out,
-				"\n%-10s %-9s %-9s %6s %4s %5s %3s %9s %9s %9s %9s %9s %9s %8s %7s "
-				"%7s %s\n",
+				"\n%-12s %-9s %-9s %6s %4s %5s %3s %9s %9s %9s %9s %9s %9s %9s "
+				"%8s %7s %7s %7s %s\n",
 				"strategy", "workload", "op", "size", "qd", "conns", "thr",
 				"p50 us", "p99 us", "p99.9 us", "max us", "ops/s", "cpu us/op",
-				"sysc/op", "csw/op", "wc/wake", extra_name(x));
+				"sys us/op", "sysc/op", "kx/op", "csw/op", "wc/wake",
+				extra_name(x));
 			last = x->cfg.wl;
 		}
-		fprintf(out, "%-10s %-9s %-9s %6u %4u %5u %3u ", x->name, workload_name(x->cfg.wl),
+		fprintf(out, "%-12s %-9s %-9s %6u %4u %5u %3u ", x->name, workload_name(x->cfg.wl),
 			op_name(x->cfg.op), x->cfg.msg_size, x->cfg.qd, x->cfg.conns,
 			x->threads ? x->threads : 1);
 		if (x->has_latency)
@@ -46,7 +47,8 @@ void report_table(FILE *out, const struct result *r, int n)
 		else
 			fprintf(out, "%9s %9s %9s %9s ", "-", "-", "-", "-");
 		if (x->reference) {
-			fprintf(out, "%9s %9s %8s %7s %7s ", "-", "-", "-", "-", "-");
+			fprintf(out, "%9s %9s %9s %8s %7s %7s %7s ", "-", "-", "-", "-", "-", "-",
+				"-");
 			if (x->cfg.wl == W_MIXED)
 				fprintf(out, "%.1f (pread alone, no RDMA)\n", x->file_mb_per_s);
 			else
@@ -54,14 +56,22 @@ void report_table(FILE *out, const struct result *r, int n)
 			continue;
 		}
 		if (x->cfg.wl == W_IDLE)
-			fprintf(out, "%9s %9s %8s %7s %7s %.2f\n", "-", "-", "-", "-", "-",
-				x->cpu_pct_per_side);
+			fprintf(out, "%9s %9s %9s %8s %7s %7s %7s %.2f\n", "-", "-", "-", "-", "-",
+				"-", "-", x->cpu_pct_per_side);
 		else {
 			fprintf(out, "%9.0f %9.1f ", x->ops_per_s, x->cpu_us_per_op);
+			if (x->sys_cpu_us_per_op >= 0)
+				fprintf(out, "%9.1f ", x->sys_cpu_us_per_op);
+			else
+				fprintf(out, "%9s ", "n/a");
 			if (x->syscalls_known)
 				fprintf(out, "%8.2f", x->syscalls_per_op);
 			else
 				fprintf(out, "%8s", "n/a");
+			if (x->crossings_per_op >= 0)
+				fprintf(out, " %7.2f", x->crossings_per_op);
+			else
+				fprintf(out, " %7s", "n/a");
 			fprintf(out, " %7.2f", x->ctx_per_op);
 			if (x->wcs_per_wakeup > 0)
 				fprintf(out, " %7.1f", x->wcs_per_wakeup);
@@ -73,6 +83,16 @@ void report_table(FILE *out, const struct result *r, int n)
 				fprintf(out, " groups");
 				for (uint32_t g = 0; g < x->ngroups; g++)
 					fprintf(out, "%s%u", g ? "/" : " ", x->group_conns[g]);
+				fprintf(out, " cpu us/op");
+				for (uint32_t g = 0; g < x->ngroups; g++)
+					fprintf(out, "%s%.1f", g ? "/" : " ",
+						x->group_cpu_us_per_op[g]);
+			}
+			if (x->client_threads > 1) {
+				fprintf(out, " client threads cpu us/op");
+				for (uint32_t t = 0; t < x->client_threads; t++)
+					fprintf(out, "%s%.1f", t ? "/" : " ",
+						x->client_thread_cpu_us_per_op[t]);
 			}
 			fputc('\n', out);
 		}
@@ -82,9 +102,9 @@ void report_table(FILE *out, const struct result *r, int n)
 /* Hybrid's window; "" for the other strategies and reference rows. */
 static const char *spin_name(const struct result *x)
 {
-	if (x->reference || x->cfg.strat != S_HYBRID)
+	if (x->reference || (x->cfg.strat != S_HYBRID && x->cfg.strat != S_HYBRID_PLAIN))
 		return "";
-	return x->cfg.spin_fixed ? "fixed" : "adaptive";
+	return x->cfg.spin_fixed || x->cfg.strat == S_HYBRID_PLAIN ? "fixed" : "adaptive";
 }
 
 /* Whether bridges could read channels through the ring; null where no
@@ -100,7 +120,7 @@ static const char *spin_json(const struct result *x)
 {
 	const char *n = spin_name(x);
 
-	return !*n ? "null" : x->cfg.spin_fixed ? "\"fixed\"" : "\"adaptive\"";
+	return !*n ? "null" : !strcmp(n, "fixed") ? "\"fixed\"" : "\"adaptive\"";
 }
 
 /* "null" for what a record does not have. */
@@ -144,6 +164,47 @@ static void groups_csv(FILE *f, const struct result *x, bool ops)
 	fputc(',', f);
 }
 
+/* Each round's value of a figure, its least and most: "[min, max]". */
+static bool range_of(const double *v, uint32_t n, double *lo, double *hi)
+{
+	bool any = false;
+
+	for (uint32_t i = 0; i < n && i < BENCH_MAX_REPEAT; i++) {
+		if (!isfinite(v[i]))
+			continue;
+		if (!any || v[i] < *lo)
+			*lo = v[i];
+		if (!any || v[i] > *hi)
+			*hi = v[i];
+		any = true;
+	}
+	return any;
+}
+
+static void range_json(FILE *f, const char *key, bool have, const double *v, uint32_t n)
+{
+	double lo = 0, hi = 0;
+
+	if (have && range_of(v, n, &lo, &hi))
+		fprintf(f, "\"%s\": [%.3f, %.3f], ", key, lo, hi);
+	else
+		fprintf(f, "\"%s\": null, ", key);
+}
+
+static void range_csv(FILE *f, bool have, const double *v, uint32_t n)
+{
+	double lo = 0, hi = 0;
+
+	if (have && range_of(v, n, &lo, &hi))
+		fprintf(f, "%.3f;%.3f", lo, hi);
+	fputc(',', f);
+}
+
+static uint32_t repeat_of(const struct result *x)
+{
+	return x->repeat ? x->repeat : 1;
+}
+
 int report_json(const char *path, const struct result *r, int n)
 {
 	FILE *f = fopen(path, "w");
@@ -165,6 +226,19 @@ int report_json(const char *path, const struct result *r, int n)
 			x->cfg.spin_us, spin_json(x), ring_read_json(x), x->cfg.signal_every,
 			x->reference ? "true" : "false", x->threads ? x->threads : 1);
 		groups_json(f, x, ops);
+		fprintf(f, "\"client_threads\": %u, \"client_thread_cpu_us_per_op\": ",
+			x->client_threads ? x->client_threads : 1);
+		if (ops) {
+			for (uint32_t t = 0; t < x->client_threads; t++)
+				fprintf(f, "%s%.3f", t ? ", " : "[",
+					x->client_thread_cpu_us_per_op[t]);
+			fprintf(f, x->client_threads ? "], " : "null, ");
+		} else {
+			fprintf(f, "null, ");
+		}
+		fprintf(f, "\"repeat\": %u, ", repeat_of(x));
+		range_json(f, "p50_us_range", x->has_latency, x->rep_p50, repeat_of(x));
+		range_json(f, "ops_per_s_range", ops, x->rep_ops, repeat_of(x));
 		num(f, "p50_us", x->has_latency, x->p50, ", ");
 		num(f, "p99_us", x->has_latency, x->p99, ", ");
 		num(f, "p999_us", x->has_latency, x->p999, ", ");
@@ -173,7 +247,13 @@ int report_json(const char *path, const struct result *r, int n)
 		num(f, "cpu_us_per_op", ops, x->cpu_us_per_op, ", ");
 		num(f, "client_cpu_us_per_op", ops, x->cli_cpu_us_per_op, ", ");
 		num(f, "server_cpu_us_per_op", ops, x->srv_cpu_us_per_op, ", ");
+		num(f, "sys_cpu_us_per_op", ops && x->sys_cpu_us_per_op >= 0, x->sys_cpu_us_per_op,
+		    ", ");
 		num(f, "syscalls_per_op", ops && x->syscalls_known, x->syscalls_per_op, ", ");
+		num(f, "verbs_syscalls_per_op", ops && x->verbs_syscalls_per_op >= 0,
+		    x->verbs_syscalls_per_op, ", ");
+		num(f, "crossings_per_op", ops && x->crossings_per_op >= 0, x->crossings_per_op,
+		    ", ");
 		num(f, "ctx_switches_per_op", ops, x->ctx_per_op, ", ");
 		num(f, "wcs_per_wakeup", ops && x->wcs_per_wakeup > 0, x->wcs_per_wakeup, ", ");
 		num(f, "cpu_pct_per_side", !x->reference, x->cpu_pct_per_side, ", ");
@@ -200,9 +280,11 @@ int report_csv(const char *path, const struct result *r, int n)
 		return -errno;
 	fprintf(f, "strategy,workload,op,msg_size,qd,conns,iters,idle_ms,spin_us,spin,ring_read,"
 		   "signal_every,"
-		   "reference,threads,group_conns,group_cpu_us_per_op,"
+		   "reference,threads,group_conns,group_cpu_us_per_op,client_threads,"
+		   "client_thread_cpu_us_per_op,repeat,p50_us_range,ops_per_s_range,"
 		   "p50_us,p99_us,p999_us,max_us,ops_per_s,cpu_us_per_op,client_cpu_us_per_op,"
-		   "server_cpu_us_per_op,syscalls_per_op,"
+		   "server_cpu_us_per_op,sys_cpu_us_per_op,syscalls_per_op,verbs_syscalls_per_op,"
+		   "crossings_per_op,"
 		   "ctx_switches_per_op,wcs_per_wakeup,cpu_pct_per_side,file_mb_per_s\n");
 	for (int i = 0; i < n; i++) {
 		const struct result *x = &r[i];
@@ -216,6 +298,12 @@ int report_csv(const char *path, const struct result *r, int n)
 			x->cfg.spin_us, spin_name(x), strcmp(rread, "null") ? rread : "",
 			x->cfg.signal_every, x->reference, x->threads ? x->threads : 1);
 		groups_csv(f, x, ops);
+		fprintf(f, "%u,", x->client_threads ? x->client_threads : 1);
+		for (uint32_t t = 0; ops && t < x->client_threads; t++)
+			fprintf(f, "%s%.3f", t ? ";" : "", x->client_thread_cpu_us_per_op[t]);
+		fprintf(f, ",%u,", repeat_of(x));
+		range_csv(f, x->has_latency, x->rep_p50, repeat_of(x));
+		range_csv(f, ops, x->rep_ops, repeat_of(x));
 		cell(f, x->has_latency, x->p50, ",");
 		cell(f, x->has_latency, x->p99, ",");
 		cell(f, x->has_latency, x->p999, ",");
@@ -224,7 +312,10 @@ int report_csv(const char *path, const struct result *r, int n)
 		cell(f, ops, x->cpu_us_per_op, ",");
 		cell(f, ops, x->cli_cpu_us_per_op, ",");
 		cell(f, ops, x->srv_cpu_us_per_op, ",");
+		cell(f, ops && x->sys_cpu_us_per_op >= 0, x->sys_cpu_us_per_op, ",");
 		cell(f, ops && x->syscalls_known, x->syscalls_per_op, ",");
+		cell(f, ops && x->verbs_syscalls_per_op >= 0, x->verbs_syscalls_per_op, ",");
+		cell(f, ops && x->crossings_per_op >= 0, x->crossings_per_op, ",");
 		cell(f, ops, x->ctx_per_op, ",");
 		cell(f, ops && x->wcs_per_wakeup > 0, x->wcs_per_wakeup, ",");
 		cell(f, !x->reference, x->cpu_pct_per_side, ",");
@@ -312,16 +403,64 @@ static const struct result *find(const struct result *r, int n, const char *name
 {
 	for (int i = 0; i < n; i++)
 		if (!strcmp(r[i].name, name) && r[i].cfg.wl == wl && r[i].cfg.op == OP_SEND &&
-		    r[i].cfg.conns == 1 && r[i].threads <= 1)
+		    r[i].cfg.conns == 1 && r[i].threads <= 1 && r[i].client_threads <= 1)
 			return &r[i];
 	return NULL;
 }
 
-static void ratio(FILE *out, const char *what, const struct result *a, const struct result *b,
-		  double va, double vb, const char *goal)
+static int cmp_d(const void *a, const void *b)
 {
-	if (a && b && vb > 0)
-		fprintf(out, "  %-40s %6.2fx   (%s)\n", what, va / vb, goal);
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+enum fig { F_P50, F_OPS };
+
+static const double *rounds(const struct result *x, enum fig f)
+{
+	return f == F_P50 ? x->rep_p50 : x->rep_ops;
+}
+
+/* a's figure over b's: paired round by round where both ran the same
+ * rounds (median, least and most of the ratios), else of the medians. */
+static void ratio(FILE *out, const char *what, const struct result *a, const struct result *b,
+		  enum fig f, const char *goal)
+{
+	double va, vb, v[BENCH_MAX_REPEAT];
+	int n = 0;
+
+	if (!a || !b)
+		return;
+	va = f == F_P50 ? a->p50 : a->ops_per_s;
+	vb = f == F_P50 ? b->p50 : b->ops_per_s;
+	if (!(vb > 0))
+		return;
+	if (!a->reference && !b->reference && a->repeat > 1 && a->repeat == b->repeat) {
+		for (uint32_t i = 0; i < a->repeat && i < BENCH_MAX_REPEAT; i++) {
+			double x = rounds(a, f)[i], y = rounds(b, f)[i];
+
+			if (isfinite(x) && isfinite(y) && y > 0)
+				v[n++] = x / y;
+		}
+	}
+	if (n > 1) {
+		qsort(v, (size_t)n, sizeof(double), cmp_d);
+		fprintf(out, "  %-40s %6.2fx   (%s)  paired over %d rounds: %.2f-%.2f\n", what,
+			n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2, goal, n, v[0], v[n - 1]);
+		return;
+	}
+	fprintf(out, "  %-40s %6.2fx   (%s)\n", what, va / vb, goal);
+}
+
+static const struct result *find_c(const struct result *r, int n, const char *name,
+				   enum workload wl, uint32_t conns)
+{
+	for (int i = 0; i < n; i++)
+		if (!strcmp(r[i].name, name) && r[i].cfg.wl == wl && r[i].cfg.op == OP_SEND &&
+		    r[i].cfg.conns == conns && r[i].threads <= 1 && r[i].client_threads <= 1)
+			return &r[i];
+	return NULL;
 }
 
 /* The ratios the project's claims are about, when the runs are there. */
@@ -332,32 +471,48 @@ void report_targets(FILE *out, const struct result *r, int n)
 			    *ep = find(r, n, "epoll", W_PINGPONG),
 			    *ur = find(r, n, "uring", W_PINGPONG),
 			    *hy = find(r, n, "hybrid", W_PINGPONG),
+			    *hp = find(r, n, "hybrid-plain", W_PINGPONG),
 			    *pt = find(r, n, "perftest", W_PINGPONG),
 			    *pte = find(r, n, "perftest-e", W_PINGPONG),
 			    *rb = find(r, n, "busy", W_RATE), *ru = find(r, n, "uring", W_RATE),
-			    *rh = find(r, n, "hybrid", W_RATE), *ih = find(r, n, "hybrid", W_IDLE),
-			    *iu = find(r, n, "uring", W_IDLE);
+			    *rh = find(r, n, "hybrid", W_RATE),
+			    *rhp = find(r, n, "hybrid-plain", W_RATE),
+			    *me = find(r, n, "epoll", W_MIXED), *mu = find(r, n, "uring", W_MIXED),
+			    *ih = find(r, n, "hybrid", W_IDLE), *iu = find(r, n, "uring", W_IDLE),
+			    *cb = find_c(r, n, "busy", W_CONNS, 256),
+			    *cu = find_c(r, n, "uring", W_CONNS, 256);
 
 	fprintf(out, "\nratios (pingpong p50 round trip, send, one connection):\n");
-	ratio(out, "uring / epoll", ur, ep, ur ? ur->p50 : 0, ep ? ep->p50 : 0, "<= 1");
-	ratio(out, "uring / thread", ur, thr, ur ? ur->p50 : 0, thr ? thr->p50 : 0, "<= 1");
-	ratio(out, "uring / perftest -e", ur, pte, ur ? ur->p50 : 0, pte ? pte->p50 : 0, "<= 1");
-	ratio(out, "hybrid / busy", hy, busy, hy ? hy->p50 : 0, busy ? busy->p50 : 0, "<= 1.15");
-	ratio(out, "hybrid / perftest", hy, pt, hy ? hy->p50 : 0, pt ? pt->p50 : 0, "<= 1.15");
-	ratio(out, "rate: uring / busy ops/s", ru, rb, ru ? ru->ops_per_s : 0,
-	      rb ? rb->ops_per_s : 0, ">= 0.95");
-	ratio(out, "rate: hybrid / busy ops/s", rh, rb, rh ? rh->ops_per_s : 0,
-	      rb ? rb->ops_per_s : 0, ">= 0.95");
+	ratio(out, "uring / epoll", ur, ep, F_P50, "<= 1");
+	ratio(out, "uring / thread", ur, thr, F_P50, "<= 1");
+	ratio(out, "uring / perftest -e", ur, pte, F_P50, "<= 1");
+	ratio(out, "hybrid / busy", hy, busy, F_P50, "<= 1.15");
+	ratio(out, "hybrid / hybrid-plain", hy, hp, F_P50, "what the bridge adds");
+	ratio(out, "hybrid / perftest", hy, pt, F_P50, "<= 1.15");
+	ratio(out, "mixed p50: uring / epoll", mu, me, F_P50, "<= 1");
+	ratio(out, "rate: uring / busy ops/s", ru, rb, F_OPS, ">= 1");
+	ratio(out, "rate: hybrid / busy ops/s", rh, rb, F_OPS, ">= 1.2");
+	ratio(out, "rate: hybrid / hybrid-plain ops/s", rh, rhp, F_OPS, "what the bridge adds");
+	ratio(out, "conns 256: uring / busy ops/s", cu, cb, F_OPS, ">= 1");
 	if (rb && rb->syscalls_known) {
 		if (ru && ru->syscalls_known)
-			fprintf(out, "  %-40s %+6.2f    (<= +0.1)\n",
-				"rate: uring - busy syscalls/op",
+			fprintf(out, "  %-40s %+6.2f    (<= 0)\n", "rate: uring - busy syscalls/op",
 				ru->syscalls_per_op - rb->syscalls_per_op);
 		if (rh && rh->syscalls_known)
 			fprintf(out, "  %-40s %+6.2f    (<= +0.1)\n",
 				"rate: hybrid - busy syscalls/op",
 				rh->syscalls_per_op - rb->syscalls_per_op);
+		if (ru && ru->crossings_per_op >= 0 && rb->crossings_per_op >= 0)
+			fprintf(out, "  %-40s %+6.2f    (on a NIC with doorbells)\n",
+				"rate: uring - busy crossings/op",
+				ru->crossings_per_op - rb->crossings_per_op);
 	}
+	if (pt && pt->repeat == 2)
+		fprintf(out, "  %-40s %6.1f / %.1f us\n", "perftest p50 before / after",
+			pt->rep_p50[0], pt->rep_p50[1]);
+	if (pte && pte->repeat == 2)
+		fprintf(out, "  %-40s %6.1f / %.1f us\n", "perftest -e p50 before / after",
+			pte->rep_p50[0], pte->rep_p50[1]);
 	if (ih)
 		fprintf(out, "  %-40s %6.2f%%   (< 1%%)\n", "idle: hybrid CPU per side",
 			ih->cpu_pct_per_side);

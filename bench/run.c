@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -101,7 +102,8 @@ static double quantile(const double *v, long n, double q)
 	return v[i >= n ? n - 1 : i];
 }
 
-static void reduce(const struct bench_cfg *cfg, struct client_out *co, struct result *r)
+static void reduce(const struct bench_cfg *cfg, struct client_out *co, bool remote,
+		   struct result *r)
 {
 	double ops = cfg->wl == W_IDLE ? 0 : (double)cfg->iters;
 	double per = ops > 0 ? ops : 1;
@@ -122,9 +124,32 @@ static void reduce(const struct bench_cfg *cfg, struct client_out *co, struct re
 	}
 	r->cpu_us_per_op = ops > 0 ? (co->cli.cpu_s + co->srv.cpu_s) * 1e6 / per : 0;
 	r->ctx_per_op = (double)(co->cli.ctx_switches + co->srv.ctx_switches) / per;
-	r->syscalls_known = co->cli.syscalls >= 0 && co->srv.syscalls >= 0;
+	r->syscalls_known = cfg->count_pass && co->cli.syscalls >= 0 && co->srv.syscalls >= 0;
 	r->syscalls_per_op =
 		r->syscalls_known ? (double)(co->cli.syscalls + co->srv.syscalls) / per : -1;
+	if (r->syscalls_known && co->cli.verbs_syscalls >= 0 && co->srv.verbs_syscalls >= 0) {
+		r->verbs_syscalls_per_op =
+			(double)(co->cli.verbs_syscalls + co->srv.verbs_syscalls) / per;
+		r->crossings_per_op = r->syscalls_per_op - r->verbs_syscalls_per_op;
+	} else {
+		r->verbs_syscalls_per_op = r->crossings_per_op = -1;
+	}
+	/* Both sides on one machine see the same /proc/stat: count it once. */
+	if (remote)
+		r->sys_cpu_us_per_op = co->cli.sys_cpu_s >= 0 && co->srv.sys_cpu_s >= 0 && ops > 0
+					       ? (co->cli.sys_cpu_s + co->srv.sys_cpu_s) * 1e6 / per
+					       : -1;
+	else
+		r->sys_cpu_us_per_op =
+			co->cli.sys_cpu_s >= 0 && ops > 0 ? co->cli.sys_cpu_s * 1e6 / per : -1;
+	r->client_threads = co->cli_threads ? co->cli_threads : 1;
+	for (uint32_t i = 0; i < r->client_threads && i < BENCH_MAX_THREADS; i++)
+		r->client_thread_cpu_us_per_op[i] =
+			ops > 0 ? co->cli_thread_cpu_s[i] * 1e6 / per : 0;
+	r->repeat = 1;
+	r->rep_p50[0] = r->p50;
+	r->rep_ops[0] = r->ops_per_s;
+	r->rep_cpu[0] = r->cpu_us_per_op;
 	if (co->cli.elapsed_s > 0 && co->srv.elapsed_s > 0)
 		r->cpu_pct_per_side = 50.0 * (co->cli.cpu_s / co->cli.elapsed_s +
 					      co->srv.cpu_s / co->srv.elapsed_s);
@@ -153,6 +178,70 @@ static void reduce(const struct bench_cfg *cfg, struct client_out *co, struct re
 		r->file_mb_per_s = (double)co->file_bytes / 1e6 / co->cli.elapsed_s;
 }
 
+static double dist(double a, double b)
+{
+	return a > b ? a - b : b - a;
+}
+
+static double median_of(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(double), cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* Every figure the median over the runs (each run's own values kept for
+ * paired ratios); the CDF of the run whose p50 is the median's nearest. */
+void reduce_repeats(const struct result *runs, int n, struct result *out)
+{
+	static const size_t fields[] = {
+		offsetof(struct result, p50),
+		offsetof(struct result, p99),
+		offsetof(struct result, p999),
+		offsetof(struct result, max),
+		offsetof(struct result, ops_per_s),
+		offsetof(struct result, cpu_us_per_op),
+		offsetof(struct result, ctx_per_op),
+		offsetof(struct result, sys_cpu_us_per_op),
+		offsetof(struct result, cpu_pct_per_side),
+		offsetof(struct result, file_mb_per_s),
+		offsetof(struct result, wcs_per_wakeup),
+		offsetof(struct result, cli_cpu_us_per_op),
+		offsetof(struct result, srv_cpu_us_per_op),
+	};
+	double v[BENCH_MAX_REPEAT];
+	int best = 0;
+
+	if (n > BENCH_MAX_REPEAT)
+		n = BENCH_MAX_REPEAT;
+	*out = runs[0];
+	if (n <= 1)
+		return;
+	for (size_t f = 0; f < sizeof(fields) / sizeof(fields[0]); f++) {
+		for (int i = 0; i < n; i++)
+			memcpy(&v[i], (const char *)&runs[i] + fields[f], sizeof(double));
+		memcpy((char *)out + fields[f], &(double){median_of(v, n)}, sizeof(double));
+	}
+	for (uint32_t g = 0; g < out->ngroups; g++) {
+		for (int i = 0; i < n; i++)
+			v[i] = runs[i].group_cpu_us_per_op[g];
+		out->group_cpu_us_per_op[g] = median_of(v, n);
+	}
+	for (uint32_t t = 0; t < out->client_threads && t < BENCH_MAX_THREADS; t++) {
+		for (int i = 0; i < n; i++)
+			v[i] = runs[i].client_thread_cpu_us_per_op[t];
+		out->client_thread_cpu_us_per_op[t] = median_of(v, n);
+	}
+	for (int i = 0; i < n; i++) {
+		out->rep_p50[i] = runs[i].p50;
+		out->rep_ops[i] = runs[i].ops_per_s;
+		out->rep_cpu[i] = runs[i].cpu_us_per_op;
+		if (dist(runs[i].p50, out->p50) < dist(runs[best].p50, out->p50))
+			best = i;
+	}
+	memcpy(out->cdf, runs[best].cdf, sizeof(out->cdf));
+	out->repeat = (uint32_t)n;
+}
+
 static struct client_out *out_map(const struct bench_cfg *cfg, size_t *len)
 {
 	long n = cfg->wl == W_IDLE ? 0 : cfg->iters;
@@ -173,10 +262,10 @@ static pid_t start_client(const struct bench_cfg *cfg, struct client_out *co)
 }
 
 static int finish(const struct bench_cfg *cfg, struct client_out *co, int cli, int srv,
-		  double deadline, struct result *r)
+		  double deadline, bool remote, struct result *r)
 {
 	if (cli == 0 && srv == 0) {
-		reduce(cfg, co, r);
+		reduce(cfg, co, remote, r);
 		return 0;
 	}
 	if (cli == -1 && now_us() > deadline) {
@@ -248,7 +337,7 @@ int run_local(const struct bench_cfg *cfg_in, struct result *r, int timeout_s)
 		kill(srv, SIGKILL);
 	}
 	srv_status = reap(srv, deadline, "server", cli_status ? NULL : &co->srv_at);
-	rc = finish(&cfg, co, cli_status, srv_status, deadline, r);
+	rc = finish(&cfg, co, cli_status, srv_status, deadline, false, r);
 	munmap(co, len);
 	return rc;
 }
@@ -268,7 +357,7 @@ int run_remote(const struct bench_cfg *cfg, struct result *r, int timeout_s)
 	cli = start_client(cfg, co);
 	if (cli > 0)
 		status = reap(cli, deadline, "client", &co->cli_at);
-	rc = finish(cfg, co, status, 0, deadline, r);
+	rc = finish(cfg, co, status, 0, deadline, true, r);
 	munmap(co, len);
 	return rc;
 }

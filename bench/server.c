@@ -16,7 +16,7 @@
 
 struct server {
 	long warm;
-	int sc;
+	struct side_counters sc;
 	bool measuring;
 	struct side_figures f;
 };
@@ -29,7 +29,7 @@ static void send_fin(struct bside *s, uint32_t conn)
 	int rc;
 
 	if (sv->measuring) {
-		side_end(&sv->f, sv->sc);
+		side_end(&sv->f, &sv->sc);
 		sv->measuring = false;
 	}
 	side_phase(PH_FINISH);
@@ -97,6 +97,8 @@ static void on_wc(struct bside *s, const struct ibv_wc *wc)
 		s->err = -EPROTO;
 		return;
 	}
+	if (!s->qps[conn].id)
+		return; /* a half-made connection's flushed receive */
 	switch (wr_kind(wc->wr_id)) {
 	case WR_RECV:
 		on_recv(s, wc, conn, idx);
@@ -118,7 +120,7 @@ static void on_wc(struct bside *s, const struct ibv_wc *wc)
 int server_run_one(struct bside *s, const char *addr, uint16_t port, int port_fd,
 		   const struct bench_cfg *known)
 {
-	struct server sv = {.sc = -1};
+	struct server sv = {.sc = {-1, -1}};
 	struct bench_cfg cfg = {0};
 	uint16_t bound = 0;
 	int rc;
@@ -140,6 +142,9 @@ int server_run_one(struct bside *s, const char *addr, uint16_t port, int port_fd
 	s->role = &sv;
 	s->on_wc = on_wc;
 	rc = side_accept(s, &cfg, 1);
+	if (s->half_made)
+		fprintf(stderr, "ringrdma-bench: server: %u half-made connections dropped\n",
+			s->half_made);
 	if (rc)
 		return rc;
 	sv.warm = cfg.wl == W_IDLE ? -1 : (cfg.iters / 10 < 10 ? 10 : cfg.iters / 10);
@@ -150,6 +155,6 @@ int server_run_one(struct bside *s, const char *addr, uint16_t port, int port_fd
 	side_phase(PH_RUN);
 	rc = side_loop(s);
 	if (sv.measuring)
-		side_end(&sv.f, sv.sc);
+		side_end(&sv.f, &sv.sc);
 	return rc;
 }

@@ -1,14 +1,20 @@
 // SPDX-License-Identifier: MIT
 /*
- * The five ways of waiting for work completions, each written as its best
+ * The ways of waiting for work completions, each written as its best
  * users write it: batched acks, re-arm then poll again.
- *   busy    poll the CQ without a channel (SPDK's pollers)
- *   thread  block in ibv_get_cq_event() (the rdma-core example servers)
- *   epoll   the non-blocking channel fd in epoll (an smbdirect-style server)
- *   uring   the ringrdma bridge, event mode
- *   hybrid  the ringrdma bridge, spin then arm
- * In the mixed workload the first three read the file with pread() while
- * they have nothing else to do; the bridge keeps io_uring reads in flight.
+ *   busy          poll the CQ without a channel (SPDK's pollers)
+ *   thread        block in ibv_get_cq_event() (the rdma-core example servers)
+ *   epoll         the non-blocking channel fd in epoll (an smbdirect-style
+ *                 server), in the bridge's order: poll, read the event, arm,
+ *                 poll again
+ *   uring         the ringrdma bridge, event mode
+ *   hybrid        the ringrdma bridge, spin then arm
+ *   hybrid-plain  spin --spin-us on the CQ, then arm and block in
+ *                 ibv_get_cq_event(): hybrid without the bridge, so hybrid's
+ *                 figures say what the bridge adds
+ * In the mixed workload every strategy reads one file chunk after each pass
+ * that handled completions, inline (filer.c): pread() for those without a
+ * ring, an io_uring read submitted by the bridge's next io_uring_enter.
  */
 #include <errno.h>
 #include <string.h>
@@ -19,7 +25,8 @@
 #define ACK_BATCH  32
 #define POLL_BATCH 16
 
-static const char *const snames[S_COUNT] = {"busy", "thread", "epoll", "uring", "hybrid"};
+static const char *const snames[S_COUNT] = {"busy",  "thread", "epoll",
+					    "uring", "hybrid", "hybrid-plain"};
 static const char *const wnames[W_COUNT] = {"pingpong", "rate", "mixed", "idle", "conns"};
 static const char *const onames[OP_COUNT] = {"send", "write_imm"};
 
@@ -73,7 +80,7 @@ int op_parse(const char *name, enum op *out)
 	return i < 0 ? i : 0;
 }
 
-struct side_counts side_counts;
+__thread struct side_counts side_counts;
 struct side_trace *side_trace;
 struct group_figures *group_out;
 
@@ -98,17 +105,6 @@ static int poll_and_handle(struct bside *s)
 	return n;
 }
 
-/* Nothing completed: the file reader's turn, then one more look. */
-static int idle_turn(struct bside *s)
-{
-	int rc;
-
-	if (!s->filer)
-		return 0;
-	rc = filer_pread(s->filer);
-	return rc < 0 ? rc : poll_and_handle(s);
-}
-
 /* After an event, in the bridge's order: hand out what is there first,
  * then arm, then poll again (a completion that raced the arm raised no
  * event). */
@@ -120,15 +116,9 @@ static int poll_arm_poll(struct bside *s)
 		return n;
 	if (ibv_req_notify_cq(s->cq, 0))
 		return -EIO;
+	s->armed = true;
 	m = poll_and_handle(s);
 	return m < 0 ? m : n + m;
-}
-
-static int step_busy(struct bside *s)
-{
-	int n = poll_and_handle(s);
-
-	return n == 0 ? idle_turn(s) : n;
 }
 
 static int step_thread(struct bside *s)
@@ -137,8 +127,6 @@ static int step_thread(struct bside *s)
 	void *ctx;
 	int n = poll_and_handle(s);
 
-	if (n == 0)
-		n = idle_turn(s);
 	while (n == 0) {
 		if (ibv_get_cq_event(s->ch, &cq, &ctx))
 			return -errno;
@@ -154,18 +142,59 @@ static int step_epoll(struct bside *s)
 	struct epoll_event ev;
 	struct ibv_cq *cq;
 	void *ctx;
-	int n = poll_and_handle(s);
+	int n = poll_and_handle(s), m;
 
-	if (n == 0)
-		n = idle_turn(s);
 	while (n == 0) {
 		if (epoll_wait(s->epfd, &ev, 1, -1) < 0 && errno != EINTR)
 			return -errno;
 		side_counts.wakeups++;
+		/* The bridge's order: hand out what is there before the read
+		 * that fetches the event, so a reply posted from on_wc does
+		 * not wait behind that syscall. */
+		n = poll_and_handle(s);
+		if (n < 0)
+			return n;
 		/* One CQ on the channel, armed once: at most one event. */
 		if (ibv_get_cq_event(s->ch, &cq, &ctx) == 0)
 			count_event(s);
-		n = poll_arm_poll(s);
+		m = poll_arm_poll(s);
+		if (m < 0)
+			return m;
+		n += m;
+	}
+	return n;
+}
+
+/* Spin on the CQ for the window, then arm (only now: a CQ armed while
+ * spinning raises events nobody waits for) and block. */
+static int step_hybrid_plain(struct bside *s)
+{
+	struct ibv_cq *cq;
+	void *ctx;
+	double until;
+	int n = poll_and_handle(s);
+
+	if (n)
+		return n;
+	until = tick_us() + s->cfg.spin_us;
+	do
+		n = poll_and_handle(s);
+	while (n == 0 && tick_us() < until);
+	while (n == 0) {
+		if (!s->armed) {
+			if (ibv_req_notify_cq(s->cq, 0))
+				return -EIO;
+			s->armed = true;
+			n = poll_and_handle(s); /* raced the arm: no event for it */
+			if (n)
+				break;
+		}
+		if (ibv_get_cq_event(s->ch, &cq, &ctx))
+			return -errno;
+		side_counts.wakeups++;
+		count_event(s);
+		s->armed = false;
+		n = poll_and_handle(s);
 	}
 	return n;
 }
@@ -173,6 +202,7 @@ static int step_epoll(struct bside *s)
 static int step_bridge(struct bside *s)
 {
 	struct rr_bridge_stats st;
+	uint64_t wcs = side_counts.wcs;
 	int rc;
 
 	if (s->filer) {
@@ -184,22 +214,40 @@ static int step_bridge(struct bside *s)
 	rr_bridge_get_stats(s->b, &st, sizeof(st));
 	side_counts.wakeups += st.cq_events - s->cq_events_seen;
 	s->cq_events_seen = st.cq_events;
+	if (s->filer && side_counts.wcs != wcs)
+		s->filer->want = true; /* read on the next pass's enter */
 	return rc == -EINTR ? 0 : rc;
 }
 
 /* Wait for at least one completion (or file read) and handle it. */
 int side_step(struct bside *s)
 {
+	int n;
+
 	switch (s->cfg.strat) {
 	case S_BUSY:
-		return step_busy(s);
+		n = poll_and_handle(s);
+		break;
 	case S_THREAD:
-		return step_thread(s);
+		n = step_thread(s);
+		break;
 	case S_EPOLL:
-		return step_epoll(s);
+		n = step_epoll(s);
+		break;
+	case S_HYBRID_PLAIN:
+		n = step_hybrid_plain(s);
+		break;
 	default:
 		return step_bridge(s);
 	}
+	/* The file's turn: one chunk after a pass that handled completions. */
+	if (n > 0 && s->filer) {
+		int rc = filer_pread(s->filer);
+
+		if (rc)
+			return rc;
+	}
+	return n;
 }
 
 int side_loop(struct bside *s)

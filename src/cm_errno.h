@@ -26,8 +26,14 @@ static inline int rr__cm_event_errno(enum rdma_cm_event_type t)
 		return -ECONNABORTED;
 	case RDMA_CM_EVENT_DEVICE_REMOVAL:
 		return -ENODEV;
+	case RDMA_CM_EVENT_DISCONNECTED:
+		/* A connection made earlier went down while a step waited
+		 * for something else (the peer gave up or its CM sent a
+		 * DREQ): a reset, as the connection manager says of a
+		 * disconnect while accepting, not a protocol error. */
+		return -ECONNRESET;
 	default:
-		/* No failure of its own (ESTABLISHED, DISCONNECTED,
+		/* No failure of its own (ESTABLISHED, CONNECT_REQUEST,
 		 * TIMEWAIT_EXIT...) or one unknown here: out of turn. */
 		return -EPROTO;
 	}

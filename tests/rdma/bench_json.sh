@@ -6,6 +6,10 @@
 # --threads 2 on the conns workload: the server's connections spread over two
 # poll groups (group_conns sums to the count, within one of each other);
 # --threads 2 with a strategy groups cannot run is refused.
+# --no-count: no syscall figures. --client-threads 2 --repeat 2: the
+# client's CPU per thread, each round's figures behind the medians; syscall
+# columns from the counting pass (verbs' posts and arms plus the crossings
+# that remain add up).
 # Never asserts on speed.
 bench=${1:?usage: bench_json.sh PATH/TO/ringrdma-bench}
 . "$(dirname "${BASH_SOURCE[0]}")/../support/require.sh"
@@ -15,12 +19,14 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 iters=120
 "$bench" --addr "$addr" --iters $iters --idle-ms 300 --conns 1,3 --qd 16 --with-perftest \
-	--json "$out/b.json" --csv "$out/b.csv" --timeout 120 >"$out/table" 2>&1
+	--no-count --json "$out/b.json" --csv "$out/b.csv" --timeout 120 >"$out/table" 2>&1
 rc=$?
 "$bench" --addr "$addr" --iters $iters --strategies hybrid --workloads pingpong --ops send \
 	--spin-fixed --ring-read --json "$out/f.json" --timeout 120 >>"$out/table" 2>&1 || rc=$?
 "$bench" --addr "$addr" --iters $iters --strategies uring,hybrid --workloads conns --conns 5 \
 	--threads 1,2 --json "$out/g.json" --csv "$out/g.csv" --timeout 120 >>"$out/table" 2>&1 || rc=$?
+"$bench" --addr "$addr" --iters $iters --strategies busy,uring --workloads conns --conns 4 \
+	--client-threads 2 --repeat 2 --json "$out/c.json" --timeout 120 >>"$out/table" 2>&1 || rc=$?
 "$bench" --addr "$addr" --strategies busy,uring --threads 2 --workloads conns >"$out/refused" 2>&1
 refused_rc=$?
 # A failure keeps everything the bench said (a sanitizer report included).
@@ -30,7 +36,7 @@ refused_rc=$?
 	--timeout 3 >"$out/stuck" 2>&1
 stuck_rc=$?
 python3 - "$out/b.json" "$rc" "$out/table" "$out/b.csv" "$iters" "$out/f.json" "$out/stuck" "$stuck_rc" \
-	"$out/g.json" "$out/g.csv" "$out/refused" "$refused_rc" <<'PY'
+	"$out/g.json" "$out/g.csv" "$out/refused" "$refused_rc" "$out/c.json" <<'PY'
 import csv, json, sys
 path, rc, table, csvpath, iters = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
 checks = []
@@ -45,7 +51,7 @@ try:
 except Exception as e:
     recs = []
     check(False, f"JSON parses ({e})")
-strats = ["busy", "thread", "epoll", "uring", "hybrid"]
+strats = ["busy", "thread", "epoll", "uring", "hybrid", "hybrid-plain"]
 # (workload, op, qd, conns) in the order the bench runs them
 runs = [("pingpong", "send", 1, 1), ("pingpong", "write_imm", 1, 1), ("rate", "send", 16, 1),
         ("mixed", "send", 1, 1), ("idle", "send", 1, 1), ("conns", "send", 1, 1),
@@ -57,8 +63,10 @@ got = [(r.get("strategy"), r.get("workload"), r.get("op"), r.get("qd"), r.get("c
 check(got == want, f"one record per strategy and run, in order ({len(got)} of {len(want)})")
 fields = ["strategy", "workload", "op", "msg_size", "qd", "conns", "iters", "idle_ms", "spin_us",
           "spin", "ring_read", "signal_every", "reference", "threads", "group_conns", "group_cpu_us_per_op",
+          "client_threads", "client_thread_cpu_us_per_op", "repeat", "p50_us_range", "ops_per_s_range",
           "p50_us", "p99_us", "p999_us", "max_us", "ops_per_s", "cpu_us_per_op",
-          "client_cpu_us_per_op", "server_cpu_us_per_op", "syscalls_per_op",
+          "client_cpu_us_per_op", "server_cpu_us_per_op", "sys_cpu_us_per_op", "syscalls_per_op",
+          "verbs_syscalls_per_op", "crossings_per_op",
           "ctx_switches_per_op", "wcs_per_wakeup", "cpu_pct_per_side", "file_mb_per_s"]
 for r in recs:
     name = f"{r.get('strategy')} {r.get('workload')} {r.get('op')} conns={r.get('conns')}"
@@ -67,8 +75,9 @@ for r in recs:
     check(r.get("threads") == 1, f"{name}: one server thread unless asked")
     if not r.get("reference"):
         check(r.get("group_conns") == [r.get("conns")], f"{name}: its one thread served every connection")
-    check(r.get("spin") == ("adaptive" if r.get("strategy") == "hybrid" and not r.get("reference") else None),
-          f"{name}: spin is hybrid's adaptive window, null elsewhere")
+    spin = {"hybrid": "adaptive", "hybrid-plain": "fixed"}.get(r.get("strategy"))
+    check(r.get("spin") == (None if r.get("reference") else spin),
+          f"{name}: spin is hybrid's adaptive window, hybrid-plain's fixed one, null elsewhere")
     check(r.get("ring_read") == (False if r.get("strategy") in ("uring", "hybrid") and not r.get("reference") else None),
           f"{name}: ring_read false where a bridge waits, null elsewhere")
     if r.get("strategy") == "file-only":
@@ -94,8 +103,12 @@ for r in recs:
         check(wpw is None, f"{name}: busy polling never wakes (wcs_per_wakeup null)")
     elif r.get("strategy") in ("thread", "epoll", "uring"):
         check(isinstance(wpw, (int, float)) and wpw > 0, f"{name}: completions per wake-up counted")
-    sc = r.get("syscalls_per_op")
-    check(sc is None or sc > 0, f"{name}: syscalls_per_op null or > 0")
+    check(all(r.get(k) is None for k in ("syscalls_per_op", "verbs_syscalls_per_op", "crossings_per_op")),
+          f"{name}: --no-count: no syscall figures")
+    check(isinstance(r.get("sys_cpu_us_per_op"), (int, float)) and r["sys_cpu_us_per_op"] >= 0,
+          f"{name}: the machine's CPU per op measured")
+    check(r.get("repeat") == 1 and r.get("p50_us_range") == [r.get("p50_us")] * 2
+          and r.get("client_threads") == 1, f"{name}: one round, one client thread unless asked")
     if r.get("workload") == "mixed":
         check((r.get("file_mb_per_s") or 0) > 0, f"{name}: file bytes read while measuring")
 try:
@@ -156,6 +169,30 @@ check([(x.get("threads"), x.get("group_conns")) for x in grows]
 refused = open(sys.argv[11]).read()
 check(int(sys.argv[12]) == 2 and "only the uring and hybrid" in refused,
       "--threads 2 with busy is refused as a usage error: " + refused.replace("\n", " | ")[:300])
+# --client-threads 2 --repeat 2 on conns 4.
+try:
+    crecs = json.load(open(sys.argv[13]))
+except Exception as e:
+    crecs = []
+    check(False, f"--client-threads JSON parses ({e})")
+check([(r.get("strategy"), r.get("client_threads"), r.get("repeat")) for r in crecs]
+      == [("busy", 2, 2), ("uring", 2, 2)],
+      f"--client-threads 2 --repeat 2: one record per strategy ({len(crecs)} of 2)")
+for r in crecs:
+    name = f"{r.get('strategy')} conns=4 client_threads=2"
+    cpu = r.get("client_thread_cpu_us_per_op")
+    check(isinstance(cpu, list) and len(cpu) == 2 and all(v >= 0 for v in cpu),
+          f"{name}: client CPU per thread {cpu}")
+    for key, med in (("p50_us_range", "p50_us"), ("ops_per_s_range", "ops_per_s")):
+        rg = r.get(key)
+        check(isinstance(rg, list) and len(rg) == 2 and rg[0] <= r.get(med, -1) <= rg[1],
+              f"{name}: {key} {rg} holds the median {r.get(med)}")
+    check(r.get("iters") == iters and r.get("ops_per_s", 0) > 0, f"{name}: iterations as asked")
+    sc, vs, kx = r.get("syscalls_per_op"), r.get("verbs_syscalls_per_op"), r.get("crossings_per_op")
+    check(sc is None or sc > 0, f"{name}: syscalls_per_op null or > 0")
+    check(sc is None or (vs is not None and kx is not None and vs > 0 and kx >= 0
+                         and abs(vs + kx - sc) < 0.01),
+          f"{name}: verbs syscalls {vs} and crossings {kx} add up to syscalls {sc}")
 print(f"1..{len(checks)}")
 for i, (ok, what) in enumerate(checks, 1):
     print(f"{'ok' if ok else 'not ok'} {i} - {what}")

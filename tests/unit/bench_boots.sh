@@ -20,12 +20,16 @@ print(json.dumps([
     rec("thread", "pingpong", p50_us=100.0, syscalls_per_op=10.0),
     rec("busy", "rate", ops_per_s=100.0),
     rec("uring", "rate", ops_per_s=[90.0, 100.0, 200.0][k - 1]),
+    # client threads: a figure of its own, not the targets' uring row
+    rec("busy", "conns", conns=256, ops_per_s=100.0),
+    rec("uring", "conns", conns=256, ops_per_s=5.0, client_threads=2),
+    rec("uring", "conns", conns=256, ops_per_s=120.0, client_threads=1),
 ]))
 PY
 done
 out=$("$TOOL" --from "$dir"/b1.json "$dir"/b2.json "$dir"/b3.json)
 echo "$out" | sed 's/^/# /'
-echo "1..5"
+echo "1..6"
 line() { echo "$out" | grep -F "$1" | tr -s ' '; }
 n=0
 check() { n=$((n + 1)); if echo "$2" | grep -qE -e "$3"; then echo "ok $n - $1"; else echo "not ok $n - $1: $2"; fi; }
@@ -33,4 +37,5 @@ check "uring / thread: median 2, range 1-3, missed" "$(line 'uring / thread')" '
 check "rate uring / busy: median 1, range 0.9-2, met" "$(line 'rate ops/s: uring / busy')" '1\.00 0\.90 2\.00 >= 1 yes'
 check "syscalls: uring - thread = -1" "$(line 'uring - thread')" '-1\.00 -1\.00 -1\.00 <= 0 yes'
 check "a target with no figures shows a dash" "$(line 'hybrid / busy')" 'busy - - -'
+check "conns: the client-threads row is not the target's" "$(line 'conns 256 ops/s: uring / busy')" '1\.20 1\.20 1\.20 >= 1 yes'
 check "figures: uring pingpong p50 median 200" "$(line 'pingpong p50 us: uring')" 'uring 200\.00 100\.00 300\.00'
