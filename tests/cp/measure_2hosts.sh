@@ -14,12 +14,14 @@
 # Around each copy both VMs take /proc/stat (the one vCPU's user, nice,
 # system, softirq and idle seconds: cp's hashing threads run at a nicer
 # level, so "nice" is theirs) and sample the copier's threads' CPU times
-# (/proc/PID/task/*/stat, every 0.2 s: the last 0.2 s may be missing).
+# (/proc/PID/task/*/stat, every second: the last second may be missing).
 # During a copy this script forks nothing (see nap).
 # MEASURE_QPS=N adds ib_write_bw -q N to each round (rxe lets each RC QP
 # have 128 unacknowledged packets and 64 of its own in the netdev: is one
-# QP the limit?); MEASURE_MTU=M sets both VMs' netdev MTU first (rxe
-# follows it: 4200 gives 4096-byte RDMA packets instead of 1024).
+# QP the limit?); MEASURE_MTU="M..." sets both VMs' netdev MTU at the
+# start of each round, taking the list in turn (rxe follows it: 4200 gives
+# 4096-byte RDMA packets instead of 1024); MEASURE_BW_N (500) is
+# ib_write_bw's -n.
 # MEASURE_PERF=1 adds one more cp round under `perf record -a` on both VMs,
 # whose top symbols are printed (not counted in the ratios).
 #   measure_2hosts.sh BUILD_DIR [ROUNDS] [MIB]        on the first VM
@@ -41,12 +43,16 @@ BWPORT=18515
 PERF=${MEASURE_PERF:-0}
 command -v perf >/dev/null || PERF=0
 QPS=${MEASURE_QPS:-}
-if [ -n "${MEASURE_MTU:-}" ]; then
+BWN=${MEASURE_BW_N:-500}
+MTUS=(${MEASURE_MTU:-})
+# set_mtu ROUND: the round's MTU from MEASURE_MTU on rxe0's netdev.
+set_mtu() {
+	[ ${#MTUS[@]} = 0 ] && return
+	local m=${MTUS[$((($1 - 1) % ${#MTUS[@]}))]} nd
 	nd=$(rdma link show rxe0/1 | sed -n 's/.* netdev \([^ ]*\).*/\1/p')
-	ip link set "$nd" mtu "$MEASURE_MTU" || exit 1
-	echo "measure_2hosts: $nd mtu $MEASURE_MTU (host $RDMA_LAB_HOST)"
-fi
-
+	ip link set "$nd" mtu "$m" || echo "cannot set $nd's mtu to $m"
+	echo "round $1: $nd mtu $m"
+}
 # Each fork and exec costs a lot under TCG on one vCPU (a sampler with
 # cat and sleep took more CPU than the copy): the helpers that run during
 # a copy use bash builtins only. nap SECS sleeps on a FIFO nobody writes.
@@ -70,16 +76,17 @@ cpu_delta() {
 	}'
 }
 # sample PID OUT: until PID exits, keep its threads' stat lines in OUT
-# (every 0.2 s, so the last 0.2 s may be missing).
+# (every second, so the last second may be missing: each look costs
+# tens of ms under TCG).
 sample() {
 	local pid=$1 out=$2 t l buf
 	while [ -d /proc/"$pid" ]; do
 		buf=
 		for t in /proc/"$pid"/task/*/stat; do
-			read -r l <"$t" 2>/dev/null && buf+=$l$'\n'
+			read -r l 2>/dev/null <"$t" && buf+=$l$'\n'
 		done
 		[ -n "$buf" ] && printf '%s' "$buf" >"$out"
-		nap 0.2
+		nap 1
 	done
 }
 # threads PID STATFILE: the sampled threads' CPU seconds, grouped: the
@@ -121,8 +128,16 @@ if [ $peer = 1 ]; then
 	[ "$PERF" = 1 ] && rounds=$((R + 1))
 	for r in $(seq "$rounds"); do
 		if [ "$r" -le "$R" ]; then
-			ib_write_bw -d rxe0 -s 1048576 -n 500 -p $BWPORT >/dev/null 2>&1
-			[ -n "$QPS" ] && ib_write_bw -d rxe0 -s 1048576 -n $((500 / QPS)) -q "$QPS" -p $BWPORT >/dev/null 2>&1
+			set_mtu "$r" >/dev/null
+			# A client that came too early can end the server with an
+			# error: serve again until one run went through.
+			for _ in $(seq 20); do
+				ib_write_bw -d rxe0 -s 1048576 -n $BWN -p $BWPORT >/dev/null 2>&1 && break
+			done
+			for _ in $(seq 20); do
+				[ -z "$QPS" ] || ib_write_bw -d rxe0 -s 1048576 -n $((BWN / QPS)) -q "$QPS" \
+					-p $BWPORT >/dev/null 2>&1 && break
+			done
 			rm -f /tmp/m2/tcp.bin
 			b=$(cpu_snap)
 			"$TCP" recv "$A:7600" /tmp/m2/tcp.bin >"$D/r$r.tcp.out" 2>&1
@@ -169,24 +184,25 @@ rounds=$R
 for r in $(seq "$rounds"); do
 	if [ "$r" -le "$R" ]; then
 		echo "--- round $r"
+		set_mtu "$r"
 		# ib_write_bw: the peer's server may not be listening yet.
 		bw=
-		for _ in $(seq 100); do
-			bw=$(ib_write_bw -d rxe0 -s 1048576 -n 500 -p $BWPORT "$P" 2>/dev/null |
+		for _ in $(seq 300); do
+			bw=$(ib_write_bw -d rxe0 -s 1048576 -n $BWN -p $BWPORT "$P" 2>/dev/null |
 				awk '$1 == 1048576 {print $4}')
 			[ -n "$bw" ] && break
 			nap 0.3
 		done
-		echo "ib_write_bw 1 MiB -n 500: ${bw:-failed} MB/s"
+		echo "ib_write_bw 1 MiB -n $BWN: ${bw:-failed} MB/s"
 		if [ -n "$QPS" ]; then
 			bwq=
 			for _ in $(seq 100); do
-				bwq=$(ib_write_bw -d rxe0 -s 1048576 -n $((500 / QPS)) -q "$QPS" -p $BWPORT "$P" 2>/dev/null |
+				bwq=$(ib_write_bw -d rxe0 -s 1048576 -n $((BWN / QPS)) -q "$QPS" -p $BWPORT "$P" 2>/dev/null |
 					awk '$1 == 1048576 {print $4}')
 				[ -n "$bwq" ] && break
 				nap 0.3
 			done
-			echo "ib_write_bw 1 MiB -n $((500 / QPS)) -q $QPS: ${bwq:-failed} MB/s"
+			echo "ib_write_bw 1 MiB -n $((BWN / QPS)) -q $QPS: ${bwq:-failed} MB/s"
 		fi
 		b=$(cpu_snap)
 		t0=$(ms)

@@ -6,12 +6,13 @@
 # ib_write_bw once more. Prints one ROUND line per round and a MEDIAN line;
 # the --json summaries and /proc/stat deltas go to /job/out/.
 # ROUNDS, MIB and CP_ARGS (extra options for send and serve) may be set in
-# /job/env (sourced when present).
+# /job/env (sourced when present). JOB_OUT (default /job/out) is for a
+# try in the project lab: JOB_OUT=/tmp/o PATH=build/cp:build/tests/cp:$PATH busybox sh cp-speed.sh
 A=192.0.2.1
-O=/job/out
-ROUNDS=3
-MIB=256
-CP_ARGS=
+O=${JOB_OUT:-/job/out}
+ROUNDS=${ROUNDS:-3}
+MIB=${MIB:-256}
+CP_ARGS=${CP_ARGS:-}
 [ -f /job/env ] && . /job/env
 HZ=100
 
