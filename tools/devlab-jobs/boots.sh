@@ -3,7 +3,7 @@
 # /job/out as JOB_DIR/out.N; for cp-speed.sh, prints each boot's MEDIAN
 # line and the median of the boots' medians.
 #   boots.sh RUN_SH PACK JOB_DIR [BOOTS] [SMP] [MEM_MB] [TIMEOUT_S per boot]
-# e.g. (there, after unpacking): bash boots.sh run.sh /tmp/p/pack job 3 2 4096 240
+# e.g. (there, after unpacking): bash boots.sh run.sh /tmp/p/pack job 3 2 4096 180
 set -u
 run=${1:?usage: boots.sh RUN_SH PACK JOB_DIR [BOOTS] [SMP] [MEM_MB] [TIMEOUT_S]}
 pack=${2:?pack}
