@@ -47,6 +47,7 @@
 #include <xxhash.h>
 
 #include "fake_cm.h"
+#include "gate.h"
 #include "loop.h"
 #include "proto.h"
 #include "rx.h"
@@ -97,7 +98,7 @@ struct harness {
 	struct cp_loop lp;
 	struct rx_env env;
 	struct cp_tally n;
-	atomic_uint unauth;
+	struct cp_gate gate;
 	int dirfd;
 	char dir[64];
 	rr_listener *l;
@@ -220,8 +221,8 @@ static void poll_rx(void)
 	H->result = result;
 	if (H->rx_ended > 1)
 		fail("the receiver ended %u times", H->rx_ended);
-	if (atomic_load(&H->unauth))
-		fail("the receiver ended still counted as waiting for its HELLO");
+	if (cp_gate_pending(&H->gate))
+		fail("the receiver ended still counted in the gate");
 	if (pr == RX_ENDED && H->errors && !result)
 		fail("the receiver sent an ERROR and ended with result 0");
 	if (pr != RX_ENDED && H->welcomed)
@@ -794,13 +795,14 @@ static void setup(struct harness *h, uint8_t cfg)
 		fail("out of memory");
 	memset(h->mem, 0, (size_t)(NRECV + NSEND) * CP_MSG_MAX + DATA_MAX);
 
+	cp_gate_init(&h->gate, h->o.max_pending);
 	if (cp_loop_init_group(&h->lp, 256))
 		fail("cp_loop_init_group");
 	h->env = (struct rx_env){
 		.lp = &h->lp,
 		.o = &h->o,
 		.dirfd = h->dirfd,
-		.unauth = &h->unauth,
+		.gate = &h->gate,
 		.n = &h->n,
 		.admit = admit,
 		.stored = stored,
@@ -864,6 +866,7 @@ static void teardown(struct harness *h)
 		fail("rr_bridge_destroy");
 	io_uring_queue_exit(&h->ring);
 	cp_loop_fini(&h->lp);
+	cp_gate_fini(&h->gate);
 	if (check_dir(h->dirfd, "") > h->stored)
 		fail("more files stored than the receiver reported");
 	remove_tree(h->dirfd);
