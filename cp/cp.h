@@ -44,6 +44,8 @@ struct cp_opts {
 	const char *as; /* remote name of the single FILE */
 	uint64_t rate;	/* bytes per second, 0: unlimited */
 	unsigned int conns; /* connections side by side (0: 1) */
+	bool recursive; /* -r: directories as trees */
+	bool links;	/* --links: symbolic links in a tree as links */
 	/* proxy */
 	const char *tcp_listen;
 	const char *prefix;

@@ -3,7 +3,7 @@
  * ringrdma-cp: copy files over RDMA through one io_uring.
  *
  *   ringrdma-cp serve --listen ADDR:PORT --dir DIR [OPTIONS]
- *   ringrdma-cp send [OPTIONS] FILE... ADDR:PORT
+ *   ringrdma-cp send [OPTIONS] [-r] FILE... ADDR:PORT
  *   ringrdma-cp proxy --tcp-listen ADDR:PORT --to ADDR:PORT [OPTIONS]
  *
  * This file only parses the command line; see docs/man/ringrdma-cp.1.md.
@@ -34,7 +34,7 @@
 static void usage(FILE *f)
 {
 	fputs("usage: " CP_PROG " serve --listen ADDR:PORT --dir DIR [OPTIONS]\n"
-	      "       " CP_PROG " send [OPTIONS] FILE... ADDR:PORT\n"
+	      "       " CP_PROG " send [OPTIONS] [-r] FILE... ADDR:PORT\n"
 	      "       " CP_PROG " proxy --tcp-listen ADDR:PORT --to ADDR:PORT [OPTIONS]\n"
 	      "\n"
 	      "serve: store files sent over RDMA under DIR\n"
@@ -53,7 +53,11 @@ static void usage(FILE *f)
 	      "  --no-auth            check no token: any host that reaches ADDR:PORT may\n"
 	      "                       store files (serve needs this or --token-file)\n"
 	      "send: copy FILEs to a serve peer\n"
-	      "  --as NAME            name of the single FILE on the receiver\n"
+	      "  -r, --recursive      a FILE that is a directory goes as a tree: its\n"
+	      "                       subdirectories, files, modes and mtimes\n"
+	      "  --links              (-r) symbolic links in a tree go as links (by\n"
+	      "                       default they are skipped, with a message)\n"
+	      "  --as NAME            name of the single FILE (or directory) on the receiver\n"
 	      "  --limit-rate BYTES   at most BYTES per second (suffix K, M, G)\n"
 	      "  --conns N            send over N connections side by side, each file over\n"
 	      "                       one (default 1; each holds chunk x window bytes)\n"
@@ -166,11 +170,11 @@ enum {
 	OPT_PROGRESS, OPT_NO_PROGRESS, OPT_TCP_LISTEN, OPT_TO, OPT_PREFIX, OPT_CHUNK, OPT_WINDOW,
 	OPT_TOKEN, OPT_TIMEOUT, OPT_JSON, OPT_QUIET, OPT_MAX_PENDING, OPT_HELLO_TIMEOUT,
 	OPT_MAX_CLIENTS, OPT_DIRECT, OPT_THREADS, OPT_CONNS, OPT_NO_AUTH, OPT_TCP_ALLOW,
-	OPT_MIN_RATE, OPT_MAX_TIME,
+	OPT_MIN_RATE, OPT_MAX_TIME, OPT_RECURSIVE, OPT_LINKS,
 };
 
 /* Each option is a bit of the "seen" mask. */
-_Static_assert(OPT_MAX_TIME - OPT_LISTEN < 32, "too many options for the seen mask");
+_Static_assert(OPT_LINKS - OPT_LISTEN < 32, "too many options for the seen mask");
 
 static const struct option long_opts[] = {
 	{"listen", required_argument, NULL, OPT_LISTEN},
@@ -201,6 +205,8 @@ static const struct option long_opts[] = {
 	{"tcp-allow", required_argument, NULL, OPT_TCP_ALLOW},
 	{"min-rate", required_argument, NULL, OPT_MIN_RATE},
 	{"max-time", required_argument, NULL, OPT_MAX_TIME},
+	{"recursive", no_argument, NULL, OPT_RECURSIVE},
+	{"links", no_argument, NULL, OPT_LINKS},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
 };
@@ -216,7 +222,9 @@ static int parse_opts(int argc, char **argv, struct cp_opts *o, unsigned int *se
 	uint64_t v;
 	int opt;
 
-	while ((opt = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "hr", long_opts, NULL)) != -1) {
+		if (opt == 'r')
+			opt = OPT_RECURSIVE;
 		if (opt >= OPT_LISTEN)
 			*seen |= 1u << (opt - OPT_LISTEN);
 		switch (opt) {
@@ -247,6 +255,8 @@ static int parse_opts(int argc, char **argv, struct cp_opts *o, unsigned int *se
 		case OPT_PREFIX: o->prefix = optarg; break;
 		case OPT_JSON: o->json = optarg; break;
 		case OPT_QUIET: o->quiet = true; break;
+		case OPT_RECURSIVE: o->recursive = true; break;
+		case OPT_LINKS: o->links = true; break;
 		case OPT_PROGRESS: o->progress = 1; break;
 		case OPT_NO_PROGRESS: o->progress = 0; break;
 		case OPT_COUNT:
@@ -394,8 +404,13 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(mode, "send")) {
 		if (only(seen, COMMON | B(OPT_AS) | B(OPT_RATE) | B(OPT_PROGRESS) |
-				       B(OPT_NO_PROGRESS) | B(OPT_CONNS), mode))
+				       B(OPT_NO_PROGRESS) | B(OPT_CONNS) | B(OPT_RECURSIVE) |
+				       B(OPT_LINKS), mode))
 			goto bad;
+		if (o.links && !o.recursive) {
+			fprintf(stderr, CP_PROG ": --links needs -r\n");
+			goto bad;
+		}
 		if (argc - optind < 2) {
 			fprintf(stderr, CP_PROG ": send needs FILE... and ADDR:PORT\n");
 			goto bad;
@@ -404,7 +419,7 @@ int main(int argc, char **argv)
 		o.nfiles = argc - optind - 1;
 		o.to = argv[argc - 1];
 		if (o.as && o.nfiles != 1) {
-			fprintf(stderr, CP_PROG ": --as needs exactly one FILE\n");
+			fprintf(stderr, CP_PROG ": --as needs exactly one FILE or directory\n");
 			goto bad;
 		}
 		if (o.as && (!*o.as || strlen(o.as) > CP_NAME_MAX)) {

@@ -60,7 +60,8 @@ const char *cp_type_name(unsigned int type)
 	static const char *const names[] = {
 		[CP_HELLO] = "HELLO", [CP_WELCOME] = "WELCOME",	  [CP_FILE_START] = "FILE_START",
 		[CP_GRANT] = "GRANT", [CP_FILE_END] = "FILE_END", [CP_FILE_DONE] = "FILE_DONE",
-		[CP_ERROR] = "ERROR",
+		[CP_ERROR] = "ERROR", [CP_MKDIR] = "MKDIR",	  [CP_SYMLINK] = "SYMLINK",
+		[CP_DIR_META] = "DIR_META",
 	};
 
 	if (type < sizeof(names) / sizeof(names[0]) && names[type])
@@ -112,6 +113,62 @@ bool cp_name_ok(const char *name, size_t len)
 	return name[len - 1] != '/';
 }
 
+static void put_time(uint8_t *p, const struct cp_time *t)
+{
+	put64(p, (uint64_t)t->sec);
+	put32(p + 8, t->nsec);
+}
+
+static void get_time(const uint8_t *p, struct cp_time *t)
+{
+	t->sec = (int64_t)get64(p);
+	t->nsec = get32(p + 8);
+}
+
+/* Payload of MKDIR, SYMLINK, DIR_META: name_len, name, target_len,
+ * target, mode, mtime (sec, nsec). */
+static size_t entry_len(const struct cp_msg *m)
+{
+	return 2u + m->entry.name_len + 2u + m->entry.target_len + 4u + 12u;
+}
+
+/* The rules of each entry type: what it must and must not carry. */
+static const char *entry_bad(const struct cp_msg *m)
+{
+	const struct cp_time *t = &m->entry.mtime;
+
+	if (m->entry.name_len > CP_NAME_MAX || m->entry.target_len > CP_TARGET_MAX)
+		return "a name or target too long";
+	if (t->nsec >= 1000000000u)
+		return "nanoseconds out of range";
+	switch (m->type) {
+	case CP_MKDIR:
+		if (m->entry.target_len || m->entry.mode || t->sec || t->nsec)
+			return "more than a name";
+		break;
+	case CP_SYMLINK:
+		if (!m->entry.target_len || m->entry.mode)
+			return "no target, or a mode";
+		if (memchr(m->entry.target, 0, m->entry.target_len))
+			return "a NUL in the target";
+		break;
+	default: /* CP_DIR_META */
+		if (m->entry.target_len || m->entry.mode > 0777)
+			return "a target, or a mode beyond 0777";
+		break;
+	}
+	return NULL;
+}
+
+/* FILE_START's mode and mtime: without META both are zero, so that each
+ * message has one encoding. */
+static bool start_meta_ok(const struct cp_msg *m)
+{
+	if (m->start.flags & CP_START_META)
+		return m->start.mode <= 0777 && m->start.mtime.nsec < 1000000000u;
+	return !m->start.mode && !m->start.mtime.sec && !m->start.mtime.nsec;
+}
+
 static bool geometry_ok(uint32_t chunk, uint32_t window)
 {
 	return chunk >= CP_CHUNK_MIN && chunk <= CP_CHUNK_MAX && chunk % 4096 == 0 && window &&
@@ -154,14 +211,34 @@ size_t cp_encode(const struct cp_msg *m, uint8_t *buf, size_t cap)
 	case CP_FILE_START:
 		if (m->start.name_len > CP_NAME_MAX)
 			return 0;
-		len = 14 + m->start.name_len;
+		len = 14 + m->start.name_len + 16;
 		if (CP_HDR_LEN + len > cap)
 			return 0;
 		put64(p, m->start.size);
 		put32(p + 8, m->start.flags);
 		put16(p + 12, m->start.name_len);
 		memcpy(p + 14, m->start.name, m->start.name_len);
+		put32(p + 14 + m->start.name_len, m->start.mode);
+		put_time(p + 18 + m->start.name_len, &m->start.mtime);
 		break;
+	case CP_MKDIR:
+	case CP_SYMLINK:
+	case CP_DIR_META: {
+		size_t n = m->entry.name_len, tl = m->entry.target_len;
+
+		if (entry_bad(m))
+			return 0;
+		len = entry_len(m);
+		if (CP_HDR_LEN + len > cap)
+			return 0;
+		put16(p, (uint16_t)n);
+		memcpy(p + 2, m->entry.name, n);
+		put16(p + 2 + n, (uint16_t)tl);
+		memcpy(p + 4 + n, m->entry.target, tl);
+		put32(p + 4 + n + tl, m->entry.mode);
+		put_time(p + 8 + n + tl, &m->entry.mtime);
+		break;
+	}
 	case CP_GRANT:
 		if (!m->grant.nkeys || m->grant.nkeys > CP_GRANT_KEYS_MAX)
 			return 0;
@@ -250,21 +327,59 @@ int cp_decode(const uint8_t *buf, size_t len, struct cp_msg *m, char *why, size_
 		m->start.size = get64(p);
 		m->start.flags = get32(p + 8);
 		m->start.name_len = get16(p + 12);
-		if (m->start.name_len > CP_NAME_MAX || plen != 14u + m->start.name_len)
+		if (m->start.name_len > CP_NAME_MAX || plen != 14u + m->start.name_len + 16u)
 			return bad(why, why_len, "FILE_START with a name of %u bytes",
 				   m->start.name_len);
-		if (m->start.flags & ~CP_START_STREAM)
+		if (m->start.flags & ~(CP_START_STREAM | CP_START_META))
 			return bad(why, why_len, "FILE_START with unknown flags 0x%x",
 				   m->start.flags);
 		if ((m->start.flags & CP_START_STREAM) && m->start.size)
 			return bad(why, why_len, "FILE_START of a stream with a size");
 		memcpy(m->start.name, p + 14, m->start.name_len);
+		m->start.mode = get32(p + 14 + m->start.name_len);
+		get_time(p + 18 + m->start.name_len, &m->start.mtime);
+		if (!start_meta_ok(m))
+			return bad(why, why_len, "FILE_START with mode %o, mtime %lld.%u",
+				   m->start.mode, (long long)m->start.mtime.sec,
+				   m->start.mtime.nsec);
 		if (!cp_name_ok(m->start.name, m->start.name_len)) {
 			bad(why, why_len,
 			    "name refused: absolute, empty, \".\", \"..\" or control characters");
 			return -EACCES;
 		}
 		return 0;
+	case CP_MKDIR:
+	case CP_SYMLINK:
+	case CP_DIR_META: {
+		size_t n, tl;
+		const char *what;
+
+		if (plen < 20)
+			break;
+		n = get16(p);
+		if (n > CP_NAME_MAX || plen < 20 + n)
+			return bad(why, why_len, "%s with a name of %zu bytes", cp_type_name(m->type),
+				   n);
+		tl = get16(p + 2 + n);
+		if (tl > CP_TARGET_MAX || plen != 20 + n + tl)
+			return bad(why, why_len, "%s with a target of %zu bytes in %zu",
+				   cp_type_name(m->type), tl, plen);
+		m->entry.name_len = (uint16_t)n;
+		m->entry.target_len = (uint16_t)tl;
+		memcpy(m->entry.name, p + 2, n);
+		memcpy(m->entry.target, p + 4 + n, tl);
+		m->entry.mode = get32(p + 4 + n + tl);
+		get_time(p + 8 + n + tl, &m->entry.mtime);
+		what = entry_bad(m);
+		if (what)
+			return bad(why, why_len, "%s with %s", cp_type_name(m->type), what);
+		if (!cp_name_ok(m->entry.name, n)) {
+			bad(why, why_len,
+			    "name refused: absolute, empty, \".\", \"..\" or control characters");
+			return -EACCES;
+		}
+		return 0;
+	}
 	case CP_GRANT:
 		if (plen < 6)
 			break;

@@ -18,12 +18,13 @@
 #include <stdint.h>
 
 #define CP_MAGIC     0x50435252u /* "RRCP" on the wire */
-#define CP_VERSION   4
+#define CP_VERSION   5
 #define CP_HDR_LEN   8
 #define CP_MSG_MAX   512 /* every receive buffer holds this much */
 #define CP_NAME_MAX  255
 #define CP_TOKEN_MAX 128
 #define CP_TEXT_MAX  200
+#define CP_TARGET_MAX 224 /* a symbolic link's target: SYMLINK fits CP_MSG_MAX */
 
 #define CP_CHUNK_MIN	  4096u
 #define CP_CHUNK_MAX	  (16u << 20)
@@ -39,6 +40,11 @@ enum cp_type {
 	CP_FILE_END = 6,  /* sender: byte count and checksum of the file */
 	CP_FILE_DONE = 7, /* receiver: verified, synced and under its final name */
 	CP_ERROR = 8,	  /* either side: why it gives up; it disconnects next */
+	/* Tree entries (version 5): each answered by FILE_DONE with 0 bytes
+	 * and checksum 0, in order with the files. */
+	CP_MKDIR = 9,	   /* sender: create the directory name (mode 0700 until DIR_META) */
+	CP_SYMLINK = 10,   /* sender: a symbolic link, its target stored verbatim */
+	CP_DIR_META = 11,  /* sender: the directory's mode and mtime, after its contents */
 };
 
 /* enum cp_err: what an ERROR message reports, and the exit code it means. */
@@ -56,6 +62,13 @@ enum cp_err {
 };
 
 #define CP_START_STREAM 1u /* size unknown: chunks may be short */
+#define CP_START_META	8u /* mode and mtime apply; without it both are zero */
+
+/* A modification time as the wire carries it: nsec < 10^9. */
+struct cp_time {
+	int64_t sec;
+	uint32_t nsec;
+};
 
 struct cp_msg {
 	uint8_t type;
@@ -74,7 +87,21 @@ struct cp_msg {
 			uint32_t flags;
 			uint16_t name_len;
 			char name[CP_NAME_MAX + 1]; /* NUL-terminated by the decoder */
+			uint32_t mode;		    /* permission bits, <= 0777 */
+			struct cp_time mtime;
 		} start;
+		/*
+		 * MKDIR, SYMLINK and DIR_META: one layout, each type with its own
+		 * rule: MKDIR only a name; SYMLINK a target and an mtime, no
+		 * mode; DIR_META a mode (<= 0777) and an mtime, no target.
+		 */
+		struct {
+			uint16_t name_len, target_len;
+			char name[CP_NAME_MAX + 1];	/* NUL-terminated by the decoder */
+			char target[CP_TARGET_MAX + 1]; /* no NUL inside, as a link can hold */
+			uint32_t mode;
+			struct cp_time mtime;
+		} entry;
 		/*
 		 * Seqs below @limit may be written; the @nkeys seqs just below it
 		 * (exactly those the previous limit did not grant) each with the
@@ -101,7 +128,7 @@ size_t cp_encode(const struct cp_msg *m, uint8_t *buf, size_t cap);
 
 /*
  * cp_decode() - parse @len bytes. Returns 0; -EACCES for a well-formed
- * FILE_START whose name cp_name_ok() refuses; -EPROTO for anything else
+ * FILE_START, MKDIR, SYMLINK or DIR_META whose name cp_name_ok() refuses; -EPROTO for anything else
  * malformed. The reason is in @why (at least 80 bytes recommended).
  */
 int cp_decode(const uint8_t *buf, size_t len, struct cp_msg *m, char *why, size_t why_len);

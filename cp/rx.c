@@ -47,8 +47,10 @@
 /* A refused stranger's ERROR gets this long to go out, then its QP goes. */
 #define REFUSE_MS 500
 
-/* RX_OPEN: FILE_START arrived, its file is being opened. */
-enum rx_state { RX_HELLO, RX_IDLE, RX_OPEN, RX_FILE, RX_SYNC, RX_CLOSING };
+/* RX_OPEN: FILE_START arrived, its file is being opened; RX_ENTRY: a
+ * tree entry (MKDIR, SYMLINK, DIR_META) was made, its directory is being
+ * synced. */
+enum rx_state { RX_HELLO, RX_IDLE, RX_OPEN, RX_FILE, RX_SYNC, RX_ENTRY, RX_CLOSING };
 
 struct rx_slot {
 	struct rx *r;
@@ -111,9 +113,14 @@ struct rx {
 	uint32_t end_seq; /* end_seen: the first seq past this file */
 	bool committing;  /* verified and synced, being named */
 	char name[CP_NAME_MAX + 1];
+	bool meta; /* FILE_START gave the file's mode and mtime */
+	uint32_t mode;
+	struct cp_time mtime;
 	struct cp_hasher hs;
 	uint64_t file_off, end_bytes, end_sum;
 	struct cp_op sync_op;
+	struct cp_op entry_op; /* RX_ENTRY: the fsync of entry_fd */
+	int entry_fd;
 	/* The next file, begun after end_seen: the window admits its chunks,
 	 * opened once this one is named (commit_done) */
 	struct {
@@ -121,6 +128,9 @@ struct rx {
 		uint32_t end_seq;
 		uint64_t bytes, sum;
 		char name[CP_NAME_MAX + 1];
+		bool meta;
+		uint32_t mode;
+		struct cp_time mtime;
 	} q;
 };
 
@@ -255,7 +265,8 @@ static void store_failed(struct rx *r, int code)
 /* Between FILE_START and FILE_DONE: a lost sender loses this file. */
 static bool in_file(const struct rx *r)
 {
-	return r->state == RX_OPEN || r->state == RX_FILE || r->state == RX_SYNC;
+	return r->state == RX_OPEN || r->state == RX_FILE || r->state == RX_SYNC ||
+	       r->state == RX_ENTRY;
 }
 
 /* The slots' memory windows, freed before their QP: rxe in 6.1 hangs
@@ -401,6 +412,7 @@ static void send_done(rr_ep *ep, const struct rr_completion *c, void *data)
 
 static void finish_file(struct rx *r);
 static void open_file(struct rx *r, const char *name);
+static void entry_done(struct rx *r, const struct cp_msg *done);
 
 /* FILE_END came, the file is open and every chunk left the window,
  * reached the file and was hashed: on to verifying it. */
@@ -596,9 +608,14 @@ static void commit_done(struct cp_store *st, int code)
 	if (!quiet(r))
 		cp_log("serve: %s: received %s (%llu bytes, xxh3 %016llx)", r->peer, r->name,
 		       (unsigned long long)r->end_bytes, (unsigned long long)r->end_sum);
+	entry_done(r, &m);
+}
+
+static void entry_done(struct rx *r, const struct cp_msg *done)
+{
 	r->state = RX_IDLE;
 	r->end_seen = false;
-	if (rx_send(r, &m)) {
+	if (rx_send(r, done)) {
 		rx_fail(r, 0, CP_EXIT_NET, "cannot send FILE_DONE");
 		return;
 	}
@@ -610,6 +627,9 @@ static void commit_done(struct cp_store *st, int code)
 		r->end_seq = r->q.end_seq;
 		r->end_bytes = r->q.bytes;
 		r->end_sum = r->q.sum;
+		r->meta = r->q.meta;
+		r->mode = r->q.mode;
+		r->mtime = r->q.mtime;
 		open_file(r, r->q.name);
 	}
 }
@@ -647,6 +667,15 @@ static void finish_file(struct rx *r)
 			"%s: checksum mismatch (sender %016llx, received %016llx)", r->name,
 			(unsigned long long)r->end_sum, (unsigned long long)sum);
 		return;
+	}
+	/* Mode and mtime before the fsync, which makes them last too. */
+	if (r->meta) {
+		int code = cp_store_meta(&r->st, r->mode, &r->mtime);
+
+		if (code) {
+			store_failed(r, code);
+			return;
+		}
 	}
 	r->state = RX_SYNC;
 	sqe = cp_loop_sqe(r->env->lp, &r->sync_op);
@@ -841,9 +870,15 @@ static void on_start(struct rx *r, const struct cp_msg *m)
 		r->q.on = true;
 		r->q.end_seen = false;
 		memcpy(r->q.name, m->start.name, sizeof(r->q.name));
+		r->q.meta = m->start.flags & CP_START_META;
+		r->q.mode = m->start.mode;
+		r->q.mtime = m->start.mtime;
 		return;
 	}
 	r->end_seen = false;
+	r->meta = m->start.flags & CP_START_META;
+	r->mode = m->start.mode;
+	r->mtime = m->start.mtime;
 	open_file(r, m->start.name);
 }
 
@@ -875,6 +910,74 @@ static void on_end(struct rx *r, const struct cp_msg *m)
 	maybe_finish(r);
 }
 
+/* The entry's directory was synced: answered like a file, with 0 bytes
+ * and checksum 0, and the next file, if it began, goes on. */
+static void entry_synced(struct cp_op *op, int res)
+{
+	struct rx *r = (struct rx *)((char *)op - offsetof(struct rx, entry_op));
+	struct cp_msg m = {.type = CP_FILE_DONE};
+
+	r->io_inflight--;
+	close(r->entry_fd);
+	r->entry_fd = -1;
+	if (r->state == RX_CLOSING)
+		return;
+	if (res < 0 && res != -EINVAL) {
+		rx_fail(r, res == -ENOSPC ? CP_E_NOSPC : CP_E_IO, CP_EXIT_LOCAL_IO,
+			"fsync of the directory of %s: %s", r->name, strerror(-res));
+		return;
+	}
+	entry_done(r, &m);
+}
+
+/*
+ * MKDIR, SYMLINK, DIR_META: made at once (cp/store.c, beneath DIR and
+ * through no link), then the directory they changed is synced through
+ * the ring. They come only between files (the sender waits for the last
+ * FILE_DONE), and the next file may begin meanwhile, as after a FILE_END.
+ */
+static void on_entry(struct rx *r, const struct cp_msg *m)
+{
+	const char *what = m->type == CP_MKDIR ? "made directory" : "made link";
+	struct io_uring_sqe *sqe;
+	char why[sizeof(r->st.why)];
+	int code, fd = -1;
+
+	memcpy(r->name, m->entry.name, sizeof(r->name));
+	if (m->type == CP_MKDIR)
+		code = cp_store_mkdir(r->env->dirfd, r->name, &fd, why, sizeof(why));
+	else if (m->type == CP_SYMLINK)
+		code = cp_store_symlink(r->env->dirfd, r->name, m->entry.target,
+					&m->entry.mtime, r->env->o->force, &fd, why, sizeof(why));
+	else
+		code = cp_store_dir_meta(r->env->dirfd, r->name, m->entry.mode, &m->entry.mtime,
+					 &fd, why, sizeof(why));
+	if (code) {
+		rx_fail(r, (unsigned int)code, err_result((unsigned int)code), "%s", why);
+		return;
+	}
+	if (!quiet(r) && m->type != CP_DIR_META)
+		cp_log("serve: %s: %s %s%s%s", r->peer, what, r->name,
+		       m->type == CP_SYMLINK ? " -> " : "",
+		       m->type == CP_SYMLINK ? m->entry.target : "");
+	r->entry_fd = fd;
+	sqe = cp_loop_sqe(r->env->lp, &r->entry_op);
+	if (!sqe) {
+		close(fd);
+		r->entry_fd = -1;
+		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "cannot queue fsync");
+		return;
+	}
+	io_uring_prep_fsync(sqe, fd, 0);
+	r->io_inflight++;
+	/* Nothing of it passes through the window: the next file's chunks
+	 * wait for it as for a file whose FILE_END came. */
+	r->state = RX_ENTRY;
+	r->end_seen = true;
+	r->end_seq = r->w.next_seq;
+	r->end_bytes = r->end_sum = 0;
+}
+
 static void on_message(struct rx *r, const uint8_t *buf, uint32_t len)
 {
 	struct cp_msg m;
@@ -902,6 +1005,9 @@ static void on_message(struct rx *r, const uint8_t *buf, uint32_t len)
 		on_start(r, &m);
 	} else if (m.type == CP_FILE_END && in_file(r) && r->w.file_open) {
 		on_end(r, &m);
+	} else if ((m.type == CP_MKDIR || m.type == CP_SYMLINK || m.type == CP_DIR_META) &&
+		   r->state == RX_IDLE) {
+		on_entry(r, &m);
 	} else {
 		rx_fail(r, CP_E_PROTO, CP_EXIT_INTEGRITY, "unexpected %s", cp_type_name(m.type));
 	}
@@ -980,6 +1086,8 @@ struct rx *rx_create(struct rx_env *env, rr_ep *ep)
 	r->env = env;
 	r->ep = ep;
 	r->sync_op.done = sync_done;
+	r->entry_op.done = entry_synced;
+	r->entry_fd = -1;
 	r->st.fd = r->st.parentfd = -1;
 	r->last_activity = r->born_at = cp_now_ns();
 	snprintf(r->peer, sizeof(r->peer), "peer");

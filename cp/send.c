@@ -3,9 +3,22 @@
  * ringrdma-cp send FILE... ADDR:PORT: the files in order over one connection,
  * or over --conns N side by side, each taking the next file when its last
  * one is sent (one file ahead of the receiver's FILE_DONE).
+ *
+ * With -r a directory is walked before anything moves into a list of
+ * entries in order: MKDIR of the directory, its files (and links, with
+ * --links), each subdirectory's entries in turn, then DIR_META with its
+ * mode and mtime. The connections take entries from that list in order,
+ * as with files, except that an entry goes only once its directory's
+ * MKDIR was confirmed, or went on the same connection (the receiver
+ * keeps a connection's order), and DIR_META only once everything beneath
+ * it was stored (a name made in a directory changes its mtime, and a
+ * directory without write or search permission takes nothing more).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +32,21 @@
 #define RING_ENTRIES 512
 
 struct sender;
+
+/* One thing to send: a file, or with -r a directory entry. */
+struct entry {
+	char *path;   /* local */
+	char *name;   /* on the receiver */
+	char *target; /* CP_SYMLINK */
+	uint8_t kind; /* 0: a file; CP_MKDIR, CP_SYMLINK, CP_DIR_META */
+	uint32_t mode;
+	struct cp_time mtime;
+	int dir;  /* the MKDIR of the directory it is in, -1: none */
+	int own;  /* CP_DIR_META: its directory's MKDIR */
+	int left; /* CP_MKDIR: entries beneath it not yet stored */
+	int conn; /* the connection it went on, -1: not yet */
+	bool done;
+};
 
 /* One connection; its files go in turn, the connections' side by side. */
 struct sconn {
@@ -35,7 +63,9 @@ struct sender {
 	struct cp_opts conn_opts; /* o, with each connection's share of the rate */
 	struct sconn c[CP_SEND_CONNS_MAX];
 	unsigned int nconns, live;
-	int next_file;
+	struct entry *e;
+	int ne, cap;
+	int first; /* every entry before it went */
 	uint64_t total;
 	struct cp_tally n;	       /* files, bytes, checksum as they are stored */
 	uint64_t data_start, data_end; /* first WELCOME, last FILE_DONE */
@@ -44,31 +74,88 @@ struct sender {
 	char msg[256];
 };
 
+/* Can an entry in the directory of MKDIR @d go on connection @c now? */
+static bool dir_ready(const struct sender *s, int d, int c)
+{
+	return d < 0 || s->e[d].done || s->e[d].conn == c;
+}
+
+/* The next entry connection @c may send: its index, -1 when every entry
+ * went, -2 when the ones left must wait for others to be stored. */
+static int pick(struct sender *s, int c)
+{
+	bool all_went = true;
+
+	for (int i = s->first; i < s->ne; i++) {
+		const struct entry *e = &s->e[i];
+
+		if (e->conn >= 0) {
+			if (i == s->first)
+				s->first++;
+			continue;
+		}
+		if (e->kind == CP_DIR_META) {
+			/* Later entries do not depend on it: they may pass. */
+			if (!s->e[e->own].left && dir_ready(s, e->own, c) && dir_ready(s, e->dir, c))
+				return i;
+			all_went = false;
+			continue;
+		}
+		return dir_ready(s, e->dir, c) ? i : -2;
+	}
+	return all_went ? -1 : -2;
+}
+
+/* A file's source: opened, still a regular file, its size, mode and mtime. */
+static bool open_file(struct sconn *c, struct tx *t, struct tx_src *src, const char *path)
+{
+	struct sender *s = c->s;
+	struct stat sb = {0};
+
+	c->fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (c->fd < 0 || fstat(c->fd, &sb) || !S_ISREG(sb.st_mode)) {
+		snprintf(s->msg, sizeof(s->msg), "cannot open %s: %s", path,
+			 c->fd < 0 || !sb.st_mode ? strerror(errno) : "not a regular file");
+		tx_abort(t, CP_EXIT_LOCAL_IO, s->msg);
+		return false;
+	}
+	src->fd = c->fd;
+	src->size = (uint64_t)sb.st_size;
+	src->meta = true;
+	src->mode = sb.st_mode & 0777;
+	src->mtime = (struct cp_time){sb.st_mtim.tv_sec, (uint32_t)sb.st_mtim.tv_nsec};
+	return true;
+}
+
 static bool next_file(struct tx *t, struct tx_src *src, void *data)
 {
 	struct sconn *c = data;
 	struct sender *s = c->s;
-	const char *path, *base;
-	struct stat sb;
+	struct entry *e;
+	int i;
 
 	if (c->fd >= 0)
 		close(c->fd); /* its FILE_END went: every read of it ended */
 	c->fd = -1;
-	if (s->next_file == s->o->nfiles)
+	i = pick(s, (int)(c - s->c));
+	if (i == -1)
 		return false;
-	path = s->o->files[s->next_file++];
-	c->fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (c->fd < 0 || fstat(c->fd, &sb)) {
-		snprintf(s->msg, sizeof(s->msg), "cannot open %s: %s", path, strerror(errno));
-		tx_abort(t, CP_EXIT_LOCAL_IO, s->msg);
-		return false;
+	if (i == -2) {
+		src->wait = true;
+		return true;
 	}
-	base = strrchr(path, '/');
-	base = base ? base + 1 : path;
-	src->fd = c->fd;
-	src->size = (uint64_t)sb.st_size;
-	src->label = path;
-	snprintf(src->name, sizeof(src->name), "%s", s->o->as ? s->o->as : base);
+	e = &s->e[i];
+	e->conn = (int)(c - s->c);
+	src->id = i;
+	src->label = e->path;
+	src->kind = e->kind;
+	snprintf(src->name, sizeof(src->name), "%s", e->name);
+	if (!e->kind)
+		return open_file(c, t, src, e->path);
+	src->mode = e->mode;
+	src->mtime = e->mtime;
+	if (e->target)
+		snprintf(src->target, sizeof(src->target), "%s", e->target);
 	return true;
 }
 
@@ -88,11 +175,17 @@ static void file_done(struct tx *t, const struct tx_src *src, uint64_t bytes, ui
 	char l[CP_ESC_LEN(256)], n[CP_ESC_LEN(CP_NAME_MAX)];
 	struct sconn *c = data;
 	struct sender *s = c->s;
+	struct entry *e = &s->e[src->id];
 
-	s->n.files++;
+	e->done = true;
+	for (int d = e->dir; d >= 0; d = s->e[d].dir)
+		s->e[d].left--;
 	s->data_end = cp_now_ns();
 	if (!s->data_start || tx_welcome_ns(t) < s->data_start)
 		s->data_start = tx_welcome_ns(t);
+	if (src->kind)
+		return; /* a directory or link: no bytes, no line */
+	s->n.files++;
 	c->chunks = tx_chunks(t);
 	s->n.bytes += bytes;
 	s->n.checksum = sum;
@@ -157,21 +250,226 @@ static void send_signal(struct cp_loop *lp, int signo)
 			tx_abort(s->c[i].t, CP_EXIT_INTERRUPTED, "sender interrupted");
 }
 
-/* Every file must be a readable regular file before anything moves. */
+static int walk_fail(struct sender *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Stop before anything moves: the reason in s->msg (and in --json). */
+static int walk_fail(struct sender *s, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(s->msg, sizeof(s->msg), fmt, ap);
+	va_end(ap);
+	cp_log("send: %s", s->msg);
+	return CP_EXIT_LOCAL_IO;
+}
+
+/* Append an entry (its strings are taken over) in directory @dir; its
+ * index, or -1 out of memory. */
+static int add(struct sender *s, struct entry e)
+{
+	if (!e.path || !e.name || (e.kind == CP_SYMLINK && !e.target))
+		goto nomem;
+	if (s->ne == s->cap) {
+		int cap = s->cap ? 2 * s->cap : 64;
+		struct entry *n = realloc(s->e, (size_t)cap * sizeof(*n));
+
+		if (!n)
+			goto nomem;
+		s->e = n;
+		s->cap = cap;
+	}
+	e.conn = -1;
+	for (int d = e.dir; d >= 0; d = s->e[d].dir)
+		s->e[d].left++;
+	s->e[s->ne] = e;
+	return s->ne++;
+nomem:
+	free(e.path);
+	free(e.name);
+	free(e.target);
+	return -1;
+}
+
+static struct cp_time mtime_of(const struct stat *sb)
+{
+	return (struct cp_time){sb->st_mtim.tv_sec, (uint32_t)sb->st_mtim.tv_nsec};
+}
+
+static int no_dots(const struct dirent *de)
+{
+	return strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
+}
+
+/* Byte order, whatever the locale: the same tree goes the same way. */
+static int by_bytes(const struct dirent **a, const struct dirent **b)
+{
+	return strcmp((*a)->d_name, (*b)->d_name);
+}
+
+static char *join(const char *a, const char *b)
+{
+	char *p;
+
+	return asprintf(&p, "%s/%s", a, b) < 0 ? NULL : p;
+}
+
+/*
+ * The directory @path (@sb) as @name, in directory entry @dir: MKDIR,
+ * its files and links, its subdirectories' entries, DIR_META.
+ */
+static int walk(struct sender *s, const char *path, const char *name, const struct stat *sb,
+		int dir)
+{
+	struct dirent **list = NULL;
+	int me, n, ret = 0;
+
+	me = add(s, (struct entry){.kind = CP_MKDIR, .path = strdup(path), .name = strdup(name),
+				   .dir = dir});
+	if (me < 0)
+		return walk_fail(s, "out of memory");
+	n = scandir(path, &list, no_dots, by_bytes);
+	if (n < 0)
+		return walk_fail(s, "%s: %s", path, strerror(errno));
+	/* Files and links first, then each subdirectory's tree. */
+	for (int pass = 0; pass < 2 && !ret; pass++) {
+		for (int i = 0; i < n && !ret; i++) {
+			char *cpath = join(path, list[i]->d_name);
+			char *cname = join(name, list[i]->d_name);
+			struct stat cb;
+			char target[CP_TARGET_MAX + 2];
+			ssize_t tl;
+
+			if (!cpath || !cname) {
+				ret = walk_fail(s, "out of memory");
+			} else if (lstat(cpath, &cb)) {
+				ret = walk_fail(s, "%s: %s", cpath, strerror(errno));
+			} else if (S_ISDIR(cb.st_mode) != (pass == 1)) {
+				/* the other pass */
+			} else if (strlen(cname) > CP_NAME_MAX ||
+				   !cp_name_ok(cname, strlen(cname))) {
+				ret = walk_fail(s, "%s: its name on the receiver, %s, is longer "
+					       "than %d bytes or has control characters",
+						cpath, cname, CP_NAME_MAX);
+			} else if (S_ISDIR(cb.st_mode)) {
+				ret = walk(s, cpath, cname, &cb, me);
+			} else if (S_ISREG(cb.st_mode)) {
+				if (access(cpath, R_OK))
+					ret = walk_fail(s, "%s: %s", cpath, strerror(errno));
+				else if (add(s, (struct entry){.path = cpath, .name = cname,
+							       .dir = me}) < 0)
+					ret = walk_fail(s, "out of memory");
+				else
+					s->total += (uint64_t)cb.st_size;
+				cpath = cname = NULL;
+			} else if (S_ISLNK(cb.st_mode) && s->o->links) {
+				tl = readlink(cpath, target, sizeof(target));
+				if (tl < 0)
+					ret = walk_fail(s, "%s: %s", cpath, strerror(errno));
+				else if (tl == 0 || tl > CP_TARGET_MAX)
+					ret = walk_fail(s, "%s: a link target of %zd bytes (at most %d "
+						       "go)", cpath, tl, CP_TARGET_MAX);
+				if (ret)
+					goto next;
+				target[tl] = 0;
+				if (add(s, (struct entry){.kind = CP_SYMLINK, .path = cpath,
+							  .name = cname, .target = strdup(target),
+							  .mtime = mtime_of(&cb), .dir = me}) < 0)
+					ret = walk_fail(s, "out of memory");
+				cpath = cname = NULL;
+			} else {
+				/* rsync and scp skip them too, and say so. */
+				if (!s->o->quiet)
+					cp_log("send: skipping %s %s%s", S_ISLNK(cb.st_mode) ?
+					       "symbolic link" : "special file", cpath,
+					       S_ISLNK(cb.st_mode) ? " (--links sends links)" : "");
+			}
+next:
+			free(cpath);
+			free(cname);
+		}
+	}
+	for (int i = 0; i < n; i++)
+		free(list[i]);
+	free(list);
+	if (ret)
+		return ret;
+	if (add(s, (struct entry){.kind = CP_DIR_META, .path = strdup(path), .name = strdup(name),
+				  .mode = sb->st_mode & 0777, .mtime = mtime_of(sb), .own = me,
+				  .dir = dir}) < 0)
+		return walk_fail(s, "out of memory");
+	return 0;
+}
+
+/* "dir/" as "dir", "/" as it is. */
+static char *trim_slashes(char *p)
+{
+	for (size_t len = p ? strlen(p) : 0; len > 1 && p[len - 1] == '/'; len--)
+		p[len - 1] = 0;
+	return p;
+}
+
+/* What a directory operand is called on the receiver: --as, or its last
+ * component ("." and ".." resolved); NULL for "/". */
+static char *top_name(const char *path, const char *as)
+{
+	char *p = trim_slashes(strdup(path)), *base, *real = NULL;
+
+	if (as || !p) {
+		free(p);
+		return as ? strdup(as) : NULL;
+	}
+	base = strrchr(p, '/');
+	base = base ? base + 1 : p;
+	if (!strcmp(base, ".") || !strcmp(base, "..")) {
+		real = realpath(p, NULL);
+		base = real ? strrchr(real, '/') + 1 : "";
+	}
+	base = *base ? strdup(base) : NULL;
+	free(real);
+	free(p);
+	return base;
+}
+
+/* Every operand, and with -r every entry beneath, before anything moves:
+ * files readable, directories walked, names valid. */
 static int check_files(struct sender *s)
 {
 	for (int i = 0; i < s->o->nfiles; i++) {
-		const char *path = s->o->files[i];
+		const char *path = s->o->files[i], *base;
 		struct stat sb;
+		char *name, *dpath;
+		int ret;
 
-		if (stat(path, &sb) || access(path, R_OK))
-			snprintf(s->msg, sizeof(s->msg), "%s: %s", path, strerror(errno));
-		else if (!S_ISREG(sb.st_mode))
-			snprintf(s->msg, sizeof(s->msg), "%s: not a regular file", path);
-		if (s->msg[0]) {
-			cp_log("send: %s", s->msg); /* and in --json */
-			return CP_EXIT_LOCAL_IO;
+		if (stat(path, &sb) || (!S_ISDIR(sb.st_mode) && access(path, R_OK)))
+			return walk_fail(s, "%s: %s", path, strerror(errno));
+		if (S_ISDIR(sb.st_mode)) {
+			if (!s->o->recursive)
+				return walk_fail(s, "%s: a directory (-r sends its tree)", path);
+			name = top_name(path, s->o->as);
+			if (!name)
+				return walk_fail(s, "%s: no name to give it on the receiver (--as "
+						    "gives one)", path);
+			if (!cp_name_ok(name, strlen(name))) {
+				ret = walk_fail(s, "%s: cannot be sent as %s", path, name);
+				free(name);
+				return ret;
+			}
+			dpath = trim_slashes(strdup(path));
+			ret = dpath ? walk(s, dpath, name, &sb, -1) : walk_fail(s, "out of memory");
+			free(dpath);
+			free(name);
+			if (ret)
+				return ret;
+			continue;
 		}
+		if (!S_ISREG(sb.st_mode))
+			return walk_fail(s, "%s: not a regular file", path);
+		base = strrchr(path, '/');
+		base = base ? base + 1 : path;
+		if (add(s, (struct entry){.path = strdup(path),
+					  .name = strdup(s->o->as ? s->o->as : base), .dir = -1}) < 0)
+			return walk_fail(s, "out of memory");
 		s->total += (uint64_t)sb.st_size;
 	}
 	return 0;
@@ -196,18 +494,18 @@ int cp_send(const struct cp_opts *o)
 		return CP_EXIT_FAIL;
 	}
 	s->o = o;
-	/* No more connections than files: each would only say goodbye. */
-	s->nconns = o->conns ? o->conns : 1;
-	if (s->nconns > (unsigned int)o->nfiles)
-		s->nconns = (unsigned int)o->nfiles;
 	for (unsigned int i = 0; i < CP_SEND_CONNS_MAX; i++)
 		s->c[i] = (struct sconn){.s = s, .fd = -1};
-	s->conn_opts = *o;
-	if (o->rate)
-		s->conn_opts.rate = o->rate / s->nconns ? o->rate / s->nconns : 1;
 	ret = check_files(s);
 	if (ret)
 		goto out;
+	/* No more connections than entries: each would only say goodbye. */
+	s->nconns = o->conns ? o->conns : 1;
+	if (s->nconns > (unsigned int)s->ne)
+		s->nconns = (unsigned int)s->ne;
+	s->conn_opts = *o;
+	if (o->rate)
+		s->conn_opts.rate = o->rate / s->nconns ? o->rate / s->nconns : 1;
 	if (cp_loop_init(&s->lp, RING_ENTRIES)) {
 		ret = CP_EXIT_FAIL;
 		goto out;
@@ -255,6 +553,12 @@ out:
 	sum.n = s->n;
 	sum.data_ns = s->n.files ? s->data_end - s->data_start : 0;
 	cp_json_report(o, &sum);
+	for (int i = 0; i < s->ne; i++) {
+		free(s->e[i].path);
+		free(s->e[i].name);
+		free(s->e[i].target);
+	}
+	free(s->e);
 	free(s);
 	return ret;
 }

@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdatomic.h>
 #include <sys/random.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "proto.h"
@@ -456,4 +458,174 @@ void cp_store_abort(struct cp_store *st)
 	if (st->parentfd >= 0)
 		close(st->parentfd);
 	st->parentfd = -1;
+}
+
+/* The process's umask, read without changing it (umask(2) would, for a
+ * moment, for every thread). */
+static mode_t cur_umask(void)
+{
+	static atomic_int cached = -1;
+	int m = atomic_load(&cached);
+	unsigned int v;
+	char line[128];
+	FILE *f;
+
+	if (m >= 0)
+		return (mode_t)m;
+	m = 022;
+	f = fopen("/proc/self/status", "re");
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "Umask: %o", &v) == 1) {
+			m = (int)(v & 0777);
+			break;
+		}
+	if (f)
+		fclose(f);
+	atomic_store(&cached, m);
+	return (mode_t)m;
+}
+
+static mode_t perm(uint32_t mode)
+{
+	return (mode_t)(mode & 0777) & ~cur_umask();
+}
+
+/* @fd's mtime, or that of @name in it, not followed; atime untouched. */
+static int set_mtime(int fd, const char *name, const struct cp_time *t)
+{
+	struct timespec ts[2] = {{.tv_nsec = UTIME_OMIT},
+				 {.tv_sec = (time_t)t->sec, .tv_nsec = (long)t->nsec}};
+
+	return name ? utimensat(fd, name, ts, AT_SYMLINK_NOFOLLOW) : futimens(fd, ts);
+}
+
+int cp_store_meta(struct cp_store *st, uint32_t mode, const struct cp_time *mtime)
+{
+	if (fchmod(st->fd, perm(mode)) || set_mtime(st->fd, NULL, mtime))
+		return fail(st, CP_E_IO, "mode or time of", st->base, errno);
+	return 0;
+}
+
+#define RESOLVE_TREE (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)
+
+/* The directory @path under @dirfd, reached through no symbolic link;
+ * or -errno. */
+static int open_beneath(int dirfd, const char *path)
+{
+	struct open_how how = {.flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC,
+			       .resolve = RESOLVE_TREE};
+	long fd = syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
+
+	return fd < 0 ? -errno : (int)fd;
+}
+
+static int tree_fail(char *why, size_t len, int code, const char *what, const char *name,
+		     int err)
+{
+	snprintf(why, len, "%s %s: %s", what, name, strerror(err));
+	return code;
+}
+
+/* The directory @name goes into, opened as above, and its last component
+ * in @base; or a negative cp_err code. */
+static int open_parent(int dirfd, const char *name, char base[NAME_MAX + 1], char *why,
+		       size_t len)
+{
+	const char *slash = strrchr(name, '/');
+	char parent[CP_NAME_MAX + 1];
+	int fd;
+
+	snprintf(base, NAME_MAX + 1, "%s", slash ? slash + 1 : name);
+	snprintf(parent, sizeof(parent), "%.*s", slash ? (int)(slash - name) : 1,
+		 slash ? name : ".");
+	fd = open_beneath(dirfd, parent);
+	if (fd < 0)
+		return -tree_fail(why, len, io_err(-fd), "directory", parent, -fd);
+	return fd;
+}
+
+int cp_store_mkdir(int dirfd, const char *name, int *syncfd, char *why, size_t why_len)
+{
+	char base[NAME_MAX + 1];
+	int pfd = open_parent(dirfd, name, base, why, why_len);
+	struct stat sb;
+	int err;
+
+	if (pfd < 0)
+		return -pfd;
+	/* mkdirat() follows no link in @base: a link there is EEXIST. */
+	if (mkdirat(pfd, base, 0700) == 0)
+		goto made;
+	err = errno;
+	if (err == EEXIST && !fstatat(pfd, base, &sb, AT_SYMLINK_NOFOLLOW) && S_ISDIR(sb.st_mode))
+		goto made;
+	close(pfd);
+	if (err == EEXIST)
+		return tree_fail(why, why_len, CP_E_EXISTS, "refusing to replace", name, ENOTDIR);
+	return tree_fail(why, why_len, io_err(err), "cannot create directory", name, err);
+made:
+	*syncfd = pfd;
+	return 0;
+}
+
+int cp_store_symlink(int dirfd, const char *name, const char *target,
+		     const struct cp_time *mtime, bool force, int *syncfd, char *why,
+		     size_t why_len)
+{
+	char base[NAME_MAX + 1], tmp[NAME_MAX + 1];
+	int pfd = open_parent(dirfd, name, base, why, why_len);
+	unsigned int r = 0;
+	int err = 0;
+
+	if (pfd < 0)
+		return -pfd;
+	if (symlinkat(target, pfd, base) == 0)
+		goto made;
+	err = errno;
+	if (err != EEXIST || !force)
+		goto out;
+	/* Forced: made under a temp name and renamed over the old entry;
+	 * rename() never puts it over a directory. */
+	if (getrandom(&r, sizeof(r), 0) != sizeof(r))
+		r = (unsigned int)getpid() * 2654435761u;
+	snprintf(tmp, sizeof(tmp), ".%.200s.rrcp-%08x", base, r);
+	if (symlinkat(target, pfd, tmp)) {
+		err = errno;
+		goto out;
+	}
+	if (renameat(pfd, tmp, pfd, base)) {
+		err = errno == EISDIR || errno == ENOTEMPTY ? EEXIST : errno;
+		unlinkat(pfd, tmp, 0);
+		goto out;
+	}
+made:
+	if (set_mtime(pfd, base, mtime)) {
+		err = errno;
+		close(pfd);
+		return tree_fail(why, why_len, CP_E_IO, "time of link", name, err);
+	}
+	*syncfd = pfd;
+	return 0;
+out:
+	close(pfd);
+	if (err == EEXIST)
+		return tree_fail(why, why_len, CP_E_EXISTS, "refusing to replace", name, err);
+	return tree_fail(why, why_len, io_err(err), "cannot create link", name, err);
+}
+
+int cp_store_dir_meta(int dirfd, const char *name, uint32_t mode, const struct cp_time *mtime,
+		      int *syncfd, char *why, size_t why_len)
+{
+	int fd = open_beneath(dirfd, name);
+	int err;
+
+	if (fd < 0)
+		return tree_fail(why, why_len, io_err(-fd), "directory", name, -fd);
+	if (fchmod(fd, perm(mode)) || set_mtime(fd, NULL, mtime)) {
+		err = errno;
+		close(fd);
+		return tree_fail(why, why_len, CP_E_IO, "mode or time of", name, err);
+	}
+	*syncfd = fd;
+	return 0;
 }

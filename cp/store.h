@@ -85,4 +85,36 @@ int cp_store_commit(struct cp_store *st, cp_store_fn done);
  * not while busy. */
 void cp_store_abort(struct cp_store *st);
 
+/*
+ * cp_store_meta() - the open file's mode (its permission bits, less the
+ * process's umask: never setuid, setgid or sticky) and modification time,
+ * set before its fsync. 0, or a cp_err code (reason in why[]).
+ */
+int cp_store_meta(struct cp_store *st, uint32_t mode, const struct cp_time *mtime);
+
+/*
+ * The entries of a directory tree, each under @dirfd and never through a
+ * symbolic link: the directory an entry goes into is opened with
+ * openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS), the last component is
+ * never followed. Unlike files they are made on the calling thread: each
+ * is one lookup of an open directory and one call. Each returns 0 with,
+ * in *syncfd, the directory to fsync and then close for the change to
+ * last; or a cp_err code with the reason in @why.
+ *
+ * cp_store_mkdir() - create @name with mode 0700 (cp_store_dir_meta()
+ * sets its own once its contents are in); an existing directory is used
+ * as it is, anything else there is refused.
+ * cp_store_symlink() - @name as a symbolic link to @target, stored
+ * verbatim, with @mtime; an existing name is refused unless @force, and a
+ * directory always.
+ * cp_store_dir_meta() - the directory @name's mode (less the umask) and
+ * modification time.
+ */
+int cp_store_mkdir(int dirfd, const char *name, int *syncfd, char *why, size_t why_len);
+int cp_store_symlink(int dirfd, const char *name, const char *target,
+		     const struct cp_time *mtime, bool force, int *syncfd, char *why,
+		     size_t why_len);
+int cp_store_dir_meta(int dirfd, const char *name, uint32_t mode, const struct cp_time *mtime,
+		      int *syncfd, char *why, size_t why_len);
+
 #endif

@@ -36,9 +36,20 @@
 #define CONNECT_MS     15000
 
 /* TX_DATA: a file is being sent; TX_HOLD: it failed, the ERROR waits for
- * the last file's FILE_DONE; TX_NEXT: the next file waits for it too;
- * TX_END: none left, the last FILE_DONE is due. */
-enum tx_state { TX_CONNECTING, TX_HELLO, TX_IDLE, TX_DATA, TX_HOLD, TX_NEXT, TX_END, TX_CLOSING };
+ * the last file's FILE_DONE; TX_NEXT: the next file (or tree entry) waits
+ * for it too; TX_WAIT: the hook has nothing ready yet; TX_END: none left,
+ * the last FILE_DONE is due. */
+enum tx_state {
+	TX_CONNECTING,
+	TX_HELLO,
+	TX_IDLE,
+	TX_DATA,
+	TX_HOLD,
+	TX_NEXT,
+	TX_WAIT,
+	TX_END,
+	TX_CLOSING
+};
 /* SL_WRITING: posted, maybe not hashed yet; SL_HASHING: written, not hashed. */
 enum slot_state { SL_FREE, SL_READING, SL_FILLED, SL_WRITING, SL_HASHING };
 
@@ -447,6 +458,11 @@ static void next_source(struct tx *t)
 	t->in_next = true;
 	ok = t->h.next(t, &t->src, t->h.data);
 	t->in_next = false;
+	if (ok && t->src.wait) {
+		if (t->state != TX_CLOSING && t->state != TX_HOLD)
+			t->state = TX_WAIT;
+		return;
+	}
 	if (!ok) {
 		if (t->state == TX_CLOSING || t->state == TX_HOLD)
 			return; /* the hook gave up */
@@ -461,12 +477,47 @@ static void next_source(struct tx *t)
 	t->src_eof = t->stream_reading = false;
 	cp_hasher_reset(&t->hs);
 	/* A name the receiver refuses would end the connection before the
-	 * last file is stored: that one goes only after its FILE_DONE. */
-	if (t->awaiting && !cp_name_ok(t->src.name, strlen(t->src.name))) {
+	 * last file is stored: that one goes only after its FILE_DONE; so
+	 * does a tree entry, which the receiver takes only between files. */
+	if (t->awaiting && (t->src.kind || !cp_name_ok(t->src.name, strlen(t->src.name)))) {
 		t->state = TX_NEXT;
 		return;
 	}
 	send_start(t);
+}
+
+/*
+ * MKDIR, SYMLINK or DIR_META for t->src, with no file's FILE_DONE due:
+ * it is answered by a FILE_DONE of its own (0 bytes, checksum 0), and the
+ * next file may go ahead of that, as after a FILE_END.
+ */
+static void send_entry(struct tx *t)
+{
+	struct cp_msg m = {.type = t->src.kind};
+	int rc;
+
+	m.entry.name_len = (uint16_t)strlen(t->src.name);
+	memcpy(m.entry.name, t->src.name, m.entry.name_len);
+	if (m.type == CP_SYMLINK) {
+		m.entry.target_len = (uint16_t)strlen(t->src.target);
+		memcpy(m.entry.target, t->src.target, m.entry.target_len);
+	}
+	if (m.type == CP_DIR_META)
+		m.entry.mode = t->src.mode;
+	if (m.type != CP_MKDIR)
+		m.entry.mtime = t->src.mtime;
+	rc = tx_send(t, &m);
+	if (rc) {
+		if (!hung_up(t, rc))
+			tx_fail(t, CP_EXIT_FAIL, 0, "cannot send %s for %s", cp_type_name(m.type),
+				t->src.label);
+		return;
+	}
+	t->state = TX_DATA;
+	t->awaiting = true;
+	t->done = t->src;
+	t->done_bytes = t->done_sum = 0;
+	next_source(t);
 }
 
 /* FILE_START for t->src, then its chunks at once. */
@@ -475,10 +526,19 @@ static void send_start(struct tx *t)
 	struct cp_msg m = {.type = CP_FILE_START};
 	int rc;
 
+	if (t->src.kind) {
+		send_entry(t);
+		return;
+	}
 	m.start.size = t->src.stream ? 0 : t->src.size;
 	m.start.flags = t->src.stream ? CP_START_STREAM : 0;
 	m.start.name_len = (uint16_t)strlen(t->src.name);
 	memcpy(m.start.name, t->src.name, m.start.name_len);
+	if (t->src.meta) {
+		m.start.flags |= CP_START_META;
+		m.start.mode = t->src.mode & 0777;
+		m.start.mtime = t->src.mtime;
+	}
 	/* Chunks follow at once: the receiver keeps them while it opens the
 	 * file, and a refusal comes as ERROR. */
 	rc = tx_send(t, &m);
@@ -561,6 +621,8 @@ static void on_message(struct tx *t, const uint8_t *buf, uint32_t len)
 			tx_fail(t, 0, 0, "held"); /* now the held failure goes out */
 		} else if (t->state == TX_NEXT) {
 			send_start(t);
+		} else if (t->state == TX_WAIT) {
+			next_source(t); /* it may be what was waited for */
 		} else if (t->state == TX_END) {
 			goodbye(t);
 		} else if (t->state == TX_DATA) {
@@ -728,6 +790,15 @@ struct tx *tx_start(struct cp_loop *lp, const struct cp_opts *o, const char *hos
 	return t;
 }
 
+/* TX_WAIT: ask the hook again. Waiting for another connection is no
+ * lack of progress of ours, unless a FILE_DONE of ours is due. */
+static void wait_more(struct tx *t, uint64_t now)
+{
+	if (!t->awaiting)
+		t->last_activity = now;
+	next_source(t);
+}
+
 enum tx_poll_res tx_poll(struct tx *t, int *result, char *msg, size_t msg_len)
 {
 	uint64_t now = cp_now_ns();
@@ -737,6 +808,8 @@ enum tx_poll_res tx_poll(struct tx *t, int *result, char *msg, size_t msg_len)
 		if (to && now - t->last_activity > (uint64_t)to * 1000000000ull)
 			tx_fail(t, CP_EXIT_NET, CP_E_ABORT, "no progress with %s for %u s", t->peer,
 				to);
+		else if (t->state == TX_WAIT)
+			wait_more(t, now);
 		else
 			pump(t); /* --limit-rate waits for the clock */
 		cp_hasher_kick(&t->hs);

@@ -19,6 +19,18 @@ struct tx_src {
 	uint64_t size; /* a file: exactly this many bytes */
 	char name[CP_NAME_MAX + 1];
 	const char *label; /* for messages */
+	/* A file's mode and mtime go with it when @meta is set. */
+	bool meta;
+	uint32_t mode; /* permission bits */
+	struct cp_time mtime;
+	/* 0: a file or stream; CP_MKDIR, CP_SYMLINK, CP_DIR_META: a tree
+	 * entry, sent once the last FILE_DONE came and answered like a file. */
+	uint8_t kind;
+	char target[CP_TARGET_MAX + 1]; /* CP_SYMLINK */
+	/* Nothing can go yet: the hook is asked again at the next loop pass,
+	 * or when a FILE_DONE comes. */
+	bool wait;
+	long id; /* the hook's own */
 };
 
 struct tx_hooks {

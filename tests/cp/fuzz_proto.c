@@ -27,7 +27,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 		if (n != size || memcmp(out, data, size))
 			abort();
-		if (m.type == CP_FILE_START && !cp_name_ok(m.start.name, strlen(m.start.name)))
+		if (m.type == CP_FILE_START && (!cp_name_ok(m.start.name, strlen(m.start.name)) ||
+						m.start.mode > 0777 || m.start.mtime.nsec >= 1000000000u))
+			abort();
+		/* A tree entry's name is checked like a file's; a link's
+		 * target is all there, no NUL cutting it short. */
+		if ((m.type == CP_MKDIR || m.type == CP_SYMLINK || m.type == CP_DIR_META) &&
+		    (!cp_name_ok(m.entry.name, strlen(m.entry.name)) ||
+		     strlen(m.entry.target) != m.entry.target_len || m.entry.mode > 0777 ||
+		     (m.type == CP_SYMLINK && !m.entry.target_len)))
 			abort();
 	}
 	if (size < 17)

@@ -9,12 +9,23 @@ import os
 import struct
 import sys
 
-MAGIC, VERSION = 0x50435252, 4
+MAGIC, VERSION = 0x50435252, 5
 
 
 def msg(t, payload, version=VERSION, magic=MAGIC, plen=None):
     n = len(payload) if plen is None else plen
     return struct.pack("<IBBH", magic, version, t, n) + payload
+
+
+def meta(mode=0, sec=0, nsec=0):
+    """FILE_START's tail: mode, mtime seconds and nanoseconds."""
+    return struct.pack("<IqI", mode, sec, nsec)
+
+
+def entry(t, name, target=b"", mode=0, sec=0, nsec=0):
+    """MKDIR (9), SYMLINK (10), DIR_META (11)."""
+    return msg(t, struct.pack("<H", len(name)) + name + struct.pack("<H", len(target)) + target
+               + meta(mode, sec, nsec))
 
 
 def main(out):
@@ -23,11 +34,15 @@ def main(out):
         msg(1, struct.pack("<IIH", 1 << 20, 16, 5) + b"token"),
         msg(1, struct.pack("<IIH", 4096, 1, 0)),
         msg(2, struct.pack("<IIQ", 65536, 8, 0x7F0000001000)),
-        msg(3, struct.pack("<QIH", 1 << 30, 0, 8) + b"data.bin"),
-        msg(3, struct.pack("<QIH", 0, 1, 10) + b"sub/stream"),
-        msg(3, struct.pack("<QIH", 5, 0, 5) + b"../..") ,
-        msg(3, struct.pack("<QIH", 5, 0, 11) + b"/etc/passwd"),
-        msg(3, struct.pack("<QIH", 5, 0, 300) + b"x" * 300),
+        msg(3, struct.pack("<QIH", 1 << 30, 0, 8) + b"data.bin" + meta()),
+        msg(3, struct.pack("<QIH", 0, 1, 10) + b"sub/stream" + meta()),
+        msg(3, struct.pack("<QIH", 5, 8, 5) + b"a/b/c" + meta(0o755, 1700000000, 999999999)),
+        msg(3, struct.pack("<QIH", 5, 8, 1) + b"s" + meta(0o4755, -1, 0)),
+        msg(3, struct.pack("<QIH", 5, 0, 1) + b"s" + meta(0o644, 0, 0)),
+        msg(3, struct.pack("<QIH", 5, 0, 8) + b"data.bin"),  # version 4's layout
+        msg(3, struct.pack("<QIH", 5, 0, 5) + b"../.." + meta()),
+        msg(3, struct.pack("<QIH", 5, 0, 11) + b"/etc/passwd" + meta()),
+        msg(3, struct.pack("<QIH", 5, 0, 300) + b"x" * 300 + meta()),
         msg(4, b""),  # FILE_READY of version 2: no longer a type
         msg(5, struct.pack("<IHI", 0xFFFFFFFF, 1, 0x1234)),
         msg(5, struct.pack("<IH3I", 3, 3, 0x100, 0x201, 0x302)),
@@ -36,11 +51,25 @@ def main(out):
         msg(7, struct.pack("<QQ", 0, 0x2D06800538D394C2)),
         msg(8, struct.pack("<IH", 6, 9) + b"disk full"),
         msg(8, struct.pack("<IH", 0, 1) + b"\n"),
+        entry(9, b"top"),
+        entry(9, b"top/sub"),
+        entry(9, b"top/../x"),
+        entry(9, b"top", mode=0o755),
+        entry(10, b"top/link", b"../../etc/passwd", sec=1700000000, nsec=5),
+        entry(10, b"top/link", b""),
+        entry(10, b"top/link", b"a\x00b"),
+        entry(10, b"l", b"t" * 225),
+        entry(11, b"top", mode=0o555, sec=1700000000, nsec=123456789),
+        entry(11, b"top", mode=0o1777),
+        entry(11, b"top", nsec=1000000000),
+        entry(11, b"/top", mode=0o755),
         msg(9, b"\x00" * 16),
+        msg(12, b"\x00" * 16),
         msg(1, struct.pack("<IIH", 4096, 3, 0), version=1),
         msg(1, struct.pack("<IIH", 4096, 3, 0), version=2),
         msg(1, struct.pack("<IIH", 4096, 3, 0), version=3),
-        msg(1, struct.pack("<IIH", 4096, 3, 0), version=5),
+        msg(1, struct.pack("<IIH", 4096, 3, 0), version=4),
+        msg(1, struct.pack("<IIH", 4096, 3, 0), version=6),
         msg(6, struct.pack("<QQ", 1, 2), plen=200),
         b"\x00" * 17,
         b"\xff" * 40,

@@ -35,6 +35,15 @@ Test(proto, round_trip_every_type)
 		{.type = CP_FILE_START, .start = {.size = 12345, .name_len = 5, .name = "a/b.c"}},
 		{.type = CP_FILE_START, .start = {.flags = CP_START_STREAM, .name_len = 1,
 						  .name = "s"}},
+		{.type = CP_FILE_START, .start = {.size = 7, .flags = CP_START_META, .name_len = 3,
+						  .name = "a/b", .mode = 0640,
+						  .mtime = {-5, 999999999}}},
+		{.type = CP_MKDIR, .entry = {.name_len = 7, .name = "top/sub"}},
+		{.type = CP_SYMLINK, .entry = {.name_len = 5, .name = "top/l", .target_len = 16,
+					       .target = "../../etc/passwd",
+					       .mtime = {1700000000, 1}}},
+		{.type = CP_DIR_META, .entry = {.name_len = 3, .name = "top", .mode = 0555,
+						.mtime = {1700000000, 123456789}}},
 		{.type = CP_GRANT, .grant = {.limit = 0xffffffffu, .nkeys = 1, .keys = {7}}},
 		{.type = CP_GRANT, .grant = {.limit = 3, .nkeys = 3,
 					     .keys = {0x100, 0x201, 0x302}}},
@@ -115,8 +124,120 @@ Test(proto, hostile_messages_refused)
 	buf[CP_HDR_LEN + 8] = 2; /* unknown flag */
 	cr_assert_eq(decode_hex("flags", buf, n), -EPROTO);
 	n = start_msg(buf, "fixe");
-	buf[n - 2] = '\0'; /* "fi\0e" */
+	buf[n - 16 - 2] = '\0'; /* "fi\0e", before mode and mtime */
 	cr_assert_eq(decode_hex("NUL in name", buf, n), -EACCES);
+}
+
+/* FILE_START's mode and mtime: permission bits only, nanoseconds below a
+ * second, and both zero without CP_START_META. */
+Test(proto, file_start_meta_rules)
+{
+	struct cp_msg m = {.type = CP_FILE_START,
+			   .start = {.size = 1, .flags = CP_START_META, .name_len = 1, .name = "f",
+				     .mode = 0777, .mtime = {1, 999999999}}};
+	uint8_t buf[CP_MSG_MAX];
+
+	cr_assert_eq(decode_hex("ok", buf, enc(&m, buf)), 0);
+	m.start.mode = 04755; /* setuid never crosses */
+	cr_assert_eq(decode_hex("setuid", buf, enc(&m, buf)), -EPROTO);
+	m.start.mode = 0755;
+	m.start.mtime.nsec = 1000000000u;
+	cr_assert_eq(decode_hex("nsec", buf, enc(&m, buf)), -EPROTO);
+	m.start.mtime.nsec = 0;
+	m.start.flags = 0; /* a mode without META */
+	cr_assert_eq(decode_hex("mode without META", buf, enc(&m, buf)), -EPROTO);
+	m.start.mode = 0;
+	cr_assert_eq(decode_hex("mtime without META", buf, enc(&m, buf)), -EPROTO);
+	m.start.mtime.sec = 0;
+	cr_assert_eq(decode_hex("plain", buf, enc(&m, buf)), 0);
+	/* Version 4's FILE_START, without mode and mtime, is too short. */
+	m.start.flags = CP_START_META;
+	buf[6] = (uint8_t)(buf[6] - 16);
+	cr_assert_eq(decode_hex("v4 layout", buf, enc(&m, buf) - 16), -EPROTO);
+}
+
+/* An entry message as the wire has it, whatever its fields: the encoder
+ * would refuse the bad ones. Little-endian host assumed, as everywhere
+ * the lab runs. */
+static size_t raw_entry(uint8_t *buf, uint8_t type, const char *name, const char *target,
+			size_t tl, uint32_t mode, int64_t sec, uint32_t nsec)
+{
+	size_t n = strlen(name), len = 2 + n + 2 + tl + 16;
+	uint8_t *p = buf + CP_HDR_LEN;
+	uint32_t magic = CP_MAGIC;
+	uint16_t v16;
+
+	memcpy(buf, &magic, 4);
+	buf[4] = CP_VERSION;
+	buf[5] = type;
+	v16 = (uint16_t)len;
+	memcpy(buf + 6, &v16, 2);
+	v16 = (uint16_t)n;
+	memcpy(p, &v16, 2);
+	memcpy(p + 2, name, n);
+	v16 = (uint16_t)tl;
+	memcpy(p + 2 + n, &v16, 2);
+	memcpy(p + 4 + n, target, tl);
+	memcpy(p + 4 + n + tl, &mode, 4);
+	memcpy(p + 8 + n + tl, &sec, 8);
+	memcpy(p + 16 + n + tl, &nsec, 4);
+	return CP_HDR_LEN + len;
+}
+
+/* MKDIR, SYMLINK, DIR_META: the name as strictly as a file's, and each
+ * type carries only its own fields. */
+Test(proto, tree_entries_refuse_hostile_fields)
+{
+	static const char *const names[] = {"/etc", "..", "a/../..", "a//b", "a/", "x\ny", ""};
+	static const uint8_t types[] = {CP_MKDIR, CP_SYMLINK, CP_DIR_META};
+	char big[CP_TARGET_MAX + 2];
+	uint8_t buf[CP_MSG_MAX + 64];
+	struct cp_msg m;
+
+	cr_assert_eq(decode_hex("mkdir", buf, raw_entry(buf, CP_MKDIR, "d", "", 0, 0, 0, 0)), 0);
+	cr_assert_eq(decode_hex("mkdir mode", buf,
+				raw_entry(buf, CP_MKDIR, "d", "", 0, 0755, 0, 0)), -EPROTO);
+	cr_assert_eq(decode_hex("mkdir mtime", buf,
+				raw_entry(buf, CP_MKDIR, "d", "", 0, 0, 1, 0)), -EPROTO);
+	cr_assert_eq(decode_hex("mkdir target", buf,
+				raw_entry(buf, CP_MKDIR, "d", "t", 1, 0, 0, 0)), -EPROTO);
+	cr_assert_eq(decode_hex("link", buf, raw_entry(buf, CP_SYMLINK, "l", "t", 1, 0, -1, 5)),
+		     0);
+	cr_assert_eq(decode_hex("link no target", buf,
+				raw_entry(buf, CP_SYMLINK, "l", "", 0, 0, 0, 0)), -EPROTO);
+	cr_assert_eq(decode_hex("link mode", buf,
+				raw_entry(buf, CP_SYMLINK, "l", "t", 1, 0777, 0, 0)), -EPROTO);
+	cr_assert_eq(decode_hex("NUL in target", buf,
+				raw_entry(buf, CP_SYMLINK, "l", "a\0b", 3, 0, 0, 0)), -EPROTO);
+	cr_assert_eq(decode_hex("meta", buf,
+				raw_entry(buf, CP_DIR_META, "d", "", 0, 0777, 1, 999999999)), 0);
+	cr_assert_eq(decode_hex("meta sticky", buf,
+				raw_entry(buf, CP_DIR_META, "d", "", 0, 01777, 0, 0)), -EPROTO);
+	cr_assert_eq(decode_hex("meta nsec", buf,
+				raw_entry(buf, CP_DIR_META, "d", "", 0, 0, 0, 1000000000u)), -EPROTO);
+	cr_assert_eq(decode_hex("meta target", buf,
+				raw_entry(buf, CP_DIR_META, "d", "t", 1, 0, 0, 0)), -EPROTO);
+	memset(big, 't', sizeof(big));
+	cr_assert_eq(decode_hex("target too long", buf,
+				raw_entry(buf, CP_SYMLINK, "l", big, CP_TARGET_MAX + 1, 0, 0, 0)),
+		     -EPROTO);
+	cr_assert_eq(decode_hex("short", buf, raw_entry(buf, CP_SYMLINK, "l", "t", 1, 0, 0, 0) - 1),
+		     -EPROTO);
+	/* The longest name and target fit one message. */
+	m = (struct cp_msg){.type = CP_SYMLINK,
+			    .entry = {.name_len = CP_NAME_MAX, .target_len = CP_TARGET_MAX}};
+	memset(m.entry.name, 'n', CP_NAME_MAX);
+	memset(m.entry.target, 't', CP_TARGET_MAX);
+	cr_assert_eq(decode_hex("longest", buf, enc(&m, buf)), 0);
+	m.entry.mode = 0755; /* the encoder keeps the rules too */
+	cr_assert_eq(cp_encode(&m, buf, CP_MSG_MAX), 0);
+	for (size_t t = 0; t < sizeof(types); t++)
+		for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+			cr_assert_eq(decode_hex(names[i], buf,
+						raw_entry(buf, types[t], names[i], "x",
+							  types[t] == CP_SYMLINK, 0, 0, 0)),
+				     -EACCES, "%s \"%s\" accepted", cp_type_name(types[t]),
+				     names[i]);
 }
 
 /* A GRANT names one key per newly granted seq: none, too many, or a length

@@ -179,3 +179,142 @@ Test(store, abort_after_open_leaves_nothing)
 	cr_expect_eq(st.fd, -1);
 	expect_entries("", 0);
 }
+
+/* The process's umask as serve applies it to modes that come over. */
+static mode_t umask_now(void)
+{
+	mode_t m = umask(022);
+
+	umask(m);
+	return m;
+}
+
+static struct stat lstat_in(const char *name)
+{
+	char path[512];
+	struct stat sb;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	cr_assert_eq(lstat(path, &sb), 0, "%s missing", path);
+	return sb;
+}
+
+/* Make an entry, fsync and close what it hands back; its cp_err code. */
+static int entry(int code, const int *fd)
+{
+	if (!code) {
+		cr_assert_geq(*fd, 0);
+		cr_expect_eq(fsync(*fd), 0);
+		close(*fd);
+	}
+	return code;
+}
+
+static int mkdir_(const char *name)
+{
+	char why[256];
+	int fd = -1;
+
+	return entry(cp_store_mkdir(dirfd_, name, &fd, why, sizeof(why)), &fd);
+}
+
+static int symlink_(const char *name, const char *target, bool force)
+{
+	struct cp_time t = {1000000000, 5};
+	char why[256];
+	int fd = -1;
+
+	return entry(cp_store_symlink(dirfd_, name, target, &t, force, &fd, why, sizeof(why)), &fd);
+}
+
+static int dir_meta(const char *name, uint32_t mode, int64_t sec)
+{
+	struct cp_time t = {sec, 123456789};
+	char why[256];
+	int fd = -1;
+
+	return entry(cp_store_dir_meta(dirfd_, name, mode, &t, &fd, why, sizeof(why)), &fd);
+}
+
+Test(store, a_tree_is_made_with_its_modes_times_and_links)
+{
+	struct cp_time t = {1500000000, 987654321};
+	struct cp_store st;
+	char target[64] = "";
+	struct stat sb;
+
+	cr_assert_eq(mkdir_("top"), 0);
+	cr_expect_eq(lstat_in("top").st_mode & 07777, 0700);
+	cr_assert_eq(mkdir_("top"), 0, "an existing directory is used as it is");
+	cr_assert_eq(mkdir_("top/sub"), 0);
+	cr_assert_eq(symlink_("top/l", "../../etc/passwd", false), 0);
+	cr_assert_eq(readlinkat(dirfd_, "top/l", target, sizeof(target) - 1), 16);
+	cr_expect_str_eq(target, "../../etc/passwd", "the target is stored verbatim");
+	sb = lstat_in("top/l");
+	cr_expect(S_ISLNK(sb.st_mode));
+	cr_expect_eq(sb.st_mtim.tv_sec, 1000000000);
+	cr_expect_eq(sb.st_mtim.tv_nsec, 5);
+	cr_expect_eq(symlink_("top/l", "x", false), CP_E_EXISTS);
+	cr_assert_eq(symlink_("top/l", "x", true), 0, "--force replaces a link");
+	cr_expect_eq(readlinkat(dirfd_, "top/l", target, sizeof(target) - 1), 1);
+	cr_expect_eq(symlink_("top/sub", "x", true), CP_E_EXISTS, "never over a directory");
+	cr_expect(S_ISDIR(lstat_in("top/sub").st_mode));
+	/* A file's mode: permission bits less the umask, never setuid. */
+	cr_assert_eq(cp_store_open(&st, &lp, dirfd_, "top/f", 0, on_done), 0);
+	cr_assert_eq(await(calls + 1), 0);
+	cr_assert_eq(cp_store_meta(&st, 04777, &t), 0);
+	cr_assert_eq(cp_store_commit(&st, on_done), 0);
+	cr_assert_eq(await(calls + 1), 0);
+	sb = lstat_in("top/f");
+	cr_expect_eq(sb.st_mode & 07777, 0777 & ~umask_now(), "mode %o", sb.st_mode & 07777);
+	cr_expect_eq(sb.st_mtim.tv_sec, t.sec);
+	cr_expect_eq(sb.st_mtim.tv_nsec, t.nsec);
+	/* A directory's own, last: read-only, with an old time. */
+	cr_assert_eq(dir_meta("top/sub", 0555, 1400000000), 0);
+	cr_assert_eq(dir_meta("top", 0750, 1300000000), 0);
+	sb = lstat_in("top");
+	cr_expect_eq(sb.st_mode & 07777, 0750 & ~umask_now());
+	cr_expect_eq(sb.st_mtim.tv_sec, 1300000000);
+	cr_expect_eq(sb.st_mtim.tv_nsec, 123456789);
+	cr_expect_eq(lstat_in("top/sub").st_mode & 07777, 0555 & ~umask_now());
+	cr_expect_eq(mkdir_("top/f"), CP_E_EXISTS, "a file is no directory");
+	cr_expect_eq(dir_meta("top/f", 0755, 1), CP_E_NAME);
+}
+
+/*
+ * A link planted in DIR that leads out (or anywhere): no directory, link
+ * or file is made through it, none replaces it, and the directory it
+ * points to keeps its mode.
+ */
+Test(store, a_planted_link_is_never_followed_by_tree_entries)
+{
+	char out[64], link[128], in[128], probe[192];
+	struct stat before, after;
+
+	strcpy(out, "/tmp/rr-store-out.XXXXXX");
+	cr_assert_not_null(mkdtemp(out));
+	cr_assert_eq(stat(out, &before), 0);
+	snprintf(link, sizeof(link), "%s/out", dir);
+	cr_assert_eq(symlink(out, link), 0);
+	cr_assert_eq(mkdir_("real"), 0);
+	snprintf(in, sizeof(in), "%s/in", dir);
+	cr_assert_eq(symlink("real", in), 0); /* even one that stays inside */
+
+	cr_expect_eq(mkdir_("out/x"), CP_E_NAME);
+	cr_expect_eq(mkdir_("in/x"), CP_E_NAME);
+	cr_expect_eq(mkdir_("out"), CP_E_EXISTS, "a link is not an existing directory");
+	cr_expect_eq(symlink_("out/l", "t", true), CP_E_NAME);
+	cr_expect_eq(symlink_("out", "t", false), CP_E_EXISTS);
+	cr_expect_eq(dir_meta("out", 0777, 1), CP_E_NAME);
+	cr_expect_eq(dir_meta("in", 0777, 1), CP_E_NAME);
+	cr_expect_eq(store("out/f", "x\n", false), CP_E_NAME);
+	cr_assert_eq(stat(out, &after), 0);
+	cr_expect_eq(after.st_mode, before.st_mode);
+	cr_expect_eq(after.st_mtim.tv_sec, before.st_mtim.tv_sec);
+	cr_expect_eq(after.st_mtim.tv_nsec, before.st_mtim.tv_nsec);
+	snprintf(probe, sizeof(probe), "ls -A %s | wc -l | grep -qx 0", out);
+	cr_expect_eq(system(probe), 0, "something was made in %s", out);
+	cr_expect(S_ISLNK(lstat_in("out").st_mode));
+	expect_entries("real", 0);
+	rmdir(out);
+}
