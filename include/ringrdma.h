@@ -41,6 +41,23 @@
  *  - Callbacks run from rr_bridge_handle_cqe(), rr_bridge_run_once() and the
  *    destroy functions; they may post new work and may destroy their own
  *    endpoint, but not the bridge.
+ *  - Posting is coalesced: a request posted while the bridge is
+ *    dispatching (from a callback, in a pass of rr_bridge_handle_cqe() or
+ *    rr_bridge_run_once()) is checked and accepted at once, but its work
+ *    request is held, chained behind the others of its queue, and each
+ *    queue's chain goes to the provider with one ibv_post_send() /
+ *    ibv_post_recv() / ibv_post_srq_recv(), in posting order, when the
+ *    pass ends (rr_bridge_run_once(): also before it waits; receives
+ *    posted in on_qp_ready go before the connection is requested or
+ *    accepted, and rr_ep_disconnect() posts what its endpoint holds
+ *    first). A post outside any pass goes at once. A post call's own
+ *    checks (-ENOTCONN, -ENOBUFS for a full queue, -EINVAL) fail it
+ *    synchronously, held or not; if the provider then refuses a chain at
+ *    one request, that request and those after it in the chain fail in
+ *    their one callback with the provider's errno (wc_status
+ *    IBV_WC_GENERAL_ERR): they were accepted when the post returned 0, so
+ *    the callback is the only way to tell. Those before it are posted.
+ *    RR_EP_POST_NOW turns coalescing off for an endpoint.
  *  - SQEs: any rr_ call may need an SQE in the ring (a poll, a cancel, a
  *    kick). It is written to the SQ at once; the application's next
  *    io_uring_submit*() submits it. When the SQ is full, the bridge first
@@ -379,6 +396,14 @@ struct io_uring *rr_bridge_ring(rr_bridge *b);
  *               on every pass instead, rdma_cm waiters fail with the
  *               error, listeners get on_error, a device's async fd counts
  *               as DEVICE_FATAL.
+ * @posts:       requests the endpoints and SRQs accepted (post calls that
+ *               returned 0).
+ * @chains:      ibv_post_send(), ibv_post_recv() and ibv_post_srq_recv()
+ *               calls made for them: one per queue per pass for the
+ *               requests a pass held, one per request posted at once.
+ * @wrs:         work requests in those calls; wrs / chains is the mean
+ *               chain length. (posts - wrs: requests never posted, held
+ *               and then cancelled by a destroy, or not yet posted.)
  */
 struct rr_bridge_stats {
 	uint64_t cqes;
@@ -395,6 +420,9 @@ struct rr_bridge_stats {
 	uint64_t cancel_retries;
 	uint64_t sq_full;
 	uint64_t poll_failures;
+	uint64_t posts;
+	uint64_t chains;
+	uint64_t wrs;
 };
 
 /**
@@ -537,7 +565,9 @@ typedef struct rr_listener rr_listener;
  *             RNR retries exhausted), -EACCES (remote access error),
  *             -EINVAL (length or request error), -EIO (other).
  * @wc_status: the raw ibv_wc_status (IBV_WC_WR_FLUSH_ERR when the library
- *             flushed the request itself on teardown).
+ *             flushed the request itself on teardown; IBV_WC_GENERAL_ERR
+ *             with the provider's errno in @status when the provider
+ *             refused the request in a coalesced chain).
  * @opcode:    the work completion opcode (valid when status is 0).
  * @byte_len:  as reported by the provider: bytes received for RECV; for
  *             RECV_RDMA_WITH_IMM, the bytes the peer wrote.
@@ -607,6 +637,12 @@ enum rr_ep_flags {
 	 *  instead of a receive queue of its own: rr_ep_post_recv() on it
 	 *  fails with -EINVAL, max_recv_wr is ignored. */
 	RR_EP_SRQ = 1u << 2,
+	/** Post every request at once, with its own ibv_post_send() or
+	 *  ibv_post_recv(), even from a callback, instead of chaining the
+	 *  requests a pass posts (see "Posting" at the top): for latency
+	 *  experiments. Each send is then a chain of one, so it asks for a
+	 *  completion whatever signal_every says. */
+	RR_EP_POST_NOW = 1u << 3,
 };
 
 /**
@@ -618,23 +654,28 @@ enum rr_ep_flags {
  * @mode:          wait mode of the endpoint's CQ.
  * @spin_us:       hybrid spin window.
  * @signal_every:  selective signalling: only one send-queue request in N
- *                 asks the NIC for a work completion (also the one that
+ *                 of those posted together asks the NIC for a work
+ *                 completion, and always the last request of every chain
+ *                 the library posts (see "Posting" at the top: the
+ *                 requests one pass posts on the endpoint; a request
+ *                 posted outside a pass, or with RR_EP_POST_NOW, is a
+ *                 chain of its own and so always signalled), the one that
  *                 takes the send queue's last free slot, and every RDMA
- *                 READ), so an endpoint that mostly sends wakes up for
- *                 what it receives, not for each of its sends. Every
- *                 request still gets exactly one callback, in posting
- *                 order: a signalled completion completes the unsignalled
- *                 requests posted before it (with status 0, or -ECANCELED
- *                 if it was flushed); their byte_len is 0. So the last
- *                 unsignalled requests of a burst get their callbacks with
- *                 the next signalled completion, or at the latest on
- *                 disconnect or in rr_ep_destroy(): use it where more
- *                 sends follow. Those completed on disconnect or destroy
- *                 get -ECANCELED even after a clean hang-up, when the
- *                 peer may well have received them: no outcome of theirs
- *                 was seen. To know, end a burst with a signalled request
- *                 (or wait for the peer's answer). 0 or 1: every request
- *                 is signalled (the default).
+ *                 READ. So an endpoint that reposts from its callbacks
+ *                 wakes up for what it receives and about once per pass
+ *                 for its sends, not for each send. Every request still
+ *                 gets exactly one callback, in posting order, with its
+ *                 real outcome: a signalled completion completes the
+ *                 unsignalled requests posted before it (with status 0,
+ *                 or -ECANCELED if it was flushed); their byte_len is 0.
+ *                 No send waits for a later post to learn its outcome,
+ *                 and a clean hang-up cancels nothing the peer
+ *                 acknowledged. (One exception: when the provider refuses
+ *                 a chain partway, the unsignalled requests it took
+ *                 before the refused one complete with the next
+ *                 signalled completion, or -ECANCELED on disconnect or
+ *                 destroy; the next send asks for a completion.) 0 or 1:
+ *                 every request is signalled (the default).
  * @initiator_depth: RDMA READs (and atomics) the endpoint may have
  *                 outstanding at once as initiator (0: 1, the default).
  * @responder_resources: RDMA READs (and atomics) from the peer it serves

@@ -80,6 +80,7 @@ int rr_bridge_create(rr_bridge **out, struct io_uring *ring, const struct rr_bri
 		(b->opts.flags & RR_BRIDGE_RING_READ) && !(ring->flags & IORING_SETUP_SQPOLL);
 	rr__devices_init(&b->devs, &b->ring, &b->cqs, &b->stats, on_async, b);
 	rr__eps_init(&b->eps, &b->ring, &b->cqs, &b->devs);
+	rr__eps_posts_init(&b->eps, &b->stats);
 	rr__cm_init(&b->cm, &b->ring, &b->devs, &b->eps, &b->stats);
 	if (b->opts.flags & RR_BRIDGE_NO_MSG_RING)
 		rr__ring_no_msg_ring(&b->ring);
@@ -140,8 +141,11 @@ int rr_bridge_handle_cqe(rr_bridge *b, const struct io_uring_cqe *cqe)
 		return 0;
 	}
 	b->stats.cqes++;
+	/* A pass: what its callbacks post goes as one chain per queue. */
+	rr__eps_hold(&b->eps);
 	if (rr__ring_cqe(&b->ring, cqe) == RR__UD_KICK && !b->closing)
 		rr__cq_poll_active(&b->cqs);
+	rr__eps_release(&b->eps);
 	rr_bridge_flush(b);
 	return 1;
 }
@@ -180,10 +184,13 @@ int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 	unsigned int n = 0;
 
 	b->ring.loop_owned = true;
+	/* One pass: posts are held until it ends or, first, until it waits. */
+	rr__eps_hold(&b->eps);
 	if (rr__cq_any_active(&b->cqs)) {
 		handled += (int)rr__cq_poll_active(&b->cqs);
 		timeout_ms = 0; /* busy or spinning CQs: never sleep */
 	}
+	rr__eps_post_held(&b->eps);
 	rr_bridge_flush(b); /* makes room in a full SQ itself */
 	if (timeout_ms == 0) {
 		rc = events_need_enter(b) ? io_uring_submit_and_get_events(b->io)
@@ -199,6 +206,7 @@ int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 			rc = 0;
 	}
 	if (rc < 0 && rc != -EINTR && rc != -EBUSY) {
+		rr__eps_release(&b->eps);
 		b->ring.loop_owned = false;
 		return rc;
 	}
@@ -217,6 +225,7 @@ int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 		n++;
 	}
 	handled += (int)n;
+	rr__eps_release(&b->eps);
 	rr_bridge_flush(b);
 	/* Back to embedded rules: a CQE handled outside the loop may kick. */
 	b->ring.loop_owned = false;

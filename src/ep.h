@@ -24,6 +24,7 @@ struct rr__qpmap {
 
 struct rr__eps {
 	struct rr__ring *ring;
+	struct rr_bridge_stats *stats;
 	struct rr__cqs *cqs;
 	struct rr__devices *devs;
 	struct rr__list eps;
@@ -32,6 +33,19 @@ struct rr__eps {
 	struct rr__list lingering; /* destroyed endpoints whose SRQ QP waits */
 	struct rr__qpmap qps;
 	bool closing; /* teardown: no QP lingers */
+	/* Posts made while a pass is on hold their work requests, chained
+	 * per queue, until it ends (see rr__eps_hold()). */
+	unsigned int holding;	  /* depth of passes */
+	struct rr__list held_eps; /* endpoints holding some */
+	struct rr__list held_srqs;
+};
+
+/* Work requests held for one queue, in posting order, chained by their
+ * own next pointers. */
+struct rr__req;
+struct rr__chain {
+	struct rr__req *first, *last;
+	unsigned int n;
 };
 
 enum rr__obj_type { RR__OBJ_EP = 0x45504550, RR__OBJ_LISTENER = 0x4c53544e };
@@ -72,15 +86,17 @@ struct rr_ep {
 	struct rr__req *reqs;
 	struct rr__list free_reqs;
 	struct rr__list outstanding;
-	unsigned int nsend, nrecv; /* outstanding per queue */
-	unsigned int unsignalled;  /* sends since the last signalled one */
-	unsigned int in_callback;  /* depth of our callbacks on the stack */
-	bool destroy_pending;	   /* rr_ep_destroy() called from a callback */
-	bool notified_down;	   /* on_disconnect already delivered */
-	int down_pending;	   /* a WC error: on_disconnect after the batch */
-	uint32_t timer_slot;	   /* connect timeout, or RR__NO_SLOT */
-	bool pdata_sent;	   /* our request or answer went out */
-	bool pdata_set;		   /* by rr_ep_set_private_data() */
+	unsigned int nsend, nrecv;	   /* outstanding per queue */
+	unsigned int unsignalled;	   /* sends since the last signalled one */
+	struct rr__chain held_sq, held_rq; /* a pass's, not posted yet */
+	struct rr__list held_link;	   /* set->held_eps while it holds some */
+	unsigned int in_callback;	   /* depth of our callbacks on the stack */
+	bool destroy_pending;		   /* rr_ep_destroy() called from a callback */
+	bool notified_down;		   /* on_disconnect already delivered */
+	int down_pending;		   /* a WC error: on_disconnect after the batch */
+	uint32_t timer_slot;		   /* connect timeout, or RR__NO_SLOT */
+	bool pdata_sent;		   /* our request or answer went out */
+	bool pdata_set;			   /* by rr_ep_set_private_data() */
 	uint8_t pdata_len, peer_pdata_len;
 	uint8_t pdata[RR_PRIVATE_DATA_ACCEPT_MAX];	/* ours, to send */
 	uint8_t peer_pdata[RR_PRIVATE_DATA_ACCEPT_MAX]; /* the peer's */
@@ -96,6 +112,21 @@ struct rr_ep {
 };
 
 int rr__srq_create(struct rr__eps *set, struct ibv_context *ctx, uint32_t max_wr, rr_srq **out);
+
+/*
+ * Coalesced posting. The bridge opens a pass around its dispatch
+ * (rr__eps_hold()) and closes it (rr__eps_release()); posts made while
+ * one is open (in callbacks) are accepted at once and held, chained per
+ * queue, and the outermost rr__eps_release() posts each chain with one
+ * ibv_post_send() / ibv_post_recv() / ibv_post_srq_recv(), receives
+ * first. rr__eps_post_held() posts what is held now (before the loop
+ * waits). A request the provider refuses in its chain fails in its one
+ * callback, so these may call back.
+ */
+void rr__eps_posts_init(struct rr__eps *set, struct rr_bridge_stats *stats);
+void rr__eps_hold(struct rr__eps *set);
+void rr__eps_release(struct rr__eps *set);
+void rr__eps_post_held(struct rr__eps *set);
 
 void rr__eps_init(struct rr__eps *set, struct rr__ring *ring, struct rr__cqs *cqs,
 		  struct rr__devices *devs);
@@ -119,7 +150,8 @@ int rr__ep_setup_qp(rr_ep *ep);
 int rr__ep_request(rr_ep *ep, rr_request_cb hook, rr_listener *l, void *data);
 /* The private data the peer sent (a rejection's is at most 148 bytes). */
 void rr__ep_set_peer_pdata(rr_ep *ep, const void *data, size_t len);
-/* on_qp_ready; non-zero if the application destroyed the endpoint there. */
+/* on_qp_ready; non-zero if the application destroyed the endpoint there.
+ * What it posted goes before the connection is requested or accepted. */
 int rr__ep_qp_ready(rr_ep *ep);
 /* Established: on_connect (or, passive, the given accept callback). */
 void rr__ep_established(rr_ep *ep, void (*accept)(void *ctx, rr_ep *ep), void *ctx);

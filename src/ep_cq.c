@@ -61,8 +61,9 @@ void rr__ep_call_cb(rr_ep *ep, rr_ep_cb cb, int status)
 	ep->in_callback--;
 }
 
-/* The one completion of a request. */
-static void fill_completion(struct rr_completion *c, const struct ibv_wc *wc)
+/* The one completion of a request: its work completion, or none (@wc
+ * NULL): refused in its chain (post_err), or flushed by the library. */
+static void fill_completion(struct rr_completion *c, const struct ibv_wc *wc, int post_err)
 {
 	memset(c, 0, sizeof(*c));
 	if (wc) {
@@ -74,6 +75,9 @@ static void fill_completion(struct rr_completion *c, const struct ibv_wc *wc)
 			c->has_imm = 1;
 			c->imm_data = be32toh(wc->imm_data);
 		}
+	} else if (post_err && post_err != -ECANCELED) {
+		c->wc_status = IBV_WC_GENERAL_ERR;
+		c->status = post_err;
 	} else {
 		c->wc_status = IBV_WC_WR_FLUSH_ERR;
 		c->status = -ECANCELED;
@@ -86,7 +90,7 @@ void rr__ep_complete(rr_ep *ep, struct rr__req *req, const struct ibv_wc *wc)
 	rr_req_cb cb = req->cb;
 	void *data = req->data;
 
-	fill_completion(&c, wc);
+	fill_completion(&c, wc, req->post_err);
 	/* The provider names a type 2 window by the key it holds now: the
 	 * next bind must present the key this one gave it. Not once destroy
 	 * began: the window may be freed already (rxe needs that first). */
@@ -133,8 +137,8 @@ static void complete_unsignalled_before(rr_ep *ep, struct rr__req *req, enum ibv
 									    : IBV_WC_SUCCESS};
 
 		l = l->next;
-		if (r->is_recv || r->signalled)
-			continue;
+		if (r->is_recv || r->signalled || r->post_err)
+			continue; /* a refused one never reached the SQ */
 		wc.opcode = r->opcode;
 		rr__ep_complete(ep, r, &wc);
 		/* Destroyed from that callback: the destroy completed the rest. */
@@ -292,7 +296,7 @@ void rr__srq_complete(struct rr_srq *srq, struct rr__req *req, rr_ep *ep, const 
 	rr_req_cb cb = req->cb;
 	void *data = req->data;
 
-	fill_completion(&c, wc);
+	fill_completion(&c, wc, req->post_err);
 	rr__list_del(&req->link);
 	req->cb = NULL;
 	req->data = NULL;

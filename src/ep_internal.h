@@ -10,8 +10,8 @@
  *   ep_shared_cq.c  the shared CQ and its QP map
  *   ep_cq.c         completions: each request's one, a CQ's hooks
  *
- * and beside them ep_post.c (posting) over mr.c (MRs, MWs, the buffer
- * check srq.c uses too).
+ * and beside them ep_post.c (posting, and the chains a pass holds) over
+ * mr.c (MRs, MWs, the buffer check srq.c uses too).
  */
 #ifndef RR_EP_INTERNAL_H
 #define RR_EP_INTERNAL_H
@@ -46,6 +46,14 @@ struct rr__req {
 	enum ibv_wc_opcode opcode; /* sends: what its completion reports */
 	struct ibv_mw *mw;	   /* a bind: its window takes @mw_rkey once done */
 	uint32_t mw_rkey;
+	/* Held for its queue's chain: refused there (the provider's errno),
+	 * or -ECANCELED for a QP already in error; its one callback says so. */
+	int post_err;
+	union {
+		struct ibv_send_wr send;
+		struct ibv_recv_wr recv;
+	} wr; /* as posted: chained in a pass until it goes */
+	struct ibv_sge sge;
 };
 
 /* A shared receive queue: receives posted once, taken by whichever
@@ -62,7 +70,9 @@ struct rr_srq {
 	unsigned int in_callback;
 	bool destroy_pending;
 	struct rr__claim claim;
-	struct rr__list link; /* set->srqs */
+	struct rr__list link;	   /* set->srqs */
+	struct rr__chain held;	   /* receives a pass holds */
+	struct rr__list held_link; /* set->held_srqs while it holds some */
 };
 
 /* ---- ep_cq.c ---- */
@@ -107,6 +117,21 @@ void rr__ep_linger_end(rr_ep *ep);
 
 /* Teardown: destroy every SRQ left (their endpoints are gone). */
 void rr__srqs_fini(struct rr__eps *set);
+/* Post the receives @srq holds as one chain; those refused complete. */
+void rr__srq_post_held(struct rr_srq *srq);
+
+/* ---- ep_post.c ---- */
+
+/* Append @req to a chain (its slot's work request already built). */
+void rr__chain_add(struct rr__chain *c, struct rr__req *req);
+/* The first request on outstanding list @l that its chain refused. */
+struct rr__req *rr__first_refused(struct rr__list *l);
+/* Post what @ep holds; true if a callback of a refused request destroyed
+ * it (the caller then ends with rr__ep_release_if_done()). */
+bool rr__ep_post_held(rr_ep *ep);
+/* Forget what @ep holds (a destroy): the requests stay outstanding and
+ * the destroy completes them, never posted. */
+void rr__ep_drop_held(rr_ep *ep);
 
 /* ---- mr.c ---- */
 

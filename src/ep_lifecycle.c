@@ -19,10 +19,14 @@
 #define LAST_WQE_WAIT_MS 2000
 
 /* Call on_qp_ready; non-zero if the application destroyed the endpoint
- * from it (it is then gone). */
+ * from it (it is then gone). The receives it posted go now, before the
+ * connection is requested or accepted, so the peer's first SEND finds
+ * them. */
 int rr__ep_qp_ready(rr_ep *ep)
 {
 	rr__ep_call_cb(ep, ep->opts.on_qp_ready, 0);
+	if (!ep->destroy_pending)
+		rr__ep_post_held(ep);
 	if (ep->destroy_pending) {
 		rr__ep_release_if_done(ep);
 		return 1;
@@ -71,6 +75,7 @@ int rr__ep_alloc(struct rr__eps *set, struct rdma_cm_id *id, const struct rr_ep_
 	rr__list_init(&ep->outstanding);
 	rr__list_init(&ep->pending_link);
 	rr__list_init(&ep->down_link);
+	rr__list_init(&ep->held_link);
 	id->context = ep;
 	rr__list_add_tail(&set->eps, &ep->link);
 	*out = ep;
@@ -207,6 +212,14 @@ int rr_ep_disconnect(rr_ep *ep)
 		return -EINVAL;
 	if (ep->state != RR__EP_CONNECTED)
 		return -ENOTCONN;
+	/* What this pass holds goes first, as it would have without
+	 * coalescing; a refused request's callback may destroy @ep. */
+	if (rr__ep_post_held(ep)) {
+		rr__ep_release_if_done(ep);
+		return -ENOTCONN;
+	}
+	if (ep->state != RR__EP_CONNECTED)
+		return -ENOTCONN;
 	if (rdma_disconnect(ep->id))
 		return errno ? -errno : -EIO;
 	ep->state = RR__EP_DISCONNECTING;
@@ -295,6 +308,7 @@ int rr_ep_destroy(rr_ep *ep)
 	rr__list_del(&ep->link);
 	rr__list_del(&ep->pending_link);
 	ep->on_drop = NULL;
+	rr__ep_drop_held(ep); /* never posted: the flush completes them */
 	/* Error first, drain, destroy last: mlx5 and mlx4 purge a QP's
 	 * CQEs when it is destroyed, so a SEND that succeeded would be
 	 * reported flushed (SPDK's nvmf transport does the same). */

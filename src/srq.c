@@ -26,6 +26,7 @@ int rr__srq_create(struct rr__eps *set, struct ibv_context *ctx, uint32_t max_wr
 	srq->set = set;
 	rr__list_init(&srq->free_reqs);
 	rr__list_init(&srq->outstanding);
+	rr__list_init(&srq->held_link);
 	rc = rr__device_get(set->devs, ctx, &srq->dev);
 	if (rc)
 		goto err_free;
@@ -66,8 +67,7 @@ err_free:
 int rr_srq_post_recv(rr_srq *srq, void *buf, uint32_t len, struct ibv_mr *mr, rr_req_cb cb,
 		     void *data)
 {
-	struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = len, .lkey = mr ? mr->lkey : 0};
-	struct ibv_recv_wr wr = {.sg_list = &sge, .num_sge = 1}, *bad;
+	struct ibv_recv_wr *bad;
 	struct rr__req *req;
 	int rc;
 
@@ -81,15 +81,59 @@ int rr_srq_post_recv(rr_srq *srq, void *buf, uint32_t len, struct ibv_mr *mr, rr
 	if (rr__list_empty(&srq->free_reqs))
 		return -ENOBUFS;
 	req = rr__container_of(srq->free_reqs.next, struct rr__req, link);
-	wr.wr_id = (uintptr_t)req;
-	rc = ibv_post_srq_recv(srq->srq, &wr, &bad);
-	if (rc)
-		return rc > 0 ? -rc : -EIO; /* a failed post never calls back */
+	req->post_err = 0;
+	req->sge =
+		(struct ibv_sge){.addr = (uintptr_t)buf, .length = len, .lkey = mr ? mr->lkey : 0};
+	req->wr.recv =
+		(struct ibv_recv_wr){.wr_id = (uintptr_t)req, .sg_list = &req->sge, .num_sge = 1};
+	if (srq->set->holding) {
+		/* A pass is on: the receive goes with the SRQ's chain. */
+		rr__chain_add(&srq->held, req);
+		if (rr__list_empty(&srq->held_link))
+			rr__list_add_tail(&srq->set->held_srqs, &srq->held_link);
+	} else {
+		rc = ibv_post_srq_recv(srq->srq, &req->wr.recv, &bad);
+		srq->set->stats->chains++;
+		srq->set->stats->wrs++;
+		if (rc)
+			return rc > 0 ? -rc : -EIO; /* a failed post never calls back */
+	}
 	rr__list_del(&req->link);
 	req->cb = cb;
 	req->data = data;
 	rr__list_add_tail(&srq->outstanding, &req->link);
+	srq->set->stats->posts++;
 	return 0;
+}
+
+/* The receives a pass held, as one chain; those the provider refused
+ * complete now with its errno, once each, in posting order (with no
+ * endpoint: none took them). */
+void rr__srq_post_held(struct rr_srq *srq)
+{
+	struct rr__chain c = srq->held;
+	struct ibv_recv_wr *bad;
+	struct rr__req *r;
+	int rc, err;
+
+	srq->held = (struct rr__chain){0};
+	rr__list_del(&srq->held_link);
+	if (!c.first)
+		return;
+	bad = &c.first->wr.recv;
+	rc = ibv_post_srq_recv(srq->srq, bad, &bad);
+	srq->set->stats->chains++;
+	srq->set->stats->wrs += c.n;
+	if (!rc)
+		return;
+	err = rc > 0 ? -rc : -EIO;
+	for (struct ibv_recv_wr *w = bad ? bad : &c.first->wr.recv; w; w = w->next)
+		rr__container_of(w, struct rr__req, wr.recv)->post_err = err;
+	srq->in_callback++;
+	while (!srq->destroy_pending && (r = rr__first_refused(&srq->outstanding)))
+		rr__srq_complete(srq, r, NULL, NULL);
+	srq->in_callback--;
+	rr__srq_release_if_done(srq);
 }
 
 int rr_srq_destroy(rr_srq *srq)
@@ -117,6 +161,9 @@ int rr_srq_destroy(rr_srq *srq)
 	}
 	srq->destroy_pending = true;
 	rr__list_del(&srq->link);
+	/* What a pass held was never posted: it completes below. */
+	srq->held = (struct rr__chain){0};
+	rr__list_del(&srq->held_link);
 	ibv_destroy_srq(srq->srq);
 	rr__device_unclaim(&srq->claim);
 	srq->srq = NULL;

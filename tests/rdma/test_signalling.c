@@ -109,26 +109,59 @@ static bool recvs_in(void *arg)
 	return R.recvs >= *(int *)arg;
 }
 
+/* Posts from a callback, as an application reposts: the callback of a
+ * trigger SEND (posted alone, from the test) posts sends [from, to) in
+ * that pass, which the library chains. */
+static struct bridge_pair *trig_p;
+static struct ibv_mr *trig_mr;
+static int trig_from, trig_to, trig_calls;
+
+static void on_trigger(rr_ep *ep, const struct rr_completion *c, void *data)
+{
+	(void)ep;
+	(void)data;
+	cr_assert_eq(c->status, 0);
+	trig_calls++;
+	post_sends(trig_p, trig_mr, trig_from, trig_to);
+}
+
+static bool triggered(void *arg)
+{
+	return trig_calls >= *(int *)arg;
+}
+
+static void sends_in_a_pass(struct bridge_pair *p, struct ibv_mr *mr, int from, int to)
+{
+	int want = trig_calls + 1;
+
+	trig_p = p;
+	trig_mr = mr;
+	trig_from = from;
+	trig_to = to;
+	cr_assert_eq(rr_ep_post_send(p->cli.ep, buf, SIZE, mr, on_trigger, NULL), 0);
+	cr_assert_eq(bp_run_pred(p->b, triggered, &want, 20000), 0, "the trigger did not complete");
+}
+
 Test(signalling, every_send_once_in_order_with_fewer_completions)
 {
-	struct rr_bridge_stats st;
+	struct rr_bridge_stats st0, st;
 	struct bridge_pair p;
 	struct ibv_mr *mr;
 	int want = 50;
 
 	open_pair(&p, &mr, 8);
-	for (int i = 0; i < MSGS; i++)
-		cr_assert_eq(
-			rr_ep_post_recv(p.srv.ep, buf + (MSGS + i) * SIZE, SIZE, mr, on_recv, NULL),
-			0);
-	post_sends(&p, mr, 0, 50);
+	for (int i = 0; i < MSGS + 2; i++)
+		cr_assert_eq(rr_ep_post_recv(p.srv.ep, buf + (MSGS + i % MSGS) * SIZE, SIZE, mr,
+					     on_recv, NULL),
+			     0);
+	rr_bridge_get_stats(p.b, &st0, sizeof(st0));
+	sends_in_a_pass(&p, mr, 0, 50);
 	cr_assert_eq(bp_run_pred(p.b, recvs_in, &want, 20000), 0, "messages did not arrive");
-	for (int i = 0; i < 20 && R.n < 48; i++)
-		rr_bridge_run_once(p.b, 10);
-	/* Sends 49 and 50 asked for no completion: theirs comes with the
-	 * next signalled one. */
-	cr_assert_eq(R.n, 48, "%d callbacks after 50 sends, signalling every 8th", R.n);
-	post_sends(&p, mr, 50, MSGS);
+	/* The chain's last send asked for a completion: all 50 complete,
+	 * none waits for a later post. */
+	cr_assert_eq(bp_run_pred(p.b, all_sent, &want, 20000), 0,
+		     "%d callbacks after 50 sends, signalling every 8th", R.n);
+	sends_in_a_pass(&p, mr, 50, MSGS);
 	want = MSGS;
 	cr_assert_eq(bp_run_pred(p.b, all_sent, &want, 20000), 0, "sends did not complete");
 	check_once_in_order(MSGS);
@@ -136,10 +169,120 @@ Test(signalling, every_send_once_in_order_with_fewer_completions)
 		cr_assert_eq(R.status[i], 0);
 	cr_assert_eq(rr_ep_outstanding(p.cli.ep), 0, "requests left outstanding");
 	rr_bridge_get_stats(p.b, &st, sizeof(st));
-	/* The server's receives plus one send completion in eight: far fewer
-	 * than one per send. */
-	cr_assert_leq(st.wcs, MSGS + MSGS / 8, "%llu work completions", (unsigned long long)st.wcs);
+	/* The server's receives, the two triggers, one send completion in
+	 * eight and one per chain: far fewer than one per send. Each pass
+	 * posted its sends as one chain. */
+	cr_assert_leq(st.wcs - st0.wcs, (MSGS + 2) + 2 + MSGS / 8 + 2, "%llu work completions",
+		      (unsigned long long)(st.wcs - st0.wcs));
+	cr_assert_eq(st.posts - st0.posts, MSGS + 2);
+	cr_assert_eq(st.chains - st0.chains, 4, "%llu chains",
+		     (unsigned long long)(st.chains - st0.chains));
 	rr_mr_dereg(mr);
+	bp_close(&p);
+}
+
+/*
+ * A server written from the docs alone: a client asks, the server answers
+ * with a burst of 500 sends (signal_every 8), reposting from its send
+ * callbacks as the window frees; the client receives all 500 and hangs
+ * up cleanly. Every send the client received completes with status 0 on
+ * the server, none with -ECANCELED (500 mod 8 = 4 used to trail the last
+ * signalled one).
+ */
+#define BURST 500
+
+static struct {
+	int posted, calls, ok, cancelled, other, recvd;
+	struct ibv_mr *mr;
+} B;
+static char burst_buf[(BURST + 1) * SIZE];
+
+static void burst_fill(rr_ep *ep);
+
+static void on_burst_send(rr_ep *ep, const struct rr_completion *c, void *data)
+{
+	(void)data;
+	B.calls++;
+	if (!c->status)
+		B.ok++;
+	else if (c->status == -ECANCELED)
+		B.cancelled++;
+	else
+		B.other++;
+	if (!c->status)
+		burst_fill(ep);
+}
+
+static void burst_fill(rr_ep *ep)
+{
+	while (B.posted < BURST) {
+		int rc = rr_ep_post_send(ep, burst_buf, SIZE, B.mr, on_burst_send, NULL);
+
+		if (rc == -ENOBUFS)
+			break;
+		cr_assert_eq(rc, 0, "send %d: %s", B.posted, strerror(-rc));
+		B.posted++;
+	}
+}
+
+static void on_ask(rr_ep *ep, const struct rr_completion *c, void *data)
+{
+	(void)data;
+	cr_assert_eq(c->status, 0);
+	burst_fill(ep);
+}
+
+static void on_burst_recv(rr_ep *ep, const struct rr_completion *c, void *data)
+{
+	(void)ep;
+	(void)data;
+	if (!c->status)
+		B.recvd++;
+}
+
+static void on_asked(rr_ep *ep, const struct rr_completion *c, void *data)
+{
+	(void)ep;
+	(void)data;
+	cr_assert_eq(c->status, 0);
+}
+
+static bool all_received(void *arg)
+{
+	(void)arg;
+	return B.recvd >= BURST;
+}
+
+Test(signalling, burst_then_clean_hangup_every_send_succeeds)
+{
+	struct rr_ep_opts so = {.max_send_wr = 64, .max_recv_wr = 4, .signal_every = 8};
+	struct rr_ep_opts co = {.max_send_wr = 4, .max_recv_wr = BURST};
+	const char *addr = rr_test_require_rdma();
+	struct bridge_pair p;
+	int rc;
+
+	memset(&B, 0, sizeof(B));
+	rc = bp_open2(&p, addr, &so, &co);
+	cr_assert_eq(rc, 0, "bp_open2: %s", strerror(-rc));
+	cr_assert_eq(rr_ep_reg_mr(p.cli.ep, burst_buf, sizeof(burst_buf), 0, &B.mr), 0);
+	for (int i = 0; i < BURST; i++)
+		cr_assert_eq(rr_ep_post_recv(p.cli.ep, burst_buf + (i + 1) * SIZE, SIZE, B.mr,
+					     on_burst_recv, NULL),
+			     0);
+	cr_assert_eq(rr_ep_post_recv(p.srv.ep, burst_buf, SIZE, B.mr, on_ask, NULL), 0);
+	cr_assert_eq(rr_ep_post_send(p.cli.ep, burst_buf, SIZE, B.mr, on_asked, NULL), 0);
+	cr_assert_eq(bp_run_pred(p.b, all_received, NULL, 60000), 0, "%d of %d received", B.recvd,
+		     BURST);
+	cr_assert_eq(rr_ep_disconnect(p.cli.ep), 0);
+	cr_assert_eq(bp_run_until(&p, &p.srv.down_calls, 20000), 0, "no on_disconnect");
+	for (int i = 0; i < 20; i++)
+		rr_bridge_run_once(p.b, 5);
+	cr_assert_eq(B.posted, BURST);
+	cr_assert_eq(B.ok, BURST, "%d of %d sends the client received succeeded (%d cancelled)",
+		     B.ok, BURST, B.cancelled);
+	cr_assert_eq(B.calls, BURST);
+	cr_assert_eq(B.other, 0);
+	rr_mr_dereg(B.mr);
 	bp_close(&p);
 }
 

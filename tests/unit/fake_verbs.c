@@ -87,8 +87,17 @@ struct fake_rwqe {
 	struct ibv_sge sge[4];
 };
 
+/* A post op's record, and a refusal armed for its next call. */
+struct fake_postq {
+	struct fake_posts n;
+	bool fail;
+	unsigned int fail_at;
+	int fail_err;
+};
+
 struct fake_srq {
 	struct ibv_srq srq; /* first */
+	struct fake_postq posts;
 	uint32_t max_wr;
 	uint32_t used; /* slots taken: posted, and (mlx5) consumed until polled */
 	unsigned int nqps;
@@ -125,6 +134,7 @@ struct fake_qp {
 	uint32_t rq_used;
 	struct fake_wqe *sq, **sq_tail; /* not yet done, in order */
 	struct fake_rwqe *rq, **rq_tail;
+	struct fake_postq send_posts, recv_posts;
 };
 
 struct fake_device {
@@ -1128,6 +1138,55 @@ enum ibv_qp_state fake_qp_state(struct ibv_qp *qp)
 	return qp->state;
 }
 
+static struct fake_posts posts_of(struct fake_postq *pq)
+{
+	struct fake_posts n;
+
+	fake_lock();
+	n = pq->n;
+	fake_unlock();
+	return n;
+}
+
+struct fake_posts fake_qp_send_posts(struct ibv_qp *qp)
+{
+	return posts_of(&fqp(qp)->send_posts);
+}
+
+struct fake_posts fake_qp_recv_posts(struct ibv_qp *qp)
+{
+	return posts_of(&fqp(qp)->recv_posts);
+}
+
+struct fake_posts fake_srq_posts(struct ibv_srq *srq)
+{
+	return posts_of(&((struct fake_srq *)srq)->posts);
+}
+
+static void arm_refusal(struct fake_postq *pq, unsigned int at, int err)
+{
+	fake_lock();
+	pq->fail = true;
+	pq->fail_at = at;
+	pq->fail_err = err;
+	fake_unlock();
+}
+
+void fake_refuse_send(struct ibv_qp *qp, unsigned int at, int err)
+{
+	arm_refusal(&fqp(qp)->send_posts, at, err);
+}
+
+void fake_refuse_recv(struct ibv_qp *qp, unsigned int at, int err)
+{
+	arm_refusal(&fqp(qp)->recv_posts, at, err);
+}
+
+void fake_refuse_srq_recv(struct ibv_srq *srq, unsigned int at, int err)
+{
+	arm_refusal(&((struct fake_srq *)srq)->posts, at, err);
+}
+
 unsigned int fake_qp_sq_waiting(struct ibv_qp *qp)
 {
 	unsigned int n = 0;
@@ -1629,16 +1688,42 @@ int __wrap_ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
 	return 0;
 }
 
+static void post_call(struct fake_postq *pq, unsigned int nwr)
+{
+	pq->n.calls++;
+	if (nwr > pq->n.max_chain)
+		pq->n.max_chain = nwr;
+}
+
+/* Does the armed refusal hit work request @i of this call? */
+static bool refuse_at(struct fake_postq *pq, unsigned int i, int *rc)
+{
+	if (!pq->fail || pq->fail_at != i)
+		return false;
+	pq->fail = false;
+	*rc = pq->fail_err;
+	return true;
+}
+
 static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
 	struct fake_qp *q = fqp(qp);
+	unsigned int nwr = 0, k = 0;
 	int rc = 0;
 
 	fake_lock();
-	for (; wr; wr = wr->next) {
+	for (struct ibv_send_wr *x = wr; x; x = x->next) {
+		nwr++;
+		if (!x->next && !(q->sig_all || (x->send_flags & IBV_SEND_SIGNALED)))
+			q->send_posts.n.last_unsignalled++;
+	}
+	post_call(&q->send_posts, nwr);
+	for (; wr; wr = wr->next, k++) {
 		struct fake_wqe *w;
 		uint32_t len = 0;
 
+		if (refuse_at(&q->send_posts, k, &rc))
+			break;
 		if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_ERR) {
 			rc = EINVAL;
 			break;
@@ -1664,6 +1749,9 @@ static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
 		w->wr_id = wr->wr_id;
 		w->op = wr->opcode;
 		w->signalled = wr->send_flags & IBV_SEND_SIGNALED;
+		q->send_posts.n.wrs++;
+		if (w->signalled || q->sig_all)
+			q->send_posts.n.signalled++;
 		w->seq = q->sq_posted++;
 		w->nsge = wr->num_sge;
 		if (wr->num_sge) /* a bind or invalidate may have no list */
@@ -1717,15 +1805,28 @@ static struct fake_rwqe *rwqe(const struct ibv_recv_wr *wr)
 	return r;
 }
 
+static unsigned int recv_chain_len(const struct ibv_recv_wr *wr)
+{
+	unsigned int n = 0;
+
+	for (; wr; wr = wr->next)
+		n++;
+	return n;
+}
+
 static int fake_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
 	struct fake_qp *q = fqp(qp);
+	unsigned int i = 0;
 	int rc = 0;
 
 	fake_lock();
-	for (; wr; wr = wr->next) {
+	post_call(&q->recv_posts, recv_chain_len(wr));
+	for (; wr; wr = wr->next, i++) {
 		struct fake_rwqe *r;
 
+		if (refuse_at(&q->recv_posts, i, &rc))
+			break;
 		if (q->srq || qp->state == IBV_QPS_RESET) {
 			rc = EINVAL;
 			break;
@@ -1740,6 +1841,7 @@ static int fake_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_
 			break;
 		}
 		q->rq_used++;
+		q->recv_posts.n.wrs++;
 		*q->rq_tail = r;
 		q->rq_tail = &r->next;
 		if (qp->state == IBV_QPS_ERR) {
@@ -1761,12 +1863,16 @@ static int fake_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_
 static int fake_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
 	struct fake_srq *s = (struct fake_srq *)srq;
+	unsigned int i = 0;
 	int rc = 0;
 
 	fake_lock();
-	for (; wr; wr = wr->next) {
+	post_call(&s->posts, recv_chain_len(wr));
+	for (; wr; wr = wr->next, i++) {
 		struct fake_rwqe *r;
 
+		if (refuse_at(&s->posts, i, &rc))
+			break;
 		if (s->used >= s->max_wr) {
 			rc = ENOMEM;
 			break;
@@ -1777,6 +1883,7 @@ static int fake_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struc
 			break;
 		}
 		s->used++;
+		s->posts.n.wrs++;
 		*s->tail = r;
 		s->tail = &r->next;
 	}

@@ -182,6 +182,25 @@ unsigned int fake_srq_room(struct ibv_srq *srq);
 enum ibv_qp_state fake_qp_state(struct ibv_qp *qp);
 unsigned int fake_qp_sq_waiting(struct ibv_qp *qp);
 
+/* What a queue's post op was handed since the queue was created: calls,
+ * work requests taken, the longest chain, and for send queues those
+ * taken asking for a completion and the calls whose last work request
+ * asked for none. */
+struct fake_posts {
+	unsigned int calls, wrs, max_chain;
+	unsigned int signalled, last_unsignalled;
+};
+struct fake_posts fake_qp_send_posts(struct ibv_qp *qp);
+struct fake_posts fake_qp_recv_posts(struct ibv_qp *qp);
+struct fake_posts fake_srq_posts(struct ibv_srq *srq);
+/* The next post call on the queue (sends, receives, an SRQ) that reaches
+ * its @at-th work request (0: the first) refuses it and the rest with
+ * @err (a positive errno) and *bad_wr pointing at it, as a provider does;
+ * those before it are taken. Once. */
+void fake_refuse_send(struct ibv_qp *qp, unsigned int at, int err);
+void fake_refuse_recv(struct ibv_qp *qp, unsigned int at, int err);
+void fake_refuse_srq_recv(struct ibv_srq *srq, unsigned int at, int err);
+
 /* ---- used by fake_cm.c ---- */
 
 void fake_lock(void);

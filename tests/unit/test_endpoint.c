@@ -593,40 +593,390 @@ Test(endpoint, remote_access_error_takes_the_connection_down)
 	teardown_all();
 }
 
-Test(endpoint, selective_signalling_one_callback_each_in_order)
+/* ---- coalesced posting ---- */
+
+/* Work a test wants posted inside a pass: the callback of a WRITE posted
+ * from the test (outside any pass: a chain of its own) runs it. */
+static void (*in_pass_fn)(rr_ep *ep);
+
+static void trigger_cb(rr_ep *ep, const struct rr_completion *c, void *data)
+{
+	req_cb(ep, c, data);
+	cr_assert_eq(c->status, 0);
+	in_pass_fn(ep);
+}
+
+static void run_in_pass(rr_ep *ep, void (*fn)(rr_ep *ep))
+{
+	struct req *t = new_req();
+
+	in_pass_fn = fn;
+	cr_assert_eq(
+		rr_ep_post_write(ep, slot(20), 8, MR, (uintptr_t)slot(21), MR->rkey, trigger_cb, t),
+		0);
+	PUMP_UNTIL(t->calls);
+}
+
+#define CHAIN 10
+static struct req *chain[CHAIN], *chain_rcv[CHAIN];
+static int chain_n, chain_rcv_n;
+static bool chain_sends; /* SENDs, not WRITEs */
+
+static void post_chain(rr_ep *ep)
+{
+	for (int i = 0; i < chain_rcv_n; i++) {
+		chain_rcv[i] = new_req();
+		cr_assert_eq(rr_ep_post_recv(ep, slot(24 + i), 64, MR, req_cb, chain_rcv[i]), 0);
+	}
+	for (int i = 0; i < chain_n; i++) {
+		chain[i] = new_req();
+		if (chain_sends)
+			cr_assert_eq(rr_ep_post_send(ep, slot(i), 8, MR, req_cb, chain[i]), 0);
+		else
+			cr_assert_eq(rr_ep_post_write(ep, slot(22), 8, MR, (uintptr_t)slot(23),
+						      MR->rkey, req_cb, chain[i]),
+				     0);
+	}
+}
+
+static bool chain_done(int from, int to)
+{
+	for (int i = from; i < to; i++)
+		if (!chain[i]->calls)
+			return false;
+	return true;
+}
+
+Test(endpoint, posts_in_a_pass_go_as_one_chain_per_queue)
+{
+	struct rr_bridge_stats b0, b1;
+	struct fake_posts s0, s1, r0, r1;
+	struct ep_state *c;
+	struct ibv_qp *qp;
+
+	setup_with(0, 0, 0);
+	c = connect_one(0, 0);
+	qp = rr_ep_qp(c->ep);
+	chain_n = CHAIN;
+	chain_rcv_n = 4;
+	s0 = fake_qp_send_posts(qp);
+	r0 = fake_qp_recv_posts(qp);
+	cr_assert_eq(rr_bridge_get_stats(cli, &b0, sizeof(b0)), 0);
+	run_in_pass(c->ep, post_chain);
+	s1 = fake_qp_send_posts(qp);
+	r1 = fake_qp_recv_posts(qp);
+	cr_assert_eq(rr_bridge_get_stats(cli, &b1, sizeof(b1)), 0);
+	/* The trigger, then the pass's ten WRITEs in one call; four
+	 * receives in another. */
+	cr_expect_eq(s1.calls - s0.calls, 2, "%u ibv_post_send() calls", s1.calls - s0.calls);
+	cr_expect_eq(s1.wrs - s0.wrs, 1 + CHAIN);
+	cr_expect_eq(s1.max_chain, CHAIN);
+	cr_expect_eq(r1.calls - r0.calls, 1, "%u ibv_post_recv() calls", r1.calls - r0.calls);
+	cr_expect_eq(r1.wrs - r0.wrs, 4);
+	cr_expect_eq(b1.posts - b0.posts, 1 + CHAIN + 4);
+	cr_expect_eq(b1.chains - b0.chains, 3);
+	cr_expect_eq(b1.wrs - b0.wrs, 1 + CHAIN + 4);
+	PUMP_UNTIL(chain_done(0, CHAIN));
+	settle();
+	for (int i = 0; i < CHAIN; i++) {
+		cr_expect_eq(chain[i]->calls, 1, "write %d: %d callbacks", i, chain[i]->calls);
+		cr_expect_eq(chain[i]->status, 0);
+		if (i)
+			cr_expect_gt(chain[i]->seq, chain[i - 1]->seq, "write %d out of order", i);
+	}
+	cr_expect_eq(slot(23)[0], slot(22)[0]);
+	teardown_all();
+}
+
+/*
+ * Selective signalling in a chain: every 4th send and the chain's last
+ * ask for a completion, and every send completes once, in order, with no
+ * later post needed.
+ */
+Test(endpoint, selective_signalling_signals_the_last_of_each_chain)
 {
 	struct rr_ep_opts o = {.signal_every = 4, .max_send_wr = 16};
+	struct fake_posts s0, s1;
 	struct ep_state *c;
-	struct req *snd[12];
-	int first;
 
 	setup_with(0, 0, 12);
 	c = connect_with(&o, 0);
-	for (int i = 0; i < 10; i++) {
-		snd[i] = new_req();
-		cr_assert_eq(rr_ep_post_send(c->ep, slot(i), 8, MR, req_cb, snd[i]), 0);
-	}
-	/* The 4th and 8th were signalled: 1..8 complete, 9 and 10 wait. */
-	PUMP_UNTIL(snd[7]->calls);
+	chain_n = CHAIN;
+	chain_rcv_n = 0;
+	chain_sends = true;
+	s0 = fake_qp_send_posts(rr_ep_qp(c->ep));
+	run_in_pass(c->ep, post_chain);
+	s1 = fake_qp_send_posts(rr_ep_qp(c->ep));
+	cr_expect_eq(s1.calls - s0.calls, 2);
+	/* The trigger (alone, so signalled), the 4th, the 8th, the 10th. */
+	cr_expect_eq(s1.signalled - s0.signalled, 4, "%u signalled", s1.signalled - s0.signalled);
+	cr_expect_eq(s1.last_unsignalled, 0, "a chain ended unsignalled");
+	PUMP_UNTIL(chain_done(0, CHAIN));
 	settle();
-	for (int i = 0; i < 8; i++)
-		cr_expect_eq(snd[i]->calls, 1, "send %d: %d callbacks", i, snd[i]->calls);
-	cr_expect_eq(snd[8]->calls, 0);
-	cr_expect_eq(snd[9]->calls, 0);
-	for (int i = 10; i < 12; i++) {
-		snd[i] = new_req();
-		cr_assert_eq(rr_ep_post_send(c->ep, slot(i), 8, MR, req_cb, snd[i]), 0);
-	}
-	PUMP_UNTIL(snd[11]->calls);
-	settle();
-	first = snd[0]->seq;
-	for (int i = 0; i < 12; i++) {
-		cr_expect_eq(snd[i]->calls, 1, "send %d: %d callbacks", i, snd[i]->calls);
-		cr_expect_eq(snd[i]->status, 0);
+	for (int i = 0; i < CHAIN; i++) {
+		cr_expect_eq(chain[i]->calls, 1, "send %d: %d callbacks", i, chain[i]->calls);
+		cr_expect_eq(chain[i]->status, 0);
 		if (i)
-			cr_expect_gt(snd[i]->seq, snd[i - 1]->seq, "send %d out of order", i);
+			cr_expect_gt(chain[i]->seq, chain[i - 1]->seq, "send %d out of order", i);
 	}
-	(void)first;
+	chain_sends = false;
+	teardown_all();
+}
+
+/* Outside any pass a post goes at once, and alone: it asks for a
+ * completion whatever signal_every says, so it never waits for a later
+ * post to learn its outcome. */
+Test(endpoint, post_outside_a_pass_goes_at_once_signalled)
+{
+	struct rr_ep_opts o = {.signal_every = 8};
+	struct fake_posts s0, s1;
+	struct req *w[3];
+	struct ep_state *c;
+
+	setup_with(0, 0, 0);
+	c = connect_with(&o, 0);
+	s0 = fake_qp_send_posts(rr_ep_qp(c->ep));
+	for (int i = 0; i < 3; i++) {
+		w[i] = new_req();
+		cr_assert_eq(rr_ep_post_write(c->ep, slot(22), 8, MR, (uintptr_t)slot(23), MR->rkey,
+					      req_cb, w[i]),
+			     0);
+		s1 = fake_qp_send_posts(rr_ep_qp(c->ep));
+		cr_expect_eq(s1.calls - s0.calls, (unsigned int)i + 1,
+			     "write %d not posted at once", i);
+	}
+	cr_expect_eq(s1.signalled - s0.signalled, 3);
+	PUMP_UNTIL(w[0]->calls && w[1]->calls && w[2]->calls);
+	for (int i = 0; i < 3; i++)
+		cr_expect(w[i]->calls == 1 && w[i]->status == 0);
+	teardown_all();
+}
+
+Test(endpoint, post_now_endpoint_posts_each_request_at_once)
+{
+	struct fake_posts s0, s1;
+	struct ep_state *c;
+
+	setup_with(0, 0, 0);
+	c = connect_one(RR_EP_POST_NOW, 0);
+	chain_n = CHAIN;
+	chain_rcv_n = 0;
+	s0 = fake_qp_send_posts(rr_ep_qp(c->ep));
+	run_in_pass(c->ep, post_chain);
+	s1 = fake_qp_send_posts(rr_ep_qp(c->ep));
+	cr_expect_eq(s1.calls - s0.calls, 1 + CHAIN, "%u calls", s1.calls - s0.calls);
+	cr_expect_eq(s1.max_chain, 1);
+	cr_expect_eq(s1.signalled - s0.signalled, 1 + CHAIN);
+	PUMP_UNTIL(chain_done(0, CHAIN));
+	teardown_all();
+}
+
+/*
+ * The provider refuses a chain at its 3rd request: the first two go, the
+ * rest fail, each with one callback and the provider's errno; the send
+ * queue's accounting is exact afterwards (its whole depth can be posted,
+ * and no more). Receives likewise.
+ */
+#define REFUSE_AT 2
+
+static void arm_and_post_chain(rr_ep *ep)
+{
+	fake_refuse_send(rr_ep_qp(ep), REFUSE_AT, ENOMEM);
+	fake_refuse_recv(rr_ep_qp(ep), 1, EINVAL);
+	post_chain(ep);
+}
+
+Test(endpoint, refused_chain_fails_from_the_refused_request_on)
+{
+	struct rr_ep_opts o = {.signal_every = 4, .max_send_wr = 16};
+	struct req *more[16];
+	struct fake_posts s0, s1;
+	struct ep_state *c;
+	int n;
+
+	setup_with(0, 0, 0);
+	c = connect_with(&o, 0);
+	chain_n = 6;
+	chain_rcv_n = 3;
+	s0 = fake_qp_send_posts(rr_ep_qp(c->ep));
+	run_in_pass(c->ep, arm_and_post_chain);
+	s1 = fake_qp_send_posts(rr_ep_qp(c->ep));
+	cr_expect_eq(s1.calls - s0.calls, 2);
+	cr_expect_eq(s1.wrs - s0.wrs, 1 + REFUSE_AT);
+	/* Refused at the end of that pass: failed already, once each. */
+	for (int i = REFUSE_AT; i < 6; i++) {
+		cr_expect_eq(chain[i]->calls, 1, "write %d: %d callbacks", i, chain[i]->calls);
+		cr_expect_eq(chain[i]->status, -ENOMEM, "write %d: %d", i, chain[i]->status);
+		if (i > REFUSE_AT)
+			cr_expect_gt(chain[i]->seq, chain[i - 1]->seq);
+	}
+	cr_expect_eq(chain_rcv[0]->calls, 0, "a receive the provider took completed");
+	for (int i = 1; i < 3; i++) {
+		cr_expect_eq(chain_rcv[i]->calls, 1);
+		cr_expect_eq(chain_rcv[i]->status, -EINVAL);
+	}
+	/* The two taken asked for no completion (the 4th would have): they
+	 * complete with the next send, which asks for one. */
+	cr_expect_eq(rr_ep_outstanding(c->ep), REFUSE_AT + 1);
+	for (n = 0; n < 16; n++) {
+		int rc;
+
+		more[n] = new_req();
+		rc = rr_ep_post_write(c->ep, slot(22), 8, MR, (uintptr_t)slot(23), MR->rkey, req_cb,
+				      more[n]);
+		if (rc) {
+			cr_expect_eq(rc, -ENOBUFS, "write %d: %s", n, strerror(-rc));
+			nreqs--;
+			break;
+		}
+	}
+	/* Exactly the depth: 16 less the two in flight. */
+	cr_expect_eq(n, 16 - REFUSE_AT, "%d more writes accepted", n);
+	PUMP_UNTIL(chain_done(0, REFUSE_AT) && more[n - 1]->calls);
+	settle();
+	for (int i = 0; i < REFUSE_AT; i++)
+		cr_expect(chain[i]->calls == 1 && chain[i]->status == 0, "write %d: %d calls, %d",
+			  i, chain[i]->calls, chain[i]->status);
+	for (int i = 0; i < n; i++)
+		cr_expect(more[i]->calls == 1 && more[i]->status == 0);
+	for (int i = REFUSE_AT; i < 6; i++)
+		cr_expect_eq(chain[i]->calls, 1);
+	cr_expect_eq(rr_ep_outstanding(c->ep), 1); /* the receive */
+	teardown_all();
+}
+
+/* SRQ receives posted in a pass go as one chain; one refused fails
+ * alone, with no endpoint. */
+static rr_srq *SRQ;
+static struct req *srq_rcv[5];
+
+static void post_srq_chain(rr_ep *ep)
+{
+	fake_refuse_srq_recv(rr_ep_qp(ep)->srq, 4, ENOMEM);
+	for (int i = 0; i < 5; i++) {
+		srq_rcv[i] = new_req();
+		cr_assert_eq(rr_srq_post_recv(SRQ, slot(100 + i), 64, MR, req_cb, srq_rcv[i]), 0);
+	}
+}
+
+static void setup_srq(uint32_t depth);
+
+Test(endpoint, srq_receives_in_a_pass_go_as_one_chain)
+{
+	struct fake_posts p0, p1;
+	struct ep_state *c, *s;
+
+	setup_srq(16);
+	c = connect_one(0, 0);
+	s = server_of(c);
+	p0 = fake_srq_posts(rr_ep_qp(s->ep)->srq);
+	run_in_pass(s->ep, post_srq_chain);
+	p1 = fake_srq_posts(rr_ep_qp(s->ep)->srq);
+	cr_expect_eq(p1.calls - p0.calls, 1);
+	cr_expect_eq(p1.wrs - p0.wrs, 4);
+	cr_expect_eq(p1.max_chain, 5);
+	cr_expect_eq(fake_srq_posted(rr_ep_qp(s->ep)->srq), 4);
+	cr_expect_eq(srq_rcv[4]->calls, 1);
+	cr_expect_eq(srq_rcv[4]->status, -ENOMEM);
+	cr_expect_null(srq_rcv[4]->ep);
+	for (int i = 0; i < 4; i++)
+		cr_expect_eq(srq_rcv[i]->calls, 0);
+	teardown_all();
+}
+
+/*
+ * The docs' server: a burst of 500 sends with signal_every 8 (so 500
+ * mod 8 = 4 would trail a signalled one), posted from its callbacks,
+ * then the peer hangs up cleanly once it has them all. Every send
+ * completes with status 0, none with -ECANCELED.
+ */
+#define BURST 500
+
+static struct {
+	int posted, calls, ok, cancelled, other, recvd;
+} B;
+
+static void burst_fill(rr_ep *ep);
+
+static void burst_cb(rr_ep *ep, const struct rr_completion *c, void *data)
+{
+	(void)data;
+	B.calls++;
+	if (!c->status)
+		B.ok++;
+	else if (c->status == -ECANCELED)
+		B.cancelled++;
+	else
+		B.other++;
+	if (!c->status)
+		burst_fill(ep);
+}
+
+static void burst_fill(rr_ep *ep)
+{
+	while (B.posted < BURST) {
+		int rc = rr_ep_post_send(ep, slot(0), 8, MR, burst_cb, NULL);
+
+		if (rc == -ENOBUFS)
+			break;
+		cr_assert_eq(rc, 0, "send %d: %s", B.posted, strerror(-rc));
+		B.posted++;
+	}
+}
+
+static void burst_recv_cb(rr_ep *ep, const struct rr_completion *c, void *data)
+{
+	(void)ep;
+	(void)data;
+	if (!c->status)
+		B.recvd++;
+}
+
+static void burst_srv_ready(rr_ep *ep, int status, void *data)
+{
+	struct ep_state *st = &srv_st[nsrv++];
+
+	(void)status;
+	(void)data;
+	rr_ep_set_data(ep, st);
+	st->ep = ep;
+	st->qp_ready++;
+	for (int i = 0; i < BURST; i++)
+		cr_assert_eq(rr_ep_post_recv(ep, BUF + NSLOTS / 2 * SLOT + i * 64, 64, MR,
+					     burst_recv_cb, NULL),
+			     0);
+}
+
+Test(endpoint, burst_then_clean_hangup_every_send_succeeds)
+{
+	struct rr_ep_opts so = {
+		.on_qp_ready = burst_srv_ready, .on_disconnect = on_disconnect, .max_recv_wr = 512};
+	struct rr_ep_opts co = {.signal_every = 8, .max_send_wr = 64};
+	struct fake_posts r;
+	struct ep_state *c, *s;
+
+	memset(&B, 0, sizeof(B));
+	open_bridges(0);
+	listen_on(&so, &srv_proto);
+	c = connect_with(&co, 0);
+	s = server_of(c);
+	/* on_qp_ready's receives went as one chain, before the accept. */
+	r = fake_qp_recv_posts(rr_ep_qp(s->ep));
+	cr_expect_eq(r.calls, 1);
+	cr_expect_eq(r.wrs, BURST);
+	run_in_pass(c->ep, burst_fill);
+	PUMP_UNTIL(B.recvd == BURST);
+	cr_assert_eq(rr_ep_disconnect(s->ep), 0);
+	PUMP_UNTIL(c->downs && s->downs);
+	settle();
+	cr_expect_eq(c->down_status, -ECONNRESET);
+	cr_expect_eq(B.posted, BURST);
+	cr_expect_eq(B.calls, BURST, "%d callbacks for %d sends", B.calls, BURST);
+	cr_expect_eq(B.ok, BURST, "%d of %d sends the peer received succeeded (%d cancelled)", B.ok,
+		     BURST, B.cancelled);
+	cr_expect_eq(B.cancelled, 0);
+	cr_expect_eq(B.other, 0);
+	cr_expect_eq(rr_ep_outstanding(c->ep), 0);
 	teardown_all();
 }
 
@@ -665,8 +1015,6 @@ Test(endpoint, shared_cq_serves_several_endpoints)
 }
 
 /* ---- shared receive queues ---- */
-
-static rr_srq *SRQ;
 
 static struct req *post_srq(int i)
 {
