@@ -122,10 +122,21 @@ int rr_bridge_get_stats(const rr_bridge *b, struct rr_bridge_stats *out, size_t 
 	return rr__stats_out(out, size, &b->stats, sizeof(b->stats));
 }
 
+/*
+ * Event CQs the built-in loop left unarmed (it ended with a CQE waiting):
+ * an application's loop is about to take over, arm them now.
+ */
+static void settle_embedded(rr_bridge *b)
+{
+	if (!b->ring.loop_owned && !b->closing && rr__cq_any_lazy(&b->cqs))
+		rr__cqs_settle(&b->cqs, RR__ARM_NOW, false);
+}
+
 int rr_bridge_flush(rr_bridge *b)
 {
 	if (!b)
 		return -EINVAL;
+	settle_embedded(b);
 	if (!b->closing && rr__cq_any_active(&b->cqs))
 		rr__ring_want_kick(&b->ring);
 	return (int)rr__ring_flush(&b->ring);
@@ -134,6 +145,7 @@ int rr_bridge_flush(rr_bridge *b)
 int rr_bridge_handle_cqe(rr_bridge *b, const struct io_uring_cqe *cqe)
 {
 	if (!rr_is_bridge_user_data(cqe->user_data)) {
+		settle_embedded(b);
 		/* Owed while a chain was open: that chain's CQEs are the
 		 * application's, and may be all the loop ever sees. */
 		if (rr__ring_owes(&b->ring))
@@ -176,6 +188,19 @@ static bool events_need_enter(rr_bridge *b)
 	return ++b->quiet_passes % ENTER_EVERY == 0;
 }
 
+/*
+ * Event CQs drained by a pass are armed only when the loop could block
+ * next: not while a CQE waits in the ring, which the next wait returns at
+ * once, and whoever reaps it settles them first (see cq.c). Each settle
+ * polls them, so a pass that woke for any CQE serves them without an
+ * event; @armed_too polls armed ones too (the pass woke for something).
+ */
+static int settle(rr_bridge *b, enum rr__arm when, bool armed_too)
+{
+	if (b->closing)
+		return 0;
+	return (int)rr__cqs_settle(&b->cqs, when, armed_too);
+}
 
 int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 {
@@ -190,6 +215,9 @@ int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 		handled += (int)rr__cq_poll_active(&b->cqs);
 		timeout_ms = 0; /* busy or spinning CQs: never sleep */
 	}
+	if (rr__cq_any_lazy(&b->cqs))
+		handled += settle(b, timeout_ms ? RR__ARM_IF_IDLE : RR__ARM_LATER, false);
+	/* After the settle: its callbacks' posts go out before the wait. */
 	rr__eps_post_held(&b->eps);
 	rr_bridge_flush(b); /* makes room in a full SQ itself */
 	if (timeout_ms == 0) {
@@ -206,6 +234,8 @@ int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 			rc = 0;
 	}
 	if (rc < 0 && rc != -EINTR && rc != -EBUSY) {
+		/* The application may wait by itself next. */
+		settle(b, RR__ARM_NOW, false);
 		rr__eps_release(&b->eps);
 		b->ring.loop_owned = false;
 		return rc;
@@ -225,6 +255,9 @@ int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 		n++;
 	}
 	handled += (int)n;
+	/* After -EPROTO the CQE left in the ring is the application's to
+	 * reap, maybe without the bridge: arm now. */
+	handled += settle(b, err ? RR__ARM_NOW : RR__ARM_IF_IDLE, n > 0);
 	rr__eps_release(&b->eps);
 	rr_bridge_flush(b);
 	/* Back to embedded rules: a CQE handled outside the loop may kick. */

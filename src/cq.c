@@ -10,6 +10,16 @@
  * between the last poll and the arm raised no event and would otherwise be
  * stranded until the next one.
  *
+ * Inside the built-in loop an event-mode CQ is armed only when the loop
+ * could block (rr__cqs_settle()): drained after its event, it goes on the
+ * lazy list and every pass polls it, so a pass that woke for any CQE (a
+ * file read's, a timer's) hands out what landed meanwhile without an
+ * event, an arm or a channel read. A pass that ends with a CQE waiting in
+ * the ring cannot block next, and leaves the CQ unarmed; whoever reaps
+ * that CQE (the next pass, or rr_bridge_handle_cqe() of an application's
+ * loop) settles it first. So an unarmed event CQ is always covered by a
+ * CQE the loop must reap before it can sleep.
+ *
  * With RR_BRIDGE_RING_READ, where the provider needs no call per event
  * (its cq_event op is empty, as on rxe and siw) and the ring's task work
  * runs on our thread (not SQPOLL), the channel is read through the ring
@@ -49,10 +59,24 @@ void rr__cqs_init(struct rr__cqs *set, struct rr__ring *ring, struct rr_bridge_s
 	rr__list_init(&set->channels);
 	rr__list_init(&set->cqs);
 	rr__list_init(&set->active);
+	rr__list_init(&set->lazy);
+}
+
+static void set_lazy(rr_cq *cq, bool on)
+{
+	if (on && !cq->lazy) {
+		rr__list_add_tail(&cq->set->lazy, &cq->lazy_link);
+		cq->lazy = true;
+	} else if (!on && cq->lazy) {
+		rr__list_del(&cq->lazy_link);
+		cq->lazy = false;
+	}
 }
 
 static void set_active(rr_cq *cq, bool on)
 {
+	if (on)
+		set_lazy(cq, false); /* polled every pass all the same */
 	if (cq->evented)
 		return; /* queued by the current channel drain: polled shortly */
 	if (on && !cq->active) {
@@ -363,8 +387,12 @@ static bool reap_deferred(rr_cq *cq)
 	return true;
 }
 
-/* Poll a CQ and decide whether it stays on the active list or is armed. */
-static unsigned int poll_and_place(rr_cq *cq)
+/*
+ * Poll a CQ and decide whether it stays on the active list or is armed;
+ * an event CQ found empty and unarmed may go on the lazy list instead
+ * (@when), to be armed when the loop could block.
+ */
+static unsigned int poll_and_place(rr_cq *cq, enum rr__arm when)
 {
 	struct rr__cqs *set = cq->set;
 	unsigned int n, n2;
@@ -387,6 +415,13 @@ static unsigned int poll_and_place(rr_cq *cq)
 		return n;
 	}
 	set_active(cq, false);
+	/* Asked after the poll: its callbacks may have queued a CQE. */
+	if (cq->mode == RR_WAIT_EVENT && !cq->armed &&
+	    (when == RR__ARM_LATER ||
+	     (when == RR__ARM_IF_IDLE && rr__ring_cqe_waiting(set->ring)))) {
+		set_lazy(cq, true);
+		return n;
+	}
 	if (arm(cq)) {
 		set_active(cq, true); /* cannot sleep on it: keep polling */
 		return n;
@@ -403,15 +438,99 @@ static unsigned int poll_and_place(rr_cq *cq)
 	return n + n2;
 }
 
-static unsigned int service(rr_cq *cq)
+static unsigned int service_as(rr_cq *cq, enum rr__arm when)
 {
-	unsigned int n = poll_and_place(cq);
+	unsigned int n = poll_and_place(cq, when);
 
 	if (reap_deferred(cq))
 		return n;
 	/* Last: the hook may destroy the CQ. */
 	if (cq->hooks.after_dispatch)
 		cq->hooks.after_dispatch(cq->hooks.ctx);
+	return n;
+}
+
+/* Inside the built-in loop, arming waits until the loop could block. */
+static unsigned int service(rr_cq *cq)
+{
+	return service_as(cq, cq->set->ring->loop_owned ? RR__ARM_LATER : RR__ARM_NOW);
+}
+
+/* Poll an armed event CQ without touching its arm: what it hands out
+ * raised (or will raise) an event all the same, read as usual, which
+ * then finds the CQ empty. */
+static unsigned int free_poll(rr_cq *cq)
+{
+	unsigned int n;
+	bool more;
+
+	n = cq_poll(cq, cq->set->budget, &more);
+	if (reap_deferred(cq))
+		return n;
+	if (more) {
+		cq->set->stats->budget_yields++;
+		set_active(cq, true);
+	}
+	if (n && cq->hooks.after_dispatch)
+		cq->hooks.after_dispatch(cq->hooks.ctx);
+	return n;
+}
+
+/* One armed event CQ per channel, in turn. */
+static unsigned int poll_armed(struct rr__cqs *set)
+{
+	struct rr__list pass;
+	unsigned int n = 0;
+
+	if (rr__list_empty(&set->channels))
+		return 0;
+	/* Take the list: a callback may destroy a channel, which unlinks
+	 * itself from `pass`; each one served goes back at once. */
+	pass.next = set->channels.next;
+	pass.prev = set->channels.prev;
+	pass.next->prev = &pass;
+	pass.prev->next = &pass;
+	rr__list_init(&set->channels);
+	while (!rr__list_empty(&pass)) {
+		rr_channel *ch = rr__container_of(pass.next, rr_channel, link);
+		rr_cq *cq;
+
+		rr__list_del(&ch->link);
+		rr__list_add_tail(&set->channels, &ch->link);
+		if (ch->deaf || rr__list_empty(&ch->armed))
+			continue;
+		cq = rr__container_of(ch->armed.next, rr_cq, armed_link);
+		rr__list_del(&cq->armed_link);
+		rr__list_add_tail(&ch->armed, &cq->armed_link);
+		if (cq->mode == RR_WAIT_EVENT && !cq->active && !cq->evented)
+			n += free_poll(cq);
+	}
+	return n;
+}
+
+unsigned int rr__cqs_settle(struct rr__cqs *set, enum rr__arm when, bool armed_too)
+{
+	struct rr__list pass;
+	unsigned int n = 0;
+
+	if (armed_too)
+		n += poll_armed(set);
+	if (rr__list_empty(&set->lazy))
+		return n;
+	/* Take the list, as rr__cq_poll_active() does: a CQ left unarmed
+	 * goes back on set->lazy, not on `pass`. */
+	pass.next = set->lazy.next;
+	pass.prev = set->lazy.prev;
+	pass.next->prev = &pass;
+	pass.prev->next = &pass;
+	rr__list_init(&set->lazy);
+	while (!rr__list_empty(&pass)) {
+		rr_cq *cq = rr__container_of(pass.next, rr_cq, lazy_link);
+
+		rr__list_del(&cq->lazy_link);
+		cq->lazy = false;
+		n += service_as(cq, when);
+	}
 	return n;
 }
 
@@ -573,6 +692,7 @@ static void channel_ready(void *ctx, int revents)
 		rr_cq *cq = cctx;
 
 		took_event(cq);
+		set_lazy(cq, false); /* served now */
 		/* Queue it once; a CQ already on the active list is polled there. */
 		if (!cq->evented && !cq->active) {
 			cq->evented = true;
@@ -747,6 +867,7 @@ int rr__cq_create(struct rr__cqs *set, rr_channel *ch, struct ibv_context *ctx,
 	cq->on_wc = opts->on_wc;
 	cq->data = opts->data;
 	rr__list_init(&cq->active_link);
+	rr__list_init(&cq->lazy_link);
 	rr__list_init(&cq->armed_link);
 	/* Groups on other vectors take their interrupts on other cores. */
 	vector = ctx->num_comp_vectors > 1 ? (int)(set->comp_vector % ctx->num_comp_vectors) : 0;
@@ -811,6 +932,7 @@ int rr_cq_destroy(rr_cq *cq)
 	if (rc)
 		return rc > 0 ? -rc : -EBUSY;
 	set_active(cq, false);
+	set_lazy(cq, false);
 	disarm(cq);
 	if (cq->evented) {
 		rr__list_del(&cq->active_link);

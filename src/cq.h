@@ -20,6 +20,7 @@ struct rr__cqs {
 	struct rr__list channels;
 	struct rr__list cqs;
 	struct rr__list active; /* CQs polled every pass */
+	struct rr__list lazy;	/* event CQs drained by the loop, armed before it blocks */
 };
 
 struct rr_channel {
@@ -56,6 +57,7 @@ struct rr_cq {
 	bool armed;	      /* ibv_req_notify_cq() since the last event */
 	bool active;	      /* on set->active: polled every pass */
 	bool evented;	      /* on the pending list of the current drain */
+	bool lazy;	      /* on set->lazy: unarmed until the loop would block */
 	/* Hybrid: the spin window. */
 	enum { RR__SPIN_IDLE, RR__SPIN_BUSY, RR__SPIN_WINDOW } spin;
 	unsigned int spin_empty; /* empty polls in the current window */
@@ -72,6 +74,7 @@ struct rr_cq {
 	unsigned int misses;	 /* adaptive: back-offs in a row */
 	unsigned int skip;	 /* adaptive: windows still to skip (arm at once) */
 	struct rr__list active_link;
+	struct rr__list lazy_link;   /* set->lazy */
 	struct rr__list armed_link;  /* ch->armed */
 	struct rr__list link;	     /* set->cqs */
 	unsigned int dispatch_depth; /* >0 while handing out its WCs */
@@ -109,5 +112,25 @@ int rr__cq_take_qp(rr_cq *cq, uint32_t qp_num, void (*fn)(void *ctx, const struc
 /* One pass over the CQs that must be polled without an event. */
 unsigned int rr__cq_poll_active(struct rr__cqs *set);
 bool rr__cq_any_active(const struct rr__cqs *set);
+
+/*
+ * Inside the built-in loop an event-mode CQ drained after its event is not
+ * armed at once: it waits on the lazy list, polled by every pass, and is
+ * armed (then polled again) only when the loop could block. Settle the
+ * lazy CQs: poll each, then arm those found empty and poll them once
+ * more, as @when says. With @armed_too, also poll an armed event CQ per
+ * channel (in turn): a pass that woke for any CQE finds what landed
+ * before its event came. Returns the work completions handed out.
+ */
+enum rr__arm {
+	RR__ARM_NOW,	 /* none is left unarmed */
+	RR__ARM_IF_IDLE, /* unless a CQE waits in the ring: the loop cannot block */
+	RR__ARM_LATER,	 /* none: the loop does not block next */
+};
+unsigned int rr__cqs_settle(struct rr__cqs *set, enum rr__arm when, bool armed_too);
+static inline bool rr__cq_any_lazy(const struct rr__cqs *set)
+{
+	return !rr__list_empty(&set->lazy);
+}
 
 #endif

@@ -207,6 +207,12 @@ static inline bool rr__ring_owes(const struct rr__ring *r)
 	return r->pend_head != RR__NO_SLOT || r->nmsgs || r->kick_wanted;
 }
 
+/* Does a CQE wait in the ring? Then the next wait returns at once. */
+static inline bool rr__ring_cqe_waiting(const struct rr__ring *r)
+{
+	return io_uring_cq_ready(r->io) > 0;
+}
+
 /* No poll, timer or kick of this ring is left in the kernel. */
 bool rr__ring_idle(const struct rr__ring *r);
 

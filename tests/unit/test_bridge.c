@@ -40,12 +40,17 @@ static void log_it(char who, uint64_t id, int res)
 	L.n++;
 }
 
+/* Called by on_wc after logging, where a test sets it. */
+static void (*wc_hook)(int which, uint64_t id);
+
 static void on_wc(rr_cq *cq, const struct ibv_wc *wc, void *data)
 {
 	int which = (int)(uintptr_t)data;
 
 	L.wcs[which]++;
 	log_it(which ? 'B' : 'A', wc->wr_id, 0);
+	if (wc_hook)
+		wc_hook(which, wc->wr_id);
 }
 
 static void on_app(rr_bridge *b, const struct io_uring_cqe *cqe, void *data)
@@ -91,6 +96,7 @@ static void setup_on(struct fixture *f, const struct rr_bridge_opts *o, enum rr_
 	struct rr_cq_opts co = {.mode = mode, .on_wc = on_wc, .spin_us = 300000};
 
 	memset(&L, 0, sizeof(L));
+	wc_hook = NULL;
 	if (!opts.on_app_cqe)
 		opts.on_app_cqe = on_app;
 	init_ring(&f->ring, 64);
@@ -191,6 +197,10 @@ Test(poll, singleshot_rearms_every_time)
 		fake_complete(fcq(&f, i % 2), 1, (uint64_t)i);
 		pass(&f, 2);
 	}
+	/* A pass that woke for another CQE may hand a WC out before its
+	 * event's poll CQE came (SQPOLL, a loaded host): wait for the events. */
+	for (int i = 0; i < 250 && fcq(&f, 0)->delivered + fcq(&f, 1)->delivered < 5; i++)
+		pass(&f, 1);
 	rr_bridge_get_stats(f.b, &st, sizeof(st));
 	cr_assert_eq(L.wcs[0] + L.wcs[1], 5);
 	cr_assert_geq(st.rearms, 5);
@@ -457,6 +467,150 @@ Test(dispatch, completion_racing_the_arm_is_not_stranded)
 	cr_assert_eq(L.wcs[0], 2, "%u work completions", L.wcs[0]);
 	cr_assert_eq(fcq(&f, 0)->events, 1);
 	teardown_fx(&f);
+}
+
+/* ---- a pass that woke for any CQE; arming only before blocking ---- */
+
+/* Queue an application NOP and wait until its CQE is in the ring (on
+ * SQPOLL the kernel's thread completes it when it gets to it). */
+static struct io_uring *nop_ring;
+static struct fixture *nop_fx;
+
+static void queue_app_nop(uint64_t ud)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(nop_ring);
+
+	cr_assert_not_null(sqe);
+	io_uring_prep_nop(sqe);
+	io_uring_sqe_set_data64(sqe, ud);
+	cr_assert_geq(io_uring_submit(nop_ring), 0);
+	for (int i = 0; i < 20000 && !io_uring_cq_ready(nop_ring); i++)
+		usleep(100);
+	cr_assert_gt(io_uring_cq_ready(nop_ring), 0, "the NOP never completed");
+}
+
+static bool logged_app(uint64_t ud)
+{
+	for (unsigned int i = 0; i < L.n && i < MAX_LOG; i++)
+		if (L.who[i] == 'U' && L.id[i] == ud)
+			return true;
+	return false;
+}
+
+/*
+ * A completion visible in an armed CQ whose event has not come yet (rxe
+ * raises it from a tasklet after the WC is written): a pass woken by an
+ * application CQE hands it out by itself, with no event read and no
+ * channel read, and the event that comes later is read and acknowledged
+ * as usual, hands nothing out twice, and the CQ is armed again.
+ */
+Test(wakeup, pass_woken_by_an_app_cqe_hands_out_a_ready_completion)
+{
+	struct fixture f;
+	unsigned int reads0, arms0;
+
+	setup_fx(&f, NULL, RR_WAIT_EVENT);
+	pass(&f, 1);
+	cr_assert(fcq(&f, 0)->armed);
+	arms0 = fcq(&f, 0)->arms;
+	fcq(&f, 0)->late_event = true;
+	fake_complete(fcq(&f, 0), 1, 1);
+	reads0 = fake_event_reads;
+	nop_ring = &f.ring;
+	queue_app_nop(42);
+	cr_assert_geq(rr_bridge_run_once(f.b, 20), 0);
+	cr_assert(logged_app(42), "the pass did not reap the application's CQE");
+	cr_assert_eq(L.wcs[0], 1, "a pass woken by an application CQE left a WC in the CQ");
+	cr_assert_eq(L.who[0], 'U');
+	cr_assert_eq(fcq(&f, 0)->delivered, 0);
+	cr_assert_eq(fake_event_reads, reads0, "the channel was read without an event");
+	cr_assert_eq(fcq(&f, 0)->arms, arms0, "armed again before its event was read");
+
+	/* The event comes after all: read once, nothing handed out twice.
+	 * A completion landing between the poll and the arm that follows is
+	 * found by the poll after the arm. */
+	fcq(&f, 0)->late_event = false;
+	fcq(&f, 0)->inject_on_arm = 1;
+	fake_raise_late(fcq(&f, 0));
+	pass_until(&f, &fcq(&f, 0)->delivered, 1);
+	pass_until(&f, &L.wcs[0], 2);
+	cr_assert_eq(fcq(&f, 0)->delivered, 1);
+	cr_assert_eq(L.wcs[0], 2, "%u WCs: the one injected before the arm was stranded", L.wcs[0]);
+	cr_assert_eq(fcq(&f, 0)->events, 1, "the injected WC raised an event");
+	cr_assert(fcq(&f, 0)->armed, "not armed again before the loop blocked");
+	fake_complete(fcq(&f, 0), 1, 3);
+	pass_until(&f, &L.wcs[0], 3);
+	cr_assert_eq(L.wcs[0], 3, "deaf after the late event");
+	cr_assert_eq(fcq(&f, 0)->delivered, 2);
+	teardown_fx(&f);
+}
+
+/* On CQ 0's WC 1 a second WC lands, with the CQ disarmed by the event
+ * just read (no event); handing that one out queues an application CQE. */
+static void arm_case_hook(int which, uint64_t id)
+{
+	if (which == 0 && id == 1)
+		fake_complete(fake_cq_of(rr_cq_ibv(nop_fx->cq[0])), 1, 2);
+	else if (which == 0 && id == 2)
+		queue_app_nop(43);
+}
+
+/*
+ * The loop arms an event CQ only when it could block: a pass that ends
+ * with a CQE waiting (its next wait returns at once) leaves the CQ
+ * unarmed and the next pass polls it; the pass that could block arms it,
+ * or, when the application's own loop takes over, rr_bridge_handle_cqe()
+ * of that CQE does: no wake-up is lost either way.
+ */
+static void arm_before_blocking_case(bool embedded)
+{
+	struct io_uring_cqe *cqe;
+	struct fixture f;
+	unsigned int arms0;
+
+	setup_fx(&f, NULL, RR_WAIT_EVENT);
+	pass(&f, 1);
+	cr_assert(fcq(&f, 0)->armed && fcq(&f, 1)->armed);
+	arms0 = fcq(&f, 0)->arms;
+	nop_ring = &f.ring;
+	nop_fx = &f;
+	wc_hook = arm_case_hook;
+	fake_complete(fcq(&f, 0), 1, 1);
+	pass_until(&f, &L.wcs[0], 2);
+	cr_assert_eq(L.wcs[0], 2);
+	cr_assert_eq(fcq(&f, 0)->events, 1);
+	cr_assert_eq(fcq(&f, 0)->arms, arms0,
+		     "armed although a CQE waited: the loop could not block");
+	cr_assert(io_uring_cq_ready(&f.ring) > 0 && !logged_app(43));
+	cr_assert(!fcq(&f, 0)->armed);
+	wc_hook = NULL;
+	if (embedded) {
+		/* The application's loop reaps the CQE and may then sleep. */
+		cr_assert_eq(io_uring_peek_cqe(&f.ring, &cqe), 0);
+		cr_assert_eq(cqe->user_data, 43);
+		cr_assert_eq(rr_bridge_handle_cqe(f.b, cqe), 0);
+		io_uring_cqe_seen(&f.ring, cqe);
+	} else {
+		cr_assert_geq(rr_bridge_run_once(f.b, 20), 0);
+		cr_assert(logged_app(43));
+	}
+	cr_assert(fcq(&f, 0)->armed, "left unarmed with nothing to bring the loop back");
+	cr_assert_eq(fcq(&f, 0)->arms, arms0 + 1);
+	fake_complete(fcq(&f, 0), 1, 3);
+	cr_assert_eq(fcq(&f, 0)->events, 2, "a completion after the loop's turn raised no event");
+	pass_until(&f, &L.wcs[0], 3);
+	cr_assert_eq(L.wcs[0], 3);
+	teardown_fx(&f);
+}
+
+Test(wakeup, armed_only_when_the_loop_could_block)
+{
+	arm_before_blocking_case(false);
+}
+
+Test(wakeup, armed_when_an_application_loop_takes_over)
+{
+	arm_before_blocking_case(true);
 }
 
 /* A channel whose reads fail (its device is gone) stays readable: it must
