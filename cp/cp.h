@@ -36,6 +36,7 @@ struct cp_opts {
 	unsigned int max_pending;     /* connections not admitted yet, at once */
 	unsigned int hello_timeout_s; /* an established connection's HELLO is due */
 	unsigned int threads;	      /* poll groups the connections are spread over */
+	bool require_mw;	      /* refuse to run without memory windows */
 	/* send */
 	char **files;
 	int nfiles;
@@ -99,6 +100,12 @@ uint64_t cp_peak_rss_bytes(void);
 bool cp_have_device(void);
 /* Prints why @mode cannot run without a device; returns the exit code. */
 int cp_no_device(const char *mode);
+/* RINGRDMA_CP_NO_MW is set (tests): act as on a device without memory
+ * windows. */
+bool cp_mw_forced_off(void);
+/* cp_mw_check() - does every RDMA device here have type 2 memory windows?
+ * 0, or -EOPNOTSUPP naming the first that has none in @dev_name. */
+int cp_mw_check(char *dev_name, size_t len);
 
 int cp_serve(const struct cp_opts *o);
 int cp_send(const struct cp_opts *o);

@@ -48,6 +48,7 @@ static void usage(FILE *f)
 	      "  --hello-timeout SECS  drop a connection without HELLO after SECS (default 5)\n"
 	      "  --threads N          spread connections over N threads, each with its own\n"
 	      "                       ring (default 1)\n"
+	      "  --require-mw         refuse to run on a device without memory windows\n"
 	      "send: copy FILEs to a serve peer\n"
 	      "  --as NAME            name of the single FILE on the receiver\n"
 	      "  --limit-rate BYTES   at most BYTES per second (suffix K, M, G)\n"
@@ -138,7 +139,7 @@ enum {
 	OPT_LISTEN = 256, OPT_DIR, OPT_FORCE, OPT_COUNT, OPT_MAX_CONNS, OPT_AS, OPT_RATE,
 	OPT_PROGRESS, OPT_NO_PROGRESS, OPT_TCP_LISTEN, OPT_TO, OPT_PREFIX, OPT_CHUNK, OPT_WINDOW,
 	OPT_TOKEN, OPT_TIMEOUT, OPT_JSON, OPT_QUIET, OPT_MAX_PENDING, OPT_HELLO_TIMEOUT,
-	OPT_MAX_CLIENTS, OPT_DIRECT, OPT_THREADS, OPT_CONNS,
+	OPT_MAX_CLIENTS, OPT_DIRECT, OPT_THREADS, OPT_CONNS, OPT_REQUIRE_MW,
 };
 
 static const struct option long_opts[] = {
@@ -166,6 +167,7 @@ static const struct option long_opts[] = {
 	{"max-clients", required_argument, NULL, OPT_MAX_CLIENTS},
 	{"threads", required_argument, NULL, OPT_THREADS},
 	{"conns", required_argument, NULL, OPT_CONNS},
+	{"require-mw", no_argument, NULL, OPT_REQUIRE_MW},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
 };
@@ -189,6 +191,7 @@ static int parse_opts(int argc, char **argv, struct cp_opts *o, unsigned int *se
 		case OPT_DIR: o->dir = optarg; break;
 		case OPT_FORCE: o->force = true; break;
 		case OPT_DIRECT: o->direct = true; break;
+		case OPT_REQUIRE_MW: o->require_mw = true; break;
 		case OPT_AS: o->as = optarg; break;
 		case OPT_TCP_LISTEN: o->tcp_listen = optarg; break;
 		case OPT_TO: o->to = optarg; break;
@@ -319,7 +322,7 @@ int main(int argc, char **argv)
 	if (!strcmp(mode, "serve")) {
 		if (only(seen, COMMON | B(OPT_LISTEN) | B(OPT_DIR) | B(OPT_FORCE) | B(OPT_COUNT) |
 				       B(OPT_DIRECT) | B(OPT_MAX_CONNS) | B(OPT_MAX_PENDING) | B(OPT_HELLO_TIMEOUT) |
-				       B(OPT_THREADS),
+				       B(OPT_THREADS) | B(OPT_REQUIRE_MW),
 			 mode))
 			goto bad;
 		if (!o.listen || !o.dir || optind != argc) {

@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "ctl.h"
 #include "hash.h"
@@ -250,6 +251,20 @@ void rx_free_windows(struct rx *r)
 	}
 }
 
+/*
+ * Everything registered in the connection's own protection domain, gone
+ * before the endpoint frees it (a PD with regions left cannot be freed):
+ * once nothing posted names them any more.
+ */
+static void release_regions(struct rx *r)
+{
+	rx_free_windows(r); /* before their region: a bound window holds it */
+	rr_mr_dereg(r->win_mr);
+	r->win_mr = NULL;
+	rr_mr_dereg(r->ctl.mr);
+	r->ctl.mr = NULL;
+}
+
 static bool granting(const struct rx *r)
 {
 	return r->state == RX_IDLE || in_file(r);
@@ -435,6 +450,11 @@ static void stage_chunks(struct rx *r)
 		if (r->writes && !cp_store_aligned(&r->st, r->file_off, sl->len))
 			break;
 		memcpy(st->buf, r->win + (size_t)slot * r->w.chunk, sl->len);
+		/* The receive says how long the write was, not where it began:
+		 * a chunk written at an offset leaves the head of [0, len) as
+		 * it was. Zeroed now, a slot holds nothing but zeros and what
+		 * its own peer wrote there, whatever the next write covers. */
+		memset(r->win + (size_t)slot * r->w.chunk, 0, sl->len);
 		job = cp_hasher_add(&r->hs, st->buf, sl->len);
 		if (job < 0) {
 			rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "cannot queue a hash");
@@ -623,9 +643,12 @@ static void finish_file(struct rx *r)
 	struct io_uring_sqe *sqe;
 
 	if (sum != r->end_sum) {
-		rx_fail(r, CP_E_CHECKSUM, CP_EXIT_INTEGRITY,
-			"%s: checksum mismatch (sender %016llx, received %016llx)", r->name,
-			(unsigned long long)r->end_sum, (unsigned long long)sum);
+		/* What was received is hashed here and logged, never sent: a
+		 * peer learns nothing of bytes it did not write itself. */
+		cp_log("serve: %s: %s: received bytes hash to %016llx", r->peer, r->name,
+		       (unsigned long long)sum);
+		rx_fail(r, CP_E_CHECKSUM, CP_EXIT_INTEGRITY, "%s: checksum mismatch (sender %016llx)",
+			r->name, (unsigned long long)r->end_sum);
 		return;
 	}
 	r->state = RX_SYNC;
@@ -678,7 +701,11 @@ static void on_hello(struct rx *r, const struct cp_msg *m)
 	r->w.chunk = m->hello.chunk < o->chunk ? m->hello.chunk : o->chunk;
 	r->w.window = m->hello.window < o->window ? m->hello.window : o->window;
 	r->win_len = (size_t)r->w.chunk * r->w.window;
-	r->win = aligned_alloc(4096, r->win_len);
+	/* Zero pages, never a freed buffer's bytes (another connection's
+	 * file): whatever a chunk's write leaves out is zero. */
+	r->win = mmap(NULL, r->win_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (r->win == MAP_FAILED)
+		r->win = NULL;
 	r->slots = calloc(r->w.window, sizeof(*r->slots));
 	r->nstages = r->w.window < RX_STAGES ? r->w.window : RX_STAGES;
 	r->stage_mem = aligned_alloc(4096, (size_t)r->w.chunk * r->nstages);
@@ -704,16 +731,23 @@ static void on_hello(struct rx *r, const struct cp_msg *m)
 	 * every QP of the device's PD, every other connection included); each
 	 * slot's type 2 memory window, bound on this connection's QP for one
 	 * grant at a time, does. A device without memory windows falls back
-	 * to the region's own key.
+	 * to the region's own key: the connection's own protection domain
+	 * (RR_EP_OWN_PD) still keeps it from every other QP.
 	 */
 	use_mw = true;
 	for (unsigned int i = 0; i < r->w.window && use_mw; i++) {
 		r->slots[i].r = r;
-		rc = rr_ep_alloc_mw(r->ep, &r->slots[i].mw);
-		if (rc == -EOPNOTSUPP || rc == -ENOSYS) {
+		rc = cp_mw_forced_off() ? -EOPNOTSUPP : rr_ep_alloc_mw(r->ep, &r->slots[i].mw);
+		if ((rc == -EOPNOTSUPP || rc == -ENOSYS) && o->require_mw) {
+			rx_fail(r, CP_E_IO, CP_EXIT_FAIL,
+				"no memory windows on this device, and --require-mw");
+			return;
+		} else if (rc == -EOPNOTSUPP || rc == -ENOSYS) {
 			if (!atomic_exchange(&mw_warned, true))
-				cp_log("serve: no memory windows on this device: each window is "
-				       "reachable by every connection that learns its key");
+				cp_log("serve: no memory windows on this device: a connection's "
+				       "window stays open to its own peer for the whole "
+				       "connection (its own protection domain keeps every "
+				       "other connection out)");
 			use_mw = false;
 		} else if (rc) {
 			rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "allocating a memory window: %s",
@@ -892,9 +926,11 @@ static void recv_done(rr_ep *ep, const struct rr_completion *c, void *data)
 	if (c->status) {
 		/* Flushed: a connection that never got established is dropped
 		 * (and freed) by the library, so ours goes once all came back. */
-		if (!r->accepted && !r->recvs_posted)
+		if (!r->accepted && !r->recvs_posted) {
+			/* The library frees the endpoint, and its PD, by itself. */
+			release_regions(r);
 			r->orphan = true;
-		else if (c->status != -ECANCELED)
+		} else if (c->status != -ECANCELED)
 			rx_fail(r, 0, CP_EXIT_NET, "RECV failed: %s", strerror(-c->status));
 		return;
 	}
@@ -967,8 +1003,10 @@ struct rx *rx_create(struct rx_env *env, rr_ep *ep)
 			cp_log("serve: posting receives: %s", strerror(-rc));
 			/* Those posted come back flushed when the library drops it. */
 			r->accepted = false;
-			if (!r->recvs_posted)
+			if (!r->recvs_posted) {
+				release_regions(r);
 				r->orphan = true;
+			}
 			return r;
 		}
 	}
@@ -1009,13 +1047,13 @@ static void rx_free(struct rx *r)
 	leave_unauth(r);
 	if (r->file_active)
 		cp_store_abort(&r->st);
-	rx_free_windows(r); /* before their region: a bound window holds it */
-	rr_mr_dereg(r->win_mr);
+	release_regions(r);
 	cp_ctl_free(&r->ctl);
 	cp_hasher_destroy(&r->hs);
 	free(r->slots);
 	free(r->stage_mem);
-	free(r->win);
+	if (r->win)
+		munmap(r->win, r->win_len);
 	free(r);
 }
 
@@ -1073,7 +1111,7 @@ enum rx_poll_res rx_poll(struct rx *r, int *result)
 		return RX_ALIVE;
 	if (io_busy(r))
 		return RX_ALIVE;
-	rx_free_windows(r);
+	release_regions(r);
 	rr_ep_destroy(r->ep);
 	*result = r->result;
 	authed = r->authed;
