@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #define CP_MAGIC     0x50435252u /* "RRCP" on the wire */
-#define CP_VERSION   4
+#define CP_VERSION   5
 #define CP_HDR_LEN   8
 #define CP_MSG_MAX   512 /* every receive buffer holds this much */
 #define CP_NAME_MAX  255
@@ -39,6 +39,9 @@ enum cp_type {
 	CP_FILE_END = 6,  /* sender: byte count and checksum of the file */
 	CP_FILE_DONE = 7, /* receiver: verified, synced and under its final name */
 	CP_ERROR = 8,	  /* either side: why it gives up; it disconnects next */
+	/* 9 to 11: directory trees */
+	CP_FILE_HAVE = 12, /* receiver: what it holds of a CP_START_RESUME file */
+	CP_FILE_FROM = 13, /* sender: where that file's chunks begin */
 };
 
 /* enum cp_err: what an ERROR message reports, and the exit code it means. */
@@ -56,6 +59,13 @@ enum cp_err {
 };
 
 #define CP_START_STREAM 1u /* size unknown: chunks may be short */
+/* Sized files only: the receiver keeps what it got if the transfer is cut,
+ * and answers FILE_HAVE with what it already holds; chunks wait for the
+ * sender's FILE_FROM. */
+#define CP_START_RESUME 2u
+
+/* FILE_HAVE: the bytes are the file under its final name, not a partial. */
+#define CP_HAVE_NAMED 1u
 
 struct cp_msg {
 	uint8_t type;
@@ -93,6 +103,21 @@ struct cp_msg {
 			uint16_t len;
 			char text[CP_TEXT_MAX + 1];
 		} error;
+		/* The first @bytes of the file the receiver holds hash to
+		 * @checksum (XXH3-64). */
+		struct {
+			uint64_t bytes, checksum;
+			uint32_t flags; /* CP_HAVE_* */
+		} have;
+		/*
+		 * The chunks that follow begin at byte @offset of the file: 0, or
+		 * the FILE_HAVE's bytes when the sender's own first bytes hash the
+		 * same (or are the same file: then @offset is its size). FILE_END
+		 * counts and hashes the bytes from @offset on.
+		 */
+		struct {
+			uint64_t offset;
+		} from;
 	};
 };
 

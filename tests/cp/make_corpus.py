@@ -9,7 +9,7 @@ import os
 import struct
 import sys
 
-MAGIC, VERSION = 0x50435252, 4
+MAGIC, VERSION = 0x50435252, 5
 
 
 def msg(t, payload, version=VERSION, magic=MAGIC, plen=None):
@@ -36,11 +36,20 @@ def main(out):
         msg(7, struct.pack("<QQ", 0, 0x2D06800538D394C2)),
         msg(8, struct.pack("<IH", 6, 9) + b"disk full"),
         msg(8, struct.pack("<IH", 0, 1) + b"\n"),
-        msg(9, b"\x00" * 16),
+        msg(3, struct.pack("<QIH", 1 << 34, 2, 3) + b"big"),  # to resume
+        msg(3, struct.pack("<QIH", 0, 3, 1) + b"s"),  # a stream to resume
+        msg(12, struct.pack("<QQI", 1 << 33, 0x1234, 0)),
+        msg(12, struct.pack("<QQI", 5, 6, 1)),  # the file under its name
+        msg(12, struct.pack("<QQI", 5, 6, 2)),
+        msg(12, struct.pack("<QQ", 5, 6)),
+        msg(13, struct.pack("<Q", 1 << 33)),
+        msg(13, struct.pack("<I", 1)),
+        msg(14, b"\x00" * 8),
         msg(1, struct.pack("<IIH", 4096, 3, 0), version=1),
         msg(1, struct.pack("<IIH", 4096, 3, 0), version=2),
         msg(1, struct.pack("<IIH", 4096, 3, 0), version=3),
-        msg(1, struct.pack("<IIH", 4096, 3, 0), version=5),
+        msg(1, struct.pack("<IIH", 4096, 3, 0), version=4),
+        msg(1, struct.pack("<IIH", 4096, 3, 0), version=6),
         msg(6, struct.pack("<QQ", 1, 2), plen=200),
         b"\x00" * 17,
         b"\xff" * 40,
