@@ -43,6 +43,7 @@ struct cp_opts {
 	const char *as; /* remote name of the single FILE */
 	uint64_t rate;	/* bytes per second, 0: unlimited */
 	unsigned int conns; /* connections side by side (0: 1) */
+	bool no_resume;	    /* never continue a partial the receiver kept */
 	/* proxy */
 	const char *tcp_listen;
 	const char *prefix;
@@ -69,6 +70,7 @@ struct cp_tally {
 	unsigned int connections, failures;
 	unsigned int refused; /* serve: never admitted; proxy: TCP clients over the cap */
 	uint64_t files_ahead; /* serve: FILE_STARTs before the last file was stored */
+	uint64_t resumed;     /* send: bytes of files the receiver already held */
 };
 
 /* A line on stderr, prefixed and escaped with cp_esc() as a whole. */

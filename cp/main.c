@@ -54,6 +54,8 @@ static void usage(FILE *f)
 	      "  --limit-rate BYTES   at most BYTES per second (suffix K, M, G)\n"
 	      "  --conns N            send over N connections side by side, each file over\n"
 	      "                       one (default 1; each holds chunk x window bytes)\n"
+	      "  --no-resume          send every file whole: never continue a partial the\n"
+	      "                       receiver kept from a cut transfer\n"
 	      "  --progress, --no-progress   force the progress line on or off\n"
 	      "proxy: forward each TCP client's byte stream to a serve peer as a file\n"
 	      "  --tcp-listen ADDR:PORT   TCP address to accept clients on\n"
@@ -139,7 +141,7 @@ enum {
 	OPT_LISTEN = 256, OPT_DIR, OPT_FORCE, OPT_COUNT, OPT_MAX_CONNS, OPT_AS, OPT_RATE,
 	OPT_PROGRESS, OPT_NO_PROGRESS, OPT_TCP_LISTEN, OPT_TO, OPT_PREFIX, OPT_CHUNK, OPT_WINDOW,
 	OPT_TOKEN, OPT_TIMEOUT, OPT_JSON, OPT_QUIET, OPT_MAX_PENDING, OPT_HELLO_TIMEOUT,
-	OPT_MAX_CLIENTS, OPT_DIRECT, OPT_THREADS, OPT_CONNS, OPT_REQUIRE_MW,
+	OPT_MAX_CLIENTS, OPT_DIRECT, OPT_THREADS, OPT_CONNS, OPT_REQUIRE_MW, OPT_NO_RESUME,
 };
 
 static const struct option long_opts[] = {
@@ -168,6 +170,7 @@ static const struct option long_opts[] = {
 	{"threads", required_argument, NULL, OPT_THREADS},
 	{"conns", required_argument, NULL, OPT_CONNS},
 	{"require-mw", no_argument, NULL, OPT_REQUIRE_MW},
+	{"no-resume", no_argument, NULL, OPT_NO_RESUME},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
 };
@@ -192,6 +195,7 @@ static int parse_opts(int argc, char **argv, struct cp_opts *o, unsigned int *se
 		case OPT_FORCE: o->force = true; break;
 		case OPT_DIRECT: o->direct = true; break;
 		case OPT_REQUIRE_MW: o->require_mw = true; break;
+		case OPT_NO_RESUME: o->no_resume = true; break;
 		case OPT_AS: o->as = optarg; break;
 		case OPT_TCP_LISTEN: o->tcp_listen = optarg; break;
 		case OPT_TO: o->to = optarg; break;
@@ -335,7 +339,7 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(mode, "send")) {
 		if (only(seen, COMMON | B(OPT_AS) | B(OPT_RATE) | B(OPT_PROGRESS) |
-				       B(OPT_NO_PROGRESS) | B(OPT_CONNS), mode))
+				       B(OPT_NO_PROGRESS) | B(OPT_CONNS) | B(OPT_NO_RESUME), mode))
 			goto bad;
 		if (argc - optind < 2) {
 			fprintf(stderr, CP_PROG ": send needs FILE... and ADDR:PORT\n");
