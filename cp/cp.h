@@ -38,6 +38,7 @@ struct cp_opts {
 	unsigned int hello_timeout_s; /* an established connection's HELLO is due */
 	unsigned int threads;	      /* poll groups the connections are spread over */
 	bool no_auth;		      /* no token: said so, loudly */
+	bool require_mw;	      /* refuse to run without memory windows */
 	/* send */
 	char **files;
 	int nfiles;
@@ -46,6 +47,7 @@ struct cp_opts {
 	unsigned int conns; /* connections side by side (0: 1) */
 	bool recursive; /* -r: directories as trees */
 	bool links;	/* --links: symbolic links in a tree as links */
+	bool no_resume;	    /* never continue a partial the receiver kept */
 	/* proxy */
 	const char *tcp_listen;
 	const char *prefix;
@@ -76,6 +78,7 @@ struct cp_tally {
 	unsigned int connections, failures;
 	unsigned int refused; /* serve: never admitted; proxy: TCP clients over the cap */
 	uint64_t files_ahead; /* serve: FILE_STARTs before the last file was stored */
+	uint64_t resumed;     /* send: bytes of files the receiver already held */
 };
 
 /* A line on stderr, prefixed and escaped with cp_esc() as a whole. */
@@ -107,6 +110,12 @@ uint64_t cp_peak_rss_bytes(void);
 bool cp_have_device(void);
 /* Prints why @mode cannot run without a device; returns the exit code. */
 int cp_no_device(const char *mode);
+/* RINGRDMA_CP_NO_MW is set (tests): act as on a device without memory
+ * windows. */
+bool cp_mw_forced_off(void);
+/* cp_mw_check() - does every RDMA device here have type 2 memory windows?
+ * 0, or -EOPNOTSUPP naming the first that has none in @dev_name. */
+int cp_mw_check(char *dev_name, size_t len);
 
 int cp_serve(const struct cp_opts *o);
 int cp_send(const struct cp_opts *o);

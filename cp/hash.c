@@ -2,12 +2,38 @@
 /* ringrdma-cp: a file's hash on a thread of its own (see hash.h). */
 #include <errno.h>
 #include <liburing.h>
+#include <stdlib.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "hash.h"
+
+#define READ_LEN (1u << 20)
+
+/* A file job: @len bytes of @fd from @off into the hash; 0 or -errno. */
+static int hash_fd(struct cp_hasher *h, int fd, uint64_t off, uint64_t len)
+{
+	if (!h->rbuf)
+		h->rbuf = malloc(READ_LEN);
+	if (!h->rbuf)
+		return -ENOMEM;
+	while (len) {
+		ssize_t n = pread(fd, h->rbuf, len < READ_LEN ? len : READ_LEN, (off_t)off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			return -ENODATA;
+		XXH3_64bits_update(h->state, h->rbuf, (size_t)n);
+		off += (uint64_t)n;
+		len -= (uint64_t)n;
+	}
+	return 0;
+}
 
 static void *worker(void *arg)
 {
@@ -29,6 +55,8 @@ static void *worker(void *arg)
 	while (!h->stop) {
 		const void *buf;
 		size_t len;
+		uint64_t off;
+		int fd, rc = 0;
 
 		if (h->done == h->queued) {
 			pthread_cond_wait(&h->cv, &h->mu);
@@ -36,9 +64,16 @@ static void *worker(void *arg)
 		}
 		buf = h->q[h->done % CP_WINDOW_MAX].buf;
 		len = h->q[h->done % CP_WINDOW_MAX].len;
+		fd = h->q[h->done % CP_WINDOW_MAX].fd;
+		off = h->q[h->done % CP_WINDOW_MAX].off;
 		pthread_mutex_unlock(&h->mu);
-		XXH3_64bits_update(h->state, buf, len);
+		if (fd >= 0)
+			rc = hash_fd(h, fd, off, len);
+		else
+			XXH3_64bits_update(h->state, buf, len);
 		pthread_mutex_lock(&h->mu);
+		if (rc && !h->err)
+			h->err = rc;
 		h->done++;
 		/* Fails only when the counter is full: the loop has a wake-up
 		 * coming anyway. */
@@ -97,6 +132,8 @@ int cp_hasher_init(struct cp_hasher *h, struct cp_loop *lp, void (*progress)(str
 	h->op.done = ev_done;
 	h->stop = h->armed = h->started = false;
 	h->queued = h->done = 0;
+	h->err = 0;
+	h->rbuf = NULL;
 	h->state = XXH3_createState();
 	if (!h->state)
 		return -ENOMEM;
@@ -127,6 +164,17 @@ err_state:
 void cp_hasher_reset(struct cp_hasher *h)
 {
 	XXH3_64bits_reset(h->state);
+	h->err = 0; /* the thread is waiting: it touches nothing */
+}
+
+int cp_hasher_error(struct cp_hasher *h)
+{
+	int err;
+
+	pthread_mutex_lock(&h->mu);
+	err = h->err;
+	pthread_mutex_unlock(&h->mu);
+	return err;
 }
 
 int64_t cp_hasher_add(struct cp_hasher *h, const void *buf, size_t len)
@@ -151,7 +199,40 @@ int64_t cp_hasher_add(struct cp_hasher *h, const void *buf, size_t len)
 	pthread_mutex_lock(&h->mu);
 	h->q[h->queued % CP_WINDOW_MAX].buf = buf;
 	h->q[h->queued % CP_WINDOW_MAX].len = len;
+	h->q[h->queued % CP_WINDOW_MAX].fd = -1;
 	h->queued++;
+	pthread_cond_signal(&h->cv);
+	pthread_mutex_unlock(&h->mu);
+	return job;
+}
+
+/* A file job is cut in pieces: each one done is progress the loop hears
+ * of (its --timeout counts it), and a few fill no queue. */
+#define FILE_JOB_MIN  (64ull << 20)
+#define FILE_JOBS_MAX 32u
+
+int64_t cp_hasher_add_fd(struct cp_hasher *h, int fd, uint64_t off, uint64_t len)
+{
+	uint64_t piece = (len + FILE_JOBS_MAX - 1) / FILE_JOBS_MAX;
+	int64_t job = -1;
+
+	if (piece < FILE_JOB_MIN)
+		piece = FILE_JOB_MIN;
+	if (arm(h))
+		return -EBUSY;
+	pthread_mutex_lock(&h->mu);
+	do {
+		uint64_t n = len < piece ? len : piece;
+
+		job = (int64_t)h->queued;
+		h->q[h->queued % CP_WINDOW_MAX].buf = NULL;
+		h->q[h->queued % CP_WINDOW_MAX].len = (size_t)n;
+		h->q[h->queued % CP_WINDOW_MAX].fd = fd;
+		h->q[h->queued % CP_WINDOW_MAX].off = off;
+		h->queued++;
+		off += n;
+		len -= n;
+	} while (len);
 	pthread_cond_signal(&h->cv);
 	pthread_mutex_unlock(&h->mu);
 	return job;
@@ -198,6 +279,8 @@ void cp_hasher_destroy(struct cp_hasher *h)
 	pthread_cond_signal(&h->cv);
 	pthread_mutex_unlock(&h->mu);
 	pthread_join(h->thread, NULL);
+	free(h->rbuf);
+	h->rbuf = NULL;
 	pthread_cond_destroy(&h->cv);
 	pthread_mutex_destroy(&h->mu);
 	close(h->efd);

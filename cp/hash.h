@@ -37,8 +37,12 @@ struct cp_hasher {
 	struct {
 		const void *buf;
 		size_t len;
+		int fd; /* >= 0: read @len bytes at @off of it, not @buf */
+		uint64_t off;
 	} q[CP_WINDOW_MAX];
 	uint64_t queued, done; /* jobs given, jobs hashed; under mu */
+	int err;	       /* a file job's read failed: -errno; under mu */
+	uint8_t *rbuf;	       /* the thread's, for file jobs */
 	XXH3_state_t *state;   /* the thread's while queued != done */
 	int efd;
 	bool armed; /* a read of efd is in the ring */
@@ -56,6 +60,19 @@ void cp_hasher_reset(struct cp_hasher *h);
  * the job number (>= 0), or -errno if the ring had no room (nothing queued).
  */
 int64_t cp_hasher_add(struct cp_hasher *h, const void *buf, size_t len);
+/*
+ * cp_hasher_add_fd() - hash @len bytes of @fd from @off next, read by the
+ * thread (a file's first bytes, to resume a cut transfer: gigabytes are
+ * never read on the loop), in up to 32 jobs (each heard of as it is done):
+ * only with fewer than CP_WINDOW_MAX - 32 jobs queued. @fd must stay open
+ * until it is done. Returns the last job's number or -errno as
+ * cp_hasher_add(); a read that fails or finds the file shorter sets
+ * cp_hasher_error().
+ */
+int64_t cp_hasher_add_fd(struct cp_hasher *h, int fd, uint64_t off, uint64_t len);
+/* cp_hasher_error() - 0, or the -errno of a file job since the last reset
+ * (-ENODATA: the file ended first). */
+int cp_hasher_error(struct cp_hasher *h);
 /* cp_hasher_kick() - from the loop's tick: make sure queued jobs will be
  * heard of (arms the eventfd read if the ring had no room before). */
 void cp_hasher_kick(struct cp_hasher *h);

@@ -19,6 +19,7 @@ void cp_tally_add(struct cp_tally *to, const struct cp_tally *from)
 	to->failures += from->failures;
 	to->refused += from->refused;
 	to->files_ahead += from->files_ahead;
+	to->resumed += from->resumed;
 }
 
 /* cp_esc() makes it printable ASCII; JSON then only needs '"' and '\\' quoted. */
@@ -69,6 +70,8 @@ static int write_summary(const char *path, const struct cp_opts *o, const struct
 	member(f, "files", "%llu", (unsigned long long)n->files);
 	member(f, "bytes", "%llu", (unsigned long long)n->bytes);
 	member(f, "chunks", "%llu", (unsigned long long)n->chunks);
+	if (!strcmp(s->mode, "send"))
+		member(f, "bytes_resumed", "%llu", (unsigned long long)n->resumed);
 	member(f, "connections", "%u", n->connections);
 	member(f, "failures", "%u", n->failures);
 	member(f, "refused", "%u", n->refused);

@@ -52,6 +52,7 @@ static void usage(FILE *f)
 	      "                       ring (default 1)\n"
 	      "  --no-auth            check no token: any host that reaches ADDR:PORT may\n"
 	      "                       store files (serve needs this or --token-file)\n"
+	      "  --require-mw         refuse to run on a device without memory windows\n"
 	      "send: copy FILEs to a serve peer\n"
 	      "  -r, --recursive      a FILE that is a directory goes as a tree: its\n"
 	      "                       subdirectories, files, modes and mtimes\n"
@@ -61,6 +62,8 @@ static void usage(FILE *f)
 	      "  --limit-rate BYTES   at most BYTES per second (suffix K, M, G)\n"
 	      "  --conns N            send over N connections side by side, each file over\n"
 	      "                       one (default 1; each holds chunk x window bytes)\n"
+	      "  --no-resume          send every file whole: never continue a partial the\n"
+	      "                       receiver kept from a cut transfer\n"
 	      "  --progress, --no-progress   force the progress line on or off\n"
 	      "proxy: forward each TCP client's byte stream to a serve peer as a file\n"
 	      "  --tcp-listen ADDR:PORT   TCP address to accept clients on\n"
@@ -170,11 +173,11 @@ enum {
 	OPT_PROGRESS, OPT_NO_PROGRESS, OPT_TCP_LISTEN, OPT_TO, OPT_PREFIX, OPT_CHUNK, OPT_WINDOW,
 	OPT_TOKEN, OPT_TIMEOUT, OPT_JSON, OPT_QUIET, OPT_MAX_PENDING, OPT_HELLO_TIMEOUT,
 	OPT_MAX_CLIENTS, OPT_DIRECT, OPT_THREADS, OPT_CONNS, OPT_NO_AUTH, OPT_TCP_ALLOW,
-	OPT_MIN_RATE, OPT_MAX_TIME, OPT_RECURSIVE, OPT_LINKS,
+	OPT_MIN_RATE, OPT_MAX_TIME, OPT_RECURSIVE, OPT_LINKS, OPT_REQUIRE_MW, OPT_NO_RESUME,
 };
 
 /* Each option is a bit of the "seen" mask. */
-_Static_assert(OPT_LINKS - OPT_LISTEN < 32, "too many options for the seen mask");
+_Static_assert(OPT_NO_RESUME - OPT_LISTEN < 32, "too many options for the seen mask");
 
 static const struct option long_opts[] = {
 	{"listen", required_argument, NULL, OPT_LISTEN},
@@ -207,6 +210,8 @@ static const struct option long_opts[] = {
 	{"max-time", required_argument, NULL, OPT_MAX_TIME},
 	{"recursive", no_argument, NULL, OPT_RECURSIVE},
 	{"links", no_argument, NULL, OPT_LINKS},
+	{"require-mw", no_argument, NULL, OPT_REQUIRE_MW},
+	{"no-resume", no_argument, NULL, OPT_NO_RESUME},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
 };
@@ -249,6 +254,8 @@ static int parse_opts(int argc, char **argv, struct cp_opts *o, unsigned int *se
 				return bad_value("max-time", optarg, "want 0 to 2592000 seconds");
 			o->max_time_s = (unsigned int)v;
 			break;
+		case OPT_REQUIRE_MW: o->require_mw = true; break;
+		case OPT_NO_RESUME: o->no_resume = true; break;
 		case OPT_AS: o->as = optarg; break;
 		case OPT_TCP_LISTEN: o->tcp_listen = optarg; break;
 		case OPT_TO: o->to = optarg; break;
@@ -382,7 +389,7 @@ int main(int argc, char **argv)
 	if (!strcmp(mode, "serve")) {
 		if (only(seen, COMMON | B(OPT_LISTEN) | B(OPT_DIR) | B(OPT_FORCE) | B(OPT_COUNT) |
 				       B(OPT_DIRECT) | B(OPT_MAX_CONNS) | B(OPT_MAX_PENDING) | B(OPT_HELLO_TIMEOUT) |
-				       B(OPT_THREADS) | B(OPT_NO_AUTH),
+				       B(OPT_THREADS) | B(OPT_NO_AUTH) | B(OPT_REQUIRE_MW),
 			 mode))
 			goto bad;
 		if (!o.listen || !o.dir || optind != argc) {
@@ -405,7 +412,7 @@ int main(int argc, char **argv)
 	if (!strcmp(mode, "send")) {
 		if (only(seen, COMMON | B(OPT_AS) | B(OPT_RATE) | B(OPT_PROGRESS) |
 				       B(OPT_NO_PROGRESS) | B(OPT_CONNS) | B(OPT_RECURSIVE) |
-				       B(OPT_LINKS), mode))
+				       B(OPT_LINKS) | B(OPT_NO_RESUME), mode))
 			goto bad;
 		if (o.links && !o.recursive) {
 			fprintf(stderr, CP_PROG ": --links needs -r\n");

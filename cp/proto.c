@@ -61,7 +61,7 @@ const char *cp_type_name(unsigned int type)
 		[CP_HELLO] = "HELLO", [CP_WELCOME] = "WELCOME",	  [CP_FILE_START] = "FILE_START",
 		[CP_GRANT] = "GRANT", [CP_FILE_END] = "FILE_END", [CP_FILE_DONE] = "FILE_DONE",
 		[CP_ERROR] = "ERROR", [CP_MKDIR] = "MKDIR",	  [CP_SYMLINK] = "SYMLINK",
-		[CP_DIR_META] = "DIR_META",
+		[CP_DIR_META] = "DIR_META", [CP_FILE_HAVE] = "FILE_HAVE", [CP_FILE_FROM] = "FILE_FROM",
 	};
 
 	if (type < sizeof(names) / sizeof(names[0]) && names[type])
@@ -268,6 +268,22 @@ size_t cp_encode(const struct cp_msg *m, uint8_t *buf, size_t cap)
 		put16(p + 4, m->error.len);
 		memcpy(p + 6, m->error.text, m->error.len);
 		break;
+	case CP_FILE_HAVE:
+		if (m->have.flags & ~CP_HAVE_NAMED)
+			return 0;
+		len = 20;
+		if (CP_HDR_LEN + len > cap)
+			return 0;
+		put64(p, m->have.bytes);
+		put64(p + 8, m->have.checksum);
+		put32(p + 16, m->have.flags);
+		break;
+	case CP_FILE_FROM:
+		len = 8;
+		if (CP_HDR_LEN + len > cap)
+			return 0;
+		put64(p, m->from.offset);
+		break;
 	default:
 		return 0;
 	}
@@ -330,11 +346,13 @@ int cp_decode(const uint8_t *buf, size_t len, struct cp_msg *m, char *why, size_
 		if (m->start.name_len > CP_NAME_MAX || plen != 14u + m->start.name_len + 16u)
 			return bad(why, why_len, "FILE_START with a name of %u bytes",
 				   m->start.name_len);
-		if (m->start.flags & ~(CP_START_STREAM | CP_START_META))
+		if (m->start.flags & ~(CP_START_STREAM | CP_START_META | CP_START_RESUME))
 			return bad(why, why_len, "FILE_START with unknown flags 0x%x",
 				   m->start.flags);
 		if ((m->start.flags & CP_START_STREAM) && m->start.size)
 			return bad(why, why_len, "FILE_START of a stream with a size");
+		if ((m->start.flags & CP_START_STREAM) && (m->start.flags & CP_START_RESUME))
+			return bad(why, why_len, "FILE_START of a stream to resume");
 		memcpy(m->start.name, p + 14, m->start.name_len);
 		m->start.mode = get32(p + 14 + m->start.name_len);
 		get_time(p + 18 + m->start.name_len, &m->start.mtime);
@@ -411,6 +429,21 @@ int cp_decode(const uint8_t *buf, size_t len, struct cp_msg *m, char *why, size_
 		memcpy(m->error.text, p + 6, m->error.len);
 		if (!text_ok(m->error.text, m->error.len))
 			return bad(why, why_len, "ERROR text is not printable ASCII");
+		return 0;
+	case CP_FILE_HAVE:
+		if (plen != 20)
+			break;
+		m->have.bytes = get64(p);
+		m->have.checksum = get64(p + 8);
+		m->have.flags = get32(p + 16);
+		if (m->have.flags & ~CP_HAVE_NAMED)
+			return bad(why, why_len, "FILE_HAVE with unknown flags 0x%x",
+				   m->have.flags);
+		return 0;
+	case CP_FILE_FROM:
+		if (plen != 8)
+			break;
+		m->from.offset = get64(p);
 		return 0;
 	default:
 		return bad(why, why_len, "unknown message type %u", m->type);

@@ -45,6 +45,8 @@ enum cp_type {
 	CP_MKDIR = 9,	   /* sender: create the directory name (mode 0700 until DIR_META) */
 	CP_SYMLINK = 10,   /* sender: a symbolic link, its target stored verbatim */
 	CP_DIR_META = 11,  /* sender: the directory's mode and mtime, after its contents */
+	CP_FILE_HAVE = 12, /* receiver: what it holds of a CP_START_RESUME file */
+	CP_FILE_FROM = 13, /* sender: where that file's chunks begin */
 };
 
 /* enum cp_err: what an ERROR message reports, and the exit code it means. */
@@ -63,6 +65,14 @@ enum cp_err {
 
 #define CP_START_STREAM 1u /* size unknown: chunks may be short */
 #define CP_START_META	8u /* mode and mtime apply; without it both are zero */
+
+/* Sized files only: the receiver keeps what it got if the transfer is cut,
+ * and answers FILE_HAVE with what it already holds; chunks wait for the
+ * sender's FILE_FROM. */
+#define CP_START_RESUME 2u
+
+/* FILE_HAVE: the bytes are the file under its final name, not a partial. */
+#define CP_HAVE_NAMED 1u
 
 /* A modification time as the wire carries it: nsec < 10^9. */
 struct cp_time {
@@ -120,6 +130,21 @@ struct cp_msg {
 			uint16_t len;
 			char text[CP_TEXT_MAX + 1];
 		} error;
+		/* The first @bytes of the file the receiver holds hash to
+		 * @checksum (XXH3-64). */
+		struct {
+			uint64_t bytes, checksum;
+			uint32_t flags; /* CP_HAVE_* */
+		} have;
+		/*
+		 * The chunks that follow begin at byte @offset of the file: 0, or
+		 * the FILE_HAVE's bytes when the sender's own first bytes hash the
+		 * same (or are the same file: then @offset is its size). FILE_END
+		 * counts and hashes the bytes from @offset on.
+		 */
+		struct {
+			uint64_t offset;
+		} from;
 	};
 };
 

@@ -29,10 +29,14 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "ctl.h"
 #include "gate.h"
@@ -47,10 +51,24 @@
 /* A refused stranger's ERROR gets this long to go out, then its QP goes. */
 #define REFUSE_MS 500
 
-/* RX_OPEN: FILE_START arrived, its file is being opened; RX_ENTRY: a
- * tree entry (MKDIR, SYMLINK, DIR_META) was made, its directory is being
+/* RX_OPEN: FILE_START arrived, its file is being opened. RX_SCAN: a file
+ * to resume, what it holds is being hashed; RX_FROM: FILE_HAVE went, the
+ * sender's FILE_FROM is due. RX_SAME: received in full, the file already
+ * under its name is being hashed: the same content is a success. RX_ENTRY:
+ * a tree entry (MKDIR, SYMLINK, DIR_META) was made, its directory is being
  * synced. */
-enum rx_state { RX_HELLO, RX_IDLE, RX_OPEN, RX_FILE, RX_SYNC, RX_ENTRY, RX_CLOSING };
+enum rx_state {
+	RX_HELLO,
+	RX_IDLE,
+	RX_OPEN,
+	RX_SCAN,
+	RX_FROM,
+	RX_FILE,
+	RX_SAME,
+	RX_SYNC,
+	RX_ENTRY,
+	RX_CLOSING
+};
 
 struct rx_slot {
 	struct rx *r;
@@ -116,6 +134,13 @@ struct rx {
 	bool meta; /* FILE_START gave the file's mode and mtime */
 	uint32_t mode;
 	struct cp_time mtime;
+	/* The file being stored: as FILE_START said, and resumed how */
+	bool cur_resume, cur_stream;
+	uint64_t cur_size;
+	uint64_t have;	 /* FILE_HAVE: bytes we hold (partial or named file) */
+	bool have_named; /* ... and they are the file under its name */
+	int same_fd;	 /* RX_SCAN of a named file, RX_SAME: its fd */
+	uint64_t w_off;	 /* where the chunks the window admits begin */
 	struct cp_hasher hs;
 	uint64_t file_off, end_bytes, end_sum;
 	struct cp_op sync_op;
@@ -124,9 +149,9 @@ struct rx {
 	/* The next file, begun after end_seen: the window admits its chunks,
 	 * opened once this one is named (commit_done) */
 	struct {
-		bool on, end_seen;
+		bool on, end_seen, resume, stream;
 		uint32_t end_seq;
-		uint64_t bytes, sum;
+		uint64_t bytes, sum, size;
 		char name[CP_NAME_MAX + 1];
 		bool meta;
 		uint32_t mode;
@@ -213,6 +238,10 @@ static void rx_fail(struct rx *r, unsigned int code, int result, const char *fmt
 		r->result = result;
 	/* Still in the gate while it holds a QP: refusals count toward
 	 * --max-pending until they are gone, which rx_poll() makes quick. */
+	/* A partial is kept for a resume when the transfer was cut, not
+	 * when what it holds failed a check or may not be stored at all. */
+	if (code == CP_E_CHECKSUM || code == CP_E_PROTO || code == CP_E_EXISTS || code == CP_E_NAME)
+		r->st.keep = false;
 	/* A write or fsync of ours may still name the fd, even queued and not
 	 * yet submitted: closed now, the number could go to a file opened
 	 * meanwhile and the write with it. rx_free() drops the file once
@@ -265,8 +294,7 @@ static void store_failed(struct rx *r, int code)
 /* Between FILE_START and FILE_DONE: a lost sender loses this file. */
 static bool in_file(const struct rx *r)
 {
-	return r->state == RX_OPEN || r->state == RX_FILE || r->state == RX_SYNC ||
-	       r->state == RX_ENTRY;
+	return r->state >= RX_OPEN && r->state <= RX_ENTRY;
 }
 
 /* The slots' memory windows, freed before their QP: rxe in 6.1 hangs
@@ -277,6 +305,20 @@ void rx_free_windows(struct rx *r)
 		rr_mw_dealloc(r->slots[i].mw);
 		r->slots[i].mw = NULL;
 	}
+}
+
+/*
+ * Everything registered in the connection's own protection domain, gone
+ * before the endpoint frees it (a PD with regions left cannot be freed):
+ * once nothing posted names them any more.
+ */
+static void release_regions(struct rx *r)
+{
+	rx_free_windows(r); /* before their region: a bound window holds it */
+	rr_mr_dereg(r->win_mr);
+	r->win_mr = NULL;
+	rr_mr_dereg(r->ctl.mr);
+	r->ctl.mr = NULL;
 }
 
 static bool granting(const struct rx *r)
@@ -393,10 +435,11 @@ static void send_done(rr_ep *ep, const struct rr_completion *c, void *data)
 		 * (whichever the killed peer's QP shows first): say both. */
 		if (c->status != -ECANCELED && in_file(r))
 			rx_fail(r, 0, CP_EXIT_NET,
-				"connection lost during %s after %llu bytes (%s SEND: %s); "
-				"nothing stored",
-				r->name, (unsigned long long)r->w.got, cp_type_name(type),
-				ibv_wc_status_str(c->wc_status));
+				"connection lost during %s after %llu bytes (%s SEND: %s); %s",
+				r->name, (unsigned long long)(r->w_off + r->w.got),
+				cp_type_name(type), ibv_wc_status_str(c->wc_status),
+				r->st.partial ? "the partial is kept, to resume from"
+					      : "nothing stored");
 		else if (c->status != -ECANCELED)
 			rx_fail(r, 0, CP_EXIT_NET, "%s SEND failed: %s (%s)", cp_type_name(type),
 				strerror(-c->status), ibv_wc_status_str(c->wc_status));
@@ -467,6 +510,11 @@ static void stage_chunks(struct rx *r)
 		if (r->writes && !cp_store_aligned(&r->st, r->file_off, sl->len))
 			break;
 		memcpy(st->buf, r->win + (size_t)slot * r->w.chunk, sl->len);
+		/* The receive says how long the write was, not where it began:
+		 * a chunk written at an offset leaves the head of [0, len) as
+		 * it was. Zeroed now, a slot holds nothing but zeros and what
+		 * its own peer wrote there, whatever the next write covers. */
+		memset(r->win + (size_t)slot * r->w.chunk, 0, sl->len);
 		job = cp_hasher_add(&r->hs, st->buf, sl->len);
 		if (job < 0) {
 			rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "cannot queue a hash");
@@ -532,6 +580,10 @@ static void write_done(struct cp_op *op, int res)
 	maybe_finish(r);
 }
 
+static void scan_done(struct rx *r);
+static void same_done(struct rx *r);
+static void start_scan(struct rx *r);
+
 /* The hashing thread got further: the stages it is done with are free. */
 static void rx_hashed(struct cp_hasher *h)
 {
@@ -541,6 +593,11 @@ static void rx_hashed(struct cp_hasher *h)
 	for (unsigned int i = 0; i < r->nstages; i++)
 		if (r->stages[i].busy && r->stages[i].written && r->stages[i].job < done)
 			r->stages[i].busy = false;
+	r->last_activity = cp_now_ns(); /* a long file read is progress too */
+	if (r->state == RX_SCAN && cp_hasher_caught_up(h))
+		scan_done(r);
+	else if (r->state == RX_SAME && cp_hasher_caught_up(h))
+		same_done(r);
 	stage_chunks(r);
 	maybe_finish(r);
 }
@@ -587,11 +644,12 @@ static struct rx *rx_of_store(struct cp_store *st)
 	return (struct rx *)((char *)st - offsetof(struct rx, st));
 }
 
+static void file_stored(struct rx *r, const char *how);
+
 /* The file has its name (or could not get it). */
 static void commit_done(struct cp_store *st, int code)
 {
 	struct rx *r = rx_of_store(st);
-	struct cp_msg m = {.type = CP_FILE_DONE};
 
 	r->io_inflight--;
 	r->committing = false;
@@ -601,12 +659,21 @@ static void commit_done(struct cp_store *st, int code)
 		store_failed(r, code);
 		return;
 	}
+	file_stored(r, "received");
+}
+
+/* The file is stored (or was already, with the same content): FILE_DONE,
+ * and the next file, if it began meanwhile. */
+static void file_stored(struct rx *r, const char *how)
+{
+	struct cp_msg m = {.type = CP_FILE_DONE};
+
 	r->file_active = false;
 	m.end.bytes = r->end_bytes;
 	m.end.checksum = r->end_sum;
 	r->env->stored(r->env->data, r->end_bytes, r->end_sum);
 	if (!quiet(r))
-		cp_log("serve: %s: received %s (%llu bytes, xxh3 %016llx)", r->peer, r->name,
+		cp_log("serve: %s: %s %s (%llu bytes, xxh3 %016llx)", r->peer, how, r->name,
 		       (unsigned long long)r->end_bytes, (unsigned long long)r->end_sum);
 	entry_done(r, &m);
 }
@@ -630,6 +697,9 @@ static void entry_done(struct rx *r, const struct cp_msg *done)
 		r->meta = r->q.meta;
 		r->mode = r->q.mode;
 		r->mtime = r->q.mtime;
+		r->cur_resume = r->q.resume;
+		r->cur_stream = r->q.stream;
+		r->cur_size = r->q.size;
 		open_file(r, r->q.name);
 	}
 }
@@ -656,6 +726,76 @@ static void sync_done(struct cp_op *op, int res)
 	r->committing = true; /* past this point, no going back */
 }
 
+/* Nothing of the file being stored is wanted any more (a partial neither). */
+static void drop_file(struct rx *r)
+{
+	r->st.keep = false;
+	cp_store_abort(&r->st);
+	r->file_active = false;
+}
+
+/* Open the file under its name, to hash it: 0, or failed (said). */
+static int open_named(struct rx *r)
+{
+	struct stat sb;
+
+	/* The store found a regular file there; read-only, never through a
+	 * symbolic link put there since, and a FIFO cannot block. */
+	r->same_fd =
+		openat(r->st.parentfd, r->st.base, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (r->same_fd < 0 || fstat(r->same_fd, &sb) || !S_ISREG(sb.st_mode)) {
+		rx_fail(r, CP_E_EXISTS, CP_EXIT_REFUSED, "refusing to replace %s: %s", r->name,
+			r->same_fd < 0 ? strerror(errno) : "not a regular file");
+		return -1;
+	}
+	r->st.exist_size = (uint64_t)sb.st_size;
+	return 0;
+}
+
+static void close_named(struct rx *r)
+{
+	if (r->same_fd >= 0)
+		close(r->same_fd);
+	r->same_fd = -1;
+}
+
+/* The name exists (no --force): received in full and verified, the file
+ * is a success if the one under the name has the same length and hash. */
+static void same_check(struct rx *r)
+{
+	if (r->st.exist_size != r->end_bytes || open_named(r))
+		goto differs;
+	if (r->st.exist_size != r->end_bytes)
+		goto differs;
+	cp_hasher_reset(&r->hs);
+	if (cp_hasher_add_fd(&r->hs, r->same_fd, 0, r->end_bytes) < 0) {
+		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "cannot queue a hash");
+		return;
+	}
+	r->state = RX_SAME;
+	return;
+differs:
+	if (r->state != RX_CLOSING)
+		rx_fail(r, CP_E_EXISTS, CP_EXIT_REFUSED,
+			"refusing to replace %s: it exists with other content", r->name);
+}
+
+static void same_done(struct rx *r)
+{
+	int err = cp_hasher_error(&r->hs);
+	uint64_t sum = cp_hasher_digest(&r->hs);
+
+	close_named(r);
+	if (err || sum != r->end_sum) {
+		rx_fail(r, CP_E_EXISTS, CP_EXIT_REFUSED,
+			"refusing to replace %s: it exists with other content%s%s", r->name,
+			err ? ": " : "", err ? strerror(-err) : "");
+		return;
+	}
+	drop_file(r);
+	file_stored(r, "already had");
+}
+
 /* Every chunk is on disk and FILE_END arrived: verify, fsync, name it. */
 static void finish_file(struct rx *r)
 {
@@ -663,9 +803,23 @@ static void finish_file(struct rx *r)
 	struct io_uring_sqe *sqe;
 
 	if (sum != r->end_sum) {
+		/* What was received is hashed here and logged, never sent: a
+		 * peer learns nothing of bytes it did not write itself. */
+		cp_log("serve: %s: %s: received bytes hash to %016llx", r->peer, r->name,
+		       (unsigned long long)sum);
 		rx_fail(r, CP_E_CHECKSUM, CP_EXIT_INTEGRITY,
-			"%s: checksum mismatch (sender %016llx, received %016llx)", r->name,
-			(unsigned long long)r->end_sum, (unsigned long long)sum);
+			"%s: checksum mismatch (sender %016llx)", r->name,
+			(unsigned long long)r->end_sum);
+		return;
+	}
+	if (r->have_named) {
+		/* FILE_FROM at its end: the file under its name is this one. */
+		drop_file(r);
+		file_stored(r, "already had");
+		return;
+	}
+	if (r->st.exists) {
+		same_check(r);
 		return;
 	}
 	/* Mode and mtime before the fsync, which makes them last too. */
@@ -745,7 +899,11 @@ static void on_hello(struct rx *r, const struct cp_msg *m)
 	r->w.chunk = m->hello.chunk < o->chunk ? m->hello.chunk : o->chunk;
 	r->w.window = m->hello.window < o->window ? m->hello.window : o->window;
 	r->win_len = (size_t)r->w.chunk * r->w.window;
-	r->win = aligned_alloc(4096, r->win_len);
+	/* Zero pages, never a freed buffer's bytes (another connection's
+	 * file): whatever a chunk's write leaves out is zero. */
+	r->win = mmap(NULL, r->win_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (r->win == MAP_FAILED)
+		r->win = NULL;
 	r->slots = calloc(r->w.window, sizeof(*r->slots));
 	r->nstages = r->w.window < RX_STAGES ? r->w.window : RX_STAGES;
 	r->stage_mem = aligned_alloc(4096, (size_t)r->w.chunk * r->nstages);
@@ -771,16 +929,23 @@ static void on_hello(struct rx *r, const struct cp_msg *m)
 	 * every QP of the device's PD, every other connection included); each
 	 * slot's type 2 memory window, bound on this connection's QP for one
 	 * grant at a time, does. A device without memory windows falls back
-	 * to the region's own key.
+	 * to the region's own key: the connection's own protection domain
+	 * (RR_EP_OWN_PD) still keeps it from every other QP.
 	 */
 	use_mw = true;
 	for (unsigned int i = 0; i < r->w.window && use_mw; i++) {
 		r->slots[i].r = r;
-		rc = rr_ep_alloc_mw(r->ep, &r->slots[i].mw);
-		if (rc == -EOPNOTSUPP || rc == -ENOSYS) {
+		rc = cp_mw_forced_off() ? -EOPNOTSUPP : rr_ep_alloc_mw(r->ep, &r->slots[i].mw);
+		if ((rc == -EOPNOTSUPP || rc == -ENOSYS) && o->require_mw) {
+			rx_fail(r, CP_E_IO, CP_EXIT_FAIL,
+				"no memory windows on this device, and --require-mw");
+			return;
+		} else if (rc == -EOPNOTSUPP || rc == -ENOSYS) {
 			if (!atomic_exchange(&mw_warned, true))
-				cp_log("serve: no memory windows on this device: each window is "
-				       "reachable by every connection that learns its key");
+				cp_log("serve: no memory windows on this device: a connection's "
+				       "window stays open to its own peer for the whole "
+				       "connection (its own protection domain keeps every "
+				       "other connection out)");
 			use_mw = false;
 		} else if (rc) {
 			rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "allocating a memory window: %s",
@@ -829,23 +994,145 @@ static void open_done(struct cp_store *st, int code)
 		store_failed(r, code);
 		return;
 	}
+	/* Another file has the name (no --force): one of another length is
+	 * refused before any data; else the content decides, at the end. */
+	if (st->exists && !r->cur_stream && st->exist_size != r->cur_size) {
+		rx_fail(r, CP_E_EXISTS, CP_EXIT_REFUSED,
+			"refusing to replace %s: it exists with other content", r->name);
+		return;
+	}
+	if (r->cur_resume) {
+		start_scan(r);
+		return;
+	}
+	r->state = RX_FILE;
+	stage_chunks(r);
+	maybe_finish(r);
+}
+
+/* A file to resume is open: hash what we hold of it (the file under its
+ * name, or the partial) on the hashing thread, then say so (scan_done). */
+static void start_scan(struct rx *r)
+{
+	int fd = r->st.fd;
+
+	r->state = RX_SCAN;
+	r->have_named = r->st.exists;
+	if (r->have_named) {
+		if (open_named(r))
+			return;
+		fd = r->same_fd;
+		r->have = r->cur_size;
+	} else {
+		r->have = r->st.partial_size;
+		if (r->st.direct && r->have) {
+			/* O_DIRECT reads want aligned buffers: read it through
+			 * a descriptor of its own, the page cache's. */
+			char path[64];
+
+			snprintf(path, sizeof(path), "/proc/self/fd/%d", r->st.fd);
+			r->same_fd = open(path, O_RDONLY | O_CLOEXEC);
+			if (r->same_fd < 0) {
+				rx_fail(r, CP_E_IO, CP_EXIT_LOCAL_IO,
+					"reopening the partial of %s: %s", r->name,
+					strerror(errno));
+				return;
+			}
+			fd = r->same_fd;
+		}
+		if (r->have > r->cur_size) {
+			/* Longer than the file: not a beginning of it. */
+			if (ftruncate(r->st.fd, 0)) {
+				rx_fail(r, CP_E_IO, CP_EXIT_LOCAL_IO,
+					"truncating the partial of %s: %s", r->name,
+					strerror(errno));
+				return;
+			}
+			r->have = 0;
+		}
+	}
+	if (!r->have) {
+		scan_done(r);
+		return;
+	}
+	if (cp_hasher_add_fd(&r->hs, fd, 0, r->have) < 0)
+		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "cannot queue a hash");
+}
+
+/* What we hold is hashed: FILE_HAVE, and the sender's FILE_FROM is due. */
+static void scan_done(struct rx *r)
+{
+	struct cp_msg m = {.type = CP_FILE_HAVE};
+	int err = cp_hasher_error(&r->hs);
+
+	close_named(r);
+	if (err) {
+		rx_fail(r, CP_E_IO, CP_EXIT_LOCAL_IO, "reading what we hold of %s: %s", r->name,
+			strerror(-err));
+		return;
+	}
+	m.have.bytes = r->have;
+	m.have.checksum = cp_hasher_digest(&r->hs);
+	m.have.flags = r->have_named ? CP_HAVE_NAMED : 0;
+	r->state = RX_FROM;
+	if (rx_send(r, &m))
+		rx_fail(r, 0, CP_EXIT_NET, "cannot send FILE_HAVE");
+}
+
+/* FILE_FROM: the chunks begin here, after what we hold or at 0; the hash
+ * goes on from what we hold, or starts again. */
+static void on_from(struct rx *r, const struct cp_msg *m)
+{
+	uint64_t off = m->from.offset;
+
+	if (off && off != r->have) {
+		rx_fail(r, CP_E_PROTO, CP_EXIT_INTEGRITY, "%s: FILE_FROM %llu, we hold %llu",
+			r->name, (unsigned long long)off, (unsigned long long)r->have);
+		return;
+	}
+	if (r->have_named && off != r->have) {
+		rx_fail(r, CP_E_EXISTS, CP_EXIT_REFUSED,
+			"refusing to replace %s: it exists with other content", r->name);
+		return;
+	}
+	if (!off && r->have) {
+		if (ftruncate(r->st.fd, 0)) {
+			rx_fail(r, CP_E_IO, CP_EXIT_LOCAL_IO, "truncating the partial of %s: %s",
+				r->name, strerror(errno));
+			return;
+		}
+		cp_hasher_reset(&r->hs);
+	}
+	if (off && !quiet(r) && !r->have_named)
+		cp_log("serve: %s: resuming %s at %llu of %llu bytes", r->peer, r->name,
+		       (unsigned long long)off, (unsigned long long)r->cur_size);
+	r->file_off = off;
+	r->w_off = off;
+	r->w.size = r->cur_size - off;
+	r->w.got = 0;
+	r->w.stream = false;
+	r->w.file_open = true;
 	r->state = RX_FILE;
 	stage_chunks(r);
 	maybe_finish(r);
 }
 
 /* Open @name, written from offset 0 and hashed anew; its chunks wait in
- * their slots meanwhile. */
+ * their slots meanwhile (a file to resume has none before FILE_FROM). */
 static void open_file(struct rx *r, const char *name)
 {
 	int code;
 
 	memcpy(r->name, name, sizeof(r->name));
 	r->file_off = 0;
+	r->have = 0;
+	r->have_named = false;
+	close_named(r);
 	cp_hasher_reset(&r->hs);
 	code = cp_store_open(&r->st, r->env->lp, r->env->dirfd, r->name,
-			     (r->env->o->force ? CP_STORE_FORCE : 0) |
-				     (r->env->o->direct ? CP_STORE_DIRECT : 0),
+			     CP_STORE_SAME | (r->env->o->force ? CP_STORE_FORCE : 0) |
+				     (r->env->o->direct ? CP_STORE_DIRECT : 0) |
+				     (r->cur_resume ? CP_STORE_PARTIAL : 0),
 			     open_done);
 
 	if (code) {
@@ -861,14 +1148,22 @@ static void open_file(struct rx *r, const char *name)
  * r->q until that one is named. */
 static void on_start(struct rx *r, const struct cp_msg *m)
 {
-	r->w.file_open = true; /* its chunks may come before its file is open */
+	bool resume = m->start.flags & CP_START_RESUME;
+
+	/* Its chunks may come before its file is open; those of a file to
+	 * resume wait for FILE_FROM. */
+	r->w.file_open = !resume;
 	r->w.stream = m->start.flags & CP_START_STREAM;
 	r->w.size = m->start.size;
 	r->w.got = 0;
+	r->w_off = 0;
 	if (r->state != RX_IDLE) {
 		r->env->n->files_ahead++;
 		r->q.on = true;
 		r->q.end_seen = false;
+		r->q.resume = resume;
+		r->q.stream = r->w.stream;
+		r->q.size = m->start.size;
 		memcpy(r->q.name, m->start.name, sizeof(r->q.name));
 		r->q.meta = m->start.flags & CP_START_META;
 		r->q.mode = m->start.mode;
@@ -879,6 +1174,9 @@ static void on_start(struct rx *r, const struct cp_msg *m)
 	r->meta = m->start.flags & CP_START_META;
 	r->mode = m->start.mode;
 	r->mtime = m->start.mtime;
+	r->cur_resume = resume;
+	r->cur_stream = r->w.stream;
+	r->cur_size = m->start.size;
 	open_file(r, m->start.name);
 }
 
@@ -889,10 +1187,12 @@ static void on_end(struct rx *r, const struct cp_msg *m)
 {
 	const char *name = r->q.on ? r->q.name : r->name;
 
-	if (m->end.bytes != r->w.got || (!r->w.stream && r->w.got != r->w.size)) {
+	/* A resumed file's FILE_END counts what we held too. */
+	if (m->end.bytes != r->w_off + r->w.got || (!r->w.stream && r->w.got != r->w.size)) {
 		rx_fail(r, CP_E_CHECKSUM, CP_EXIT_INTEGRITY,
 			"%s: length mismatch (sender says %llu, received %llu)", name,
-			(unsigned long long)m->end.bytes, (unsigned long long)r->w.got);
+			(unsigned long long)m->end.bytes,
+			(unsigned long long)(r->w_off + r->w.got));
 		return;
 	}
 	r->w.file_open = false;
@@ -1008,6 +1308,8 @@ static void on_message(struct rx *r, const uint8_t *buf, uint32_t len)
 	} else if ((m.type == CP_MKDIR || m.type == CP_SYMLINK || m.type == CP_DIR_META) &&
 		   r->state == RX_IDLE) {
 		on_entry(r, &m);
+	} else if (m.type == CP_FILE_FROM && r->state == RX_FROM) {
+		on_from(r, &m);
 	} else {
 		rx_fail(r, CP_E_PROTO, CP_EXIT_INTEGRITY, "unexpected %s", cp_type_name(m.type));
 	}
@@ -1036,9 +1338,11 @@ static void recv_done(rr_ep *ep, const struct rr_completion *c, void *data)
 	if (c->status) {
 		/* Flushed: a connection that never got established is dropped
 		 * (and freed) by the library, so ours goes once all came back. */
-		if (!r->accepted && !r->recvs_posted)
+		if (!r->accepted && !r->recvs_posted) {
+			/* The library frees the endpoint, and its PD, by itself. */
+			release_regions(r);
 			r->orphan = true;
-		else if (c->status != -ECANCELED)
+		} else if (c->status != -ECANCELED)
 			rx_fail(r, 0, CP_EXIT_NET, "RECV failed: %s", strerror(-c->status));
 		return;
 	}
@@ -1089,6 +1393,7 @@ struct rx *rx_create(struct rx_env *env, rr_ep *ep)
 	r->entry_op.done = entry_synced;
 	r->entry_fd = -1;
 	r->st.fd = r->st.parentfd = -1;
+	r->same_fd = -1;
 	r->last_activity = r->born_at = cp_now_ns();
 	snprintf(r->peer, sizeof(r->peer), "peer");
 	if (sa && sa->sa_family == AF_INET) {
@@ -1117,8 +1422,10 @@ struct rx *rx_create(struct rx_env *env, rr_ep *ep)
 			cp_log("serve: posting receives: %s", strerror(-rc));
 			/* Those posted come back flushed when the library drops it. */
 			r->accepted = false;
-			if (!r->recvs_posted)
+			if (!r->recvs_posted) {
+				release_regions(r);
 				r->orphan = true;
+			}
 			return r;
 		}
 	}
@@ -1160,13 +1467,14 @@ static void rx_free(struct rx *r)
 	leave_unauth(r);
 	if (r->file_active)
 		cp_store_abort(&r->st);
-	rx_free_windows(r); /* before their region: a bound window holds it */
-	rr_mr_dereg(r->win_mr);
+	close_named(r);
+	release_regions(r);
 	cp_ctl_free(&r->ctl);
 	cp_hasher_destroy(&r->hs);
 	free(r->slots);
 	free(r->stage_mem);
-	free(r->win);
+	if (r->win)
+		munmap(r->win, r->win_len);
 	free(r);
 }
 
@@ -1258,9 +1566,11 @@ enum rx_poll_res rx_poll(struct rx *r, int *result)
 				r->name);
 		else if (in_file(r))
 			rx_fail(r, 0, CP_EXIT_NET,
-				"sender disconnected during %s after %llu bytes; nothing stored",
-				r->name,
-				(unsigned long long)(r->end_seen ? r->end_bytes : r->w.got));
+				"sender disconnected during %s after %llu bytes; %s", r->name,
+				(unsigned long long)(r->end_seen ? r->end_bytes
+								 : r->w_off + r->w.got),
+				r->st.partial ? "the partial is kept, to resume from"
+					      : "nothing stored");
 		else if (r->state == RX_HELLO)
 			rx_fail(r, 0, CP_EXIT_NET, "connection closed before HELLO");
 		r->state = RX_CLOSING;
@@ -1271,7 +1581,7 @@ enum rx_poll_res rx_poll(struct rx *r, int *result)
 	if (io_busy(r))
 		return RX_ALIVE;
 destroy:
-	rx_free_windows(r);
+	release_regions(r);
 	rr_ep_destroy(r->ep);
 	*result = r->result;
 	authed = r->authed;

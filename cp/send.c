@@ -55,6 +55,7 @@ struct sconn {
 	int fd;		/* the file being sent on it */
 	uint64_t acked; /* tx_bytes() when it ended */
 	uint64_t chunks;
+	uint64_t resumed; /* tx_resumed() */
 };
 
 struct sender {
@@ -187,6 +188,7 @@ static void file_done(struct tx *t, const struct tx_src *src, uint64_t bytes, ui
 		return; /* a directory or link: no bytes, no line */
 	s->n.files++;
 	c->chunks = tx_chunks(t);
+	c->resumed = tx_resumed(t);
 	s->n.bytes += bytes;
 	s->n.checksum = sum;
 	if (!s->o->quiet) {
@@ -212,6 +214,7 @@ static void poll_conns(struct sender *s)
 			continue;
 		c->acked = tx_bytes(c->t);
 		c->chunks = tx_chunks(c->t);
+		c->resumed = tx_resumed(c->t);
 		if (tx_poll(c->t, &result, msg, sizeof(msg)) != TX_ENDED)
 			continue;
 		c->t = NULL;
@@ -544,8 +547,10 @@ out:
 	for (unsigned int i = 0; i < CP_SEND_CONNS_MAX; i++)
 		if (s->c[i].fd >= 0)
 			close(s->c[i].fd);
-	for (unsigned int i = 0; i < s->nconns; i++)
+	for (unsigned int i = 0; i < s->nconns; i++) {
 		s->n.chunks += s->c[i].chunks;
+		s->n.resumed += s->c[i].resumed;
+	}
 	s->n.connections = s->nconns;
 	s->n.failures = ret != 0;
 	sum.exit_code = ret;

@@ -321,12 +321,15 @@ int cp_serve(const struct cp_opts *o)
 		.max_send_wr = 2 * o->window + RX_SENDS, /* a bind and a shut per slot */
 		.max_recv_wr = o->window + RX_SPARE_RECVS,
 		.on_qp_ready = on_qp_ready,
+		/* Isolation that holds without memory windows too: no other
+		 * connection's QP can reach this one's registrations. */
+		.flags = RR_EP_OWN_PD,
 	};
 	struct cp_summary sum = {.mode = "serve"};
 	unsigned int nthreads = o->threads > 1 ? o->threads : 1;
 	unsigned int *thread_conns = NULL;
 	struct serve_all *a;
-	char host[256];
+	char host[256], mw_dev[128];
 	uint16_t port;
 	struct serve *s;
 	uint64_t start_ns;
@@ -357,6 +360,11 @@ int cp_serve(const struct cp_opts *o)
 		goto out_free;
 	}
 	serve_init(s, a);
+	if (o->require_mw && cp_mw_check(mw_dev, sizeof(mw_dev))) {
+		cp_log("serve: --require-mw: %s has no memory windows", mw_dev);
+		ret = CP_EXIT_FAIL;
+		goto out_dir;
+	}
 	if (o->direct && cp_store_direct_ok(a->dirfd)) {
 		cp_log("serve: --direct: the file system of %s takes no O_DIRECT writes", o->dir);
 		ret = CP_EXIT_LOCAL_IO;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stdatomic.h>
+#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -37,6 +38,7 @@ enum step {
 	S_STAT_TMP, /* pairs: res[0] of the first step, res[1] of the second */
 	S_LINK_SYNC,
 	S_RENAME_SYNC,
+	S_PARTIAL, /* second of S_STAT_TMP for CP_STORE_PARTIAL */
 };
 
 bool cp_store_supported(struct cp_loop *lp)
@@ -93,8 +95,19 @@ static void prep(struct cp_store *st, struct io_uring_sqe *sqe, int step)
 		io_uring_prep_openat2(sqe, st->dirfd, st->parent, &st->how);
 		break;
 	case S_STAT:
-		io_uring_prep_statx(sqe, st->parentfd, st->base, AT_SYMLINK_NOFOLLOW, STATX_TYPE,
-				    &st->stx);
+		io_uring_prep_statx(sqe, st->parentfd, st->base, AT_SYMLINK_NOFOLLOW,
+				    STATX_TYPE | STATX_SIZE, &st->stx);
+		break;
+	case S_PARTIAL:
+		/* Its own name in DIR, kept across connections: no symbolic
+		 * link anywhere on the way, none as the name itself, and
+		 * O_NONBLOCK so that a FIFO put there cannot hold a worker. */
+		snprintf(st->tmp, sizeof(st->tmp), ".%.200s.rrcp-partial", st->base);
+		st->how = (struct open_how){.flags = O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK |
+						     O_CLOEXEC | direct,
+					    .mode = 0644,
+					    .resolve = RESOLVE | RESOLVE_NO_SYMLINKS};
+		io_uring_prep_openat2(sqe, st->parentfd, st->tmp, &st->how);
 		break;
 	case S_TMPFILE:
 		st->how = (struct open_how){.flags = O_WRONLY | O_TMPFILE | O_CLOEXEC | direct,
@@ -269,6 +282,36 @@ static int synced(struct cp_store *st, int res)
 	return 0;
 }
 
+/* The partial's open ended with @res: a regular file of ours, one link,
+ * no other connection writing it. */
+static int partial_opened(struct cp_store *st, int res)
+{
+	struct stat sb;
+
+	if (res == -EINVAL && st->direct)
+		return fail(st, CP_E_IO, "no O_DIRECT (--direct) for", st->base, -res);
+	if (res < 0)
+		return fail(st, io_err(-res), "cannot open the partial of", st->base, -res);
+	st->fd = res;
+	if (fstat(st->fd, &sb))
+		return fail(st, CP_E_IO, "fstat of the partial of", st->base, errno);
+	if (!S_ISREG(sb.st_mode) || sb.st_nlink != 1) {
+		close(st->fd);
+		st->fd = -1;
+		return fail(st, CP_E_NAME, "the partial of", st->base, EPERM);
+	}
+	if (flock(st->fd, LOCK_EX | LOCK_NB)) {
+		close(st->fd);
+		st->fd = -1;
+		return fail(st, errno == EWOULDBLOCK ? CP_E_BUSY : CP_E_IO,
+			    "another connection receives", st->base, errno);
+	}
+	st->tmp_named = true; /* commit renames it */
+	st->partial_size = (uint64_t)sb.st_size;
+	finish(st, 0);
+	return 0;
+}
+
 /* The next step after @st->step ended (results in st->res); 0 or a cp_err
  * code. */
 static int next(struct cp_store *st)
@@ -280,14 +323,20 @@ static int next(struct cp_store *st)
 		if (res < 0)
 			return fail(st, io_err(-res), "directory", st->parent, -res);
 		st->parentfd = res;
-		return queue_pair(st, S_STAT_TMP, S_STAT, S_TMPFILE, false);
+		return queue_pair(st, S_STAT_TMP, S_STAT, st->partial ? S_PARTIAL : S_TMPFILE,
+				  false);
 	case S_STAT_TMP:
-		if (res == 0 && (!st->force || S_ISDIR(st->stx.stx_mode))) {
+		if (res == 0 && !st->force && st->same && S_ISREG(st->stx.stx_mode)) {
+			st->exists = true;
+			st->exist_size = st->stx.stx_size;
+		} else if (res == 0 && (!st->force || S_ISDIR(st->stx.stx_mode))) {
 			if (st->res[1] >= 0)
 				drop_fd(st->lp, st->res[1]);
 			return fail(st, CP_E_EXISTS, "refusing to replace", st->base, EEXIST);
 		}
 		res = st->res[1]; /* then as for the temp file alone */
+		if (st->partial)
+			return partial_opened(st, res);
 		__attribute__((fallthrough));
 	case S_TMPFILE:
 		if (res == -EOPNOTSUPP || res == -EISDIR || res == -EINVAL) {
@@ -371,6 +420,9 @@ int cp_store_open(struct cp_store *st, struct cp_loop *lp, int dirfd, const char
 	st->fd = -1;
 	st->parentfd = -1;
 	st->force = flags & CP_STORE_FORCE;
+	st->same = flags & CP_STORE_SAME;
+	st->partial = flags & CP_STORE_PARTIAL;
+	st->keep = true;
 	st->direct = flags & CP_STORE_DIRECT;
 	st->lp = lp;
 	st->done = done;
@@ -387,7 +439,8 @@ int cp_store_open(struct cp_store *st, struct cp_loop *lp, int dirfd, const char
 		if (fd < 0)
 			return fail(st, CP_E_IO, "dup of", "DIR", errno);
 		st->parentfd = fd;
-		code = queue_pair(st, S_STAT_TMP, S_STAT, S_TMPFILE, false);
+		code = queue_pair(st, S_STAT_TMP, S_STAT, st->partial ? S_PARTIAL : S_TMPFILE,
+				  false);
 	}
 	if (code) {
 		st->busy = false;
@@ -443,10 +496,36 @@ int cp_store_direct_ok(int dirfd)
 	return 0;
 }
 
+/* A kept partial: its data synced, then closed, on an io-wq worker. */
+static void keep_partial(struct cp_store *st)
+{
+	struct drop_named *d = malloc(sizeof(*d));
+	struct io_uring_sqe *sqe;
+
+	if (!d || !room_for_two(&st->lp->ring)) {
+		free(d);
+		fsync(st->fd);
+		close(st->fd);
+		return;
+	}
+	d->op.done = drop_named_done;
+	d->left = 2;
+	sqe = cp_loop_sqe(st->lp, &d->op);
+	io_uring_prep_fsync(sqe, st->fd, 0);
+	sqe->flags |= IOSQE_ASYNC | IOSQE_IO_HARDLINK;
+	sqe = cp_loop_sqe(st->lp, &d->op);
+	io_uring_prep_close(sqe, st->fd);
+}
+
 void cp_store_abort(struct cp_store *st)
 {
 	if (st->busy)
 		return;
+	if (st->partial && st->keep && st->tmp_named && st->fd >= 0) {
+		keep_partial(st);
+		st->fd = -1;
+		st->tmp_named = false;
+	}
 	if (st->tmp_named && st->parentfd >= 0) {
 		drop_named(st);
 		st->parentfd = -1;

@@ -30,9 +30,15 @@ struct cp_store {
 	int fd;	      /* the data, -1 when closed */
 	int parentfd; /* the directory the file goes into */
 	bool force;
-	bool direct;	/* fd has O_DIRECT (dropped for an unaligned tail) */
-	bool tmp_named; /* tmp[] exists in parentfd */
-	bool busy;	/* a step is in flight: abort must wait for done */
+	bool same;	       /* CP_STORE_SAME */
+	bool direct;	       /* fd has O_DIRECT (dropped for an unaligned tail) */
+	bool tmp_named;	       /* tmp[] exists in parentfd */
+	bool busy;	       /* a step is in flight: abort must wait for done */
+	bool exists;	       /* CP_STORE_SAME: a regular file has the name already */
+	uint64_t exist_size;   /* its size */
+	bool partial;	       /* CP_STORE_PARTIAL: fd is the partial tmp[] */
+	bool keep;	       /* abort keeps the partial, synced (default) */
+	uint64_t partial_size; /* what it held when opened */
 	char base[NAME_MAX + 1];
 	char tmp[NAME_MAX + 1];
 	char why[400]; /* "what NAME: error", NAME up to NAME_MAX */
@@ -56,6 +62,17 @@ bool cp_store_supported(struct cp_loop *lp);
 enum {
 	CP_STORE_FORCE = 1 << 0,  /* replace an existing file */
 	CP_STORE_DIRECT = 1 << 1, /* write around the page cache (O_DIRECT) */
+	/* An existing regular file is no refusal: exists and exist_size say
+	 * so and the caller decides (its content may be the same). */
+	CP_STORE_SAME = 1 << 2,
+	/*
+	 * Write into the named partial ".NAME.rrcp-partial" (created, or
+	 * opened with what it holds: partial_size), never through a symbolic
+	 * link, a regular file with one link, locked against a second
+	 * connection; commit renames it; abort keeps it, synced, unless keep
+	 * was cleared.
+	 */
+	CP_STORE_PARTIAL = 1 << 3,
 };
 
 /*
@@ -81,8 +98,8 @@ int cp_store_unaligned(struct cp_store *st, uint64_t off, uint32_t len);
 int cp_store_direct_ok(int dirfd);
 /* cp_store_commit() - after fsync: give the file its name; as above. */
 int cp_store_commit(struct cp_store *st, cp_store_fn done);
-/* cp_store_abort() - close and remove whatever is left; safe to repeat;
- * not while busy. */
+/* cp_store_abort() - close and remove whatever is left (a partial with
+ * keep set is synced and kept); safe to repeat; not while busy. */
 void cp_store_abort(struct cp_store *st);
 
 /*

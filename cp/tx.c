@@ -35,15 +35,19 @@
 #define CLOSE_MS       5000
 #define CONNECT_MS     15000
 
-/* TX_DATA: a file is being sent; TX_HOLD: it failed, the ERROR waits for
- * the last file's FILE_DONE; TX_NEXT: the next file (or tree entry) waits
- * for it too; TX_WAIT: the hook has nothing ready yet; TX_END: none left,
+/* TX_DATA: a file is being sent; TX_HAVE: a file to resume waits for the
+ * receiver's FILE_HAVE; TX_VERIFY: our own first bytes are being hashed
+ * against it; TX_HOLD: it failed, the ERROR waits for the last file's
+ * FILE_DONE; TX_NEXT: the next file (or tree entry) waits for it too;
+ * TX_WAIT: the hook has nothing ready yet; TX_END: none left,
  * the last FILE_DONE is due. */
 enum tx_state {
 	TX_CONNECTING,
 	TX_HELLO,
 	TX_IDLE,
 	TX_DATA,
+	TX_HAVE,
+	TX_VERIFY,
 	TX_HOLD,
 	TX_NEXT,
 	TX_WAIT,
@@ -98,7 +102,9 @@ struct tx {
 	uint64_t file_sum;
 	unsigned int io_inflight;
 	uint64_t bytes_done, bytes_posted;
-	uint64_t chunks; /* data chunks posted, over all sources */
+	uint64_t chunks;    /* data chunks posted, over all sources */
+	struct cp_msg have; /* TX_VERIFY: the receiver's FILE_HAVE */
+	uint64_t resumed;   /* bytes the receiver already held, over all sources */
 };
 
 static void tx_fail(struct tx *t, int result, unsigned int code, const char *fmt, ...)
@@ -114,6 +120,11 @@ uint64_t tx_chunks(const struct tx *t)
 uint64_t tx_bytes(const struct tx *t)
 {
 	return t->bytes_done;
+}
+
+uint64_t tx_resumed(const struct tx *t)
+{
+	return t->resumed;
 }
 
 uint64_t tx_welcome_ns(const struct tx *t)
@@ -221,6 +232,7 @@ static void send_done(rr_ep *ep, const struct rr_completion *c, void *data)
 }
 
 static void pump(struct tx *t);
+static void verified(struct tx *t);
 static void next_source(struct tx *t);
 
 /*
@@ -444,10 +456,79 @@ static void hashed(struct cp_hasher *h)
 	for (unsigned int i = 0; t->slots && i < t->window; i++)
 		if (t->slots[i].state == SL_HASHING && t->slots[i].job < done)
 			t->slots[i].state = SL_FREE;
+	t->last_activity = cp_now_ns(); /* a long file read is progress too */
+	if (t->state == TX_VERIFY && cp_hasher_caught_up(h))
+		verified(t);
 	pump(t);
 }
 
 static void send_start(struct tx *t);
+
+/* Send the file from @off on: FILE_FROM, then its chunks. */
+static void send_from(struct tx *t, uint64_t off)
+{
+	struct cp_msg m = {.type = CP_FILE_FROM};
+	int rc;
+
+	m.from.offset = off;
+	rc = tx_send(t, &m);
+	if (rc) {
+		if (!hung_up(t, rc))
+			tx_fail(t, CP_EXIT_NET, 0, "cannot send FILE_FROM");
+		return;
+	}
+	if (off && !t->o->quiet)
+		cp_log("send: %s: the receiver %s; %llu bytes left to send", t->src.label,
+		       t->have.have.flags & CP_HAVE_NAMED ? "has it already, with the same content"
+							  : "kept a partial with our first bytes",
+		       (unsigned long long)(t->src.size - off));
+	/* FILE_END counts and hashes the whole file: the bytes held too. */
+	t->read_off = t->file_bytes = off;
+	t->resumed += off;
+	t->state = TX_DATA;
+	pump(t);
+}
+
+/* Our first bytes are hashed: go on after the receiver's if they are the
+ * same, else from 0 with a new hash. */
+static void verified(struct tx *t)
+{
+	int err = cp_hasher_error(&t->hs);
+
+	if (err) {
+		tx_fail(t, CP_EXIT_LOCAL_IO, CP_E_ABORT, "reading %s: %s", t->src.label,
+			err == -ENODATA ? "it shrank while being sent" : strerror(-err));
+		return;
+	}
+	if (cp_hasher_digest(&t->hs) == t->have.have.checksum) {
+		send_from(t, t->have.have.bytes);
+		return;
+	}
+	cp_hasher_reset(&t->hs);
+	send_from(t, 0);
+}
+
+/* FILE_HAVE: what the receiver holds of the file to resume. */
+static void on_have(struct tx *t, const struct cp_msg *m)
+{
+	if (m->have.bytes > t->src.size ||
+	    ((m->have.flags & CP_HAVE_NAMED) && m->have.bytes != t->src.size)) {
+		tx_fail(t, CP_EXIT_INTEGRITY, CP_E_PROTO,
+			"%s: the receiver holds %llu of %llu bytes", t->src.label,
+			(unsigned long long)m->have.bytes, (unsigned long long)t->src.size);
+		return;
+	}
+	if (!m->have.bytes) {
+		send_from(t, 0);
+		return;
+	}
+	t->have = *m;
+	if (cp_hasher_add_fd(&t->hs, t->src.fd, 0, m->have.bytes) < 0) {
+		tx_fail(t, CP_EXIT_FAIL, CP_E_ABORT, "cannot queue a hash");
+		return;
+	}
+	t->state = TX_VERIFY;
+}
 
 static void next_source(struct tx *t)
 {
@@ -532,6 +613,10 @@ static void send_start(struct tx *t)
 	}
 	m.start.size = t->src.stream ? 0 : t->src.size;
 	m.start.flags = t->src.stream ? CP_START_STREAM : 0;
+	/* Bigger than a window: a round trip before the data is little next
+	 * to it, and a cut transfer goes on from what the receiver kept. */
+	if (!t->src.stream && !t->o->no_resume && t->src.size > (uint64_t)t->chunk * t->window)
+		m.start.flags |= CP_START_RESUME;
 	m.start.name_len = (uint16_t)strlen(t->src.name);
 	memcpy(m.start.name, t->src.name, m.start.name_len);
 	if (t->src.meta) {
@@ -545,6 +630,10 @@ static void send_start(struct tx *t)
 	if (rc) {
 		if (!hung_up(t, rc))
 			tx_fail(t, CP_EXIT_FAIL, 0, "cannot send FILE_START for %s", t->src.label);
+		return;
+	}
+	if (m.start.flags & CP_START_RESUME) {
+		t->state = TX_HAVE; /* the data waits for FILE_HAVE and our FILE_FROM */
 		return;
 	}
 	t->state = TX_DATA;
@@ -584,6 +673,11 @@ static void on_message(struct tx *t, const uint8_t *buf, uint32_t len)
 		if (t->state != TX_HELLO)
 			break;
 		on_welcome(t, &m);
+		return;
+	case CP_FILE_HAVE:
+		if (t->state != TX_HAVE)
+			break;
+		on_have(t, &m);
 		return;
 	case CP_GRANT:
 		if (t->state < TX_IDLE || t->state > TX_END)

@@ -55,6 +55,8 @@ enum tx_poll_res tx_poll(struct tx *t, int *result, char *msg, size_t msg_len);
 uint64_t tx_chunks(const struct tx *t);
 /* Bytes the receiver has acknowledged so far, over all sources. */
 uint64_t tx_bytes(const struct tx *t);
+/* Bytes of files the receiver already held (resumed), over all sources. */
+uint64_t tx_resumed(const struct tx *t);
 /* When WELCOME came (cp_now_ns()), 0 before: data may flow from then on. */
 uint64_t tx_welcome_ns(const struct tx *t);
 /* Geometry the receiver granted (0 before WELCOME). */

@@ -98,7 +98,7 @@ start_serve lost $((PORT + 3)) --dir "$T/root" --count 4 --chunk 64K
 for s in A B; do
 	# No timeout(1) in between: STOP and KILL must reach the sender itself
 	# (cleanup kills it on every exit path).
-	"$CP" send --limit-rate 1M --as "cold/slow$s" "$T/src/big" "$ADDR:$((PORT + 3))" \
+	"$CP" send --no-resume --limit-rate 1M --as "cold/slow$s" "$T/src/big" "$ADDR:$((PORT + 3))" \
 		>"$T/slow$s.c.out" 2>"$T/slow$s.c.err" &
 	PIDS+=($!)
 	eval "slow$s=$!"

@@ -43,6 +43,19 @@
  *	then the victim sends a 4 KiB file NAME (its bytes also go to FILE)
  *	and prints "stored" on FILE_DONE.
  *
+ *   cp-hostile offset ADDR PORT FILE
+ *	One connection, window 1, chunk 4 KiB: file "a" of 4 KiB (pattern A)
+ *	as a sender writes it; then files "b" and "c", each one short chunk
+ *	of 3584 bytes written 512 bytes into the slot (pattern B), so that the
+ *	head of what the receiver takes is whatever the slot held. "b"
+ *	declares the checksum of 512 zeros and B's first 3072 bytes (those
+ *	go to FILE), "c" that of A's head and the same: the receiver that
+ *	stores the slot's old bytes stores "c", not "b". Prints "a: stored"
+ *	and so on, or "X: refused CODE TEXT", and "oldhash H": the hash of
+ *	A's head and B, which the receiver must never send back.
+ *
+ * Where a peer says HELLO, it sends the token in $CP_HOSTILE_TOKEN, if set.
+ *
  * Exit 0 when the peer did its part, 1 on a network failure, 2 on usage.
  */
 #include <endian.h>
@@ -168,6 +181,7 @@ struct rw {
 	uint8_t *data;			       /* the chunk, then the rewrite */
 	uint64_t addr;			       /* the window's slot 0, of WELCOME */
 	uint32_t key;			       /* seq 0's key, of the first GRANT */
+	uint32_t last_limit, last_key;	       /* of the last GRANT seen */
 };
 
 static int rw_send(struct rw *c, const struct cp_msg *m)
@@ -203,6 +217,10 @@ static int rw_expect(struct rw *c, struct cp_msg *m, unsigned int type)
 		if (rdma_post_recv(c->id, buf, buf, CP_MSG_MAX, c->ctl_mr) || rc) {
 			fprintf(stderr, "cp-hostile: %s\n", rc ? why : "cannot repost a receive");
 			return -1;
+		}
+		if (m->type == CP_GRANT) {
+			c->last_limit = m->grant.limit;
+			c->last_key = m->grant.keys[m->grant.nkeys - 1];
 		}
 	} while (m->type == CP_GRANT && type != CP_GRANT);
 	if (m->type == CP_ERROR) {
@@ -297,10 +315,16 @@ static int rw_attack(struct rw *c, uint32_t len)
 static int rw_hello(struct rw *c, uint32_t chunk, struct cp_msg *w)
 {
 	struct cp_msg m = {.type = CP_HELLO};
+	const char *token = getenv("CP_HOSTILE_TOKEN");
 	int rc;
 
 	m.hello.chunk = chunk;
 	m.hello.window = 1;
+	/* A receiver that checks a token gets it: the attack comes after. */
+	if (token && strlen(token) <= CP_TOKEN_MAX) {
+		m.hello.token_len = (uint16_t)strlen(token);
+		memcpy(m.hello.token, token, m.hello.token_len);
+	}
 	if (rw_send(c, &m))
 		return -1;
 	rc = rw_expect(c, w, CP_WELCOME);
@@ -649,6 +673,115 @@ static int churn(int argc, char **argv)
 	return 0;
 }
 
+#define OF_CHUNK 4096u
+#define OF_SKIP	 512u /* where the short chunks begin inside the slot */
+#define OF_LEN	 (OF_CHUNK - OF_SKIP)
+
+/* FILE_START @name of @len bytes; one WRITE with immediate @seq of @len
+ * bytes at @src to @skip bytes into the slot; FILE_END with @sum; prints
+ * the outcome. 0: it did its part (stored or refused), -1 failed. */
+static int of_file(struct rw *c, const char *name, uint32_t seq, const uint8_t *src, uint32_t len,
+		   uint32_t skip, uint64_t sum)
+{
+	struct cp_msg m = {.type = CP_FILE_START};
+	struct ibv_sge sge = {.addr = (uintptr_t)src, .length = len, .lkey = c->data_mr->lkey};
+	struct ibv_send_wr wr = {
+		.sg_list = &sge,
+		.num_sge = 1,
+		.opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
+		.imm_data = htobe32(seq),
+	};
+	struct ibv_send_wr *bad;
+	struct ibv_wc wc;
+	int rc;
+
+	/* Seq's key came with the GRANT that raised the limit past it. */
+	while (c->last_limit <= seq)
+		if (rw_expect(c, &m, CP_GRANT))
+			return -1;
+	wr.wr.rdma.remote_addr = c->addr + skip;
+	wr.wr.rdma.rkey = c->last_key;
+	m = (struct cp_msg){.type = CP_FILE_START};
+	m.start.size = len;
+	m.start.name_len = (uint16_t)strlen(name);
+	memcpy(m.start.name, name, m.start.name_len);
+	if (rw_send(c, &m) || ibv_post_send(c->id->qp, &wr, &bad) ||
+	    rdma_get_send_comp(c->id, &wc) != 1 || wc.status) {
+		fprintf(stderr, "cp-hostile: %s: sending failed\n", name);
+		return -1;
+	}
+	m = (struct cp_msg){.type = CP_FILE_END};
+	m.end.bytes = len;
+	m.end.checksum = sum;
+	if (rw_send(c, &m))
+		return -1;
+	printf("%s: ", name);
+	rc = rw_expect(c, &m, CP_FILE_DONE);
+	if (!rc)
+		printf("stored\n");
+	fflush(stdout);
+	return rc < 0 ? -1 : 0;
+}
+
+static int offset(int argc, char **argv)
+{
+	uint8_t *a, *b, *head = NULL;
+	struct rdma_addrinfo *ai;
+	uint64_t zsum = 0, oldsum = 0;
+	struct cp_msg w;
+	struct rw *c;
+	int rc;
+	FILE *f;
+
+	if (argc != 5) {
+		fprintf(stderr, "usage: cp-hostile offset ADDR PORT FILE\n");
+		return 2;
+	}
+	ai = resolve(argv[2], argv[3]);
+	c = ai ? rw_open(ai) : NULL;
+	rc = c ? rw_hello(c, OF_CHUNK, &w) : -1;
+	if (!rc && w.welcome.chunk != OF_CHUNK)
+		rc = -1;
+	if (!rc) {
+		c->data = calloc(2, OF_CHUNK);
+		head = calloc(1, OF_CHUNK);
+		if (!c->data || !head)
+			rc = -1;
+	}
+	if (!rc) {
+		a = c->data;
+		b = c->data + OF_CHUNK;
+		for (uint32_t i = 0; i < OF_CHUNK; i++) {
+			a[i] = (uint8_t)(0xa0 + i % 7);
+			b[i] = (uint8_t)(0x30 + i % 11);
+		}
+		c->data_mr = ibv_reg_mr(c->id->pd, c->data, 2 * OF_CHUNK, 0);
+		/* What the receiver takes: the slot's first OF_LEN bytes, B's
+		 * first OF_LEN - OF_SKIP behind a head of zeros or of A. */
+		memcpy(head + OF_SKIP, b, OF_LEN - OF_SKIP);
+		zsum = XXH3_64bits(head, OF_LEN);
+		memcpy(head, a, OF_SKIP);
+		oldsum = XXH3_64bits(head, OF_LEN);
+		memset(head, 0, OF_SKIP);
+		f = fopen(argv[4], "wb");
+		if (!c->data_mr || !f || fwrite(head, 1, OF_LEN, f) != OF_LEN || fclose(f))
+			rc = -1;
+	}
+	if (!rc) {
+		printf("oldhash %016llx\n", (unsigned long long)oldsum);
+		rc = of_file(c, "a", 0, a, OF_CHUNK, 0, XXH3_64bits(a, OF_CHUNK));
+	}
+	if (!rc)
+		rc = of_file(c, "b", 1, b, OF_LEN, OF_SKIP, zsum);
+	if (!rc)
+		rc = of_file(c, "c", 2, b, OF_LEN, OF_SKIP, oldsum);
+	rw_close(c);
+	free(head);
+	if (ai)
+		rdma_freeaddrinfo(ai);
+	return rc < 0 ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 1 && !strcmp(argv[1], "halfopen"))
@@ -663,11 +796,14 @@ int main(int argc, char **argv)
 		return rewrite(argc, argv);
 	if (argc > 1 && !strcmp(argv[1], "steal"))
 		return steal(argc, argv);
+	if (argc > 1 && !strcmp(argv[1], "offset"))
+		return offset(argc, argv);
 	fprintf(stderr, "usage: cp-hostile idle ADDR PORT N SECS\n"
 			"       cp-hostile halfopen ADDR PORT N SECS\n"
 			"       cp-hostile guess ADDR PORT N TOKEN_FILE\n"
 			"       cp-hostile churn ADDR PORT SECS\n"
 			"       cp-hostile rewrite ADDR PORT NAME FILE\n"
-			"       cp-hostile steal ADDR PORT NAME FILE\n");
+			"       cp-hostile steal ADDR PORT NAME FILE\n"
+			"       cp-hostile offset ADDR PORT FILE\n");
 	return 2;
 }

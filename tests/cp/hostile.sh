@@ -232,7 +232,8 @@ start_serve names $((PORT + 2)) --dir "$T/names" --count 2 --json "$T/names.json
 timeout 30 "$CP" send --as "$evil" "$T/src/small" "$ADDR:$((PORT + 2))" \
 	>"$T/n1.out" 2>"$T/n1.err"
 n1=$?
-timeout 30 "$CP" send --as "$evil" --json "$T/n2.json" "$T/src/small" "$ADDR:$((PORT + 2))" \
+printf 'other\n' >"$T/src/other" # the same content would be a success
+timeout 30 "$CP" send --as "$evil" --json "$T/n2.json" "$T/src/other" "$ADDR:$((PORT + 2))" \
 	>"$T/n2.out" 2>"$T/n2.err"
 n2=$?
 timeout 30 "$CP" send --json "$T/n3.json" "$T/src/$raw

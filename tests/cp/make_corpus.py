@@ -65,6 +65,15 @@ def main(out):
         entry(11, b"/top", mode=0o755),
         msg(9, b"\x00" * 16),
         msg(12, b"\x00" * 16),
+        msg(3, struct.pack("<QIH", 1 << 34, 2, 3) + b"big" + b"\x00" * 16),  # to resume
+        msg(3, struct.pack("<QIH", 0, 3, 1) + b"s" + b"\x00" * 16),  # a stream to resume
+        msg(12, struct.pack("<QQI", 1 << 33, 0x1234, 0)),
+        msg(12, struct.pack("<QQI", 5, 6, 1)),  # the file under its name
+        msg(12, struct.pack("<QQI", 5, 6, 2)),
+        msg(12, struct.pack("<QQ", 5, 6)),
+        msg(13, struct.pack("<Q", 1 << 33)),
+        msg(13, struct.pack("<I", 1)),
+        msg(14, b"\x00" * 8),
         msg(1, struct.pack("<IIH", 4096, 3, 0), version=1),
         msg(1, struct.pack("<IIH", 4096, 3, 0), version=2),
         msg(1, struct.pack("<IIH", 4096, 3, 0), version=3),

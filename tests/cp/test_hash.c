@@ -6,10 +6,12 @@
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "hash.h"
@@ -180,5 +182,37 @@ Test(hash, the_thread_gives_way_to_the_loop, .init = setup, .fini = teardown)
 		     "%d threads at nice %d (the loop at %d), expected the hashing thread", nicer,
 		     want, self);
 	cr_assert_eq(getpriority(PRIO_PROCESS, 0), self, "the loop thread's own priority changed");
+	free(p);
+}
+
+/* A file's first bytes, read and hashed by the thread (to resume a cut
+ * transfer), then chunks from memory: one hash over both. A file shorter
+ * than asked for is an error, and reset forgets it. */
+Test(hash, file_prefix_then_chunks, .init = setup, .fini = teardown)
+{
+	const size_t len = (3u << 20) + 777, head = (2u << 20) + 5;
+	uint8_t *p = random_bytes(len);
+	char path[] = "/tmp/rrcp-hash.XXXXXX";
+	int fd = mkstemp(path);
+
+	cr_assert_geq(fd, 0);
+	unlink(path);
+	cr_assert_eq(write(fd, p, head), (ssize_t)head);
+	cr_assert_eq(cp_hasher_add_fd(&h, fd, 0, head), 0);
+	cr_assert_eq(cp_hasher_add(&h, p + head, len - head), 1);
+	await_idle();
+	cr_assert_eq(cp_hasher_error(&h), 0);
+	cr_assert_eq(cp_hasher_digest(&h), XXH3_64bits(p, len));
+
+	cp_hasher_reset(&h);
+	cr_assert_eq(cp_hasher_add_fd(&h, fd, 1, head), 2); /* one byte past its end */
+	await_idle();
+	cr_assert_eq(cp_hasher_error(&h), -ENODATA);
+	cp_hasher_reset(&h);
+	cr_assert_eq(cp_hasher_error(&h), 0);
+	cr_assert_eq(cp_hasher_add_fd(&h, fd, 5, 1000), 3);
+	await_idle();
+	cr_assert_eq(cp_hasher_digest(&h), XXH3_64bits(p + 5, 1000));
+	close(fd);
 	free(p);
 }

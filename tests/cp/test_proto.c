@@ -50,6 +50,11 @@ Test(proto, round_trip_every_type)
 		{.type = CP_FILE_END, .end = {.bytes = 1ull << 40, .checksum = 0xdeadbeefcafef00dull}},
 		{.type = CP_FILE_DONE, .end = {.bytes = 1, .checksum = 2}},
 		{.type = CP_ERROR, .error = {.code = CP_E_NOSPC, .len = 4, .text = "full"}},
+		{.type = CP_FILE_START, .start = {.size = 1ull << 33, .flags = CP_START_RESUME,
+						  .name_len = 3, .name = "big"}},
+		{.type = CP_FILE_HAVE, .have = {.bytes = 1ull << 32, .checksum = 0x0123456789abcdefull}},
+		{.type = CP_FILE_HAVE, .have = {.bytes = 7, .checksum = 9, .flags = CP_HAVE_NAMED}},
+		{.type = CP_FILE_FROM, .from = {.offset = 0xfedcba9876543210ull}},
 	};
 	uint8_t buf[CP_MSG_MAX];
 	struct cp_msg out;
@@ -121,8 +126,12 @@ Test(proto, hostile_messages_refused)
 	buf[CP_HDR_LEN + 12] = 0xff; /* name length beyond the message */
 	cr_assert_eq(decode_hex("name length", buf, n), -EPROTO);
 	n = start_msg(buf, "file");
-	buf[CP_HDR_LEN + 8] = 2; /* unknown flag */
+	buf[CP_HDR_LEN + 8] = 0x10; /* unknown flag */
 	cr_assert_eq(decode_hex("flags", buf, n), -EPROTO);
+	n = start_msg(buf, "file");
+	buf[CP_HDR_LEN + 8] = CP_START_STREAM | CP_START_RESUME;
+	memset(buf + CP_HDR_LEN, 0, 8); /* a stream has no size */
+	cr_assert_eq(decode_hex("stream to resume", buf, n), -EPROTO);
 	n = start_msg(buf, "fixe");
 	buf[n - 16 - 2] = '\0'; /* "fi\0e", before mode and mtime */
 	cr_assert_eq(decode_hex("NUL in name", buf, n), -EACCES);
@@ -238,6 +247,31 @@ Test(proto, tree_entries_refuse_hostile_fields)
 							  types[t] == CP_SYMLINK, 0, 0, 0)),
 				     -EACCES, "%s \"%s\" accepted", cp_type_name(types[t]),
 				     names[i]);
+}
+
+/* FILE_HAVE and FILE_FROM: exact lengths, known flags only. */
+Test(proto, resume_messages_checked)
+{
+	struct cp_msg have = {.type = CP_FILE_HAVE, .have = {.bytes = 5, .checksum = 6}};
+	struct cp_msg from = {.type = CP_FILE_FROM, .from = {.offset = 5}};
+	uint8_t buf[CP_MSG_MAX + 8] = {0};
+	size_t n;
+
+	n = enc(&have, buf);
+	cr_assert_eq(n, CP_HDR_LEN + 20);
+	cr_assert_eq(decode_hex("have short", buf, n - 1), -EPROTO);
+	buf[CP_HDR_LEN + 16] = 2; /* unknown flag */
+	cr_assert_eq(decode_hex("have flags", buf, n), -EPROTO);
+	have.have.flags = 2;
+	cr_assert_eq(cp_encode(&have, buf, sizeof(buf)), 0, "unknown FILE_HAVE flag encoded");
+	n = enc(&from, buf);
+	cr_assert_eq(n, CP_HDR_LEN + 8);
+	buf[6] = 9; /* payload length one more than sent */
+	cr_assert_eq(decode_hex("from long", buf, n + 1), -EPROTO);
+	cr_assert_eq(decode_hex("from short", buf, n - 1), -EPROTO);
+	cr_assert_eq(cp_encode(&from, buf, CP_HDR_LEN + 7), 0, "FILE_FROM beyond its buffer");
+	cr_assert_str_eq(cp_type_name(CP_FILE_HAVE), "FILE_HAVE");
+	cr_assert_str_eq(cp_type_name(CP_FILE_FROM), "FILE_FROM");
 }
 
 /* A GRANT names one key per newly granted seq: none, too many, or a length

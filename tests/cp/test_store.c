@@ -318,3 +318,94 @@ Test(store, a_planted_link_is_never_followed_by_tree_entries)
 	expect_entries("real", 0);
 	rmdir(out);
 }
+
+/* CP_STORE_SAME: an existing regular file is reported, not refused (the
+ * receiver compares contents); a directory still is. */
+Test(store, same_reports_an_existing_file)
+{
+	struct cp_store st;
+	char sub[128];
+
+	cr_assert_eq(store("a", "one\n", false), 0);
+	cr_assert_eq(cp_store_open(&st, &lp, dirfd_, "a", CP_STORE_SAME, on_done), 0);
+	cr_assert_eq(await(calls + 1), 0);
+	cr_expect(st.exists);
+	cr_expect_eq(st.exist_size, 4);
+	cp_store_abort(&st);
+	cr_assert_eq(cp_store_open(&st, &lp, dirfd_, "b", CP_STORE_SAME, on_done), 0);
+	cr_assert_eq(await(calls + 1), 0);
+	cr_expect(!st.exists);
+	cp_store_abort(&st);
+	snprintf(sub, sizeof(sub), "%s/d", dir);
+	cr_assert_eq(mkdir(sub, 0755), 0);
+	cr_assert_eq(cp_store_open(&st, &lp, dirfd_, "d", CP_STORE_SAME, on_done), 0);
+	cr_expect_eq(await(calls + 1), CP_E_EXISTS);
+	expect_entries("", 2);
+}
+
+/* Let the ring run what abort queued (a kept partial's fsync and close). */
+static void settle(void)
+{
+	for (int i = 0; i < 5; i++)
+		cr_assert_geq(cp_loop_pass(&lp, 20), 0);
+}
+
+/* A cut transfer's partial: kept with its bytes by abort, found again by
+ * the next open (locked against a second one meanwhile), named by commit. */
+Test(store, a_partial_is_kept_found_again_and_named)
+{
+	struct cp_store st, st2;
+
+	cr_assert_eq(cp_store_open(&st, &lp, dirfd_, "p", CP_STORE_PARTIAL, on_done), 0);
+	cr_assert_eq(await(calls + 1), 0);
+	cr_expect_eq(st.partial_size, 0);
+	cr_assert_eq(pwrite(st.fd, "hello ", 6, 0), 6);
+	/* A second connection for the same name: busy, the partial untouched. */
+	cr_assert_eq(cp_store_open(&st2, &lp, dirfd_, "p", CP_STORE_PARTIAL, on_done), 0);
+	cr_expect_eq(await(calls + 1), CP_E_BUSY);
+	cp_store_abort(&st);
+	settle();
+	expect_file(".p.rrcp-partial", "hello ");
+	expect_entries("", 1);
+
+	cr_assert_eq(cp_store_open(&st, &lp, dirfd_, "p", CP_STORE_PARTIAL, on_done), 0);
+	cr_assert_eq(await(calls + 1), 0);
+	cr_expect_eq(st.partial_size, 6);
+	cr_assert_eq(pwrite(st.fd, "world\n", 6, 6), 6);
+	cr_assert_eq(cp_store_commit(&st, on_done), 0);
+	cr_assert_eq(await(calls + 1), 0);
+	cp_store_abort(&st);
+	expect_file("p", "hello world\n");
+	expect_entries("", 1);
+}
+
+/* A partial that failed its check goes (keep cleared); one that is a
+ * symbolic link, or a file with a second link, is never written. */
+Test(store, a_partial_is_dropped_or_refused)
+{
+	struct cp_store st;
+	char path[256], other[256];
+	struct stat sb;
+
+	cr_assert_eq(cp_store_open(&st, &lp, dirfd_, "p", CP_STORE_PARTIAL, on_done), 0);
+	cr_assert_eq(await(calls + 1), 0);
+	st.keep = false;
+	cp_store_abort(&st);
+	settle();
+	expect_entries("", 0);
+
+	snprintf(path, sizeof(path), "%s/.q.rrcp-partial", dir);
+	snprintf(other, sizeof(other), "%s/victim", dir);
+	cr_assert_eq(symlink(other, path), 0);
+	cr_assert_eq(cp_store_open(&st, &lp, dirfd_, "q", CP_STORE_PARTIAL, on_done), 0);
+	cr_expect_eq(await(calls + 1), CP_E_NAME);
+	cr_expect_neq(lstat(other, &sb), 0, "created through the symbolic link");
+	cr_assert_eq(unlink(path), 0);
+
+	cr_assert_eq(close(open(other, O_WRONLY | O_CREAT, 0600)), 0);
+	cr_assert_eq(link(other, path), 0);
+	cr_assert_eq(cp_store_open(&st, &lp, dirfd_, "q", CP_STORE_PARTIAL, on_done), 0);
+	cr_expect_eq(await(calls + 1), CP_E_NAME);
+	cr_assert_eq(stat(other, &sb), 0);
+	cr_expect_eq(sb.st_size, 0);
+}
