@@ -60,7 +60,7 @@ for r in $(seq $ROUNDS); do
 		tcp=$(sed -n 's/.*mb_per_s=//p' $O/r$r.tcp-send.txt)
 	fi
 	rm -rf /tmp/d/cp && mkdir /tmp/d/cp
-	ringrdma-cp serve --listen $A:7601 --dir /tmp/d/cp --count 1 --json $O/r$r.serve.json $CP_ARGS >$O/r$r.serve.txt 2>&1 &
+	ringrdma-cp serve --no-auth --listen $A:7601 --dir /tmp/d/cp --count 1 --json $O/r$r.serve.json $CP_ARGS >$O/r$r.serve.txt 2>&1 &
 	for _ in $(seq 100); do grep -q listening $O/r$r.serve.txt && break; sleep 0.1; done
 	s0=$(stat_line)
 	ringrdma-cp send --quiet --json $O/r$r.send.json $CP_ARGS /tmp/f $A:7601 >$O/r$r.send.txt 2>&1
