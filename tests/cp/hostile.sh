@@ -181,8 +181,8 @@ result $ok "half-open requests are dropped --hello-timeout (2 s) after the reque
 echo "# $SECONDS s"
 # --- a reconnect loop: each connection sends a wrong token and never
 # answers the disconnect. Refused connections give back their QP at once
-# and count toward --max-pending until then, so serve never holds more
-# than --max-pending QPs; and the refusals are logged a few a second, with
+# and count toward --max-pending until then, so serve holds about
+# --max-pending QPs plus one loop pass's requests; and the refusals are logged a few a second, with
 # a count of the rest. Before, each kept its QP until the disconnect timed
 # out (5 s, then up to 3 s of flushing), and every refusal had its line.
 mkdir -p "$T/churn"
@@ -214,8 +214,13 @@ wait_pid "$SERVE_PID" 30
 conns=$(sed -n 's/^connections //p' "$T/churn.h.out")
 lines=$(grep -c "serve: $ADDR: " "$T/churn.err")
 ok=0
-[ -n "$conns" ] && [ "$conns" -ge 20 ] && [ "$seen" -ge 5 ] && [ "$most" -le 5 ] && ok=1
-result $ok "a reconnect loop of $conns refused connections: serve held at most $most QPs (--max-pending 4; samples serve/loop:$samples)"
+# A request gets its QP before serve sees it, and one evicted for it goes
+# at serve's next loop pass: a burst within one pass holds that many more
+# for the pass (11 seen at 77 connections a second under ASan). What the
+# check tells apart is kept QPs: before, each refused one stayed 5-8 s, so
+# a slower loop held 44.
+[ -n "$conns" ] && [ "$conns" -ge 20 ] && [ "$seen" -ge 5 ] && [ "$most" -le 16 ] && ok=1
+result $ok "a reconnect loop of $conns refused connections: serve held at most $most QPs (--max-pending 4, bound 16; samples serve/loop:$samples)"
 [ $ok = 1 ] || show "$T/churn.h.out" "$T/churn.h.err" "$T/rdma.err" "$T/qp.txt" "$T/churn.err"
 ok=0
 [ -n "$conns" ] && [ "$lines" -lt 25 ] && [ "$lines" -lt "$conns" ] &&
