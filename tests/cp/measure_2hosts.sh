@@ -147,7 +147,7 @@ if [ $peer = 1 ]; then
 		rm -rf /tmp/m2/d && mkdir /tmp/m2/d
 		[ "$r" -gt "$R" ] && { perf record -a -o /tmp/m2/perf.data -F 499 -q >/dev/null 2>&1 & perfpid=$!; }
 		b=$(cpu_snap)
-		"$CP" serve --listen "$A:7601" --dir /tmp/m2/d --count 1 --timeout 300 \
+		"$CP" serve --no-auth --listen "$A:7601" --dir /tmp/m2/d --count 1 --timeout 300 \
 			--json "$D/r$r.serve.json" >"$D/r$r.serve.out" 2>&1 &
 		spid=$!
 		sample $spid /tmp/m2/threads &
