@@ -28,7 +28,7 @@ static int hash_fd(struct cp_hasher *h, int fd, uint64_t off, uint64_t len)
 			return -errno;
 		if (n == 0)
 			return -ENODATA;
-		XXH3_64bits_update(h->state, h->rbuf, (size_t)n);
+		h->xxh->update(h->state, h->rbuf, (size_t)n);
 		off += (uint64_t)n;
 		len -= (uint64_t)n;
 	}
@@ -70,7 +70,7 @@ static void *worker(void *arg)
 		if (fd >= 0)
 			rc = hash_fd(h, fd, off, len);
 		else
-			XXH3_64bits_update(h->state, buf, len);
+			h->xxh->update(h->state, buf, len);
 		pthread_mutex_lock(&h->mu);
 		if (rc && !h->err)
 			h->err = rc;
@@ -134,10 +134,10 @@ int cp_hasher_init(struct cp_hasher *h, struct cp_loop *lp, void (*progress)(str
 	h->queued = h->done = 0;
 	h->err = 0;
 	h->rbuf = NULL;
-	h->state = XXH3_createState();
+	h->xxh = cp_xxh();
+	h->state = h->xxh->create();
 	if (!h->state)
 		return -ENOMEM;
-	XXH3_64bits_reset(h->state);
 	h->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (h->efd < 0) {
 		rc = -errno;
@@ -156,14 +156,14 @@ err_fd:
 	pthread_mutex_destroy(&h->mu);
 	close(h->efd);
 err_state:
-	XXH3_freeState(h->state);
+	h->xxh->destroy(h->state);
 	h->state = NULL;
 	return rc;
 }
 
 void cp_hasher_reset(struct cp_hasher *h)
 {
-	XXH3_64bits_reset(h->state);
+	h->xxh->reset(h->state);
 	h->err = 0; /* the thread is waiting: it touches nothing */
 }
 
@@ -187,7 +187,7 @@ int64_t cp_hasher_add(struct cp_hasher *h, const void *buf, size_t len)
 	idle = h->done == h->queued;
 	if (idle && len <= CP_HASH_INLINE) {
 		/* The thread is waiting and touches nothing: hash it here. */
-		XXH3_64bits_update(h->state, buf, len);
+		h->xxh->update(h->state, buf, len);
 		h->queued++;
 		h->done++;
 		pthread_mutex_unlock(&h->mu);
@@ -267,7 +267,7 @@ bool cp_hasher_idle(struct cp_hasher *h)
 
 uint64_t cp_hasher_digest(struct cp_hasher *h)
 {
-	return XXH3_64bits_digest(h->state);
+	return h->xxh->digest(h->state);
 }
 
 void cp_hasher_destroy(struct cp_hasher *h)
@@ -284,6 +284,6 @@ void cp_hasher_destroy(struct cp_hasher *h)
 	pthread_cond_destroy(&h->cv);
 	pthread_mutex_destroy(&h->mu);
 	close(h->efd);
-	XXH3_freeState(h->state);
+	h->xxh->destroy(h->state);
 	h->started = false;
 }

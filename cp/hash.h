@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * XXH3-64 of a file, computed on a thread of its own, one per connection.
+ * XXH3-64 of a file (through cp_xxh()), computed on a thread of its own,
+ * one per connection.
  * The loop thread serves every connection of the process (and on rxe also
  * does the device's copies and packet CRCs in its posts), so a hash fed in
  * file order goes where it holds up no other connection. The thread says
@@ -16,10 +17,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <xxhash.h>
 
 #include "loop.h"
 #include "proto.h"
+#include "xxh.h"
 
 #define CP_HASH_INLINE (64u << 10)
 /* The hashing thread runs this much nicer than the thread that starts it. */
@@ -43,7 +44,8 @@ struct cp_hasher {
 	uint64_t queued, done; /* jobs given, jobs hashed; under mu */
 	int err;	       /* a file job's read failed: -errno; under mu */
 	uint8_t *rbuf;	       /* the thread's, for file jobs */
-	XXH3_state_t *state;   /* the thread's while queued != done */
+	const struct cp_xxh *xxh; /* cp_xxh(), the process's */
+	void *state;		  /* the thread's while queued != done */
 	int efd;
 	bool armed; /* a read of efd is in the ring */
 	struct cp_op op;

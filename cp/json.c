@@ -7,6 +7,7 @@
 
 #include "cp.h"
 #include "json.h"
+#include "xxh.h"
 
 void cp_tally_add(struct cp_tally *to, const struct cp_tally *from)
 {
@@ -86,6 +87,7 @@ static int write_summary(const char *path, const struct cp_opts *o, const struct
 		member(f, "checksum", "\"xxh3:%016llx\"", (unsigned long long)n->checksum);
 	else
 		member(f, "checksum", "null");
+	member(f, "hash_impl", "\"%s\"", cp_xxh()->name);
 	if (s->threads) {
 		member(f, "threads", "%u", s->threads);
 		fputs("  \"thread_conns\": [", f);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -215,4 +216,72 @@ Test(hash, file_prefix_then_chunks, .init = setup, .fini = teardown)
 	cr_assert_eq(cp_hasher_digest(&h), XXH3_64bits(p + 5, 1000));
 	close(fd);
 	free(p);
+}
+
+/* Every XXH3-64 implementation the process may choose gives libxxhash's
+ * values, one-shot and streamed in uneven pieces, over the lengths where
+ * XXH3 changes code path (0, 1-3, 4-8, 9-16, 17-128, 129-240, a stripe, a
+ * block of 1 KiB, more), and from unaligned addresses. */
+Test(xxh, every_implementation_agrees)
+{
+	static const size_t lens[] = {0,   1,	 3,    4,    8,	   9,	  16,	 17,	  128,
+				      129, 240,	 241,  255,  256,  1023,  1024,	 1025,	  4096,
+				      4097, 65537, 1u << 20, (1u << 20) + 123};
+	const struct cp_xxh *all[8];
+	unsigned int n = cp_xxh_all(all, 8);
+	size_t max = (1u << 20) + 130;
+	uint8_t *p = random_bytes(max);
+
+	cr_assert_geq(n, 1);
+	cr_assert(cp_xxh() != NULL);
+	for (unsigned int i = 0; i < n; i++) {
+		for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
+			for (size_t skew = 0; skew < 3; skew++) {
+				const uint8_t *b = p + skew;
+				uint64_t want = XXH3_64bits(b, lens[k]);
+				void *st = all[i]->create();
+				size_t at = 0, step = 1;
+
+				cr_assert_eq(all[i]->hash(b, lens[k]), want, "%s one-shot, %zu bytes",
+					     all[i]->name, lens[k]);
+				cr_assert_not_null(st);
+				while (at < lens[k]) {
+					size_t m = lens[k] - at < step ? lens[k] - at : step;
+
+					all[i]->update(st, b + at, m);
+					at += m;
+					step = step * 7 + 3;
+				}
+				cr_assert_eq(all[i]->digest(st), want, "%s streamed, %zu bytes",
+					     all[i]->name, lens[k]);
+				all[i]->reset(st);
+				all[i]->update(st, b, lens[k]);
+				cr_assert_eq(all[i]->digest(st), want, "%s after reset", all[i]->name);
+				all[i]->destroy(st);
+			}
+		}
+	}
+	free(p);
+}
+
+/* RINGRDMA_CP_XXH names the implementation to use; the choice is made
+ * once per process, so it is checked in a child. */
+Test(xxh, the_environment_forces_one)
+{
+	const struct cp_xxh *all[8];
+	unsigned int n = cp_xxh_all(all, 8);
+
+	for (unsigned int i = 0; i < n; i++) {
+		pid_t pid = fork();
+		int status;
+
+		cr_assert_geq(pid, 0);
+		if (!pid) {
+			setenv("RINGRDMA_CP_XXH", all[i]->name, 1);
+			_exit(strcmp(cp_xxh()->name, all[i]->name) ? 1 : 0);
+		}
+		cr_assert_eq(waitpid(pid, &status, 0), pid);
+		cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s was not used",
+			  all[i]->name);
+	}
 }
