@@ -22,6 +22,9 @@
 # start of each round, taking the list in turn (rxe follows it: 4200 gives
 # 4096-byte RDMA packets instead of 1024); MEASURE_BW_N (500) is
 # ib_write_bw's -n.
+# MEASURE_CP_ARGS="ARGS;ARGS..." gives send and serve (set it on both VMs)
+# extra options, taking the list in turn per round, e.g. "; --chunk 4M
+# --window 16" alternates the defaults with 4 MiB chunks.
 # MEASURE_PERF=1 adds one more cp round under `perf record -a` on both VMs,
 # whose top symbols are printed (not counted in the ratios).
 #   measure_2hosts.sh BUILD_DIR [ROUNDS] [MIB]        on the first VM
@@ -45,6 +48,12 @@ command -v perf >/dev/null || PERF=0
 QPS=${MEASURE_QPS:-}
 BWN=${MEASURE_BW_N:-500}
 MTUS=(${MEASURE_MTU:-})
+IFS=';' read -r -a CPARGS <<<"${MEASURE_CP_ARGS:-}"
+# cp_args ROUND: the round's extra options from MEASURE_CP_ARGS.
+cp_args() {
+	[ ${#CPARGS[@]} = 0 ] && return
+	echo "${CPARGS[$((($1 - 1) % ${#CPARGS[@]}))]}"
+}
 # set_mtu ROUND: the round's MTU from MEASURE_MTU on rxe0's netdev.
 set_mtu() {
 	[ ${#MTUS[@]} = 0 ] && return
@@ -146,9 +155,11 @@ if [ $peer = 1 ]; then
 		fi
 		rm -rf /tmp/m2/d && mkdir /tmp/m2/d
 		[ "$r" -gt "$R" ] && { perf record -a -o /tmp/m2/perf.data -F 499 -q >/dev/null 2>&1 & perfpid=$!; }
+		ca=$(cp_args "$r")
 		b=$(cpu_snap)
+		# shellcheck disable=SC2086
 		"$CP" serve --no-auth --listen "$A:7601" --dir /tmp/m2/d --count 1 --timeout 300 \
-			--json "$D/r$r.serve.json" >"$D/r$r.serve.out" 2>&1 &
+			--json "$D/r$r.serve.json" $ca >"$D/r$r.serve.out" 2>&1 &
 		spid=$!
 		sample $spid /tmp/m2/threads &
 		smp=$!
@@ -221,10 +232,12 @@ for r in $(seq "$rounds"); do
 		nap 1
 	fi
 	# ringrdma-cp: the peer's serve may not be listening yet (exit 4).
+	ca=$(cp_args "$r")
 	for _ in $(seq 100); do
 		b=$(cpu_snap)
 		t0=$(ms)
-		"$CP" send --quiet --json "$T/c.json" "$T/f" "$P:7601" 2>"$T/c.err" &
+		# shellcheck disable=SC2086
+		"$CP" send --quiet --json "$T/c.json" $ca "$T/f" "$P:7601" 2>"$T/c.err" &
 		cpid=$!
 		sample $cpid "$T/threads" &
 		smp=$!
@@ -259,7 +272,7 @@ for r in $(seq "$rounds"); do
 	if [ $crc = 0 ] && [ -n "$bw" ] && [ -n "$tcpr" ]; then
 		ratios=$(awk -v c="$mb" -v d="$dmb" -v t="$tcpr" -v w="$bw" \
 			'BEGIN {printf "%.2f %.2f", c / t, d / w}')
-		echo "round $r: cp/TCP ${ratios% *}x, cp data phase/ib_write_bw ${ratios#* }x"
+		echo "round $r${ca:+ [$ca]}: cp/TCP ${ratios% *}x, cp data phase/ib_write_bw ${ratios#* }x"
 		sum_r1="$sum_r1 ${ratios% *}"
 		sum_r2="$sum_r2 ${ratios#* }"
 	fi
