@@ -99,6 +99,7 @@ struct rx {
 	struct sockaddr_storage src; /* the peer's address, for the gate */
 	enum rx_state state;
 	bool accepted, orphan, down;
+	bool gone; /* evicted on its own thread: its endpoint destroyed */
 	bool authed;		  /* the token was good and it was admitted */
 	bool error_out;		  /* an ERROR is being sent */
 	struct cp_gate_ticket gt; /* in env->gate until admitted or freed */
@@ -1379,10 +1380,45 @@ static void on_down(rr_ep *ep, int status, void *data)
 	}
 }
 
+/*
+ * Dropped for a newer request of this thread (rx_create()), from inside
+ * that request's callback: its endpoint goes now, so that what
+ * --max-pending bounds are QPs, not only places in the gate; the rest of
+ * it at its next rx_poll(). It was never admitted: no file I/O, no
+ * windows. An established one gets no ERROR: posted from a callback, it
+ * would be held to the end of the pass and dropped by the destroy.
+ */
+static void evict_now(struct rx *r)
+{
+	char why[128];
+
+	if (r->state != RX_CLOSING) {
+		snprintf(why, sizeof(why),
+			 r->accepted
+				 ? "no HELLO yet, dropped for a newer connection (--max-pending %u)"
+				 : "connection not established, dropped for a newer request "
+				   "(--max-pending %u)",
+			 r->env->o->max_pending);
+		rx_log(r, why);
+		if (!r->result)
+			r->result = CP_EXIT_NET;
+		r->state = RX_CLOSING;
+		r->closing_at = cp_now_ns();
+	}
+	r->gone = r->down = true;
+	/* Its registrations before the PD the endpoint frees. */
+	release_regions(r);
+	/* Allowed from a callback of another endpoint of the bridge: its
+	 * requests complete (flushed) before this returns, none runs later. */
+	rr_ep_destroy(r->ep);
+	r->ep = NULL;
+}
+
 struct rx *rx_create(struct rx_env *env, rr_ep *ep)
 {
 	struct sockaddr *sa = rdma_get_peer_addr(rr_ep_cm_id(ep));
 	struct rx *r = calloc(1, sizeof(*r));
+	struct cp_gate_ticket *v;
 	int rc;
 
 	if (!r)
@@ -1404,9 +1440,12 @@ struct rx *rx_create(struct rx_env *env, rr_ep *ep)
 			  sizeof(r->peer));
 		memcpy(&r->src, sa, sizeof(struct sockaddr_in6));
 	}
-	/* Counted from its request on; a full gate makes room (the victim's
-	 * own loop drops it, see rx_poll()). */
-	cp_gate_enter(env->gate, &r->gt, r->born_at);
+	/* Counted from its request on; a full gate makes room: a victim of
+	 * this thread's goes at once, one of another thread's at that
+	 * thread's next pass (rx_poll()). */
+	v = cp_gate_enter_own(env->gate, &r->gt, env, r->born_at);
+	if (v)
+		evict_now((struct rx *)((char *)v - offsetof(struct rx, gt)));
 	if (cp_ctl_alloc(&r->ctl, env->o->window + RX_SPARE_RECVS, RX_SENDS))
 		goto err;
 	rc = cp_ctl_reg(&r->ctl, ep);
@@ -1507,6 +1546,10 @@ enum rx_poll_res rx_poll(struct rx *r, int *result)
 	char why[128];
 	bool authed;
 
+	if (r->gone) {
+		rx_free(r); /* said and destroyed in evict_now() */
+		return RX_REFUSED;
+	}
 	if (r->orphan) {
 		if (io_busy(r))
 			return RX_ALIVE;
