@@ -44,10 +44,13 @@ static struct cp_gate_ticket *victim(struct cp_gate *g)
 	return g->head;
 }
 
-struct cp_gate_ticket *cp_gate_enter(struct cp_gate *g, struct cp_gate_ticket *t, uint64_t now_ns)
+/* Enter @t; the victim, and in *@own whether @t's owner holds it too. */
+static struct cp_gate_ticket *enter(struct cp_gate *g, struct cp_gate_ticket *t, uint64_t now_ns,
+				    bool *own)
 {
 	struct cp_gate_ticket *v = NULL;
 
+	*own = false;
 	t->born_ns = now_ns;
 	t->established = false;
 	atomic_store(&t->evicted, false);
@@ -57,6 +60,7 @@ struct cp_gate_ticket *cp_gate_enter(struct cp_gate *g, struct cp_gate_ticket *t
 		if (v) {
 			unlink_ticket(g, v);
 			atomic_store(&v->evicted, true);
+			*own = t->owner && v->owner == t->owner;
 		}
 	}
 	/* Oldest first: requests enter in the order of their time. */
@@ -71,6 +75,25 @@ struct cp_gate_ticket *cp_gate_enter(struct cp_gate *g, struct cp_gate_ticket *t
 	g->pending++;
 	pthread_mutex_unlock(&g->mu);
 	return v;
+}
+
+struct cp_gate_ticket *cp_gate_enter(struct cp_gate *g, struct cp_gate_ticket *t, uint64_t now_ns)
+{
+	bool own;
+
+	t->owner = NULL;
+	return enter(g, t, now_ns, &own);
+}
+
+struct cp_gate_ticket *cp_gate_enter_own(struct cp_gate *g, struct cp_gate_ticket *t,
+					 const void *owner, uint64_t now_ns)
+{
+	struct cp_gate_ticket *v;
+	bool own;
+
+	t->owner = owner;
+	v = enter(g, t, now_ns, &own);
+	return own ? v : NULL;
 }
 
 void cp_gate_established(struct cp_gate *g, struct cp_gate_ticket *t)

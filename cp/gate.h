@@ -7,6 +7,8 @@
  *    their connect request on: a full gate makes room for a new request by
  *    evicting the oldest one never established (half-open), else the
  *    oldest established one still unauthenticated, on whichever thread;
+ *    a victim of the request's own thread is handed to it, to drop at
+ *    once, one of another thread is marked for its own;
  *  - per source address, the failed token checks: after GATE_FREE_FAILS of
  *    them a source is refused for a time that doubles with each further
  *    failure (GATE_LOCK_MAX_S at most), in a table of fixed size;
@@ -32,6 +34,7 @@
 /* A connection in the gate; embedded in whoever holds the connection. */
 struct cp_gate_ticket {
 	struct cp_gate_ticket *prev, *next;
+	const void *owner;   /* who holds it (a thread's loop), or NULL */
 	uint64_t born_ns;    /* its connect request */
 	bool listed;	     /* counted in the gate */
 	bool established;    /* the connection exists (no longer half-open) */
@@ -66,6 +69,15 @@ void cp_gate_fini(struct cp_gate *g);
  * taken out and marked evicted (its holder must drop it), and returned.
  */
 struct cp_gate_ticket *cp_gate_enter(struct cp_gate *g, struct cp_gate_ticket *t, uint64_t now_ns);
+/*
+ * cp_gate_enter() for a holder that drops a victim of its own at once: @t
+ * is held by @owner (one thread). The victim is returned only when @owner
+ * holds it too, as decided under the lock: another holder may free its
+ * ticket as soon as it sees the mark. A victim of another is marked for
+ * its holder, and NULL returned.
+ */
+struct cp_gate_ticket *cp_gate_enter_own(struct cp_gate *g, struct cp_gate_ticket *t,
+					 const void *owner, uint64_t now_ns);
 /* The connection of @t is established. */
 void cp_gate_established(struct cp_gate *g, struct cp_gate_ticket *t);
 /* @t stops counting (admitted, or gone). Idempotent. */

@@ -91,7 +91,8 @@ static void serve_init(struct serve *s, struct serve_all *a)
  * A connect request, on the thread of the loop it was placed on. It is
  * counted from now toward --max-pending, and a full gate makes room by
  * evicting the oldest half-open or unauthenticated connection, whichever
- * thread holds it (rx_create()).
+ * thread holds it (rx_create()): one of this loop's is destroyed here,
+ * before this returns, one of another's at that loop's next pass.
  */
 static void on_qp_ready(rr_ep *ep, int status, void *data)
 {

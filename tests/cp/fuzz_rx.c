@@ -7,7 +7,7 @@
  * peer, the fuzzer's input, connects to it and acts:
  *
  *   byte 0      the receiver's options (window, chunk, memory windows or
- *               not, token, --force, busy)
+ *               not, token, --force, busy), and whether a crowd comes
  *   then ops    op byte % 10, each with its own parameters:
  *     0 HELLO        1 byte: chunk, window, right/wrong/no token
  *     1 FILE_START   2 bytes: name, stream flag, size
@@ -20,15 +20,23 @@
  *     8 wait         1 byte: passes of both loops
  *     9 time passes  1 byte: seconds (fake_clock_advance())
  *
+ * With the crowd bit (0x40 without 0x80) CROWD other connection requests
+ * arrive at once after the script; they never say HELLO.
+ *
  * After every step the loops run until quiet, and these must hold (an
  * abort() otherwise, which libFuzzer and the replay test both catch):
  * a write the device accepted lies inside a slot granted to the peer, by
  * the key of that grant, before its chunk arrived (or, without memory
  * windows, inside the window); every FILE_DONE and every stored file has
  * the byte count and checksum the peer declared for it; an ERROR from
- * the receiver means a non-zero result. At the end the receiver ends
- * exactly once, no longer counted as waiting for its HELLO, and no file
- * descriptor is left open (LeakSanitizer sees the memory).
+ * the receiver means a non-zero result; the receiver side never holds
+ * more QPs than --max-pending plus one (an admitted connection), not even
+ * while a request of the crowd is being set up; a receiver whose QP a
+ * refused write of the peer's put into error (the peer stays connected)
+ * is gone within LOST_S seconds, well before --timeout. At the end every
+ * receiver ends exactly once, none is still counted as waiting for its
+ * HELLO, and no file descriptor is left open (LeakSanitizer sees the
+ * memory).
  *
  * Built with -fsanitize=fuzzer by tools/fuzz-cp; without it (RX_REPLAY)
  * main() replays every file of the directories it is given: the cp-rx
@@ -62,6 +70,8 @@
 #define SETTLE_MAX 20000	     /* passes before a step is a hang */
 #define END_TICKS  40		     /* simulated seconds to end in */
 #define TOKEN	   "fuzz-token"
+#define CROWD	   8  /* other requests at once (cfg 0x40) */
+#define LOST_S	   10 /* a receiver whose QP is in error is gone by then */
 
 static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 
@@ -109,6 +119,11 @@ struct harness {
 	bool busy;
 	bool mw_off; /* the device has no memory windows */
 	unsigned int stored;
+	/* the crowd: its endpoints (the peer's side) and their receivers */
+	bool crowd;
+	rr_ep *crowd_ep[CROWD];
+	struct rx *crowd_rx[CROWD];
+	unsigned int crowd_alive;
 
 	/* the peer */
 	struct io_uring ring;
@@ -138,6 +153,7 @@ struct harness {
 	unsigned int ndecl;
 	struct write writes[MAX_WRITES];
 	unsigned int nwrites;
+	uint64_t broke_ns; /* a write of the peer's was refused: both QPs in error */
 };
 
 static struct harness *H;
@@ -189,15 +205,56 @@ static void stored(void *data, uint64_t bytes, uint64_t sum)
 	h->stored++;
 }
 
+static bool qp_alive(rr_ep *ep)
+{
+	struct ibv_qp *qp = ep ? rr_ep_qp(ep) : NULL;
+
+	return qp && fake_qp_alive(qp);
+}
+
+/* The receiver side's QPs: the device's, less the peer side's. */
+static unsigned int receiver_qps(void)
+{
+	unsigned int n = fake_stats_get().qps_live;
+
+	n -= qp_alive(H->ep);
+	for (unsigned int i = 0; i < CROWD; i++)
+		n -= qp_alive(H->crowd_ep[i]);
+	return n;
+}
+
+/* The scripted peer's connection first; then the crowd's, as many
+ * receivers as serve.c would hold. */
 static void rx_qp_ready(rr_ep *ep, int status, void *data)
 {
 	struct harness *h = data;
+	struct rx *r;
+	unsigned int qps;
 
-	if (h->rx || !(h->rx = rx_create(&h->env, ep))) {
+	if (!h->rx_made) {
+		if (!(h->rx = rx_create(&h->env, ep))) {
+			rr_ep_destroy(ep);
+			return;
+		}
+		h->rx_made++;
+		return;
+	}
+	if (!h->crowd || !(r = rx_create(&h->env, ep))) {
 		rr_ep_destroy(ep);
 		return;
 	}
-	h->rx_made++;
+	for (unsigned int i = 0; i < CROWD; i++)
+		if (!h->crowd_rx[i]) {
+			h->crowd_rx[i] = r;
+			h->crowd_alive++;
+			break;
+		}
+	/* Every one of them before its HELLO (--max-pending), and the
+	 * scripted one, maybe admitted: a request makes room before its
+	 * callback returns, whatever is left for the next pass. */
+	qps = receiver_qps();
+	if (qps > h->o.max_pending + 1)
+		fail("the receiver holds %u QPs with --max-pending %u", qps, h->o.max_pending);
 }
 
 static void rx_on_accept(rr_listener *l, rr_ep *ep, void *data)
@@ -221,12 +278,31 @@ static void poll_rx(void)
 	H->result = result;
 	if (H->rx_ended > 1)
 		fail("the receiver ended %u times", H->rx_ended);
-	if (cp_gate_pending(&H->gate))
+	if (!H->crowd_alive && cp_gate_pending(&H->gate))
 		fail("the receiver ended still counted in the gate");
 	if (pr == RX_ENDED && H->errors && !result)
 		fail("the receiver sent an ERROR and ended with result 0");
 	if (pr != RX_ENDED && H->welcomed)
 		fail("a receiver that sent WELCOME ended as never admitted (%d)", pr);
+}
+
+/* The crowd's receivers: never admitted (no HELLO), each ends once. */
+static void poll_crowd(void)
+{
+	for (unsigned int i = 0; i < CROWD; i++) {
+		enum rx_poll_res pr;
+		int result = 0;
+
+		if (!H->crowd_rx[i])
+			continue;
+		pr = rx_poll(H->crowd_rx[i], &result);
+		if (pr == RX_ALIVE)
+			continue;
+		if (pr == RX_ENDED)
+			fail("a connection that never said HELLO ended as admitted");
+		H->crowd_rx[i] = NULL;
+		H->crowd_alive--;
+	}
 }
 
 /* ---- the peer ---- */
@@ -326,6 +402,8 @@ static void peer_write_done(rr_ep *ep, const struct rr_completion *c, void *data
 	const struct grant *g;
 	uint64_t lo;
 
+	if (c->status == -EACCES && !H->broke_ns)
+		H->broke_ns = cp_now_ns(); /* remote access error */
 	if (c->status)
 		return;
 	if (!H->welcomed)
@@ -385,10 +463,12 @@ static int pump(unsigned int wait_ms)
 	if (n < 0)
 		fail("cp_loop_pass: %s", strerror(-n));
 	poll_rx();
+	poll_crowd();
 	m = rr_bridge_run_once(H->b, 0);
 	if (m < 0)
 		fail("rr_bridge_run_once: %s", strerror(-m));
 	poll_rx();
+	poll_crowd();
 	return n + m;
 }
 
@@ -776,6 +856,7 @@ static void setup(struct harness *h, uint8_t cfg)
 	}
 	h->o.force = cfg & 32;
 	h->busy = (cfg & 0xc0) == 0xc0;
+	h->crowd = (cfg & 0xc0) == 0x40;
 	h->o.quiet = true;
 	h->o.max_conns = 4;
 	h->o.max_pending = 4;
@@ -828,23 +909,59 @@ static void setup(struct harness *h, uint8_t cfg)
 	settle();
 }
 
+static void crowd_connected(rr_ep *ep, int status, void *data)
+{
+	(void)ep;
+	(void)status;
+	(void)data;
+}
+
+/* CROWD connection requests at once, none of which will say HELLO; the
+ * receiver makes room for each by dropping one not yet admitted. */
+static void crowd_comes(struct harness *h)
+{
+	struct rr_ep_opts co = {.max_send_wr = 1, .max_recv_wr = 1};
+
+	for (unsigned int i = 0; i < CROWD; i++)
+		if (rr_connect(h->b, "127.0.0.1", rr_listener_port(h->l), &co, sizeof(co),
+			       crowd_connected, &h->crowd_ep[i]))
+			fail("rr_connect");
+	settle();
+}
+
+/* A receiver whose QP is in error, the peer still connected: nothing can
+ * pass any more, and it must not wait for --timeout to give its place. */
+static void check_broken(struct harness *h)
+{
+	if (h->rx && h->broke_ns && cp_now_ns() - h->broke_ns > LOST_S * 1000000000ull)
+		fail("the receiver still holds a connection %u s after a refused write put "
+		     "its QP into error",
+		     LOST_S);
+}
+
 static void teardown(struct harness *h)
 {
 	unsigned int ticks = 0;
 
+	if (h->crowd)
+		crowd_comes(h);
 	h->tearing = true;
 	op_disconnect();
 	settle();
-	/* Time passes until the receiver ends: every deadline of rx.c comes
+	/* Time passes until the receivers end: every deadline of rx.c comes
 	 * within END_TICKS simulated seconds. */
-	while (h->rx && ticks++ < END_TICKS) {
+	while ((h->rx || h->crowd_alive) && ticks++ < END_TICKS) {
 		fake_clock_advance(1000000000ull);
 		settle();
+		check_broken(h);
 	}
-	if (h->rx)
+	if (h->rx || h->crowd_alive)
 		fail("the receiver never ended");
 	if (h->rx_made != 1 || h->rx_ended != 1)
 		fail("%u receivers made, %u ended", h->rx_made, h->rx_ended);
+	if (cp_gate_pending(&h->gate))
+		fail("every receiver ended, %u still counted in the gate",
+		     cp_gate_pending(&h->gate));
 	if (h->how == RX_ENDED && !h->result && h->errors)
 		fail("result 0 after an ERROR");
 	if (getenv("FUZZ_RX_VERBOSE"))
@@ -860,6 +977,8 @@ static void teardown(struct harness *h)
 	if (h->mr)
 		rr_mr_dereg(h->mr);
 	rr_ep_destroy(h->ep);
+	for (unsigned int i = 0; i < CROWD; i++)
+		rr_ep_destroy(h->crowd_ep[i]);
 	if (rr_listener_destroy(h->l))
 		fail("rr_listener_destroy");
 	if (rr_bridge_destroy(h->b))
