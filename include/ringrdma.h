@@ -40,7 +40,7 @@
  *    device context's async fd non-blocking.
  *  - Callbacks run from rr_bridge_handle_cqe(), rr_bridge_run_once() and the
  *    destroy functions; they may post new work and may destroy their own
- *    endpoint, but not the bridge.
+ *    endpoint or another endpoint of the same bridge, but not the bridge.
  *  - Posting is coalesced: a request posted while the bridge is
  *    dispatching (from a callback, in a pass of rr_bridge_handle_cqe() or
  *    rr_bridge_run_once()) is checked and accepted at once, but its work

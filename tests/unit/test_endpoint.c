@@ -1014,6 +1014,64 @@ Test(endpoint, shared_cq_serves_several_endpoints)
 	teardown_all();
 }
 
+/*
+ * A callback may destroy another endpoint of its bridge (a server dropping
+ * an older connection for a newer one does): the victim's requests each
+ * complete once, inside the destroy, those whose success was already in
+ * the shared CQ's batch with it; none is handed out after it returns.
+ */
+static rr_ep *victim;
+static int victim_calls_at_destroy;
+
+static void destroy_victim_cb(rr_ep *ep, const struct rr_completion *c, void *data)
+{
+	req_cb(ep, c, data);
+	if (victim) {
+		cr_assert_eq(rr_ep_destroy(victim), 0);
+		victim = NULL;
+		destroyed_flag = true;
+		victim_calls_at_destroy = seq;
+	}
+}
+
+Test(endpoint, a_callback_may_destroy_another_endpoint_of_its_bridge)
+{
+	struct ep_state *c[2];
+	struct req *first, *snd[3];
+
+	setup_with(0, RR_EP_SHARED_CQ, 4);
+	for (int i = 0; i < 2; i++)
+		c[i] = connect_one(RR_EP_SHARED_CQ, 0);
+	cr_assert_eq(rr_ep_cq(c[0]->ep), rr_ep_cq(c[1]->ep));
+	/* c0's send first, then three of c1's: four successes in one CQ. */
+	cli_held = true;
+	first = new_req();
+	cr_assert_eq(rr_ep_post_send(c[0]->ep, slot(0), 8, MR, destroy_victim_cb, first), 0);
+	for (int i = 0; i < 3; i++) {
+		snd[i] = new_req();
+		cr_assert_eq(rr_ep_post_send(c[1]->ep, slot(1 + i), 8, MR, req_cb, snd[i]), 0);
+	}
+	settle();
+	cr_assert_eq(fake_cq_pending(rr_cq_ibv(rr_ep_cq(c[0]->ep))), 4);
+	victim = c[1]->ep;
+	cli_held = false;
+	PUMP_UNTIL(first->calls);
+	cr_expect_null(victim, "the first callback did not run first");
+	settle();
+	cr_expect_eq(first->calls, 1);
+	cr_expect_eq(first->status, 0);
+	for (int i = 0; i < 3; i++) {
+		cr_expect_eq(snd[i]->calls, 1, "send %d of the destroyed endpoint: %d callbacks", i,
+			     snd[i]->calls);
+		cr_expect_eq(snd[i]->status, 0, "send %d: %s (its success was in the CQ)", i,
+			     strerror(-snd[i]->status));
+		cr_expect(!snd[i]->after_destroy, "send %d completed after the destroy returned",
+			  i);
+		cr_expect_leq(snd[i]->seq, victim_calls_at_destroy);
+	}
+	teardown_all();
+}
+
 /* ---- shared receive queues ---- */
 
 static struct req *post_srq(int i)
