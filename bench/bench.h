@@ -19,8 +19,20 @@
 /* The smallest slot: a FIN's header and figures fit in one. */
 #define BENCH_MIN_SLOT 128
 
-/* How a side waits for its work completions. */
-enum strategy { S_BUSY, S_THREAD, S_EPOLL, S_URING, S_HYBRID, S_HYBRID_PLAIN, S_COUNT };
+/* How a side waits for its work completions. The -ep strategies are uring
+ * and hybrid with every post made through the library's endpoints, which
+ * chain what one pass posts on a queue into one ibv_post_send()/_recv(). */
+enum strategy {
+	S_BUSY,
+	S_THREAD,
+	S_EPOLL,
+	S_URING,
+	S_HYBRID,
+	S_HYBRID_PLAIN,
+	S_URING_EP,
+	S_HYBRID_EP,
+	S_COUNT
+};
 /* What the client asks of the server. */
 enum workload { W_PINGPONG, W_RATE, W_MIXED, W_IDLE, W_CONNS, W_COUNT };
 /* How a message travels: SEND/RECV, or RDMA WRITE with immediate. */
@@ -61,6 +73,9 @@ struct side_figures {
 	int64_t wcs, wakeups;
 	double sys_cpu_s;	/* the machine's busy CPU (/proc/stat); -1: unknown */
 	int64_t verbs_syscalls; /* of syscalls: posts and arms (write, ioctl) */
+	/* Requests posted, and the ibv_post_send()/_recv() calls (chains)
+	 * and work requests that took them to the provider. */
+	int64_t posts, chains, wrs;
 };
 
 /* A side's syscall counters (-1: none): all, and the verbs' own. */
@@ -69,11 +84,13 @@ struct side_counters {
 };
 extern bool count_syscalls; /* open counters in side_begin() */
 
-/* This process's work completions handled and wake-ups from a blocking
+/* This thread's work completions handled and wake-ups from a blocking
  * wait for them (thread, epoll: the wait returned; the bridge: CQ events
- * read). Busy polling never sleeps, so it has none. */
+ * read). Busy polling never sleeps, so it has none. Posts, chains and work
+ * requests: one each per raw post; the bridge's counters for endpoints. */
 struct side_counts {
 	uint64_t wcs, wakeups;
+	uint64_t posts, chains, wrs;
 };
 extern __thread struct side_counts side_counts;
 
@@ -103,9 +120,10 @@ struct filer {
 
 /* One connection. */
 struct bqp {
-	struct rdma_cm_id *id;
-	uint8_t *recv, *send; /* 2*qd+1 receive slots, qd+1 send slots */
-	uint64_t raddr;	      /* the peer's receive slots (WRITE_IMM) */
+	struct rdma_cm_id *id; /* NULL with an endpoint */
+	rr_ep *ep;	       /* -ep strategies' client */
+	uint8_t *recv, *send;  /* 2*qd+1 receive slots, qd+1 send slots */
+	uint64_t raddr;	       /* the peer's receive slots (WRITE_IMM) */
 	uint32_t rkey;
 	uint32_t echo_next;   /* server: the next send slot for an echo */
 	uint32_t unsignalled; /* sends since the last signalled one */
@@ -137,7 +155,9 @@ struct bside {
 	unsigned int ring_flags;
 	rr_bridge *b;
 	rr_cq *rcq;
-	uint64_t cq_events_seen; /* the bridge's stats.cq_events, last look */
+	struct side_counts seen; /* the bridge's stats, last look */
+	uint32_t connecting;	 /* -ep: rr_connect()s not yet answered */
+	int conn_err;		 /* -ep: how the last one failed */
 	uint8_t *buf;
 	size_t buf_len, slot_sz;
 	struct ibv_mr *mr;
@@ -176,6 +196,23 @@ static inline uint32_t wr_idx(uint64_t id)
 	return (uint32_t)id & 0xffffff;
 }
 
+/* The strategy's posts go through the library's endpoints. */
+static inline bool strategy_ep(enum strategy s)
+{
+	return s == S_URING_EP || s == S_HYBRID_EP;
+}
+/* A ringrdma bridge waits for the strategy's completions. */
+static inline bool strategy_bridge(enum strategy s)
+{
+	return s == S_URING || s == S_HYBRID || strategy_ep(s);
+}
+/* The wait mode of a bridge strategy's CQ. */
+static inline enum rr_wait_mode strategy_mode(const struct bench_cfg *cfg)
+{
+	if (cfg->strat == S_URING || cfg->strat == S_URING_EP)
+		return RR_WAIT_EVENT;
+	return cfg->spin_fixed ? RR_WAIT_HYBRID_FIXED : RR_WAIT_HYBRID;
+}
 const char *strategy_name(enum strategy s);
 int strategy_parse(const char *name, enum strategy *out);
 const char *workload_name(enum workload w);
@@ -207,6 +244,12 @@ void side_close(struct bside *s);
 
 /* wait.c: wait for completions and hand each to s->on_wc; 0 or -errno. */
 int side_step(struct bside *s);
+/* Bring side_counts up to what the side's bridge counted so far (its
+ * wake-ups; with endpoints its completions and posts too). Each pass of
+ * the bridge does so when it ends; call it outside a pass, where what
+ * endpoints posted has gone to the provider, so that the posts, chains
+ * and work requests a measurement sees belong to the same passes. */
+void side_sync_counts(struct bside *s);
 int side_loop(struct bside *s);
 
 /* filer.c: mixed workload file reads; io_uring or pread by strategy. */
@@ -256,9 +299,11 @@ void side_end(struct side_figures *f, struct side_counters *sc);
 /* The same over several threads: syscalls counted on each of tids (scs:
  * n slots), completions and wake-ups as given. */
 void side_begin_threads(struct side_figures *f, struct side_counters *scs, const int *tids, int n,
-			uint64_t wcs, uint64_t wakeups);
-void side_end_threads(struct side_figures *f, struct side_counters *scs, int n, uint64_t wcs,
-		      uint64_t wakeups);
+			const struct side_counts *c);
+void side_end_threads(struct side_figures *f, struct side_counters *scs, int n,
+		      const struct side_counts *c);
+/* The counts of a bridge's stats (wcs, CQ events as wake-ups, posts). */
+void side_counts_of(const rr_bridge *b, struct side_counts *c);
 double thread_cpu_now(void);
 double system_cpu_now(void);
 double now_us(void);
@@ -278,6 +323,11 @@ struct result {
 	double cpu_pct_per_side;      /* idle: CPU of a core, mean of both sides */
 	double file_mb_per_s;	      /* mixed */
 	double wcs_per_wakeup;	      /* both sides; 0: never woke (busy) */
+	double posts_per_op;	      /* both sides: requests posted */
+	double chains_per_op;	      /* ibv_post_send()/_recv() calls for them */
+	double wrs_per_chain;	      /* work requests per call; 0: none made */
+	double cli_wrs_per_chain;     /* the same, each side's */
+	double srv_wrs_per_chain;
 	double cli_cpu_us_per_op, srv_cpu_us_per_op;
 	uint32_t threads, ngroups; /* ngroups: group figures known */
 	uint32_t group_conns[BENCH_MAX_THREADS];

@@ -130,6 +130,9 @@ static void measure_end(struct client *c)
 					 : sh->agg.verbs_syscalls + c->f.verbs_syscalls;
 	sh->agg.wcs += c->f.wcs;
 	sh->agg.wakeups += c->f.wakeups;
+	sh->agg.posts += c->f.posts;
+	sh->agg.chains += c->f.chains;
+	sh->agg.wrs += c->f.wrs;
 	if (++sh->ended == sh->n) {
 		process_usage(&cpu, &csw);
 		sys = system_cpu_now();
@@ -347,6 +350,9 @@ static int client_thread(struct client *c)
 			snprintf(c->err, sizeof(c->err), "post message: %s", strerror(-rc));
 			goto out;
 		}
+		/* The connections' receives and the first window are out:
+		 * counted before a measurement can begin. */
+		side_sync_counts(&s);
 	}
 	if (cfg->wl != W_IDLE)
 		side_phase(PH_RUN);

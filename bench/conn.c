@@ -6,6 +6,12 @@
  * blocking or an epoll-ed channel (thread, epoll), or a CQ of the ringrdma
  * bridge (uring, hybrid).
  *
+ * The -ep strategies' client connects the library's endpoints instead
+ * (rr_connect(), RR_EP_SHARED_CQ: still one CQ per side) and posts through
+ * them, so what one pass of the bridge posts on a queue goes out as one
+ * chain; their completions reach the same handlers as a struct ibv_wc. The
+ * server side of those is groups.c's.
+ *
  * The client's first connection request carries the run's configuration,
  * so a server on another host sets itself up the same way; every request
  * and reply carries the address and rkey of its side's receive slots.
@@ -155,9 +161,7 @@ static int make_cq(struct bside *s, struct ibv_context *ctx)
 		struct rr_cq_opts co = {.cqe = n,
 					.on_wc = on_bridge_wc,
 					.data = s,
-					.mode = s->cfg.strat == S_URING ? RR_WAIT_EVENT
-						: s->cfg.spin_fixed	? RR_WAIT_HYBRID_FIXED
-									: RR_WAIT_HYBRID,
+					.mode = strategy_mode(&s->cfg),
 					.spin_us = s->cfg.spin_us};
 		struct rr_bridge_opts bo = {.on_app_cqe = filer_on_cqe,
 					    .data = s,
@@ -436,6 +440,15 @@ int side_accept(struct bside *s, struct bench_cfg *cfg, unsigned int timeout_s)
 		}
 		if (s->nqp == 0 && !s->pd) {
 			rc = hello_cfg(hello_of(&ev), cfg);
+			/* Endpoints are set up before the first request, from
+			 * the run the caller knows: not here. */
+			if (!rc && strategy_ep(cfg->strat)) {
+				fprintf(stderr,
+					"ringrdma-bench: %s runs only locally, "
+					"not against --server\n",
+					strategy_name(cfg->strat));
+				rc = -EPROTO;
+			}
 			if (rc) {
 				rdma_reject(ev.id, NULL, 0);
 				rdma_destroy_id(ev.id);
@@ -537,6 +550,216 @@ static int connect_one(struct bside *s, struct rdma_addrinfo *ai)
 	return rc;
 }
 
+/* -ep strategies: a request's completion, handed to the side as the raw
+ * strategies' work completion (wr_id rides in the request's data). A
+ * connection not up (failed half-way, or being closed) has no say. */
+static void ep_done(rr_ep *ep, const struct rr_completion *c, void *data)
+{
+	struct bside *s = rr_ep_data(ep);
+	struct ibv_wc wc = {.wr_id = (uintptr_t)data,
+			    .status = !c->status		       ? IBV_WC_SUCCESS
+				      : c->wc_status != IBV_WC_SUCCESS ? c->wc_status
+								       : IBV_WC_GENERAL_ERR,
+			    .opcode = c->opcode,
+			    .byte_len = c->byte_len};
+	uint32_t conn = wr_conn(wc.wr_id);
+
+	if (conn >= s->nqp || !s->qps[conn].up)
+		return;
+	if (c->has_imm) {
+		wc.wc_flags = IBV_WC_WITH_IMM;
+		wc.imm_data = htobe32(c->imm_data);
+	}
+	s->on_wc(s, &wc);
+}
+
+static uint32_t ep_index(const struct bside *s, const rr_ep *ep)
+{
+	uint32_t k = 0;
+
+	while (k < s->nqp && s->qps[k].ep != ep)
+		k++;
+	return k;
+}
+
+/* Its receives, before the connection is requested. */
+static void ep_ready(rr_ep *ep, int status, void *data)
+{
+	struct bside *s = data;
+	uint32_t k = ep_index(s, ep);
+	int rc = status;
+
+	for (uint32_t i = 0; !rc && i < 2 * s->cfg.qd + 1; i++)
+		rc = side_post_recv(s, k, i);
+	if (rc)
+		s->conn_err = rc;
+}
+
+static void ep_connected(rr_ep *ep, int status, void *data)
+{
+	struct bside *s = data;
+	struct bqp *q = &s->qps[ep_index(s, ep)];
+	const void *pd = NULL;
+	struct hello h;
+
+	s->connecting--;
+	if (!status && s->conn_err)
+		status = s->conn_err;
+	if (!status && rr_ep_peer_private_data(ep, &pd) < (int)sizeof(h))
+		status = -EPROTO;
+	if (status) {
+		s->conn_err = status;
+		return;
+	}
+	memcpy(&h, pd, sizeof(h));
+	q->raddr = h.addr;
+	q->rkey = h.rkey;
+	q->up = true;
+}
+
+static void ep_down(rr_ep *ep, int status, void *data)
+{
+	struct bside *s = data;
+
+	(void)ep;
+	if (!s->done && !s->err)
+		s->err = status ? status : -ECONNRESET;
+}
+
+/* The MR must be in the PD of the device the route leads to, which the
+ * library knows once an endpoint's route is resolved; and each connection
+ * request carries the rkey. So a first endpoint goes as far as its QP,
+ * registers the buffer and is destroyed before it asks anything of the
+ * server. (The bridge keeps the device, and so the PD, while it lives.) */
+struct probe {
+	struct bside *s;
+	bool gone; /* destroyed in its on_qp_ready */
+};
+
+static void ep_probe_ready(rr_ep *ep, int status, void *data)
+{
+	struct probe *p = data;
+	struct bside *s = p->s;
+	int rc = status;
+
+	if (!rc)
+		rc = rr_ep_reg_mr(ep, s->buf, s->buf_len, IBV_ACCESS_REMOTE_WRITE, &s->mr);
+	s->conn_err = rc;
+	s->connecting--;
+	p->gone = true;
+	rr_ep_destroy(ep);
+}
+
+static void ep_probe_failed(rr_ep *ep, int status, void *data)
+{
+	struct probe *p = data;
+
+	(void)ep;
+	p->s->conn_err = status ? status : -EPROTO;
+	p->s->connecting--;
+}
+
+/* Run the bridge until every rr_connect() made is answered. */
+static int ep_settle(struct bside *s)
+{
+	while (s->connecting) {
+		int rc = rr_bridge_run_once(s->b, 100);
+
+		if (rc < 0 && rc != -EINTR)
+			return rc;
+	}
+	return 0;
+}
+
+static int ep_probe(struct bside *s)
+{
+	struct probe p = {.s = s};
+	struct rr_ep_opts o = {
+		.on_qp_ready = ep_probe_ready, .data = &p, .connect_timeout_ms = CM_TIMEOUT_MS};
+	rr_ep *ep;
+	int rc;
+
+	s->conn_err = 0;
+	rc = rr_connect(s->b, s->cfg.addr, s->cfg.port, &o, sizeof(o), ep_probe_failed, &ep);
+	if (rc)
+		return rc;
+	s->connecting = 1;
+	rc = ep_settle(s);
+	if (!p.gone)
+		rr_ep_destroy(ep); /* failed before its QP, or the loop did */
+	return rc ? rc : s->conn_err;
+}
+
+/* The next connection through an endpoint, its hello in the request. */
+static int ep_connect_one(struct bside *s)
+{
+	uint32_t k = s->nqp;
+	const struct bench_cfg *c = &s->cfg;
+	struct hello h;
+	struct rr_ep_opts o = {.max_send_wr = 2 * c->qd + 2 + c->signal_every,
+			       .max_recv_wr = 2 * c->qd + 2,
+			       .mode = strategy_mode(c),
+			       .spin_us = c->spin_us,
+			       .signal_every = c->signal_every,
+			       .connect_timeout_ms = CM_TIMEOUT_MS,
+			       .on_qp_ready = ep_ready,
+			       .on_disconnect = ep_down,
+			       .data = s,
+			       .private_data = &h,
+			       .private_data_len = sizeof(h),
+			       .flags = RR_EP_SHARED_CQ};
+	struct bqp *q = &s->qps[k];
+	int rc;
+
+	s->nqp = k + 1;
+	hello_fill(&h, s, k);
+	s->conn_err = 0;
+	rc = rr_connect(s->b, c->addr, c->port, &o, sizeof(o), ep_connected, &q->ep);
+	if (rc) {
+		q->ep = NULL;
+		s->nqp = k;
+		return rc;
+	}
+	s->connecting = 1;
+	rc = ep_settle(s);
+	if (!rc)
+		rc = s->conn_err;
+	if (rc) {
+		rr_ep_destroy(q->ep); /* its receives go unheard: not up */
+		q->ep = NULL;
+		s->nqp = k;
+	}
+	return rc;
+}
+
+/* The -ep strategies' side: a bridge, the buffer, then the connections. */
+static int ep_side_init(struct bside *s)
+{
+	struct rr_bridge_opts bo = {.on_app_cqe = filer_on_cqe,
+				    .data = s,
+				    .flags = s->cfg.ring_read ? RR_BRIDGE_RING_READ : 0};
+	uint32_t per = (2 * s->cfg.qd + 1) + (s->cfg.qd + 1);
+	int rc = ring_init(s);
+
+	if (!rc)
+		rc = rr_bridge_create(&s->b, &s->ring, &bo, sizeof(bo));
+	if (rc)
+		return rc;
+	s->slot_sz = s->cfg.msg_size < BENCH_MIN_SLOT ? BENCH_MIN_SLOT : s->cfg.msg_size;
+	s->nslots = s->cfg.conns;
+	s->buf_len = (size_t)s->nslots * per * s->slot_sz;
+	s->buf = aligned_alloc(4096, (s->buf_len + 4095) & ~(size_t)4095);
+	s->qps = calloc(s->nslots, sizeof(*s->qps));
+	if (!s->buf || !s->qps)
+		return -ENOMEM;
+	memset(s->buf, 0, s->buf_len);
+	for (uint32_t k = 0; k < s->nslots; k++) {
+		s->qps[k].recv = s->buf + (size_t)k * per * s->slot_sz;
+		s->qps[k].send = s->qps[k].recv + (size_t)(2 * s->cfg.qd + 1) * s->slot_sz;
+	}
+	return 0;
+}
+
 /* Failures a client meets when the server or the fabric is busy, not
  * when it refuses: the request timed out (UNREACHABLE), the server's
  * backlog was full or it was still starting (REJECTED), the answer came
@@ -554,21 +777,27 @@ static bool worth_retrying(int rc)
  * at once) costs retries, not the run. */
 int side_connect(struct bside *s, const struct bench_cfg *cfg, unsigned int retry_s)
 {
-	struct rdma_addrinfo *ai;
+	struct rdma_addrinfo *ai = NULL;
 	double until = now_us() + retry_s * 1e6;
 	unsigned int seed = (unsigned int)getpid() ^ (unsigned int)now_us();
 	int rc = side_init(s, cfg);
 
 	if (rc)
 		return rc;
-	rc = lookup(cfg->addr, cfg->port, 0, &ai);
+	if (strategy_ep(cfg->strat)) {
+		rc = ep_side_init(s);
+		if (!rc)
+			rc = ep_probe(s);
+	} else {
+		rc = lookup(cfg->addr, cfg->port, 0, &ai);
+	}
 	if (rc)
 		return rc;
 	while (!rc && s->nqp < cfg->conns) {
 		bool first = s->nqp == 0;
 
 		for (unsigned int tries = 0;; tries++) {
-			rc = connect_one(s, ai);
+			rc = ai ? connect_one(s, ai) : ep_connect_one(s);
 			if (!rc || rc == -ENOMEM)
 				break;
 			if (first && now_us() < until) {
@@ -583,7 +812,8 @@ int side_connect(struct bside *s, const struct bench_cfg *cfg, unsigned int retr
 			s->retries++;
 		}
 	}
-	rdma_freeaddrinfo(ai);
+	if (ai)
+		rdma_freeaddrinfo(ai);
 	return rc;
 }
 
@@ -595,6 +825,17 @@ uint8_t *side_recv_slot(struct bside *s, uint32_t conn, uint32_t idx)
 uint8_t *side_send_slot(struct bside *s, uint32_t conn, uint32_t idx)
 {
 	return s->qps[conn].send + (size_t)idx * s->slot_sz;
+}
+
+/* A raw post: one request, one ibv_post_send()/_recv(). */
+static int raw_posted(int rc)
+{
+	if (!rc) {
+		side_counts.posts++;
+		side_counts.chains++;
+		side_counts.wrs++;
+	}
+	return rc;
 }
 
 int side_post_recv(struct bside *s, uint32_t conn, uint32_t idx)
@@ -609,7 +850,11 @@ int side_post_recv(struct bside *s, uint32_t conn, uint32_t idx)
 
 	if (side_trace)
 		side_trace->recvs++;
-	return -ibv_post_recv(s->qps[conn].id->qp, &wr, &bad);
+	if (s->qps[conn].ep)
+		return rr_ep_post_recv(s->qps[conn].ep, side_recv_slot(s, conn, idx),
+				       (uint32_t)s->slot_sz, s->mr, ep_done,
+				       (void *)(uintptr_t)wr.wr_id);
+	return raw_posted(-ibv_post_recv(s->qps[conn].id->qp, &wr, &bad));
 }
 
 int side_post(struct bside *s, uint32_t conn, uint64_t wr_id, const uint8_t *buf, uint32_t len,
@@ -638,12 +883,27 @@ int side_post(struct bside *s, uint32_t conn, uint64_t wr_id, const uint8_t *buf
 	}
 	if (side_trace)
 		side_trace->sends++;
-	return -ibv_post_send(q->id->qp, &wr, &bad);
+	if (q->ep) {
+		/* Signalling is the endpoint's (signal_every, and the last
+		 * request of every chain). */
+		if (write_slot >= 0)
+			return rr_ep_post_write_imm(q->ep, buf, len, s->mr, wr.wr.rdma.remote_addr,
+						    q->rkey, (uint32_t)write_slot, ep_done,
+						    (void *)(uintptr_t)wr_id);
+		return rr_ep_post_send(q->ep, buf, len, s->mr, ep_done, (void *)(uintptr_t)wr_id);
+	}
+	return raw_posted(-ibv_post_send(q->id->qp, &wr, &bad));
 }
 
 void side_close(struct bside *s)
 {
 	for (uint32_t i = 0; i < s->nqp; i++) {
+		if (s->qps[i].ep) {
+			/* Its requests' cancellations are nobody's concern now. */
+			s->qps[i].up = false;
+			rr_ep_destroy(s->qps[i].ep);
+			s->qps[i].ep = NULL;
+		}
 		if (!s->qps[i].id)
 			continue;
 		rdma_disconnect(s->qps[i].id);
@@ -653,7 +913,8 @@ void side_close(struct bside *s)
 		ibv_dereg_mr(s->mr);
 	free(s->buf);
 	if (s->b) {
-		rr_cq_destroy(s->rcq);
+		if (s->rcq)
+			rr_cq_destroy(s->rcq);
 		rr_bridge_destroy(s->b);
 	} else if (s->cq) {
 		if (s->unacked)

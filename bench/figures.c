@@ -216,14 +216,45 @@ static void counters_close(struct side_counters *c, struct side_figures *f)
 	c->all = c->verbs = -1;
 }
 
+static void counts_begin(struct side_figures *f, const struct side_counts *c)
+{
+	f->wcs = (int64_t)c->wcs;
+	f->wakeups = (int64_t)c->wakeups;
+	f->posts = (int64_t)c->posts;
+	f->chains = (int64_t)c->chains;
+	f->wrs = (int64_t)c->wrs;
+}
+
+static void counts_end(struct side_figures *f, const struct side_counts *c)
+{
+	f->wcs = (int64_t)c->wcs - f->wcs;
+	f->wakeups = (int64_t)c->wakeups - f->wakeups;
+	f->posts = (int64_t)c->posts - f->posts;
+	f->chains = (int64_t)c->chains - f->chains;
+	f->wrs = (int64_t)c->wrs - f->wrs;
+}
+
+void side_counts_of(const rr_bridge *b, struct side_counts *c)
+{
+	struct rr_bridge_stats st;
+
+	memset(c, 0, sizeof(*c));
+	if (rr_bridge_get_stats(b, &st, sizeof(st)))
+		return;
+	c->wcs = st.wcs;
+	c->wakeups = st.cq_events;
+	c->posts = st.posts;
+	c->chains = st.chains;
+	c->wrs = st.wrs;
+}
+
 void side_begin(struct side_figures *f, struct side_counters *sc)
 {
 	counters_open(sc, 0);
 	usage_now(&f->cpu_s, &f->ctx_switches);
 	f->sys_cpu_s = system_cpu_now();
 	f->elapsed_s = now_us() / 1e6;
-	f->wcs = (int64_t)side_counts.wcs;
-	f->wakeups = (int64_t)side_counts.wakeups;
+	counts_begin(f, &side_counts);
 	counters_enable(sc, PERF_EVENT_IOC_ENABLE);
 }
 
@@ -239,28 +270,26 @@ void side_end(struct side_figures *f, struct side_counters *sc)
 	f->sys_cpu_s = sys < 0 || f->sys_cpu_s < 0 ? -1 : sys - f->sys_cpu_s;
 	f->ctx_switches = csw - f->ctx_switches;
 	f->elapsed_s = now_us() / 1e6 - f->elapsed_s;
-	f->wcs = (int64_t)side_counts.wcs - f->wcs;
-	f->wakeups = (int64_t)side_counts.wakeups - f->wakeups;
+	counts_end(f, &side_counts);
 	f->syscalls = f->verbs_syscalls = 0;
 	counters_close(sc, f);
 }
 
 void side_begin_threads(struct side_figures *f, struct side_counters *scs, const int *tids, int n,
-			uint64_t wcs, uint64_t wakeups)
+			const struct side_counts *c)
 {
 	for (int i = 0; i < n; i++)
 		counters_open(&scs[i], tids[i]);
 	usage_now(&f->cpu_s, &f->ctx_switches);
 	f->sys_cpu_s = system_cpu_now();
 	f->elapsed_s = now_us() / 1e6;
-	f->wcs = (int64_t)wcs;
-	f->wakeups = (int64_t)wakeups;
+	counts_begin(f, c);
 	for (int i = 0; i < n; i++)
 		counters_enable(&scs[i], PERF_EVENT_IOC_ENABLE);
 }
 
-void side_end_threads(struct side_figures *f, struct side_counters *scs, int n, uint64_t wcs,
-		      uint64_t wakeups)
+void side_end_threads(struct side_figures *f, struct side_counters *scs, int n,
+		      const struct side_counts *c)
 {
 	double cpu, sys;
 	int64_t csw;
@@ -273,8 +302,7 @@ void side_end_threads(struct side_figures *f, struct side_counters *scs, int n, 
 	f->sys_cpu_s = sys < 0 || f->sys_cpu_s < 0 ? -1 : sys - f->sys_cpu_s;
 	f->ctx_switches = csw - f->ctx_switches;
 	f->elapsed_s = now_us() / 1e6 - f->elapsed_s;
-	f->wcs = (int64_t)wcs - f->wcs;
-	f->wakeups = (int64_t)wakeups - f->wakeups;
+	counts_end(f, c);
 	f->syscalls = f->verbs_syscalls = n ? 0 : -1;
 	for (int i = 0; i < n; i++)
 		counters_close(&scs[i], f);

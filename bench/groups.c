@@ -1,13 +1,18 @@
 // SPDX-License-Identifier: MIT
 /*
- * The server side of a run with --threads N > 1 (uring and hybrid only):
- * ringrdma's poll groups. A listener on this process's main thread places
- * each connection on one of N groups, each an RR_BRIDGE_GROUP bridge on a
- * ring and thread of its own (the ring created on that thread, as a
- * SINGLE_ISSUER ring must be), where the endpoint's QP joins the group's
- * shared CQ. The echo is the single-threaded server's (server.c), written
- * with the library's endpoints: a SEND from a send slot, or a WRITE_IMM
- * back into the client's slot; on STOP, the figures (FIN).
+ * The server side of a run with --threads N > 1 (uring and hybrid, and
+ * their -ep forms): ringrdma's poll groups. A listener on this process's
+ * main thread places each connection on one of N groups, each an
+ * RR_BRIDGE_GROUP bridge on a ring and thread of its own (the ring created
+ * on that thread, as a SINGLE_ISSUER ring must be), where the endpoint's
+ * QP joins the group's shared CQ. The echo is the single-threaded server's
+ * (server.c), written with the library's endpoints: a SEND from a send
+ * slot, or a WRITE_IMM back into the client's slot; on STOP, the figures
+ * (FIN). Its posts are coalesced whatever the strategy's name.
+ *
+ * With one thread it is the server of the -ep strategies: no groups, the
+ * listener's own bridge serves every connection on this thread (g[0]),
+ * the endpoints on one shared CQ as the single-threaded server's QPs are.
  *
  * Figures: the process's CPU time and context switches (getrusage), the
  * syscalls of every thread (one counter per thread), the groups'
@@ -55,7 +60,7 @@ struct group {
 	int setup; /* under the lock: 0 not yet, 1 ready, <0 failed */
 	atomic_int go, stop;
 	atomic_uint conns;
-	atomic_ullong wcs, wakeups, ops;
+	atomic_ullong wcs, wakeups, ops, posts, chains, wrs;
 	uint64_t ops0;
 	double cpu0;
 	struct gconn **mine; /* its connections, destroyed on its thread */
@@ -66,6 +71,7 @@ struct gserver {
 	struct bench_cfg cfg;
 	struct group g[BENCH_MAX_THREADS];
 	unsigned int n;
+	bool self; /* no group threads: g[0] is the listener's bridge */
 	struct io_uring ring;
 	bool ring_ready;
 	rr_bridge *b;
@@ -110,19 +116,32 @@ static double thread_cpu_s(const struct group *g)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static void sums(uint64_t *wcs, uint64_t *wakeups)
+/* As each group's bridge counted them when its last pass ended: what
+ * its endpoints posted in a pass has gone to the provider by then. */
+static void sums(struct side_counts *c)
 {
-	*wcs = *wakeups = 0;
+	memset(c, 0, sizeof(*c));
 	for (unsigned int i = 0; i < SV->n; i++) {
-		*wcs += atomic_load_explicit(&SV->g[i].wcs, memory_order_relaxed);
-		*wakeups += atomic_load_explicit(&SV->g[i].wakeups, memory_order_relaxed);
+		const struct group *g = &SV->g[i];
+
+		c->wcs += atomic_load_explicit(&g->wcs, memory_order_relaxed);
+		c->wakeups += atomic_load_explicit(&g->wakeups, memory_order_relaxed);
+		c->posts += atomic_load_explicit(&g->posts, memory_order_relaxed);
+		c->chains += atomic_load_explicit(&g->chains, memory_order_relaxed);
+		c->wrs += atomic_load_explicit(&g->wrs, memory_order_relaxed);
 	}
+}
+
+/* Threads whose syscalls count: this one, and each group's own. */
+static int counted_threads(void)
+{
+	return SV->self ? 1 : (int)SV->n + 1;
 }
 
 static void measure_begin(void)
 {
 	int zero = 0;
-	uint64_t wcs, wk;
+	struct side_counts c;
 
 	if (!atomic_compare_exchange_strong(&SV->measuring, &zero, 3))
 		return;
@@ -130,22 +149,22 @@ static void measure_begin(void)
 		SV->g[i].cpu0 = thread_cpu_s(&SV->g[i]);
 		SV->g[i].ops0 = atomic_load(&SV->g[i].ops);
 	}
-	sums(&wcs, &wk);
-	side_begin_threads(&SV->f, SV->scs, SV->tids, (int)SV->n + 1, wcs, wk);
+	sums(&c);
+	side_begin_threads(&SV->f, SV->scs, SV->tids, counted_threads(), &c);
 	atomic_store(&SV->measuring, 1);
 }
 
 static void measure_end(void)
 {
 	int one = 1;
-	uint64_t wcs, wk;
+	struct side_counts c;
 
 	if (!atomic_compare_exchange_strong(&SV->measuring, &one, 2))
 		return;
-	sums(&wcs, &wk);
-	side_end_threads(&SV->f, SV->scs, (int)SV->n + 1, wcs, wk);
-	if (!group_out)
-		return;
+	sums(&c);
+	side_end_threads(&SV->f, SV->scs, counted_threads(), &c);
+	if (!group_out || SV->self)
+		return; /* one thread: the server's own figures say it all */
 	group_out->threads = SV->n;
 	for (unsigned int i = 0; i < SV->n; i++) {
 		struct group *g = &SV->g[i];
@@ -331,13 +350,17 @@ static int on_request(rr_listener *l, rr_ep *ep, const void *pdata, size_t len, 
 	return 0;
 }
 
+/* On the group's thread: its bridge's counters, for the others to read. */
 static void group_stats(struct group *g)
 {
-	struct rr_bridge_stats st;
+	struct side_counts c;
 
-	rr_bridge_get_stats(g->b, &st, sizeof(st));
-	atomic_store_explicit(&g->wcs, st.wcs, memory_order_relaxed);
-	atomic_store_explicit(&g->wakeups, st.cq_events, memory_order_relaxed);
+	side_counts_of(g->b, &c);
+	atomic_store_explicit(&g->wcs, c.wcs, memory_order_relaxed);
+	atomic_store_explicit(&g->wakeups, c.wakeups, memory_order_relaxed);
+	atomic_store_explicit(&g->posts, c.posts, memory_order_relaxed);
+	atomic_store_explicit(&g->chains, c.chains, memory_order_relaxed);
+	atomic_store_explicit(&g->wrs, c.wrs, memory_order_relaxed);
 }
 
 static unsigned int bridge_flags(void)
@@ -425,13 +448,12 @@ static int setup(const struct bench_cfg *known, const char *addr, int port_fd)
 	 * (qd 1, --signal-every 16) a group holds up to 682 connections. */
 	struct rr_ep_opts eo = {.max_send_wr = 2 * c->qd + 2 + c->signal_every,
 				.max_recv_wr = 2 * c->qd + 2,
-				.mode = c->strat == S_URING ? RR_WAIT_EVENT
-					: c->spin_fixed	    ? RR_WAIT_HYBRID_FIXED
-							    : RR_WAIT_HYBRID,
+				.mode = strategy_mode(c),
 				.spin_us = c->spin_us,
 				.signal_every = c->signal_every,
 				.on_qp_ready = on_qp_ready,
-				.on_disconnect = on_down};
+				.on_disconnect = on_down,
+				.flags = RR_EP_SHARED_CQ};
 	struct rr_bridge_opts bo = {.flags = bridge_flags()};
 	uint16_t port;
 	int rc;
@@ -441,8 +463,20 @@ static int setup(const struct bench_cfg *known, const char *addr, int port_fd)
 		return rc;
 	SV->ring_ready = true;
 	rc = rr_bridge_create(&SV->b, &SV->ring, &bo, sizeof(bo));
+	if (!rc && SV->self) {
+		/* The listener's bridge is the one group, on this thread. */
+		SV->g[0].b = SV->b;
+		SV->g[0].thread = pthread_self();
+		SV->g[0].tid = SV->tids[0];
+		SV->g[0].mine = calloc(c->conns, sizeof(*SV->g[0].mine));
+		cur_group = &SV->g[0];
+		if (!SV->g[0].mine)
+			rc = -ENOMEM;
+	}
 	if (!rc)
-		rc = rr_listen(SV->b, addr, 0, &eo, sizeof(eo), no_accept, SV, &SV->l);
+		rc = SV->self ? rr_listen(SV->b, addr, 0, &eo, sizeof(eo), on_accept, &SV->g[0],
+					  &SV->l)
+			      : rr_listen(SV->b, addr, 0, &eo, sizeof(eo), no_accept, SV, &SV->l);
 	if (rc)
 		return rc;
 	rr_listener_set_on_request(SV->l, on_request);
@@ -461,7 +495,7 @@ static int setup(const struct bench_cfg *known, const char *addr, int port_fd)
 	}
 	/* One MR in the process's PD serves every group's endpoints. */
 	rc = rr_listener_reg_mr(SV->l, SV->buf, SV->buf_len, IBV_ACCESS_REMOTE_WRITE, &SV->mr);
-	if (!rc)
+	if (!rc && !SV->self)
 		rc = start_groups();
 	port = rc ? 0 : rr_listener_port(SV->l);
 	if (port_fd >= 0 && write(port_fd, &port, sizeof(port)) != sizeof(port) && !rc)
@@ -474,6 +508,12 @@ static void teardown(void)
 	/* The listener goes before its groups. */
 	if (SV->l)
 		rr_listener_destroy(SV->l);
+	if (SV->self && SV->g[0].mine) {
+		for (uint32_t i = 0; i < SV->g[0].nmine; i++)
+			rr_ep_destroy(SV->g[0].mine[i]->ep);
+		free(SV->g[0].mine);
+		SV->g[0].mine = NULL;
+	}
 	for (unsigned int i = 0; i < SV->n; i++) {
 		struct group *g = &SV->g[i];
 
@@ -500,12 +540,13 @@ int group_server_run(const struct bench_cfg *known, const char *addr, int port_f
 	bool running = false;
 	int rc;
 
-	if (known->threads > BENCH_MAX_THREADS ||
-	    (known->strat != S_URING && known->strat != S_HYBRID))
+	if (known->threads > BENCH_MAX_THREADS || !strategy_bridge(known->strat) ||
+	    (known->threads <= 1 && !strategy_ep(known->strat)))
 		return -EINVAL;
 	SV = &sv;
 	sv.cfg = *known;
-	sv.n = known->threads;
+	sv.self = known->threads <= 1;
+	sv.n = sv.self ? 1 : known->threads;
 	sv.warm = known->wl == W_IDLE ? -1 : (known->iters / 10 < 10 ? 10 : known->iters / 10);
 	sv.tids[0] = (int)syscall(SYS_gettid);
 	for (unsigned int i = 0; i <= BENCH_MAX_THREADS; i++)
@@ -518,8 +559,10 @@ int group_server_run(const struct bench_cfg *known, const char *addr, int port_f
 	if (!rc && known->timeout_s)
 		alarm(known->timeout_s + known->idle_ms / 1000);
 	while (!rc && !atomic_load(&sv.done) && !atomic_load(&sv.err)) {
-		rc = rr_bridge_run_once(sv.b, 50);
+		rc = rr_bridge_run_once(sv.b, sv.self ? -1 : 50);
 		rc = rc == -EINTR || rc > 0 ? 0 : rc;
+		if (sv.self)
+			group_stats(&sv.g[0]);
 		if (!running && atomic_load(&sv.accepted) == known->conns) {
 			running = true;
 			side_phase(PH_RUN);
@@ -527,10 +570,10 @@ int group_server_run(const struct bench_cfg *known, const char *addr, int port_f
 				measure_begin();
 		}
 		if (side_trace) {
-			uint64_t wcs, wk;
+			struct side_counts c;
 
-			sums(&wcs, &wk);
-			side_trace->wcs = wcs;
+			sums(&c);
+			side_trace->wcs = c.wcs;
 		}
 	}
 	if (!rc)

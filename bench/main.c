@@ -24,6 +24,7 @@
 struct opts {
 	enum strategy strats[S_COUNT];
 	int nstrat;
+	bool all_strats; /* none named: the -ep ones where they say something */
 	enum workload wls[W_COUNT];
 	int nwl;
 	enum op ops[OP_COUNT];
@@ -49,8 +50,10 @@ static void usage(FILE *out)
 {
 	fprintf(out,
 		"usage: ringrdma-bench [OPTIONS]\n"
-		"  --strategies LIST  busy,thread,epoll,uring,hybrid,hybrid-plain (default:\n"
-		"                     all)\n"
+		"  --strategies LIST  busy,thread,epoll,uring,hybrid,hybrid-plain,uring-ep,\n"
+		"                     hybrid-ep (default: all; the -ep ones, uring and\n"
+		"                     hybrid posting through the library's endpoints, on\n"
+		"                     pingpong, rate and conns only; local runs only)\n"
 		"  --workloads LIST   pingpong,rate,mixed,idle,conns (default: all)\n"
 		"  --ops LIST         send,write_imm: pingpong runs each, the others the\n"
 		"                     first (default: send,write_imm)\n"
@@ -60,7 +63,8 @@ static void usage(FILE *out)
 		"                     1,16,64,256)\n"
 		"  --threads LIST     server threads: N > 1 places the connections on N\n"
 		"                     poll groups, each a bridge on its own ring and\n"
-		"                     thread; uring and hybrid only, local runs only\n"
+		"                     thread; uring and hybrid (and -ep) only, local\n"
+		"                     runs only\n"
 		"                     (default 1: one thread, no groups)\n"
 		"  --client-threads N conns: the client's connections split over N threads,\n"
 		"                     each with its own CQ (and ring and bridge) (default 1)\n"
@@ -335,7 +339,12 @@ static int plan(const struct opts *o, struct bench_cfg *runs, int max)
 			for (int c = 0; c < ncon; c++)
 				for (int t = 0; t < o->nthreads; t++)
 					for (int s = 0; s < o->nstrat && n < max; s++) {
-						struct bench_cfg *r = &runs[n++];
+						struct bench_cfg *r;
+
+						if (o->all_strats && strategy_ep(o->strats[s]) &&
+						    (wl == W_MIXED || wl == W_IDLE))
+							continue; /* waits as uring, hybrid do */
+						r = &runs[n++];
 
 						memset(r, 0, sizeof(*r));
 						r->strat = o->strats[s];
@@ -363,9 +372,11 @@ static void defaults(struct opts *o)
 {
 	static const uint32_t conns[] = {1, 16, 64, 256}, qconns[] = {1, 16, 256};
 
-	if (!o->nstrat)
+	if (!o->nstrat) {
+		o->all_strats = true;
 		for (int i = 0; i < S_COUNT; i++)
 			o->strats[o->nstrat++] = (enum strategy)i;
+	}
 	if (!o->nwl)
 		for (int i = 0; i < W_COUNT; i++)
 			o->wls[o->nwl++] = (enum workload)i;
@@ -397,11 +408,12 @@ static int check_threads(const struct opts *o, bool remote)
 	if (most == 1)
 		return 0;
 	for (int i = 0; i < o->nstrat; i++)
-		if (o->strats[i] != S_URING && o->strats[i] != S_HYBRID) {
+		if (!strategy_bridge(o->strats[i])) {
 			fprintf(stderr,
 				"ringrdma-bench: --threads %u: poll groups are ringrdma bridges, "
-				"so only the uring and hybrid strategies run on them; give "
-				"--strategies uring,hybrid (run %s with one thread)\n",
+				"so only the uring and hybrid strategies (and their -ep forms) run "
+				"on them; give --strategies uring,hybrid (run %s with one "
+				"thread)\n",
 				most, strategy_name(o->strats[i]));
 			return -1;
 		}
@@ -410,6 +422,30 @@ static int check_threads(const struct opts *o, bool remote)
 				"child: not with --server or --client\n");
 		return -1;
 	}
+	return 0;
+}
+
+/* The -ep strategies' server is this process's child: it sets up its
+ * endpoints before the first request, from the run it knows. Named with
+ * --client, refused; in the default list, left out. */
+static int check_ep(struct opts *o, bool remote)
+{
+	int k = 0;
+
+	for (int i = 0; i < o->nstrat; i++) {
+		if (!strategy_ep(o->strats[i]) || !remote) {
+			o->strats[k++] = o->strats[i];
+			continue;
+		}
+		if (!o->all_strats) {
+			fprintf(stderr,
+				"ringrdma-bench: %s: its server is set up from the run it "
+				"knows, so it runs locally only: not with --client\n",
+				strategy_name(o->strats[i]));
+			return -1;
+		}
+	}
+	o->nstrat = k;
 	return 0;
 }
 
@@ -599,7 +635,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	defaults(&o);
-	if (check_threads(&o, o.client)) {
+	if (check_threads(&o, o.client) || check_ep(&o, o.client)) {
 		usage(stderr);
 		return 2;
 	}

@@ -32,11 +32,11 @@ void report_table(FILE *out, const struct result *r, int n)
 		if (x->cfg.wl != last) {
 			fprintf(out,
 				"\n%-12s %-9s %-9s %6s %4s %5s %3s %9s %9s %9s %9s %9s %9s %9s "
-				"%8s %7s %7s %7s %s\n",
+				"%8s %7s %7s %7s %7s %8s %8s %s\n",
 				"strategy", "workload", "op", "size", "qd", "conns", "thr",
 				"p50 us", "p99 us", "p99.9 us", "max us", "ops/s", "cpu us/op",
-				"sys us/op", "sysc/op", "kx/op", "csw/op", "wc/wake",
-				extra_name(x));
+				"sys us/op", "sysc/op", "kx/op", "csw/op", "wc/wake", "post/op",
+				"chain/op", "wr/chain", extra_name(x));
 			last = x->cfg.wl;
 		}
 		fprintf(out, "%-12s %-9s %-9s %6u %4u %5u %3u ", x->name, workload_name(x->cfg.wl),
@@ -47,8 +47,8 @@ void report_table(FILE *out, const struct result *r, int n)
 		else
 			fprintf(out, "%9s %9s %9s %9s ", "-", "-", "-", "-");
 		if (x->reference) {
-			fprintf(out, "%9s %9s %9s %8s %7s %7s %7s ", "-", "-", "-", "-", "-", "-",
-				"-");
+			fprintf(out, "%9s %9s %9s %8s %7s %7s %7s %7s %8s %8s ", "-", "-", "-", "-",
+				"-", "-", "-", "-", "-", "-");
 			if (x->cfg.wl == W_MIXED)
 				fprintf(out, "%.1f (pread alone, no RDMA)\n", x->file_mb_per_s);
 			else
@@ -56,8 +56,8 @@ void report_table(FILE *out, const struct result *r, int n)
 			continue;
 		}
 		if (x->cfg.wl == W_IDLE)
-			fprintf(out, "%9s %9s %9s %8s %7s %7s %7s %.2f\n", "-", "-", "-", "-", "-",
-				"-", "-", x->cpu_pct_per_side);
+			fprintf(out, "%9s %9s %9s %8s %7s %7s %7s %7s %8s %8s %.2f\n", "-", "-",
+				"-", "-", "-", "-", "-", "-", "-", "-", x->cpu_pct_per_side);
 		else {
 			fprintf(out, "%9.0f %9.1f ", x->ops_per_s, x->cpu_us_per_op);
 			if (x->sys_cpu_us_per_op >= 0)
@@ -77,6 +77,11 @@ void report_table(FILE *out, const struct result *r, int n)
 				fprintf(out, " %7.1f", x->wcs_per_wakeup);
 			else
 				fprintf(out, " %7s", "-");
+			fprintf(out, " %7.2f %8.2f", x->posts_per_op, x->chains_per_op);
+			if (x->wrs_per_chain > 0)
+				fprintf(out, " %8.2f", x->wrs_per_chain);
+			else
+				fprintf(out, " %8s", "-");
 			if (x->cfg.wl == W_MIXED)
 				fprintf(out, " %.1f", x->file_mb_per_s);
 			if (x->threads > 1 && x->ngroups) {
@@ -102,7 +107,8 @@ void report_table(FILE *out, const struct result *r, int n)
 /* Hybrid's window; "" for the other strategies and reference rows. */
 static const char *spin_name(const struct result *x)
 {
-	if (x->reference || (x->cfg.strat != S_HYBRID && x->cfg.strat != S_HYBRID_PLAIN))
+	if (x->reference || (x->cfg.strat != S_HYBRID && x->cfg.strat != S_HYBRID_PLAIN &&
+			     x->cfg.strat != S_HYBRID_EP))
 		return "";
 	return x->cfg.spin_fixed || x->cfg.strat == S_HYBRID_PLAIN ? "fixed" : "adaptive";
 }
@@ -111,7 +117,7 @@ static const char *spin_name(const struct result *x)
  * bridge waits (busy, thread, epoll, reference rows). */
 static const char *ring_read_json(const struct result *x)
 {
-	if (x->reference || (x->cfg.strat != S_URING && x->cfg.strat != S_HYBRID))
+	if (x->reference || !strategy_bridge(x->cfg.strat))
 		return "null";
 	return x->cfg.ring_read ? "true" : "false";
 }
@@ -256,6 +262,13 @@ int report_json(const char *path, const struct result *r, int n)
 		    ", ");
 		num(f, "ctx_switches_per_op", ops, x->ctx_per_op, ", ");
 		num(f, "wcs_per_wakeup", ops && x->wcs_per_wakeup > 0, x->wcs_per_wakeup, ", ");
+		num(f, "posts_per_op", ops, x->posts_per_op, ", ");
+		num(f, "chains_per_op", ops, x->chains_per_op, ", ");
+		num(f, "wrs_per_chain", ops && x->wrs_per_chain > 0, x->wrs_per_chain, ", ");
+		num(f, "client_wrs_per_chain", ops && x->cli_wrs_per_chain > 0,
+		    x->cli_wrs_per_chain, ", ");
+		num(f, "server_wrs_per_chain", ops && x->srv_wrs_per_chain > 0,
+		    x->srv_wrs_per_chain, ", ");
 		num(f, "cpu_pct_per_side", !x->reference, x->cpu_pct_per_side, ", ");
 		num(f, "file_mb_per_s", x->cfg.wl == W_MIXED, x->file_mb_per_s, "");
 		fprintf(f, "}%s\n", i + 1 < n ? "," : "");
@@ -285,7 +298,9 @@ int report_csv(const char *path, const struct result *r, int n)
 		   "p50_us,p99_us,p999_us,max_us,ops_per_s,cpu_us_per_op,client_cpu_us_per_op,"
 		   "server_cpu_us_per_op,sys_cpu_us_per_op,syscalls_per_op,verbs_syscalls_per_op,"
 		   "crossings_per_op,"
-		   "ctx_switches_per_op,wcs_per_wakeup,cpu_pct_per_side,file_mb_per_s\n");
+		   "ctx_switches_per_op,wcs_per_wakeup,cpu_pct_per_side,file_mb_per_s,"
+		   "posts_per_op,chains_per_op,wrs_per_chain,client_wrs_per_chain,"
+		   "server_wrs_per_chain\n");
 	for (int i = 0; i < n; i++) {
 		const struct result *x = &r[i];
 		bool ops = x->has_latency && !x->reference, idle = x->cfg.wl == W_IDLE;
@@ -319,7 +334,12 @@ int report_csv(const char *path, const struct result *r, int n)
 		cell(f, ops, x->ctx_per_op, ",");
 		cell(f, ops && x->wcs_per_wakeup > 0, x->wcs_per_wakeup, ",");
 		cell(f, !x->reference, x->cpu_pct_per_side, ",");
-		cell(f, x->cfg.wl == W_MIXED, x->file_mb_per_s, "\n");
+		cell(f, x->cfg.wl == W_MIXED, x->file_mb_per_s, ",");
+		cell(f, ops, x->posts_per_op, ",");
+		cell(f, ops, x->chains_per_op, ",");
+		cell(f, ops && x->wrs_per_chain > 0, x->wrs_per_chain, ",");
+		cell(f, ops && x->cli_wrs_per_chain > 0, x->cli_wrs_per_chain, ",");
+		cell(f, ops && x->srv_wrs_per_chain > 0, x->srv_wrs_per_chain, "\n");
 	}
 	return fclose(f) ? -errno : 0;
 }
@@ -480,7 +500,10 @@ void report_targets(FILE *out, const struct result *r, int n)
 			    *me = find(r, n, "epoll", W_MIXED), *mu = find(r, n, "uring", W_MIXED),
 			    *ih = find(r, n, "hybrid", W_IDLE), *iu = find(r, n, "uring", W_IDLE),
 			    *cb = find_c(r, n, "busy", W_CONNS, 256),
-			    *cu = find_c(r, n, "uring", W_CONNS, 256);
+			    *cu = find_c(r, n, "uring", W_CONNS, 256),
+			    *rue = find(r, n, "uring-ep", W_RATE),
+			    *rhe = find(r, n, "hybrid-ep", W_RATE),
+			    *cue = find_c(r, n, "uring-ep", W_CONNS, 256);
 
 	fprintf(out, "\nratios (pingpong p50 round trip, send, one connection):\n");
 	ratio(out, "uring / epoll", ur, ep, F_P50, "<= 1");
@@ -494,6 +517,13 @@ void report_targets(FILE *out, const struct result *r, int n)
 	ratio(out, "rate: hybrid / busy ops/s", rh, rb, F_OPS, ">= 1.2");
 	ratio(out, "rate: hybrid / hybrid-plain ops/s", rh, rhp, F_OPS, "what the bridge adds");
 	ratio(out, "conns 256: uring / busy ops/s", cu, cb, F_OPS, ">= 1");
+	ratio(out, "rate: uring-ep / busy ops/s", rue, rb, F_OPS, ">= 1");
+	ratio(out, "rate: hybrid-ep / busy ops/s", rhe, rb, F_OPS, ">= 1.2");
+	ratio(out, "rate: uring-ep / uring ops/s", rue, ru, F_OPS, "what chaining adds");
+	ratio(out, "conns 256: uring-ep / busy ops/s", cue, cb, F_OPS, ">= 1");
+	if (rue && rue->wrs_per_chain > 0)
+		fprintf(out, "  %-40s %6.2f    (> 1: posts chained)\n",
+			"rate: uring-ep WRs per chain", rue->wrs_per_chain);
 	if (rb && rb->syscalls_known) {
 		if (ru && ru->syscalls_known)
 			fprintf(out, "  %-40s %+6.2f    (<= 0)\n", "rate: uring - busy syscalls/op",
@@ -502,6 +532,14 @@ void report_targets(FILE *out, const struct result *r, int n)
 			fprintf(out, "  %-40s %+6.2f    (<= +0.1)\n",
 				"rate: hybrid - busy syscalls/op",
 				rh->syscalls_per_op - rb->syscalls_per_op);
+		if (rue && rue->syscalls_known)
+			fprintf(out, "  %-40s %+6.2f    (<= 0)\n",
+				"rate: uring-ep - busy syscalls/op",
+				rue->syscalls_per_op - rb->syscalls_per_op);
+		if (rhe && rhe->syscalls_known)
+			fprintf(out, "  %-40s %+6.2f    (<= +0.1)\n",
+				"rate: hybrid-ep - busy syscalls/op",
+				rhe->syscalls_per_op - rb->syscalls_per_op);
 		if (ru && ru->crossings_per_op >= 0 && rb->crossings_per_op >= 0)
 			fprintf(out, "  %-40s %+6.2f    (on a NIC with doorbells)\n",
 				"rate: uring - busy crossings/op",

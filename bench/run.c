@@ -102,6 +102,12 @@ static double quantile(const double *v, long n, double q)
 	return v[i >= n ? n - 1 : i];
 }
 
+/* Work requests per ibv_post_send()/_recv() call; 0: none made. */
+static double per_chain(int64_t wrs, int64_t chains)
+{
+	return chains > 0 ? (double)wrs / (double)chains : 0;
+}
+
 static void reduce(const struct bench_cfg *cfg, struct client_out *co, bool remote,
 		   struct result *r)
 {
@@ -156,6 +162,11 @@ static void reduce(const struct bench_cfg *cfg, struct client_out *co, bool remo
 	if (co->cli.wakeups + co->srv.wakeups > 0)
 		r->wcs_per_wakeup = (double)(co->cli.wcs + co->srv.wcs) /
 				    (double)(co->cli.wakeups + co->srv.wakeups);
+	r->posts_per_op = (double)(co->cli.posts + co->srv.posts) / per;
+	r->chains_per_op = (double)(co->cli.chains + co->srv.chains) / per;
+	r->wrs_per_chain = per_chain(co->cli.wrs + co->srv.wrs, co->cli.chains + co->srv.chains);
+	r->cli_wrs_per_chain = per_chain(co->cli.wrs, co->cli.chains);
+	r->srv_wrs_per_chain = per_chain(co->srv.wrs, co->srv.chains);
 	r->cli_cpu_us_per_op = ops > 0 ? co->cli.cpu_s * 1e6 / per : 0;
 	r->srv_cpu_us_per_op = ops > 0 ? co->srv.cpu_s * 1e6 / per : 0;
 	r->threads = cfg->threads > 1 ? cfg->threads : 1;
@@ -205,6 +216,11 @@ void reduce_repeats(const struct result *runs, int n, struct result *out)
 		offsetof(struct result, cpu_pct_per_side),
 		offsetof(struct result, file_mb_per_s),
 		offsetof(struct result, wcs_per_wakeup),
+		offsetof(struct result, posts_per_op),
+		offsetof(struct result, chains_per_op),
+		offsetof(struct result, wrs_per_chain),
+		offsetof(struct result, cli_wrs_per_chain),
+		offsetof(struct result, srv_wrs_per_chain),
 		offsetof(struct result, cli_cpu_us_per_op),
 		offsetof(struct result, srv_cpu_us_per_op),
 	};

@@ -125,7 +125,8 @@ int server_run_one(struct bside *s, const char *addr, uint16_t port, int port_fd
 	uint16_t bound = 0;
 	int rc;
 
-	if (known && known->threads > 1) {
+	/* Groups, and the -ep strategies' endpoints, are groups.c's. */
+	if (known && (known->threads > 1 || strategy_ep(known->strat))) {
 		memset(s, 0, sizeof(*s)); /* side_close() has nothing to do */
 		s->epfd = -1;
 		rc = group_server_run(known, addr, port_fd);

@@ -12,6 +12,8 @@
  *   hybrid-plain  spin --spin-us on the CQ, then arm and block in
  *                 ibv_get_cq_event(): hybrid without the bridge, so hybrid's
  *                 figures say what the bridge adds
+ *   uring-ep      uring, every post through the library's endpoints: what a
+ *   hybrid-ep     pass posts on a queue goes out as one chain
  * In the mixed workload every strategy reads one file chunk after each pass
  * that handled completions, inline (filer.c): pread() for those without a
  * ring, an io_uring read submitted by the bridge's next io_uring_enter.
@@ -25,8 +27,8 @@
 #define ACK_BATCH  32
 #define POLL_BATCH 16
 
-static const char *const snames[S_COUNT] = {"busy",  "thread", "epoll",
-					    "uring", "hybrid", "hybrid-plain"};
+static const char *const snames[S_COUNT] = {"busy",   "thread",	      "epoll",	  "uring",
+					    "hybrid", "hybrid-plain", "uring-ep", "hybrid-ep"};
 static const char *const wnames[W_COUNT] = {"pingpong", "rate", "mixed", "idle", "conns"};
 static const char *const onames[OP_COUNT] = {"send", "write_imm"};
 
@@ -199,9 +201,31 @@ static int step_hybrid_plain(struct bside *s)
 	return n;
 }
 
+/* What the bridge counted since the last look: its CQ events are the
+ * wake-ups; with endpoints, the completions and posts are its too. */
+static void bridge_counts(struct bside *s)
+{
+	struct side_counts now;
+
+	side_counts_of(s->b, &now);
+	side_counts.wakeups += now.wakeups - s->seen.wakeups;
+	if (strategy_ep(s->cfg.strat)) {
+		side_counts.wcs += now.wcs - s->seen.wcs;
+		side_counts.posts += now.posts - s->seen.posts;
+		side_counts.chains += now.chains - s->seen.chains;
+		side_counts.wrs += now.wrs - s->seen.wrs;
+	}
+	s->seen = now;
+}
+
+void side_sync_counts(struct bside *s)
+{
+	if (s->b)
+		bridge_counts(s);
+}
+
 static int step_bridge(struct bside *s)
 {
-	struct rr_bridge_stats st;
 	uint64_t wcs = side_counts.wcs;
 	int rc;
 
@@ -211,9 +235,7 @@ static int step_bridge(struct bside *s)
 			return rc;
 	}
 	rc = rr_bridge_run_once(s->b, -1);
-	rr_bridge_get_stats(s->b, &st, sizeof(st));
-	side_counts.wakeups += st.cq_events - s->cq_events_seen;
-	s->cq_events_seen = st.cq_events;
+	bridge_counts(s);
 	if (s->filer && side_counts.wcs != wcs)
 		s->filer->want = true; /* read on the next pass's enter */
 	return rc == -EINTR ? 0 : rc;

@@ -10,6 +10,10 @@
 # client's CPU per thread, each round's figures behind the medians; syscall
 # columns from the counting pass (verbs' posts and arms plus the crossings
 # that remain add up).
+# Posting: every raw row makes one ibv_post_send()/_recv() call per work
+# request; the -ep rows post through the library's endpoints, and at rate
+# qd 64 both sides chain what a pass posts (more than one work request per
+# call): a structural fact, not a timing.
 # Never asserts on speed.
 bench=${1:?usage: bench_json.sh PATH/TO/ringrdma-bench}
 . "$(dirname "${BASH_SOURCE[0]}")/../support/require.sh"
@@ -23,8 +27,11 @@ iters=120
 rc=$?
 "$bench" --addr "$addr" --iters $iters --strategies hybrid --workloads pingpong --ops send \
 	--spin-fixed --ring-read --json "$out/f.json" --timeout 120 >>"$out/table" 2>&1 || rc=$?
-"$bench" --addr "$addr" --iters $iters --strategies uring,hybrid --workloads conns --conns 5 \
-	--threads 1,2 --json "$out/g.json" --csv "$out/g.csv" --timeout 120 >>"$out/table" 2>&1 || rc=$?
+"$bench" --addr "$addr" --iters $iters --strategies uring,hybrid,uring-ep --workloads conns \
+	--conns 5 --threads 1,2 --json "$out/g.json" --csv "$out/g.csv" --timeout 120 \
+	>>"$out/table" 2>&1 || rc=$?
+"$bench" --addr "$addr" --iters 2000 --strategies busy,uring,uring-ep,hybrid-ep --workloads rate \
+	--qd 64 --no-count --json "$out/r.json" --timeout 120 >>"$out/table" 2>&1 || rc=$?
 "$bench" --addr "$addr" --iters $iters --strategies busy,uring --workloads conns --conns 4 \
 	--client-threads 2 --repeat 2 --json "$out/c.json" --timeout 120 >>"$out/table" 2>&1 || rc=$?
 "$bench" --addr "$addr" --strategies busy,uring --threads 2 --workloads conns >"$out/refused" 2>&1
@@ -36,7 +43,7 @@ refused_rc=$?
 	--timeout 3 >"$out/stuck" 2>&1
 stuck_rc=$?
 python3 - "$out/b.json" "$rc" "$out/table" "$out/b.csv" "$iters" "$out/f.json" "$out/stuck" "$stuck_rc" \
-	"$out/g.json" "$out/g.csv" "$out/refused" "$refused_rc" "$out/c.json" <<'PY'
+	"$out/g.json" "$out/g.csv" "$out/refused" "$refused_rc" "$out/c.json" "$out/r.json" <<'PY'
 import csv, json, sys
 path, rc, table, csvpath, iters = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
 checks = []
@@ -51,12 +58,16 @@ try:
 except Exception as e:
     recs = []
     check(False, f"JSON parses ({e})")
-strats = ["busy", "thread", "epoll", "uring", "hybrid", "hybrid-plain"]
+strats = ["busy", "thread", "epoll", "uring", "hybrid", "hybrid-plain", "uring-ep", "hybrid-ep"]
+ep = ("uring-ep", "hybrid-ep")
+bridged = ("uring", "hybrid") + ep
 # (workload, op, qd, conns) in the order the bench runs them
 runs = [("pingpong", "send", 1, 1), ("pingpong", "write_imm", 1, 1), ("rate", "send", 16, 1),
         ("mixed", "send", 1, 1), ("idle", "send", 1, 1), ("conns", "send", 1, 1),
         ("conns", "send", 1, 3)]
-want = [(s, w, o, q, c) for (w, o, q, c) in runs for s in strats] + \
+# By default the -ep strategies leave out mixed and idle.
+want = [(s, w, o, q, c) for (w, o, q, c) in runs for s in strats
+        if s not in ep or w not in ("mixed", "idle")] + \
        [("file-only", "mixed", "send", 1, 1),
         ("perftest", "pingpong", "send", 1, 1), ("perftest-e", "pingpong", "send", 1, 1)]
 got = [(r.get("strategy"), r.get("workload"), r.get("op"), r.get("qd"), r.get("conns")) for r in recs]
@@ -67,7 +78,9 @@ fields = ["strategy", "workload", "op", "msg_size", "qd", "conns", "iters", "idl
           "p50_us", "p99_us", "p999_us", "max_us", "ops_per_s", "cpu_us_per_op",
           "client_cpu_us_per_op", "server_cpu_us_per_op", "sys_cpu_us_per_op", "syscalls_per_op",
           "verbs_syscalls_per_op", "crossings_per_op",
-          "ctx_switches_per_op", "wcs_per_wakeup", "cpu_pct_per_side", "file_mb_per_s"]
+          "ctx_switches_per_op", "wcs_per_wakeup", "cpu_pct_per_side", "file_mb_per_s",
+          "posts_per_op", "chains_per_op", "wrs_per_chain", "client_wrs_per_chain",
+          "server_wrs_per_chain"]
 for r in recs:
     name = f"{r.get('strategy')} {r.get('workload')} {r.get('op')} conns={r.get('conns')}"
     check(all(f in r for f in fields), f"{name}: all fields present")
@@ -75,10 +88,10 @@ for r in recs:
     check(r.get("threads") == 1, f"{name}: one server thread unless asked")
     if not r.get("reference"):
         check(r.get("group_conns") == [r.get("conns")], f"{name}: its one thread served every connection")
-    spin = {"hybrid": "adaptive", "hybrid-plain": "fixed"}.get(r.get("strategy"))
+    spin = {"hybrid": "adaptive", "hybrid-ep": "adaptive", "hybrid-plain": "fixed"}.get(r.get("strategy"))
     check(r.get("spin") == (None if r.get("reference") else spin),
           f"{name}: spin is hybrid's adaptive window, hybrid-plain's fixed one, null elsewhere")
-    check(r.get("ring_read") == (False if r.get("strategy") in ("uring", "hybrid") and not r.get("reference") else None),
+    check(r.get("ring_read") == (False if r.get("strategy") in bridged and not r.get("reference") else None),
           f"{name}: ring_read false where a bridge waits, null elsewhere")
     if r.get("strategy") == "file-only":
         check(r.get("reference") is True and (r.get("file_mb_per_s") or 0) > 0
@@ -101,7 +114,7 @@ for r in recs:
     wpw = r.get("wcs_per_wakeup")
     if r.get("strategy") == "busy":
         check(wpw is None, f"{name}: busy polling never wakes (wcs_per_wakeup null)")
-    elif r.get("strategy") in ("thread", "epoll", "uring"):
+    elif r.get("strategy") in ("thread", "epoll", "uring", "uring-ep"):
         check(isinstance(wpw, (int, float)) and wpw > 0, f"{name}: completions per wake-up counted")
     check(all(r.get(k) is None for k in ("syscalls_per_op", "verbs_syscalls_per_op", "crossings_per_op")),
           f"{name}: --no-count: no syscall figures")
@@ -111,6 +124,11 @@ for r in recs:
           and r.get("client_threads") == 1, f"{name}: one round, one client thread unless asked")
     if r.get("workload") == "mixed":
         check((r.get("file_mb_per_s") or 0) > 0, f"{name}: file bytes read while measuring")
+    # Each message: a send and a receive posted on each side.
+    check(3 <= (r.get("posts_per_op") or 0) <= 5, f"{name}: posts_per_op {r.get('posts_per_op')} about 4")
+    if r.get("strategy") not in ep:
+        check(r.get("wrs_per_chain") == 1 and r.get("chains_per_op") == r.get("posts_per_op"),
+              f"{name}: raw posts, one work request per call")
 try:
     rows = list(csv.DictReader(open(csvpath)))
 except Exception as e:
@@ -138,8 +156,8 @@ except Exception as e:
     grecs = []
     check(False, f"--threads JSON parses ({e})")
 check([(r.get("strategy"), r.get("threads")) for r in grecs]
-      == [("uring", 1), ("hybrid", 1), ("uring", 2), ("hybrid", 2)],
-      f"--threads 1,2: one record per strategy and thread count ({len(grecs)} of 4)")
+      == [("uring", 1), ("hybrid", 1), ("uring-ep", 1), ("uring", 2), ("hybrid", 2), ("uring-ep", 2)],
+      f"--threads 1,2: one record per strategy and thread count ({len(grecs)} of 6)")
 for r in grecs:
     name = f"{r.get('strategy')} conns={r.get('conns')} threads={r.get('threads')}"
     gc, cpu = r.get("group_conns"), r.get("group_cpu_us_per_op")
@@ -164,7 +182,7 @@ except Exception as e:
     grows = []
 check([(x.get("threads"), x.get("group_conns")) for x in grows]
       == [(str(r.get("threads")), ";".join(str(v) for v in r.get("group_conns") or []))
-          for r in grecs] and len(grows) == 4,
+          for r in grecs] and len(grows) == 6,
       "--threads CSV: threads and group_conns (joined by ';') as in the JSON")
 refused = open(sys.argv[11]).read()
 check(int(sys.argv[12]) == 2 and "only the uring and hybrid" in refused,
@@ -193,6 +211,24 @@ for r in crecs:
     check(sc is None or (vs is not None and kx is not None and vs > 0 and kx >= 0
                          and abs(vs + kx - sc) < 0.01),
           f"{name}: verbs syscalls {vs} and crossings {kx} add up to syscalls {sc}")
+# rate qd 64: the raw rows post each request alone, the -ep rows chain
+# on both sides.
+try:
+    rrecs = json.load(open(sys.argv[14]))
+except Exception as e:
+    rrecs = []
+    check(False, f"rate qd 64 JSON parses ({e})")
+check([r.get("strategy") for r in rrecs] == ["busy", "uring", "uring-ep", "hybrid-ep"],
+      f"rate qd 64: one record per strategy ({len(rrecs)} of 4)")
+for r in rrecs:
+    name = f"{r.get('strategy')} rate qd 64"
+    wpc = [r.get(k) for k in ("wrs_per_chain", "client_wrs_per_chain", "server_wrs_per_chain")]
+    if r.get("strategy") in ep:
+        check(all(isinstance(v, (int, float)) and v > 1 for v in wpc)
+              and r.get("chains_per_op", 9) < r.get("posts_per_op", 0),
+              f"{name}: both sides chain their posts (WRs per chain, both/client/server: {wpc})")
+    else:
+        check(wpc == [1, 1, 1], f"{name}: one WR per post call on both sides ({wpc})")
 print(f"1..{len(checks)}")
 for i, (ok, what) in enumerate(checks, 1):
     print(f"{'ok' if ok else 'not ok'} {i} - {what}")

@@ -24,12 +24,14 @@ print(json.dumps([
     rec("busy", "conns", conns=256, ops_per_s=100.0),
     rec("uring", "conns", conns=256, ops_per_s=5.0, client_threads=2),
     rec("uring", "conns", conns=256, ops_per_s=120.0, client_threads=1),
+    # the endpoints' rows: 1.5x busy, WRs per chain 20 + k
+    rec("uring-ep", "rate", ops_per_s=150.0, wrs_per_chain=20.0 + k),
 ]))
 PY
 done
 out=$("$TOOL" --from "$dir"/b1.json "$dir"/b2.json "$dir"/b3.json)
 echo "$out" | sed 's/^/# /'
-echo "1..6"
+echo "1..8"
 line() { echo "$out" | grep -F "$1" | tr -s ' '; }
 n=0
 check() { n=$((n + 1)); if echo "$2" | grep -qE -e "$3"; then echo "ok $n - $1"; else echo "not ok $n - $1: $2"; fi; }
@@ -38,4 +40,6 @@ check "rate uring / busy: median 1, range 0.9-2, met" "$(line 'rate ops/s: uring
 check "syscalls: uring - thread = -1" "$(line 'uring - thread')" '-1\.00 -1\.00 -1\.00 <= 0 yes'
 check "a target with no figures shows a dash" "$(line 'hybrid / busy')" 'busy - - -'
 check "conns: the client-threads row is not the target's" "$(line 'conns 256 ops/s: uring / busy')" '1\.20 1\.20 1\.20 >= 1 yes'
-check "figures: uring pingpong p50 median 200" "$(line 'pingpong p50 us: uring')" 'uring 200\.00 100\.00 300\.00'
+check "figures: uring pingpong p50 median 200" "$(line 'pingpong p50 us: uring ')" 'uring 200\.00 100\.00 300\.00'
+check "rate uring-ep / busy: 1.5, met" "$(line 'rate ops/s: uring-ep / busy')" '1\.50 1\.50 1\.50 >= 1 yes'
+check "figures: uring-ep WRs per chain median 22" "$(line 'WRs per chain: uring-ep')" 'uring-ep 22\.00 21\.00 23\.00'

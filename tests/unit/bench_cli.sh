@@ -1,0 +1,33 @@
+#!/bin/bash
+# ringrdma-bench's options, before anything touches RDMA: the -ep
+# strategies are known, run with server groups, and are refused with
+# --client (their server sets its endpoints up from the run it knows).
+# TAP output.
+bench=${1:?usage: bench_cli.sh PATH/TO/ringrdma-bench}
+n=0 failed=0
+check() { # DESCRIPTION WANT_STATUS WANT_TEXT ARGS...
+	local desc=$1 want=$2 text=$3 out rc
+	shift 3
+	out=$(env -u RR_TEST_ADDR "$bench" "$@" 2>&1)
+	rc=$?
+	n=$((n + 1))
+	if [ "$rc" = "$want" ] && grep -q -- "$text" <<<"$out"; then
+		echo "ok $n - $desc"
+	else
+		echo "not ok $n - $desc (status $rc, output: ${out//$'\n'/ | })"
+		failed=1
+	fi
+}
+echo "1..7"
+check "help names uring-ep" 0 "uring-ep" --help
+check "help names hybrid-ep" 0 "hybrid-ep" --help
+check "uring-ep with --client is refused" 2 "uring-ep: .* runs locally only" \
+	--strategies uring-ep --client 192.0.2.9
+check "hybrid-ep with --client is refused" 2 "hybrid-ep: .* runs locally only" \
+	--strategies busy,hybrid-ep --client 192.0.2.9
+check "the -ep strategies run on server groups" 2 "no address" \
+	--strategies uring-ep,hybrid-ep --threads 1,2
+check "--threads 2 with busy is still refused" 2 "only the uring and hybrid" \
+	--strategies busy,uring-ep --threads 2
+check "a misspelt strategy is refused" 2 "bad list item 'uring-epp'" --strategies uring-epp
+exit $failed
