@@ -48,7 +48,8 @@ command -v perf >/dev/null || PERF=0
 QPS=${MEASURE_QPS:-}
 BWN=${MEASURE_BW_N:-500}
 MTUS=(${MEASURE_MTU:-})
-IFS=';' read -r -a CPARGS <<<"${MEASURE_CP_ARGS:-}"
+# (a ';' more: read drops an empty last field, as in "--chunk 4M;")
+IFS=';' read -r -a CPARGS <<<"${MEASURE_CP_ARGS:+$MEASURE_CP_ARGS;}"
 # cp_args ROUND: the round's extra options from MEASURE_CP_ARGS.
 cp_args() {
 	[ ${#CPARGS[@]} = 0 ] && return
