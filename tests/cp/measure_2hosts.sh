@@ -25,6 +25,9 @@
 # MEASURE_CP_ARGS="ARGS;ARGS..." gives send and serve (set it on both VMs)
 # extra options, taking the list in turn per round, e.g. "; --chunk 4M
 # --window 16" alternates the defaults with 4 MiB chunks.
+# MEASURE_BW_DEPTH=D adds ib_write_bw -t D (D writes in flight, as cp's
+# window has; perftest's default is 128) to each round, and the copier's
+# ratio to it.
 # MEASURE_WARM=N (default 1): the first N rounds are printed but left out
 # of the medians: a boot's first copies ran up to a third slower than the
 # rest, whichever options they had (guest memory QEMU backs on first
@@ -52,6 +55,7 @@ PERF=${MEASURE_PERF:-0}
 WARM=${MEASURE_WARM:-1}
 command -v perf >/dev/null || PERF=0
 QPS=${MEASURE_QPS:-}
+DEPTH=${MEASURE_BW_DEPTH:-}
 BWN=${MEASURE_BW_N:-500}
 MTUS=(${MEASURE_MTU:-})
 # (a ';' more: read drops an empty last field, as in "--chunk 4M;")
@@ -154,6 +158,10 @@ if [ $peer = 1 ]; then
 				[ -z "$QPS" ] || ib_write_bw -d rxe0 -s 1048576 -n $((BWN / QPS)) -q "$QPS" \
 					-p $BWPORT >/dev/null 2>&1 && break
 			done
+			for _ in $(seq 20); do
+				[ -z "$DEPTH" ] || ib_write_bw -d rxe0 -s 1048576 -n "$BWN" -t "$DEPTH" \
+					-p $BWPORT >/dev/null 2>&1 && break
+			done
 			rm -f /tmp/m2/tcp.bin
 			b=$(cpu_snap)
 			"$TCP" recv "$A:7600" /tmp/m2/tcp.bin >"$D/r$r.tcp.out" 2>&1
@@ -197,6 +205,7 @@ wait_peer() {
 echo "measure_2hosts: $R rounds, $MIB MiB, to $P; this VM: $(nproc) vCPU; $(date -u +%FT%TZ)"
 sum_r1=""
 sum_r2=""
+sum_r3=""
 rounds=$R
 [ "$PERF" = 1 ] && rounds=$((R + 1))
 for r in $(seq "$rounds"); do
@@ -221,6 +230,16 @@ for r in $(seq "$rounds"); do
 				nap 0.3
 			done
 			echo "ib_write_bw 1 MiB -n $((BWN / QPS)) -q $QPS: ${bwq:-failed} MB/s"
+		fi
+		bwd=
+		if [ -n "$DEPTH" ]; then
+			for _ in $(seq 100); do
+				bwd=$(ib_write_bw -d rxe0 -s 1048576 -n "$BWN" -t "$DEPTH" -p $BWPORT "$P" 2>/dev/null |
+					awk '$1 == 1048576 {print $4}')
+				[ -n "$bwd" ] && break
+				nap 0.3
+			done
+			echo "ib_write_bw 1 MiB -n $BWN -t $DEPTH: ${bwd:-failed} MB/s"
 		fi
 		b=$(cpu_snap)
 		t0=$(ms)
@@ -286,7 +305,13 @@ for r in $(seq "$rounds"); do
 		echo "round $r${ca:+ [$ca]}: cp/TCP ${ratios% *}x, cp data phase/ib_write_bw ${ratios#* }x"
 		sum_r1="$sum_r1 ${ratios% *}"
 		sum_r2="$sum_r2 ${ratios#* }"
+		if [ -n "$bwd" ]; then
+			rd=$(awk -v d="$dmb" -v w="$bwd" 'BEGIN {printf "%.2f", d / w}')
+			echo "round $r: cp data phase/ib_write_bw -t $DEPTH ${rd}x"
+			sum_r3="$sum_r3 $rd"
+		fi
 	fi
 done
 med() { echo "$@" | tr ' ' '\n' | grep . | sort -n | awk '{v[NR] = $1} END {if (NR) print v[int((NR + 1) / 2)]}'; }
 echo "--- cp/TCP:$sum_r1 (median $(med $sum_r1)); cp data phase/ib_write_bw:$sum_r2 (median $(med $sum_r2))"
+[ -z "$sum_r3" ] || echo "--- cp data phase/ib_write_bw -t $DEPTH:$sum_r3 (median $(med $sum_r3))"
