@@ -4,20 +4,10 @@
 # --client (their server sets its endpoints up from the run it knows).
 # TAP output.
 bench=${1:?usage: bench_cli.sh PATH/TO/ringrdma-bench}
-n=0 failed=0
-check() { # DESCRIPTION WANT_STATUS WANT_TEXT ARGS...
-	local desc=$1 want=$2 text=$3 out rc
-	shift 3
-	out=$(env -u RR_TEST_ADDR "$bench" "$@" 2>&1)
-	rc=$?
-	n=$((n + 1))
-	if [ "$rc" = "$want" ] && grep -q -- "$text" <<<"$out"; then
-		echo "ok $n - $desc"
-	else
-		echo "not ok $n - $desc (status $rc, output: ${out//$'\n'/ | })"
-		failed=1
-	fi
-}
+# shellcheck disable=SC2034 # cli_check.sh runs it
+CLI=(env -u RR_TEST_ADDR "$bench")
+# shellcheck source=tests/unit/cli_check.sh
+. "$(dirname "$0")/cli_check.sh"
 echo "1..7"
 check "help names uring-ep" 0 "uring-ep" --help
 check "help names hybrid-ep" 0 "hybrid-ep" --help

@@ -2,20 +2,10 @@
 # tools/rdma-lab refuses bad invocations with a clear message and status 125
 # before it boots anything. TAP output.
 lab=${1:?usage: lab_cli.sh PATH/TO/rdma-lab}
-n=0 failed=0
-check() { # DESCRIPTION WANT_STATUS WANT_TEXT ARGS...
-	local desc=$1 want=$2 text=$3 out rc
-	shift 3
-	out=$("$lab" "$@" 2>&1)
-	rc=$?
-	n=$((n + 1))
-	if [ "$rc" = "$want" ] && grep -q -- "$text" <<<"$out"; then
-		echo "ok $n - $desc"
-	else
-		echo "not ok $n - $desc (status $rc, output: ${out//$'\n'/ | })"
-		failed=1
-	fi
-}
+# shellcheck disable=SC2034 # cli_check.sh runs it
+CLI=("$lab")
+# shellcheck source=tests/unit/cli_check.sh
+. "$(dirname "$0")/cli_check.sh"
 echo "1..8"
 check "run without a command" 125 "no command given" run --
 check "run --hosts 3" 125 "--hosts must be 1 or 2" run --hosts 3 -- true
