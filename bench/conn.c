@@ -183,6 +183,21 @@ static int make_cq(struct bside *s, struct ibv_context *ctx)
 	return s->cq ? 0 : -EIO;
 }
 
+/* @nslots places of @per slots each in one zeroed buffer, and their
+ * QP records. */
+static int alloc_slots(struct bside *s, uint32_t nslots, uint32_t per)
+{
+	s->slot_sz = s->cfg.msg_size < BENCH_MIN_SLOT ? BENCH_MIN_SLOT : s->cfg.msg_size;
+	s->nslots = nslots;
+	s->buf_len = (size_t)s->nslots * per * s->slot_sz;
+	s->buf = aligned_alloc(4096, (s->buf_len + 4095) & ~(size_t)4095);
+	s->qps = calloc(s->nslots, sizeof(*s->qps));
+	if (!s->buf || !s->qps)
+		return -ENOMEM;
+	memset(s->buf, 0, s->buf_len);
+	return 0;
+}
+
 /* PD, CQ and buffer, once, on the first connection's device. */
 static int make_shared(struct bside *s, struct ibv_context *ctx)
 {
@@ -195,16 +210,11 @@ static int make_shared(struct bside *s, struct ibv_context *ctx)
 	rc = make_cq(s, ctx);
 	if (rc)
 		return rc;
-	s->slot_sz = s->cfg.msg_size < BENCH_MIN_SLOT ? BENCH_MIN_SLOT : s->cfg.msg_size;
 	/* A server keeps spare places for connections a client gave up on
 	 * half-way (a storm's timeouts) and made again. */
-	s->nslots = s->cfg.conns + (s->listen_id ? SPARE_SLOTS : 0);
-	s->buf_len = (size_t)s->nslots * per * s->slot_sz;
-	s->buf = aligned_alloc(4096, (s->buf_len + 4095) & ~(size_t)4095);
-	s->qps = calloc(s->nslots, sizeof(*s->qps));
-	if (!s->buf || !s->qps)
-		return -ENOMEM;
-	memset(s->buf, 0, s->buf_len);
+	rc = alloc_slots(s, s->cfg.conns + (s->listen_id ? SPARE_SLOTS : 0), per);
+	if (rc)
+		return rc;
 	s->mr = ibv_reg_mr(s->pd, s->buf, s->buf_len,
 			   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
 	return s->mr ? 0 : -errno;
@@ -745,14 +755,9 @@ static int ep_side_init(struct bside *s)
 		rc = rr_bridge_create(&s->b, &s->ring, &bo, sizeof(bo));
 	if (rc)
 		return rc;
-	s->slot_sz = s->cfg.msg_size < BENCH_MIN_SLOT ? BENCH_MIN_SLOT : s->cfg.msg_size;
-	s->nslots = s->cfg.conns;
-	s->buf_len = (size_t)s->nslots * per * s->slot_sz;
-	s->buf = aligned_alloc(4096, (s->buf_len + 4095) & ~(size_t)4095);
-	s->qps = calloc(s->nslots, sizeof(*s->qps));
-	if (!s->buf || !s->qps)
-		return -ENOMEM;
-	memset(s->buf, 0, s->buf_len);
+	rc = alloc_slots(s, s->cfg.conns, per);
+	if (rc)
+		return rc;
 	for (uint32_t k = 0; k < s->nslots; k++) {
 		s->qps[k].recv = s->buf + (size_t)k * per * s->slot_sz;
 		s->qps[k].send = s->qps[k].recv + (size_t)(2 * s->cfg.qd + 1) * s->slot_sz;
