@@ -27,17 +27,27 @@ bw ib_write_bw -t 16
 bw ib_read_bw -o 1
 head -c $((256 << 20)) /dev/urandom >"$T/f"
 port=7530
+# send_once BIN PORT ARGS...: a serve --count 1 into a fresh $T/d, and
+# BIN send of $T/f to it, both with ARGS and --json ($T/s.json,
+# $T/c.json); fails as send does.
+send_once() {
+	local bin=$1 port=$2 spid
+	shift 2
+	rm -rf "$T/d" && mkdir "$T/d"
+	"$bin" serve --listen "$A:$port" --no-auth --dir "$T/d" --count 1 --json "$T/s.json" "$@" >"$T/s.out" &
+	spid=$!
+	for _ in $(seq 100); do grep -q listening "$T/s.out" && break; sleep 0.1; done
+	if ! timeout 120 "$bin" send --quiet --json "$T/c.json" "$@" "$T/f" "$A:$port"; then
+		kill "$spid"
+		wait "$spid"
+		return 1
+	fi
+	wait "$spid"
+}
 # One send first, not reported: the first send of a boot ran up to 45%
 # slower than the ones after it, whichever binary (78 against 140 MB/s
 # in one boot), most likely the guest memory QEMU backs on first touch.
-warm() {
-	rm -rf "$T/d" && mkdir "$T/d"
-	"$CP" serve --listen "$A:7530" --no-auth --dir "$T/d" --count 1 >"$T/w.out" 2>&1 &
-	for _ in $(seq 100); do grep -q listening "$T/w.out" && break; sleep 0.1; done
-	timeout 120 "$CP" send --quiet "$T/f" "$A:7530" || echo "warm-up send failed"
-	wait
-}
-warm
+send_once "$CP" 7530 2>/dev/null || echo "warm-up send failed"
 # ROUNDS rounds (MEASURE_ROUNDS, default 1) of ib_write_bw then each RUN,
 # and ib_write_bw once more at the end: the lab drifts within a boot (56
 # to 75 MB/s seen), so each send is set against the mean of the
@@ -52,16 +62,9 @@ for round in $(seq "$ROUNDS"); do
 		i=$((i + 1))
 		bin=$CP args=$run
 		case $run in *:*) bin=${run%%:*} args=${run#*:} ;; esac
-		rm -rf "$T/d" && mkdir "$T/d"
 		port=$((port + 1))
 		# shellcheck disable=SC2086
-		"$bin" serve --listen "$A:$port" --no-auth --dir "$T/d" --count 1 --json "$T/s.json" $args >"$T/s.out" &
-		spid=$!
-		for _ in $(seq 100); do grep -q listening "$T/s.out" && break; sleep 0.1; done
-		# shellcheck disable=SC2086
-		timeout 120 "$bin" send --quiet --json "$T/c.json" $args "$T/f" "$A:$port" ||
-			{ echo "send [$run] failed"; kill "$spid"; wait; continue; }
-		wait
+		send_once "$bin" "$port" $args || { echo "send [$run] failed"; continue; }
 		python3 - "$T/c.json" "$T/s.json" "$bin $args" "$round" "$i" >>"$T/ratios" <<'PY'
 import json, sys
 c, s = (json.load(open(p)) for p in sys.argv[1:3])
