@@ -66,6 +66,10 @@ struct proxy {
 	uint16_t port;
 	int lfd;
 	struct cp_op accept_op;
+	/* The client's address as accept found it: a client that has reset
+	 * already has none for getpeername(). */
+	struct sockaddr_storage accept_addr;
+	socklen_t accept_len;
 	bool accept_on, closing, cancelled;
 	struct client *clients;
 	unsigned int live; /* clients in the list: --max-clients */
@@ -143,13 +147,12 @@ static int parse_cidr(const char *spec, struct cidr *c)
 	return 0;
 }
 
-static bool client_allowed(const struct proxy *p, int fd)
+static bool client_allowed(const struct proxy *p)
 {
-	struct sockaddr_storage ss;
-	socklen_t len = sizeof(ss);
 	uint8_t key[16];
 
-	if (getpeername(fd, (struct sockaddr *)&ss, &len) || !addr_key((struct sockaddr *)&ss, key))
+	if (p->accept_len > sizeof(p->accept_addr) ||
+	    !addr_key((const struct sockaddr *)&p->accept_addr, key))
 		return false;
 	for (unsigned int i = 0; i < p->nallow; i++)
 		if (in_cidr(key, &p->allow[i]))
@@ -273,7 +276,7 @@ static void accept_done(struct cp_op *op, int res)
 		arm_accept(p);
 		return;
 	}
-	if (!client_allowed(p, res)) {
+	if (!client_allowed(p)) {
 		refuse_client(p, res, false);
 		arm_accept(p);
 		return;
@@ -326,7 +329,9 @@ static void arm_accept(struct proxy *p)
 	sqe = cp_loop_sqe(&p->lp, &p->accept_op);
 	if (!sqe)
 		return;
-	io_uring_prep_accept(sqe, p->lfd, NULL, NULL, SOCK_CLOEXEC);
+	p->accept_len = sizeof(p->accept_addr);
+	io_uring_prep_accept(sqe, p->lfd, (struct sockaddr *)&p->accept_addr, &p->accept_len,
+			     SOCK_CLOEXEC);
 	p->accept_on = true;
 }
 
