@@ -189,6 +189,14 @@ static int rx_send(struct rx *r, const struct cp_msg *m)
 	return cp_ctl_send(&r->ctl, r->ep, m, send_done);
 }
 
+/* A SEND that found the connection ending (-ENOTCONN) fails nothing: what
+ * arrived before the end is still being handed out, a sender's ERROR may
+ * be next, and on_disconnect follows to say how it ended. */
+static bool send_failed(int rc)
+{
+	return rc && rc != -ENOTCONN;
+}
+
 /* Admitted or gone: it stops holding a place in the gate. */
 static void leave_unauth(struct rx *r)
 {
@@ -337,6 +345,7 @@ static void send_grant(struct rx *r)
 {
 	struct cp_msg m = {.type = CP_GRANT};
 	uint32_t limit = r->limit_sent;
+	int rc;
 
 	if (!granting(r) || r->grants_out >= RX_GRANTS_OUT)
 		return;
@@ -351,8 +360,10 @@ static void send_grant(struct rx *r)
 	if (!m.grant.nkeys)
 		return;
 	m.grant.limit = limit;
-	if (rx_send(r, &m)) {
-		rx_fail(r, 0, CP_EXIT_NET, "cannot send a GRANT");
+	rc = rx_send(r, &m);
+	if (rc) {
+		if (send_failed(rc))
+			rx_fail(r, 0, CP_EXIT_NET, "cannot send a GRANT");
 		return;
 	}
 	r->grants_out++;
@@ -681,10 +692,14 @@ static void file_stored(struct rx *r, const char *how)
 
 static void entry_done(struct rx *r, const struct cp_msg *done)
 {
+	int rc;
+
 	r->state = RX_IDLE;
 	r->end_seen = false;
-	if (rx_send(r, done)) {
-		rx_fail(r, 0, CP_EXIT_NET, "cannot send FILE_DONE");
+	rc = rx_send(r, done);
+	if (rc) {
+		if (send_failed(rc))
+			rx_fail(r, 0, CP_EXIT_NET, "cannot send FILE_DONE");
 		return;
 	}
 	if (r->q.on) {
@@ -967,8 +982,10 @@ static void on_hello(struct rx *r, const struct cp_msg *m)
 	w.welcome.window = r->w.window;
 	w.welcome.addr = (uintptr_t)r->win;
 	r->state = RX_IDLE;
-	if (rx_send(r, &w)) {
-		rx_fail(r, 0, CP_EXIT_NET, "cannot send WELCOME");
+	rc = rx_send(r, &w);
+	if (rc) {
+		if (send_failed(rc))
+			rx_fail(r, 0, CP_EXIT_NET, "cannot send WELCOME");
 		return;
 	}
 	bind_slots(r);
@@ -1076,7 +1093,7 @@ static void scan_done(struct rx *r)
 	m.have.checksum = cp_hasher_digest(&r->hs);
 	m.have.flags = r->have_named ? CP_HAVE_NAMED : 0;
 	r->state = RX_FROM;
-	if (rx_send(r, &m))
+	if (send_failed(rx_send(r, &m)))
 		rx_fail(r, 0, CP_EXIT_NET, "cannot send FILE_HAVE");
 }
 
