@@ -30,12 +30,15 @@ result() { # OK? DESCRIPTION
 		echo "ok $n - $2"
 	else
 		echo "not ok $n - $2"
+		echo "not ok $n - $2" >&2
 		failed=1
 	fi
 }
+# Failures go to stderr as well: meson prints a failed test's stderr, so
+# a CI log says why without its meson-logs.
 show() { # FILE...: as TAP diagnostics
 	for f in "$@"; do
-		[ -s "$f" ] && sed "s|^|# ${f##*/}: |" "$f" | tail -n 40
+		[ -s "$f" ] && sed "s|^|# ${f##*/}: |" "$f" | tail -n 40 | tee /dev/stderr
 	done
 	return 0
 }
