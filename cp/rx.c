@@ -816,6 +816,7 @@ static void same_done(struct rx *r)
 static void finish_file(struct rx *r)
 {
 	uint64_t sum = cp_hasher_digest(&r->hs);
+	int code;
 	struct io_uring_sqe *sqe;
 
 	if (sum != r->end_sum) {
@@ -838,14 +839,13 @@ static void finish_file(struct rx *r)
 		same_check(r);
 		return;
 	}
-	/* Mode and mtime before the fsync, which makes them last too. */
-	if (r->meta) {
-		int code = cp_store_meta(&r->st, r->mode, &r->mtime);
-
-		if (code) {
-			store_failed(r, code);
-			return;
-		}
+	/* Mode and mtime before the fsync, which makes them last too.
+	 * Without the sender's: what a new file gets (0644 less umask). */
+	code = r->meta ? cp_store_meta(&r->st, r->mode, &r->mtime)
+		       : cp_store_meta(&r->st, 0644, NULL);
+	if (code) {
+		store_failed(r, code);
+		return;
 	}
 	r->state = RX_SYNC;
 	sqe = cp_loop_sqe(r->env->lp, &r->sync_op);

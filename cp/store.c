@@ -99,19 +99,23 @@ static void prep(struct cp_store *st, struct io_uring_sqe *sqe, int step)
 				    STATX_TYPE | STATX_SIZE, &st->stx);
 		break;
 	case S_PARTIAL:
-		/* Its own name in DIR, kept across connections: no symbolic
+		/* Files are private (0600) until cp_store_meta() gives them
+		 * their mode: a partial lives under a name in DIR, maybe for
+		 * long, and a file sent with mode 0600 must never have been
+		 * readable by others on the way.
+		 * Its own name in DIR, kept across connections: no symbolic
 		 * link anywhere on the way, none as the name itself, and
 		 * O_NONBLOCK so that a FIFO put there cannot hold a worker. */
 		snprintf(st->tmp, sizeof(st->tmp), ".%.200s.rrcp-partial", st->base);
 		st->how = (struct open_how){.flags = O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK |
 						     O_CLOEXEC | direct,
-					    .mode = 0644,
+					    .mode = 0600,
 					    .resolve = RESOLVE | RESOLVE_NO_SYMLINKS};
 		io_uring_prep_openat2(sqe, st->parentfd, st->tmp, &st->how);
 		break;
 	case S_TMPFILE:
 		st->how = (struct open_how){.flags = O_WRONLY | O_TMPFILE | O_CLOEXEC | direct,
-					    .mode = 0644,
+					    .mode = 0600,
 					    .resolve = RESOLVE};
 		io_uring_prep_openat2(sqe, st->parentfd, ".", &st->how);
 		break;
@@ -127,7 +131,7 @@ static void prep(struct cp_store *st, struct io_uring_sqe *sqe, int step)
 		}
 		st->how =
 			(struct open_how){.flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | direct,
-					  .mode = 0644,
+					  .mode = 0600,
 					  .resolve = RESOLVE};
 		io_uring_prep_openat2(sqe, st->parentfd, st->tmp, &st->how);
 		break;
@@ -580,7 +584,7 @@ static int set_mtime(int fd, const char *name, const struct cp_time *t)
 
 int cp_store_meta(struct cp_store *st, uint32_t mode, const struct cp_time *mtime)
 {
-	if (fchmod(st->fd, perm(mode)) || set_mtime(st->fd, NULL, mtime))
+	if (fchmod(st->fd, perm(mode)) || (mtime && set_mtime(st->fd, NULL, mtime)))
 		return fail(st, CP_E_IO, "mode or time of", st->base, errno);
 	return 0;
 }

@@ -104,8 +104,9 @@ void cp_store_abort(struct cp_store *st);
 
 /*
  * cp_store_meta() - the open file's mode (its permission bits, less the
- * process's umask: never setuid, setgid or sticky) and modification time,
- * set before its fsync. 0, or a cp_err code (reason in why[]).
+ * process's umask: never setuid, setgid or sticky) and modification time
+ * (@mtime NULL: left as it is), set before its fsync. Until then the file
+ * is 0600. 0, or a cp_err code (reason in why[]).
  */
 int cp_store_meta(struct cp_store *st, uint32_t mode, const struct cp_time *mtime);
 

@@ -94,10 +94,11 @@ resend() {
 head -c $((32 << 20)) /dev/urandom >"$T/src/cutme"
 cut c1 "$T/src/cutme"
 held=$(stat -c %s "$T/dst/.cutme.rrcp-partial" 2>/dev/null || echo 0)
+pmode=$(stat -c %a "$T/dst/.cutme.rrcp-partial" 2>/dev/null)
 ok=0
 [ "$held" -gt 0 ] && [ "$held" -lt $((32 << 20)) ] && [ ! -e "$T/dst/cutme" ] &&
-	grep -q 'the partial is kept' "$T/srv.err" && ok=1
-result $ok "a sender killed mid-file leaves a partial of $held bytes, no file under the name"
+	[ "$pmode" = 600 ] && grep -q 'the partial is kept' "$T/srv.err" && ok=1
+result $ok "a sender killed mid-file leaves a partial of $held bytes, mode $pmode, no file under the name"
 [ $ok = 1 ] || show "$T/c1.err" "$T/srv.err"
 resend c2 "$T/src/cutme"
 rc=$?
@@ -110,9 +111,11 @@ ok=0
 result $ok "sent again it resumes: exit $rc, $res bytes held, $chunks chunks of 64K sent"
 [ $ok = 1 ] || show "$T/c2.err" "$T/srv.err"
 ok=0
+fmode=$(stat -c %a "$T/dst/cutme" 2>/dev/null)
 cmp -s "$T/src/cutme" "$T/dst/cutme" && [ ! -e "$T/dst/.cutme.rrcp-partial" ] &&
+	[ "$fmode" = "$(printf %o $((0644 & ~$(umask))))" ] &&
 	grep -q "xxh3 $(sed -n 's/.*cutme: [0-9]* bytes, xxh3 //p' "$T/c2.out")" "$T/srv.err" && ok=1
-result $ok "the resumed file is the source byte for byte, same hash on both sides, no partial left"
+result $ok "the resumed file is the source byte for byte (mode $fmode), same hash on both sides, no partial left"
 [ $ok = 1 ] || show "$T/c2.out" "$T/srv.err"
 
 # --- a partial that is not the file's beginning: sent from 0

@@ -379,6 +379,48 @@ Test(store, a_partial_is_kept_found_again_and_named)
 	expect_entries("", 1);
 }
 
+static mode_t mode_of(const char *name)
+{
+	struct stat sb;
+
+	cr_assert_eq(fstatat(dirfd_, name, &sb, AT_SYMLINK_NOFOLLOW), 0, "%s", name);
+	return sb.st_mode & 07777;
+}
+
+/* What is on its way is readable by the owner alone, a cut transfer's
+ * partial too; the mode comes with cp_store_meta(), before the name. */
+Test(store, a_file_is_private_until_its_mode_is_set)
+{
+	mode_t um = umask(022);
+	struct cp_store st;
+
+	umask(um);
+	cr_assert_eq(cp_store_open(&st, &lp, dirfd_, "p", CP_STORE_PARTIAL, on_done), 0);
+	cr_assert_eq(await(calls + 1), 0);
+	cr_assert_eq(pwrite(st.fd, "secret", 6, 0), 6);
+	cr_expect_eq(mode_of(".p.rrcp-partial"), 0600);
+	cp_store_abort(&st);
+	settle();
+	cr_expect_eq(mode_of(".p.rrcp-partial"), 0600, "a kept partial stays private");
+
+	cr_assert_eq(cp_store_open(&st, &lp, dirfd_, "p", CP_STORE_PARTIAL, on_done), 0);
+	cr_assert_eq(await(calls + 1), 0);
+	cr_assert_eq(cp_store_meta(&st, 0644, NULL), 0);
+	cr_assert_eq(cp_store_commit(&st, on_done), 0);
+	cr_assert_eq(await(calls + 1), 0);
+	cp_store_abort(&st);
+	cr_expect_eq(mode_of("p"), 0644 & ~um);
+
+	/* Without a partial: an O_TMPFILE, or a named temp file. */
+	cr_assert_eq(cp_store_open(&st, &lp, dirfd_, "q", 0, on_done), 0);
+	cr_assert_eq(await(calls + 1), 0);
+	cr_assert_eq(pwrite(st.fd, "x", 1, 0), 1);
+	cr_assert_eq(cp_store_commit(&st, on_done), 0);
+	cr_assert_eq(await(calls + 1), 0);
+	cp_store_abort(&st);
+	cr_expect_eq(mode_of("q"), 0600, "no mode given: the file stayed private");
+}
+
 /* A partial that failed its check goes (keep cleared); one that is a
  * symbolic link, or a file with a second link, is never written. */
 Test(store, a_partial_is_dropped_or_refused)
