@@ -50,6 +50,9 @@
 #define CLOSE_MS      5000
 /* A refused stranger's ERROR gets this long to go out, then its QP goes. */
 #define REFUSE_MS 500
+/* Receives flushed without a disconnect: the QP is in error, unless a
+ * disconnect says otherwise by then (it comes with its flushes). */
+#define LOST_MS 250
 
 /* RX_OPEN: FILE_START arrived, its file is being opened. RX_SCAN: a file
  * to resume, what it holds is being hashed; RX_FROM: FILE_HAVE went, the
@@ -100,6 +103,12 @@ struct rx {
 	enum rx_state state;
 	bool accepted, orphan, down;
 	bool gone; /* evicted on its own thread: its endpoint destroyed */
+	/* The QP went into error with no disconnect: receives flushed (no
+	 * status: a bad RDMA access of the peer's, on rxe), or on_disconnect
+	 * with an error; the connection is lost. */
+	bool lost;
+	int lost_status;
+	uint64_t lost_at;
 	bool authed;		  /* the token was good and it was admitted */
 	bool error_out;		  /* an ERROR is being sent */
 	struct cp_gate_ticket gt; /* in env->gate until admitted or freed */
@@ -1360,8 +1369,17 @@ static void recv_done(rr_ep *ep, const struct rr_completion *c, void *data)
 			/* The library frees the endpoint, and its PD, by itself. */
 			release_regions(r);
 			r->orphan = true;
-		} else if (c->status != -ECANCELED)
+		} else if (c->status != -ECANCELED) {
 			rx_fail(r, 0, CP_EXIT_NET, "RECV failed: %s", strerror(-c->status));
+		} else if (r->accepted && !r->down && r->state != RX_CLOSING && !r->lost) {
+			/* Not flushed by a disconnect of ours: the peer's comes
+			 * with its own flushes (on_down() follows), a QP put in
+			 * error by a bad RDMA access of the peer's comes alone.
+			 * rx_poll() tells them apart. */
+			r->lost = true;
+			r->lost_status = 0;
+			r->lost_at = cp_now_ns();
+		}
 		return;
 	}
 	r->last_activity = cp_now_ns();
@@ -1391,6 +1409,15 @@ static void on_down(rr_ep *ep, int status, void *data)
 {
 	struct rx *r = data;
 
+	/* A disconnect (the peer's, -ECONNRESET, or ours answered, 0)
+	 * explains the flushes; any other status is the QP gone into error
+	 * (a work completion's, an async event's as mlx5 raises for a bad
+	 * RDMA access). */
+	r->lost = status && status != -ECONNRESET;
+	if (r->lost) {
+		r->lost_status = status;
+		r->lost_at = cp_now_ns();
+	}
 	if (!r->down) {
 		r->down = true;
 		r->down_at = cp_now_ns();
@@ -1555,6 +1582,32 @@ static bool refused_done(const struct rx *r, uint64_t now)
 		now - r->closing_at > REFUSE_MS * 1000000ull);
 }
 
+/* The QP went into error without a disconnect: the connection is lost,
+ * a failure even between files. Said as a lost SEND says it. */
+static void rx_lost(struct rx *r)
+{
+	char how[96];
+
+	/* Without a status: receives flushed and no disconnect, what a bad
+	 * RDMA access of the peer's leaves on rxe. */
+	if (r->lost_status)
+		snprintf(how, sizeof(how), "QP in error: %s", strerror(-r->lost_status));
+	else
+		snprintf(how, sizeof(how), "QP in error without a disconnect");
+	if (r->committing)
+		rx_fail(r, 0, CP_EXIT_NET,
+			"connection lost while %s, checked, was being named (%s): it is stored "
+			"under its name or not at all",
+			r->name, how);
+	else if (in_file(r))
+		rx_fail(r, 0, CP_EXIT_NET, "connection lost during %s after %llu bytes (%s); %s",
+			r->name,
+			(unsigned long long)(r->end_seen ? r->end_bytes : r->w_off + r->w.got), how,
+			r->st.partial ? "the partial is kept, to resume from" : "nothing stored");
+	else
+		rx_fail(r, 0, CP_EXIT_NET, "connection lost (%s)", how);
+}
+
 enum rx_poll_res rx_poll(struct rx *r, int *result)
 {
 	uint64_t now = cp_now_ns();
@@ -1600,6 +1653,15 @@ enum rx_poll_res rx_poll(struct rx *r, int *result)
 			r->env->o->max_pending);
 	if (refused_done(r, now))
 		goto destroy;
+	if (r->lost && !r->down && now - r->lost_at >= LOST_MS * 1000000ull) {
+		/* Nothing passes any more, and the peer may never answer a
+		 * disconnect: it is down now, its place freed at once. */
+		if (r->state != RX_CLOSING)
+			rx_lost(r);
+		disconnect(r);
+		r->down = true;
+		r->down_at = now;
+	}
 	if (!r->down) {
 		if (r->state == RX_HELLO && now - r->born_at > (uint64_t)hello * 1000000000ull) {
 			rx_fail(r, CP_E_PROTO, CP_EXIT_NET, "no HELLO within %u s, dropped", hello);
@@ -1619,7 +1681,9 @@ enum rx_poll_res rx_poll(struct rx *r, int *result)
 	}
 	if (r->state != RX_CLOSING) {
 		/* The peer hung up; between files that is how a sender ends. */
-		if (r->committing)
+		if (r->lost)
+			rx_lost(r);
+		else if (r->committing)
 			rx_fail(r, 0, CP_EXIT_NET,
 				"sender disconnected while %s, checked, was being named: it is "
 				"stored under its name or not at all",

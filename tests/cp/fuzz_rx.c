@@ -31,7 +31,9 @@
  * the byte count and checksum the peer declared for it; an ERROR from
  * the receiver means a non-zero result; the receiver side never holds
  * more QPs than --max-pending plus one (an admitted connection), not even
- * while a request of the crowd is being set up. At the end every
+ * while a request of the crowd is being set up; a receiver whose QP a
+ * refused write of the peer's put into error (the peer stays connected)
+ * is gone within LOST_S seconds, well before --timeout. At the end every
  * receiver ends exactly once, none is still counted as waiting for its
  * HELLO, and no file descriptor is left open (LeakSanitizer sees the
  * memory).
@@ -69,6 +71,7 @@
 #define END_TICKS  40		     /* simulated seconds to end in */
 #define TOKEN	   "fuzz-token"
 #define CROWD	   8  /* other requests at once (cfg 0x40) */
+#define LOST_S	   10 /* a receiver whose QP is in error is gone by then */
 
 static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 
@@ -150,6 +153,7 @@ struct harness {
 	unsigned int ndecl;
 	struct write writes[MAX_WRITES];
 	unsigned int nwrites;
+	uint64_t broke_ns; /* a write of the peer's was refused: both QPs in error */
 };
 
 static struct harness *H;
@@ -398,6 +402,8 @@ static void peer_write_done(rr_ep *ep, const struct rr_completion *c, void *data
 	const struct grant *g;
 	uint64_t lo;
 
+	if (c->status == -EACCES && !H->broke_ns)
+		H->broke_ns = cp_now_ns(); /* remote access error */
 	if (c->status)
 		return;
 	if (!H->welcomed)
@@ -923,6 +929,16 @@ static void crowd_comes(struct harness *h)
 	settle();
 }
 
+/* A receiver whose QP is in error, the peer still connected: nothing can
+ * pass any more, and it must not wait for --timeout to give its place. */
+static void check_broken(struct harness *h)
+{
+	if (h->rx && h->broke_ns && cp_now_ns() - h->broke_ns > LOST_S * 1000000000ull)
+		fail("the receiver still holds a connection %u s after a refused write put "
+		     "its QP into error",
+		     LOST_S);
+}
+
 static void teardown(struct harness *h)
 {
 	unsigned int ticks = 0;
@@ -937,6 +953,7 @@ static void teardown(struct harness *h)
 	while ((h->rx || h->crowd_alive) && ticks++ < END_TICKS) {
 		fake_clock_advance(1000000000ull);
 		settle();
+		check_broken(h);
 	}
 	if (h->rx || h->crowd_alive)
 		fail("the receiver never ended");

@@ -54,6 +54,13 @@
  *	and so on, or "X: refused CODE TEXT", and "oldhash H": the hash of
  *	A's head and B, which the receiver must never send back.
  *
+ *   cp-hostile badwrite ADDR PORT SECS
+ *	A sender that says HELLO, then RDMA WRITEs 64 bytes just past the end
+ *	of its window with the key of its first GRANT: the receiver's device
+ *	refuses it and its QP goes into error. Prints "attack: STATUS" (its
+ *	work completion), then holds the connection SECS seconds without
+ *	ever disconnecting.
+ *
  * Where a peer says HELLO, it sends the token in $CP_HOSTILE_TOKEN, if set.
  *
  * Exit 0 when the peer did its part, 1 on a network failure, 2 on usage.
@@ -782,6 +789,41 @@ static int offset(int argc, char **argv)
 	return rc < 0 ? 1 : 0;
 }
 
+/* A write beyond the window, then the connection held, never closed. */
+static int badwrite(int argc, char **argv)
+{
+	struct rdma_addrinfo *ai;
+	struct rw *c = NULL, past;
+	struct ibv_wc wc;
+	struct cp_msg w;
+	int rc = -1;
+
+	if (argc != 5) {
+		fprintf(stderr, "usage: cp-hostile badwrite ADDR PORT SECS\n");
+		return 2;
+	}
+	ai = resolve(argv[2], argv[3]);
+	if (ai)
+		c = rw_open(ai);
+	if (c && !rw_hello(c, 4096, &w) && !rw_data(c, 64, NULL)) {
+		past = *c;
+		past.addr = c->addr + (uint64_t)w.welcome.chunk * w.welcome.window;
+		if (!rw_write(c, &past, c->data, 64, false) &&
+		    rdma_get_send_comp(c->id, &wc) == 1) {
+			printf("attack: %s\n", ibv_wc_status_str(wc.status));
+			fflush(stdout);
+			/* Nobody reads this id's events: a disconnect of the
+			 * receiver's is never answered either. */
+			sleep((unsigned int)atoi(argv[4]));
+			rc = 0;
+		}
+	}
+	rw_close(c);
+	if (ai)
+		rdma_freeaddrinfo(ai);
+	return rc ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 1 && !strcmp(argv[1], "halfopen"))
@@ -798,12 +840,15 @@ int main(int argc, char **argv)
 		return steal(argc, argv);
 	if (argc > 1 && !strcmp(argv[1], "offset"))
 		return offset(argc, argv);
+	if (argc > 1 && !strcmp(argv[1], "badwrite"))
+		return badwrite(argc, argv);
 	fprintf(stderr, "usage: cp-hostile idle ADDR PORT N SECS\n"
 			"       cp-hostile halfopen ADDR PORT N SECS\n"
 			"       cp-hostile guess ADDR PORT N TOKEN_FILE\n"
 			"       cp-hostile churn ADDR PORT SECS\n"
 			"       cp-hostile rewrite ADDR PORT NAME FILE\n"
 			"       cp-hostile steal ADDR PORT NAME FILE\n"
-			"       cp-hostile offset ADDR PORT FILE\n");
+			"       cp-hostile offset ADDR PORT FILE\n"
+			"       cp-hostile badwrite ADDR PORT SECS\n");
 	return 2;
 }

@@ -1,9 +1,10 @@
 #!/bin/bash
 # ringrdma-cp against hostile peers, in the lab: connections that never say
 # HELLO, connection requests never completed (half-open), a token guesser,
-# a reconnect loop, a flood of half-open requests, strangers with a wrong
-# or no token, names with control and 8-bit bytes, and more TCP clients
-# than the proxy takes. None of them may lock
+# a reconnect loop, a flood of half-open requests, a write that puts
+# serve's QP into error, strangers with a wrong or no token, names with
+# control and 8-bit bytes, and more TCP clients than the proxy takes.
+# None of them may lock
 # out, end or slow down the legitimate transfer beyond the HELLO deadline.
 # And a sender that rewrites its chunk in the window after sending it: what
 # is stored must be what was checked, or nothing; a connection that writes
@@ -11,7 +12,7 @@
 #   hostile.sh PATH/TO/ringrdma-cp PATH/TO/cp-hostile
 CP=${1:?usage: hostile.sh PATH/TO/ringrdma-cp PATH/TO/cp-hostile}
 HOSTILE=${2:?usage: hostile.sh PATH/TO/ringrdma-cp PATH/TO/cp-hostile}
-. "$(dirname "$0")/lib.sh" 20
+. "$(dirname "$0")/lib.sh" 22
 PORT=7530 HELLO=3
 
 mkdir -p "$T/src"
@@ -244,6 +245,53 @@ ok=0
 	grep -q "more refusals not logged" "$T/churn.err" && ok=1
 result $ok "refusals are logged a few a second with a count of the rest ($lines lines for $conns)"
 [ $ok = 1 ] || show "$T/churn.err"
+
+echo "# $SECONDS s"
+# --- an admitted peer RDMA WRITEs past the end of its window: the device
+# refuses it and serve's QP goes into error, and the peer stays connected
+# (never disconnects, never answers). serve must count a failed connection
+# and free its QP at once, long before --timeout (120 s). Before, the
+# flushed receives were taken for a disconnect still to come: the slot and
+# its window stayed until --timeout.
+mkdir -p "$T/bad"
+start_serve bad $((PORT + 11)) --dir "$T/bad" --timeout 120 --json "$T/bad.json"
+"$HOSTILE" badwrite "$ADDR" $((PORT + 11)) 150 >"$T/bad.h.out" 2>"$T/bad.h.err" &
+hpid=$!
+PIDS+=("$hpid")
+await_line "$T/bad.h.out" attack "$hpid" 600
+start=$SECONDS
+freed=
+for ((i = 0; i < 60 && SECONDS - start < 60; i++)); do
+	text=
+	IFS= read -r -d '' text <"$T/bad.err"
+	if [[ $text == *"connection lost"* ]]; then
+		rdma res show qp >"$T/bad.qp" 2>"$T/rdma.err"
+		q=0
+		while IFS= read -r l; do
+			[[ $l =~ pid\ $SERVE_PID( |$) ]] && q=$((q + 1))
+		done <"$T/bad.qp"
+		[ "$q" = 0 ] && freed=$((SECONDS - start)) && break
+	fi
+	nap 1
+done
+held=0
+kill -0 "$hpid" 2>/dev/null && held=1
+kill "$SERVE_PID" 2>/dev/null
+wait_pid "$SERVE_PID" 30
+kill "$hpid" 2>/dev/null
+json_load "$T/bad.json"
+ok=0
+[ -n "$freed" ] && [ "$held" = 1 ] && grep -q '^attack: remote access error' "$T/bad.h.out" && ok=1
+result $ok "a write past the window puts serve's QP into error, the peer stays: serve freed it after ${freed:-more than 60} s (--timeout 120; $(head -n 1 "$T/bad.h.out"))"
+[ $ok = 1 ] || show "$T/bad.h.out" "$T/bad.h.err" "$T/bad.qp" "$T/bad.err"
+ok=0
+lost=$(grep -c "connection lost" "$T/bad.err")
+# Gone before the SIGTERM: nothing left for it to interrupt.
+[ "$lost" = 1 ] && ! grep -q "receiver interrupted" "$T/bad.err" &&
+	[ "$(json_field "$T/bad.json" connections)" = 1 ] &&
+	[ "$(json_field "$T/bad.json" failures)" = 1 ] && ok=1
+result $ok "it is logged once as lost and counted as a failed connection ($lost lines, failures $(json_field "$T/bad.json" failures))"
+[ $ok = 1 ] || show "$T/bad.err" "$T/bad.json"
 
 echo "# $SECONDS s"
 # --- hostile names: 8-bit and C1 bytes from the peer, control bytes locally

@@ -4,7 +4,8 @@
 Each file is a script for tests/cp/fuzz_rx.c (its header says the format):
 whole sessions (HELLO, FILE_START, chunks, FILE_END), a stream file, the
 next file begun before the last is done, errors and refusals, writes with
-a wrong key or outside their slot, a crowd of requests beyond
+a wrong key or outside their slot, a write that puts the receiver's QP
+into error with the peer still connected, a crowd of requests beyond
 --max-pending. The fuzzer adds its finds next to them
 (tools/fuzz-cp).
 """
@@ -74,6 +75,11 @@ def main(out):
         bytes([WIN4]) + hello() + raw(b"RRCP\x04\x03\xff\xff") + WAIT,
         bytes([WIN4]) + hello() + start(4, 10) + WAIT,
         bytes([WIN4]) + hello() + start(0, 8392) + chunks(1) + BYE,
+        # Between files, a write with a made-up key, then with the key of
+        # a grant used up (stale): the receiver's QP goes into error and
+        # the peer never disconnects.
+        bytes([WIN4]) + hello() + sized + WAIT + write(5 << 2, 4096, 0, key=0xDEADBEEF) + WAIT,
+        bytes([WIN4]) + hello() + sized + WAIT + write(3 << 2, 4096, 0) + WAIT,
         # A crowd of requests while admitted, and while still without HELLO.
         bytes([WIN4 | CROWD]) + hello() + sized + WAIT,
         bytes([WIN4 | CROWD]) + WAIT,
