@@ -55,6 +55,7 @@ struct bench_cfg {
 	unsigned int spin_us;
 	bool spin_fixed;	   /* hybrid: RR_WAIT_HYBRID_FIXED */
 	bool ring_read;		   /* bridges: RR_BRIDGE_RING_READ */
+	bool post_now;		   /* -ep rows: RR_EP_POST_NOW, no coalescing */
 	unsigned int signal_every; /* a send in N asks for a completion */
 	unsigned int timeout_s;	   /* the server side's own watchdog */
 	const char *addr;

@@ -48,7 +48,8 @@ struct hello {
 	uint8_t ring_read;
 	uint8_t flags; /* HELLO_COUNT */
 } __attribute__((packed));
-#define HELLO_COUNT 1u /* a counting pass: count syscalls, time nothing */
+#define HELLO_COUNT    1u /* a counting pass: count syscalls, time nothing */
+#define HELLO_POST_NOW 2u /* endpoints post at once: --post-now */
 _Static_assert(sizeof(struct hello) <= RR_PRIVATE_DATA_CONNECT_MAX, "hello fits a request");
 
 static int wait_cm(struct bside *s, enum rdma_cm_event_type want, struct cmsync_event *ev)
@@ -306,7 +307,7 @@ static void hello_fill(struct hello *h, const struct bside *s, uint32_t conn)
 	h->ring_read = s->cfg.ring_read;
 	h->signal_every = (uint8_t)s->cfg.signal_every;
 	h->timeout_s = s->cfg.timeout_s;
-	h->flags = s->cfg.count_pass ? HELLO_COUNT : 0;
+	h->flags = (s->cfg.count_pass ? HELLO_COUNT : 0) | (s->cfg.post_now ? HELLO_POST_NOW : 0);
 	h->conn = conn;
 	h->rkey = s->mr ? s->mr->rkey : 0;
 	h->addr = conn < s->nqp ? (uintptr_t)s->qps[conn].recv : 0;
@@ -334,6 +335,7 @@ static int hello_cfg(const struct hello *h, struct bench_cfg *cfg)
 	cfg->signal_every = h->signal_every ? h->signal_every : 1;
 	cfg->timeout_s = h->timeout_s;
 	cfg->count_pass = h->flags & HELLO_COUNT;
+	cfg->post_now = h->flags & HELLO_POST_NOW;
 	return 0;
 }
 
@@ -717,7 +719,7 @@ static int ep_connect_one(struct bside *s)
 			       .data = s,
 			       .private_data = &h,
 			       .private_data_len = sizeof(h),
-			       .flags = RR_EP_SHARED_CQ};
+			       .flags = RR_EP_SHARED_CQ | (c->post_now ? RR_EP_POST_NOW : 0)};
 	struct bqp *q = &s->qps[k];
 	int rc;
 

@@ -453,7 +453,7 @@ static int setup(const struct bench_cfg *known, const char *addr, int port_fd)
 				.signal_every = c->signal_every,
 				.on_qp_ready = on_qp_ready,
 				.on_disconnect = on_down,
-				.flags = RR_EP_SHARED_CQ};
+				.flags = RR_EP_SHARED_CQ | (c->post_now ? RR_EP_POST_NOW : 0)};
 	struct rr_bridge_opts bo = {.flags = bridge_flags()};
 	uint16_t port;
 	int rc;

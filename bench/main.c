@@ -36,7 +36,7 @@ struct opts {
 	uint32_t qd, msg_size, idle_ms;
 	long iters; /* 0: per-workload defaults */
 	unsigned int spin_us;
-	bool spin_fixed, ring_read;
+	bool spin_fixed, ring_read, post_now;
 	unsigned int signal_every;
 	bool quick, server, perftest, file_direct, no_count;
 	uint32_t client_threads;
@@ -78,6 +78,8 @@ static void usage(FILE *out)
 		"  --spin-fixed       hybrid: always spin --spin-us (default: adapt)\n"
 		"  --ring-read        uring, hybrid: read completion channels through the\n"
 		"                     ring (RR_BRIDGE_RING_READ), not with read(2)\n"
+		"  --post-now         uring-ep, hybrid-ep: each post goes at once\n"
+		"                     (RR_EP_POST_NOW), no coalesced chains\n"
 		"  --signal-every N   one message send in N asks for a completion, in\n"
 		"                     every strategy (default 16; 1: all)\n"
 		"  --quick            a short run (about a minute in the lab)\n"
@@ -177,6 +179,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 					   {"signal-every", required_argument, NULL, 'g'},
 					   {"spin-fixed", no_argument, NULL, 'F'},
 					   {"ring-read", no_argument, NULL, 'D'},
+					   {"post-now", no_argument, NULL, 'B'},
 					   {"quick", no_argument, NULL, 'q'},
 					   {"json", required_argument, NULL, 'j'},
 					   {"csv", required_argument, NULL, 'c'},
@@ -262,6 +265,9 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			break;
 		case 'D':
 			o->ring_read = true;
+			break;
+		case 'B':
+			o->post_now = true;
 			break;
 		case 'g':
 			v = num_arg(optarg, 1, 64);
@@ -361,6 +367,7 @@ static int plan(const struct opts *o, struct bench_cfg *runs, int max)
 						r->spin_us = o->spin_us;
 						r->spin_fixed = o->spin_fixed;
 						r->ring_read = o->ring_read;
+						r->post_now = o->post_now;
 						r->signal_every = o->signal_every;
 						r->timeout_s = (unsigned int)o->timeout_s;
 					}

@@ -129,6 +129,14 @@ static const char *spin_json(const struct result *x)
 	return !*n ? "null" : !strcmp(n, "fixed") ? "\"fixed\"" : "\"adaptive\"";
 }
 
+/* The -ep rows: whether their endpoints posted at once (--post-now). */
+static const char *post_now_json(const struct result *x)
+{
+	if (!strategy_ep(x->cfg.strat))
+		return "null";
+	return x->cfg.post_now ? "true" : "false";
+}
+
 /* "null" for what a record does not have. */
 static void num(FILE *f, const char *key, bool have, double v, const char *sep)
 {
@@ -226,11 +234,13 @@ int report_json(const char *path, const struct result *r, int n)
 			"  {\"strategy\": \"%s\", \"workload\": \"%s\", \"op\": \"%s\", "
 			"\"msg_size\": %u, \"qd\": %u, \"conns\": %u, \"iters\": %ld, "
 			"\"idle_ms\": %u, \"spin_us\": %u, \"spin\": %s, \"ring_read\": %s, "
-			"\"signal_every\": %u, \"reference\": %s, \"threads\": %u, ",
+			"\"post_now\": %s, \"signal_every\": %u, \"reference\": %s, "
+			"\"threads\": %u, ",
 			x->name, workload_name(x->cfg.wl), op_name(x->cfg.op), x->cfg.msg_size,
 			x->cfg.qd, x->cfg.conns, idle ? 0 : x->cfg.iters, idle ? x->cfg.idle_ms : 0,
-			x->cfg.spin_us, spin_json(x), ring_read_json(x), x->cfg.signal_every,
-			x->reference ? "true" : "false", x->threads ? x->threads : 1);
+			x->cfg.spin_us, spin_json(x), ring_read_json(x), post_now_json(x),
+			x->cfg.signal_every, x->reference ? "true" : "false",
+			x->threads ? x->threads : 1);
 		groups_json(f, x, ops);
 		fprintf(f, "\"client_threads\": %u, \"client_thread_cpu_us_per_op\": ",
 			x->client_threads ? x->client_threads : 1);

@@ -32,6 +32,8 @@ rc=$?
 	>>"$out/table" 2>&1 || rc=$?
 "$bench" --addr "$addr" --iters 2000 --strategies busy,uring,uring-ep,hybrid-ep --workloads rate \
 	--qd 64 --no-count --json "$out/r.json" --timeout 120 >>"$out/table" 2>&1 || rc=$?
+"$bench" --addr "$addr" --iters 2000 --strategies uring-ep --workloads rate --qd 64 --no-count \
+	--post-now --json "$out/n.json" --timeout 120 >>"$out/table" 2>&1 || rc=$?
 "$bench" --addr "$addr" --iters $iters --strategies busy,uring --workloads conns --conns 4 \
 	--client-threads 2 --repeat 2 --json "$out/c.json" --timeout 120 >>"$out/table" 2>&1 || rc=$?
 "$bench" --addr "$addr" --strategies busy,uring --threads 2 --workloads conns >"$out/refused" 2>&1
@@ -43,7 +45,8 @@ refused_rc=$?
 	--timeout 3 >"$out/stuck" 2>&1
 stuck_rc=$?
 python3 - "$out/b.json" "$rc" "$out/table" "$out/b.csv" "$iters" "$out/f.json" "$out/stuck" "$stuck_rc" \
-	"$out/g.json" "$out/g.csv" "$out/refused" "$refused_rc" "$out/c.json" "$out/r.json" <<'PY'
+	"$out/g.json" "$out/g.csv" "$out/refused" "$refused_rc" "$out/c.json" "$out/r.json" \
+	"$out/n.json" <<'PY'
 import csv, json, sys
 path, rc, table, csvpath, iters = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
 checks = []
@@ -229,6 +232,20 @@ for r in rrecs:
               f"{name}: both sides chain their posts (WRs per chain, both/client/server: {wpc})")
     else:
         check(wpc == [1, 1, 1], f"{name}: one WR per post call on both sides ({wpc})")
+    want = False if r.get("strategy") in ep else None
+    check(r.get("post_now", "absent") == want, f"{name}: post_now {want} ({r.get('post_now', 'absent')})")
+# --post-now: the same -ep row, each post alone on both sides.
+try:
+    nrecs = json.load(open(sys.argv[15]))
+except Exception as e:
+    nrecs = []
+    check(False, f"rate qd 64 --post-now JSON parses ({e})")
+check(len(nrecs) == 1 and nrecs[0].get("post_now") is True,
+      f"--post-now: one uring-ep record, post_now true ({[r.get('post_now') for r in nrecs]})")
+for r in nrecs:
+    wpc = [r.get(k) for k in ("wrs_per_chain", "client_wrs_per_chain", "server_wrs_per_chain")]
+    check(wpc == [1, 1, 1] and r.get("chains_per_op") == r.get("posts_per_op"),
+          f"uring-ep rate qd 64 --post-now: one WR per post call on both sides ({wpc})")
 print(f"1..{len(checks)}")
 for i, (ok, what) in enumerate(checks, 1):
     print(f"{'ok' if ok else 'not ok'} {i} - {what}")
