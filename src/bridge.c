@@ -153,10 +153,16 @@ int rr_bridge_handle_cqe(rr_bridge *b, const struct io_uring_cqe *cqe)
 		return 0;
 	}
 	b->stats.cqes++;
-	/* A pass: what its callbacks post goes as one chain per queue. */
+	/* A pass: what its callbacks post goes as one chain per queue, and
+	 * before the CQs it drained are armed (in rr_bridge_flush()), so a
+	 * completion back at once is polled there, not an event. The
+	 * built-in loop arms later still, when it could block. */
 	rr__eps_hold(&b->eps);
+	if (!b->ring.loop_owned)
+		b->ring.arm_at_end = true;
 	if (rr__ring_cqe(&b->ring, cqe) == RR__UD_KICK && !b->closing)
 		rr__cq_poll_active(&b->cqs);
+	b->ring.arm_at_end = false;
 	rr__eps_release(&b->eps);
 	rr_bridge_flush(b);
 	return 1;
@@ -255,6 +261,12 @@ int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 		n++;
 	}
 	handled += (int)n;
+	/* What the callbacks held goes before the CQs are polled and armed:
+	 * a completion that is back at once (an echo's send on rxe over
+	 * loopback) is then taken by this poll instead of raising an event
+	 * that wakes the loop again. The settle's own callbacks' posts go
+	 * at the release. */
+	rr__eps_post_held(&b->eps);
 	/* After -EPROTO the CQE left in the ring is the application's to
 	 * reap, maybe without the bridge: arm now. */
 	handled += settle(b, err ? RR__ARM_NOW : RR__ARM_IF_IDLE, n > 0);

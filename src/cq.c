@@ -450,10 +450,13 @@ static unsigned int service_as(rr_cq *cq, enum rr__arm when)
 	return n;
 }
 
-/* Inside the built-in loop, arming waits until the loop could block. */
+/* Inside the built-in loop, arming waits until the loop could block; in
+ * a pass of the application's loop, until the pass ends (its posts gone). */
 static unsigned int service(rr_cq *cq)
 {
-	return service_as(cq, cq->set->ring->loop_owned ? RR__ARM_LATER : RR__ARM_NOW);
+	const struct rr__ring *r = cq->set->ring;
+
+	return service_as(cq, r->loop_owned || r->arm_at_end ? RR__ARM_LATER : RR__ARM_NOW);
 }
 
 /* Poll an armed event CQ without touching its arm: what it hands out

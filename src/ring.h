@@ -100,6 +100,7 @@ struct rr__ring {
 	uint64_t uid; /* never reused in the process: tells peers apart */
 	bool multishot;
 	bool loop_owned;   /* inside the built-in loop: no kicks needed */
+	bool arm_at_end;   /* a pass is on that settles event CQs as it ends */
 	bool kick_wanted;  /* a kick NOP is owed */
 	bool kick_pending; /* a kick NOP is in the SQ or the kernel */
 	struct rr__poll *slots;
