@@ -46,10 +46,12 @@
  *    rr_bridge_run_once()) is checked and accepted at once, but its work
  *    request is held, chained behind the others of its queue, and each
  *    queue's chain goes to the provider with one ibv_post_send() /
- *    ibv_post_recv() / ibv_post_srq_recv(), in posting order, when the
- *    pass ends, before the CQs it drained are armed again (a completion
- *    back at once is polled, not an event that wakes the loop once more;
- *    rr_bridge_run_once(): also before it waits; receives
+ *    ibv_post_recv() / ibv_post_srq_recv(), in posting order, once the
+ *    pass has handed out the completions it polled: before it reads a
+ *    completion event or arms a CQ, so a reply leaves as early as if it
+ *    had been posted at once, and a completion back at once is polled,
+ *    not an event that wakes the loop once more (rr_bridge_run_once():
+ *    in any case before it waits; receives
  *    posted in on_qp_ready go before the connection is requested or
  *    accepted, and rr_ep_disconnect() posts what its endpoint holds
  *    first). A post outside any pass goes at once. A post call's own

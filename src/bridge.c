@@ -37,6 +37,12 @@ static void on_async(void *ctx, struct rr__device *dev, const struct ibv_async_e
 	rr__eps_async(&b->eps, dev, ev, c, b->opts.on_async_event ? tell_app : NULL, b);
 }
 
+/* The CQ layer's hook: what a pass holds goes before its reads and arms. */
+static void post_held(void *ctx)
+{
+	rr__eps_post_held(ctx);
+}
+
 int rr_bridge_create(rr_bridge **out, struct io_uring *ring, const struct rr_bridge_opts *opts,
 		     size_t opts_size)
 {
@@ -81,6 +87,8 @@ int rr_bridge_create(rr_bridge **out, struct io_uring *ring, const struct rr_bri
 	rr__devices_init(&b->devs, &b->ring, &b->cqs, &b->stats, on_async, b);
 	rr__eps_init(&b->eps, &b->ring, &b->cqs, &b->devs);
 	rr__eps_posts_init(&b->eps, &b->stats);
+	b->cqs.posts_due = post_held;
+	b->cqs.posts_ctx = &b->eps;
 	rr__cm_init(&b->cm, &b->ring, &b->devs, &b->eps, &b->stats);
 	if (b->opts.flags & RR_BRIDGE_NO_MSG_RING)
 		rr__ring_no_msg_ring(&b->ring);

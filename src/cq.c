@@ -186,6 +186,27 @@ out:
 	return total;
 }
 
+/*
+ * Posts that callbacks of this CQ held go out now, before the event read
+ * or the arm the caller is about to make: a reply held behind those
+ * syscalls leaves later by their length, and at one message in flight its
+ * answer then comes after this side has armed and gone to sleep instead
+ * of in the re-poll after the arm; a completion the post brings back at
+ * once (rxe over loopback) would raise an event as well. Inside the CQ's
+ * dispatch depth, so a callback of a refused request that destroys the
+ * CQ leaves it to reap_deferred().
+ */
+static void posts_due(rr_cq *cq)
+{
+	struct rr__cqs *set = cq->set;
+
+	if (!set->posts_due)
+		return;
+	cq->dispatch_depth++;
+	set->posts_due(set->posts_ctx);
+	cq->dispatch_depth--;
+}
+
 static int arm(rr_cq *cq)
 {
 	int rc;
@@ -422,6 +443,9 @@ static unsigned int poll_and_place(rr_cq *cq, enum rr__arm when)
 		set_lazy(cq, true);
 		return n;
 	}
+	posts_due(cq);
+	if (cq->destroy_deferred)
+		return n;
 	if (arm(cq)) {
 		set_active(cq, true); /* cannot sleep on it: keep polling */
 		return n;
@@ -680,6 +704,7 @@ static void channel_ready(void *ctx, int revents)
 		if (!only->active) {
 			unsigned int n = cq_poll(only, set->budget, &more);
 
+			posts_due(only);
 			if (reap_deferred(only))
 				return; /* destroyed: its events went with it */
 			if (n && is_hybrid(only))

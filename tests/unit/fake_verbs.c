@@ -163,6 +163,9 @@ static bool mlx5(struct ibv_context *ctx)
 
 static void async_push(struct ibv_context *ctx, struct ibv_async_event ev);
 
+/* Post calls and event reads, numbered in the order they happen. */
+static unsigned int fake_steps;
+
 /* ---- CQs ---- */
 
 static void raise_event(struct fake_cq *fc)
@@ -503,6 +506,7 @@ static struct fake_cq *delivered(struct fake_cq *fc)
 	void *(*op)(void) = fc->cq.context->ops._compat_cq_event;
 
 	fc->delivered++;
+	fc->delivered_step = ++fake_steps;
 	stats.cq_events_delivered++;
 	if (op)
 		((void (*)(struct ibv_cq *))(void (*)(void))op)(&fc->cq);
@@ -1691,6 +1695,7 @@ int __wrap_ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
 static void post_call(struct fake_postq *pq, unsigned int nwr)
 {
 	pq->n.calls++;
+	pq->n.last_step = ++fake_steps;
 	if (nwr > pq->n.max_chain)
 		pq->n.max_chain = nwr;
 }

@@ -57,9 +57,10 @@ struct fake_cq {
 	struct fake_cqe *q; /* FAKE_MAX_WC entries */
 	unsigned int head, tail;
 	bool armed;
-	unsigned int arms;	/* ibv_req_notify_cq() calls */
-	unsigned int events;	/* events raised */
-	unsigned int delivered; /* events read with ibv_get_cq_event() */
+	unsigned int arms;	     /* ibv_req_notify_cq() calls */
+	unsigned int events;	     /* events raised */
+	unsigned int delivered;	     /* events read with ibv_get_cq_event() */
+	unsigned int delivered_step; /* when the last was (see fake_posts) */
 	unsigned int acked;
 	unsigned int ack_calls;
 	unsigned int polls;
@@ -183,12 +184,15 @@ enum ibv_qp_state fake_qp_state(struct ibv_qp *qp);
 unsigned int fake_qp_sq_waiting(struct ibv_qp *qp);
 
 /* What a queue's post op was handed since the queue was created: calls,
- * work requests taken, the longest chain, and for send queues those
- * taken asking for a completion and the calls whose last work request
- * asked for none. */
+ * work requests taken, the longest chain, for send queues those taken
+ * asking for a completion and the calls whose last work request asked
+ * for none, and when the last call was. */
 struct fake_posts {
 	unsigned int calls, wrs, max_chain;
 	unsigned int signalled, last_unsignalled;
+	/* The last call's place among post calls and event reads, all
+	 * queues and CQs numbered together (fake_cq's delivered_step). */
+	unsigned int last_step;
 };
 struct fake_posts fake_qp_send_posts(struct ibv_qp *qp);
 struct fake_posts fake_qp_recv_posts(struct ibv_qp *qp);

@@ -798,6 +798,9 @@ Test(endpoint, post_now_endpoint_posts_each_request_at_once)
  * from its receive callback in event mode, alone (the client held until
  * the echo is out): one CQ event a round, its receive's. Before, the
  * echo went out after the arm, and its completion woke the server again.
+ * The echo leaves before the read of that event, too, as it would had it
+ * been posted at once: held behind the read, the answer came late by a
+ * syscall, after the other side had gone back to sleep.
  */
 #define PP_ROUNDS 20
 
@@ -831,6 +834,7 @@ static void echo_wakes_once(bool embedded)
 	struct rr_bridge_stats s0, s1;
 	struct pp a = {0}, b = {.left = PP_ROUNDS};
 	struct ep_state *c, *sv;
+	struct ibv_qp *qp;
 
 	srv_embedded = embedded;
 	setup_with(0, 0, 0);
@@ -840,6 +844,7 @@ static void echo_wakes_once(bool embedded)
 	b.tx = slot(33);
 	c = connect_one(0, 0);
 	sv = server_of(c);
+	qp = rr_ep_qp(sv->ep);
 	cr_assert_eq(rr_ep_post_recv(c->ep, a.rx, SLOT, MR, pp_recv, &a), 0);
 	cr_assert_eq(rr_ep_post_recv(sv->ep, b.rx, SLOT, MR, pp_recv, &b), 0);
 	settle();
@@ -854,6 +859,11 @@ static void echo_wakes_once(bool embedded)
 			     "round %d: %llu CQ events for one message and its echo (%s, %s loop)",
 			     i, (unsigned long long)(s1.cq_events - s0.cq_events),
 			     fake_provider_name(), embedded ? "application's" : "built-in");
+		cr_expect_lt(fake_qp_send_posts(qp).last_step,
+			     fake_cq_of(qp->recv_cq)->delivered_step,
+			     "round %d: the echo waited for the read of its message's event "
+			     "(%s, %s loop)",
+			     i, fake_provider_name(), embedded ? "application's" : "built-in");
 		cli_held = false;
 		PUMP_UNTIL(a.got == i && a.sent == i);
 	}
