@@ -613,6 +613,46 @@ Test(wakeup, armed_when_an_application_loop_takes_over)
 	arm_before_blocking_case(true);
 }
 
+/* Each completion of CQ 0 brings the next, as a peer's answers do while
+ * the loop hands out, up to TRICKLE. */
+#define TRICKLE 40
+
+static struct fixture *trickle_fx;
+
+static void trickle_hook(int which, uint64_t id)
+{
+	if (which == 0 && id < TRICKLE)
+		fake_complete(fake_cq_of(rr_cq_ibv(trickle_fx->cq[0])), 1, id + 1);
+}
+
+/*
+ * Completions that keep arriving after the arm raise one event, and the
+ * wake-up it brings costs the same whatever it finds: an event CQ is
+ * polled until a poll finds nothing, as a loop on epoll polls until the
+ * CQ is empty, so a stream that never lets the CQ run dry costs two
+ * events (the first, and the one the stream raised after the arm), not
+ * one for every few completions.
+ */
+Test(wakeup, a_stream_after_the_arm_is_taken_until_the_cq_is_empty)
+{
+	struct fixture f;
+
+	setup_fx(&f, NULL, RR_WAIT_EVENT);
+	pass(&f, 1);
+	cr_assert(fcq(&f, 0)->armed);
+	trickle_fx = &f;
+	wc_hook = trickle_hook;
+	fake_complete(fcq(&f, 0), 1, 1);
+	pass_until(&f, &L.wcs[0], TRICKLE);
+	cr_assert_eq(L.wcs[0], TRICKLE);
+	wc_hook = NULL;
+	pass(&f, 2);
+	cr_expect_leq(fcq(&f, 0)->events, 2, "%u events for one stream of %d completions",
+		      fcq(&f, 0)->events, TRICKLE);
+	cr_assert(fcq(&f, 0)->armed, "left unarmed at the end of the stream");
+	teardown_fx(&f);
+}
+
 /* A channel whose reads fail (its device is gone) stays readable: it must
  * not be read on every pass for ever, and its CQs are polled instead of
  * going deaf. */
