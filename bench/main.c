@@ -68,7 +68,8 @@ static void usage(FILE *out)
 		"                     (default 1: one thread, no groups)\n"
 		"  --client-threads N conns: the client's connections split over N threads,\n"
 		"                     each with its own CQ (and ring and bridge) (default 1)\n"
-		"  --iters N          round trips per run (default: 20000; rate 200000)\n"
+		"  --iters N          round trips per run (default: 20000; rate 200000;\n"
+		"                     conns at least 64 a connection)\n"
 		"  --repeat N         run each configuration N times, the strategies of one\n"
 		"                     configuration interleaved (A B, B A, ...); figures are\n"
 		"                     medians, ratios paired per round (default 1)\n"
@@ -322,13 +323,23 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	return optind == argc ? 0 : -1;
 }
 
-static long iters_for(const struct opts *o, enum workload w)
+/* conns: at least CONN_ROUNDS round trips a connection, or --quick timed
+ * 2000 at 256 connections, 8 each: under 0.1 s, the pipeline barely full,
+ * and runs of one boot differed by 2x where they hardly differ at 16. */
+#define CONN_ROUNDS 64
+
+static long iters_for(const struct opts *o, enum workload w, unsigned int conns)
 {
+	long n;
+
 	if (o->iters)
 		return o->iters;
 	if (w == W_RATE)
 		return o->quick ? 20000 : 200000;
-	return o->quick ? 2000 : 20000;
+	n = o->quick ? 2000 : 20000;
+	if (w == W_CONNS && n < (long)conns * CONN_ROUNDS)
+		n = (long)conns * CONN_ROUNDS;
+	return n;
 }
 
 /* Every run the options ask for, in table order. */
@@ -362,7 +373,7 @@ static int plan(const struct opts *o, struct bench_cfg *runs, int max)
 						r->threads = o->threads[t];
 						r->client_threads =
 							wl == W_CONNS ? o->client_threads : 1;
-						r->iters = iters_for(o, wl);
+						r->iters = iters_for(o, wl, r->conns);
 						r->idle_ms = wl == W_IDLE ? o->idle_ms : 0;
 						r->spin_us = o->spin_us;
 						r->spin_fixed = o->spin_fixed;
@@ -698,7 +709,7 @@ int main(int argc, char **argv)
 	fflush(stdout);
 	if (o.perftest && !remote) {
 		/* Before the runs and again after them: the lab drifts. */
-		int n = perftest_rows(addr, o.msg_size, iters_for(&o, W_PINGPONG), pt_before, 2);
+		int n = perftest_rows(addr, o.msg_size, iters_for(&o, W_PINGPONG, 1), pt_before, 2);
 
 		if (n < 0)
 			failed = 1;
@@ -721,7 +732,8 @@ int main(int argc, char **argv)
 	if (file_buf[0])
 		unlink(file_buf);
 	if (npt) {
-		int n = perftest_rows(addr, o.msg_size, iters_for(&o, W_PINGPONG), &res[nres], 2);
+		int n = perftest_rows(addr, o.msg_size, iters_for(&o, W_PINGPONG, 1), &res[nres],
+				      2);
 
 		if (n == npt)
 			perftest_merge(&res[nres], pt_before, n);

@@ -6,6 +6,7 @@
 # --threads 2 on the conns workload: the server's connections spread over two
 # poll groups (group_conns sums to the count, within one of each other);
 # --threads 2 with a strategy groups cannot run is refused.
+# --quick conns runs at least 64 round trips a connection.
 # --no-count: no syscall figures. --client-threads 2 --repeat 2: the
 # client's CPU per thread, each round's figures behind the medians; syscall
 # columns from the counting pass (verbs' posts and arms plus the crossings
@@ -36,6 +37,8 @@ rc=$?
 	--post-now --json "$out/n.json" --timeout 120 >>"$out/table" 2>&1 || rc=$?
 "$bench" --addr "$addr" --iters $iters --strategies busy,uring --workloads conns --conns 4 \
 	--client-threads 2 --repeat 2 --json "$out/c.json" --timeout 120 >>"$out/table" 2>&1 || rc=$?
+"$bench" --addr "$addr" --quick --strategies busy --workloads conns --conns 40 --no-count \
+	--json "$out/q.json" --timeout 120 >>"$out/table" 2>&1 || rc=$?
 "$bench" --addr "$addr" --strategies busy,uring --threads 2 --workloads conns >"$out/refused" 2>&1
 refused_rc=$?
 # A failure keeps everything the bench said (a sanitizer report included).
@@ -46,7 +49,7 @@ refused_rc=$?
 stuck_rc=$?
 python3 - "$out/b.json" "$rc" "$out/table" "$out/b.csv" "$iters" "$out/f.json" "$out/stuck" "$stuck_rc" \
 	"$out/g.json" "$out/g.csv" "$out/refused" "$refused_rc" "$out/c.json" "$out/r.json" \
-	"$out/n.json" <<'PY'
+	"$out/n.json" "$out/q.json" <<'PY'
 import csv, json, sys
 path, rc, table, csvpath, iters = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
 checks = []
@@ -246,6 +249,14 @@ for r in nrecs:
     wpc = [r.get(k) for k in ("wrs_per_chain", "client_wrs_per_chain", "server_wrs_per_chain")]
     check(wpc == [1, 1, 1] and r.get("chains_per_op") == r.get("posts_per_op"),
           f"uring-ep rate qd 64 --post-now: one WR per post call on both sides ({wpc})")
+# --quick conns: at least 64 round trips a connection (40 x 64 = 2560 > 2000).
+try:
+    qrecs = json.load(open(sys.argv[16]))
+except Exception as e:
+    qrecs = []
+    check(False, f"--quick conns 40 JSON parses ({e})")
+check([r.get("iters") for r in qrecs] == [2560],
+      f"--quick conns 40: 2560 round trips, 64 a connection ({[r.get('iters') for r in qrecs]})")
 print(f"1..{len(checks)}")
 for i, (ok, what) in enumerate(checks, 1):
     print(f"{'ok' if ok else 'not ok'} {i} - {what}")
