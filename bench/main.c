@@ -525,21 +525,35 @@ static int group_len(const struct bench_cfg *runs, int g, int n)
 	return k;
 }
 
+/*
+ * One run, and a line that says so. On a terminal the line starts before
+ * the run and ends after it; otherwise it is written whole afterwards, so
+ * what the run's sides say (a watchdog's report, an error) begins a line
+ * of its own where logs and tests look for it.
+ */
 static int run_one(struct bench_cfg *cfg, const struct opts *o, bool remote, struct result *r,
 		   const char *what)
 {
+	bool tty = isatty(STDERR_FILENO);
 	double t0 = now_us();
+	char line[160];
 	int rc;
+	size_t n = (size_t)snprintf(line, sizeof(line), "  %-12s %-9s %-9s qd %-3u conns %-4u ",
+				    strategy_name(cfg->strat), workload_name(cfg->wl),
+				    op_name(cfg->op), cfg->qd, cfg->conns);
 
-	fprintf(stderr, "  %-12s %-9s %-9s qd %-3u conns %-4u ", strategy_name(cfg->strat),
-		workload_name(cfg->wl), op_name(cfg->op), cfg->qd, cfg->conns);
-	if (cfg->threads > 1)
-		fprintf(stderr, "threads %u ", cfg->threads);
-	if (cfg->client_threads > 1)
-		fprintf(stderr, "client threads %u ", cfg->client_threads);
-	fprintf(stderr, "%s", what);
+	if (cfg->threads > 1 && n < sizeof(line))
+		n += (size_t)snprintf(line + n, sizeof(line) - n, "threads %u ", cfg->threads);
+	if (cfg->client_threads > 1 && n < sizeof(line))
+		n += (size_t)snprintf(line + n, sizeof(line) - n, "client threads %u ",
+				      cfg->client_threads);
+	if (n < sizeof(line))
+		snprintf(line + n, sizeof(line) - n, "%s", what);
+	if (tty)
+		fprintf(stderr, "%s", line);
 	rc = remote ? run_remote(cfg, r, o->timeout_s) : run_local(cfg, r, o->timeout_s);
-	fprintf(stderr, "%s in %.1f s\n", rc ? "failed" : "done", (now_us() - t0) / 1e6);
+	fprintf(stderr, "%s%s in %.1f s\n", tty ? "" : line, rc ? "failed" : "done",
+		(now_us() - t0) / 1e6);
 	return rc;
 }
 
