@@ -6,6 +6,7 @@
  * watchdog kills a stuck run. --server serves run after run the same way,
  * one child per run.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stddef.h>
@@ -27,15 +28,15 @@ static int cmp_double(const void *a, const void *b)
 static const char *const phase_names[PH_COUNT] = {"starting", "connecting", "running", "finishing",
 						  "closing"};
 
-/* /proc/PID/NAME into buf, its lines joined by ";", or "". */
-static void proc_text(pid_t pid, const char *name, char *buf, size_t len)
+/* /proc/NAME into buf, its lines joined by ";", or "". */
+static void proc_text(const char *name, char *buf, size_t len)
 {
-	char path[64];
+	char path[128];
 	size_t n = 0;
 	FILE *f;
 
 	buf[0] = 0;
-	snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, name);
+	snprintf(path, sizeof(path), "/proc/%s", name);
 	f = fopen(path, "r");
 	if (!f)
 		return;
@@ -48,29 +49,60 @@ static void proc_text(pid_t pid, const char *name, char *buf, size_t len)
 		*p = ';';
 }
 
+/* "state X, waiting in W; kernel stack: S" of a process or thread, from
+ * its /proc directory ("PID" or "PID/task/TID"). */
+static void where(const char *dir, char *out, size_t len)
+{
+	char path[96], stat[512], wchan[64], stack[512];
+	const char *rp;
+
+	snprintf(path, sizeof(path), "%s/stat", dir);
+	proc_text(path, stat, sizeof(stat));
+	snprintf(path, sizeof(path), "%s/wchan", dir);
+	proc_text(path, wchan, sizeof(wchan));
+	snprintf(path, sizeof(path), "%s/stack", dir);
+	proc_text(path, stack, sizeof(stack));
+	rp = strrchr(stat, ')');
+	snprintf(out, len, "state %c%s%s%s%s", rp && rp[1] && rp[2] ? rp[2] : '?',
+		 wchan[0] && strcmp(wchan, "0") ? ", waiting in " : "",
+		 wchan[0] && strcmp(wchan, "0") ? wchan : "", stack[0] ? "; kernel stack: " : "",
+		 stack);
+}
+
 /* Say where a stuck side is before the watchdog kills it: its phase and
  * progress, its scheduler state and, where the kernel shows it, the kernel
- * stack it waits in. */
+ * stack it waits in; then the same for each of its other threads (client
+ * threads, io_uring's workers), where a multi-threaded side is stuck. */
 static void describe(const char *who, pid_t pid, const struct side_trace *t)
 {
-	char stat[512], wchan[64], stack[512];
-	const char *rp;
+	char dir[64], tasks[64], text[1024];
+	struct dirent *e;
 	int ph = t->phase;
+	DIR *d;
 
-	proc_text(pid, "stat", stat, sizeof(stat));
-	proc_text(pid, "wchan", wchan, sizeof(wchan));
-	proc_text(pid, "stack", stack, sizeof(stack));
-	rp = strrchr(stat, ')');
+	snprintf(dir, sizeof(dir), "%d", (int)pid);
+	where(dir, text, sizeof(text));
 	fprintf(stderr,
 		"ringrdma-bench: at the deadline the %s was %s; %llu completions handled, "
-		"%llu sends and %llu receives "
-		"posted; state %c%s%s%s%s\n",
+		"%llu sends and %llu receives posted; %s\n",
 		who, ph >= 0 && ph < PH_COUNT ? phase_names[ph] : "?", (unsigned long long)t->wcs,
-		(unsigned long long)t->sends, (unsigned long long)t->recvs,
-		rp && rp[1] && rp[2] ? rp[2] : '?',
-		wchan[0] && strcmp(wchan, "0") ? ", waiting in " : "",
-		wchan[0] && strcmp(wchan, "0") ? wchan : "", stack[0] ? "; kernel stack: " : "",
-		stack);
+		(unsigned long long)t->sends, (unsigned long long)t->recvs, text);
+	snprintf(tasks, sizeof(tasks), "/proc/%d/task", (int)pid);
+	d = opendir(tasks);
+	while (d && (e = readdir(d))) {
+		char comm[32];
+
+		if (e->d_name[0] == '.' || atoi(e->d_name) == (int)pid)
+			continue;
+		snprintf(dir, sizeof(dir), "%d/task/%.16s", (int)pid, e->d_name);
+		where(dir, text, sizeof(text));
+		snprintf(dir + strlen(dir), sizeof(dir) - strlen(dir), "/comm");
+		proc_text(dir, comm, sizeof(comm));
+		fprintf(stderr, "ringrdma-bench:   its thread %s (%s): %s\n", e->d_name, comm,
+			text);
+	}
+	if (d)
+		closedir(d);
 }
 
 /* Wait for a child, killing it at the deadline (after saying where it is
