@@ -474,7 +474,8 @@ Test(dispatch, completion_racing_the_arm_is_not_stranded)
 /* Queue an application NOP and wait until its CQE is in the ring (on
  * SQPOLL the kernel's thread completes it when it gets to it). */
 static struct io_uring *nop_ring;
-static struct fixture *nop_fx;
+/* The fixture a wc_hook works on. */
+static struct fixture *hook_fx;
 
 static void queue_app_nop(uint64_t ud)
 {
@@ -550,7 +551,7 @@ Test(wakeup, pass_woken_by_an_app_cqe_hands_out_a_ready_completion)
 static void arm_case_hook(int which, uint64_t id)
 {
 	if (which == 0 && id == 1)
-		fake_complete(fake_cq_of(rr_cq_ibv(nop_fx->cq[0])), 1, 2);
+		fake_complete(fake_cq_of(rr_cq_ibv(hook_fx->cq[0])), 1, 2);
 	else if (which == 0 && id == 2)
 		queue_app_nop(43);
 }
@@ -573,7 +574,7 @@ static void arm_before_blocking_case(bool embedded)
 	cr_assert(fcq(&f, 0)->armed && fcq(&f, 1)->armed);
 	arms0 = fcq(&f, 0)->arms;
 	nop_ring = &f.ring;
-	nop_fx = &f;
+	hook_fx = &f;
 	wc_hook = arm_case_hook;
 	fake_complete(fcq(&f, 0), 1, 1);
 	pass_until(&f, &L.wcs[0], 2);
@@ -617,12 +618,10 @@ Test(wakeup, armed_when_an_application_loop_takes_over)
  * the loop hands out, up to TRICKLE. */
 #define TRICKLE 40
 
-static struct fixture *trickle_fx;
-
 static void trickle_hook(int which, uint64_t id)
 {
 	if (which == 0 && id < TRICKLE)
-		fake_complete(fake_cq_of(rr_cq_ibv(trickle_fx->cq[0])), 1, id + 1);
+		fake_complete(fake_cq_of(rr_cq_ibv(hook_fx->cq[0])), 1, id + 1);
 }
 
 /*
@@ -640,7 +639,7 @@ Test(wakeup, a_stream_after_the_arm_is_taken_until_the_cq_is_empty)
 	setup_fx(&f, NULL, RR_WAIT_EVENT);
 	pass(&f, 1);
 	cr_assert(fcq(&f, 0)->armed);
-	trickle_fx = &f;
+	hook_fx = &f;
 	wc_hook = trickle_hook;
 	fake_complete(fcq(&f, 0), 1, 1);
 	pass_until(&f, &L.wcs[0], TRICKLE);
