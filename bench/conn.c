@@ -68,6 +68,13 @@ static const struct hello *hello_of(const struct cmsync_event *ev)
 	return ev->priv_len >= sizeof(struct hello) ? (const struct hello *)ev->priv : NULL;
 }
 
+/* A single-thread side waits on its ring only in rr_bridge_run_once()
+ * (side_step()), so its CQs may stay unarmed between passes. */
+static unsigned int bridge_flags(const struct bside *s)
+{
+	return RR_BRIDGE_LOOP_WAITS | (s->cfg.ring_read ? RR_BRIDGE_RING_READ : 0);
+}
+
 /* A fresh side: an event channel and nothing else yet. */
 static int side_init(struct bside *s, const struct bench_cfg *cfg)
 {
@@ -164,9 +171,8 @@ static int make_cq(struct bside *s, struct ibv_context *ctx)
 					.data = s,
 					.mode = strategy_mode(&s->cfg),
 					.spin_us = s->cfg.spin_us};
-		struct rr_bridge_opts bo = {.on_app_cqe = filer_on_cqe,
-					    .data = s,
-					    .flags = s->cfg.ring_read ? RR_BRIDGE_RING_READ : 0};
+		struct rr_bridge_opts bo = {
+			.on_app_cqe = filer_on_cqe, .data = s, .flags = bridge_flags(s)};
 		int rc = ring_init(s);
 
 		if (!rc)
@@ -747,9 +753,8 @@ static int ep_connect_one(struct bside *s)
 /* The -ep strategies' side: a bridge, the buffer, then the connections. */
 static int ep_side_init(struct bside *s)
 {
-	struct rr_bridge_opts bo = {.on_app_cqe = filer_on_cqe,
-				    .data = s,
-				    .flags = s->cfg.ring_read ? RR_BRIDGE_RING_READ : 0};
+	struct rr_bridge_opts bo = {
+		.on_app_cqe = filer_on_cqe, .data = s, .flags = bridge_flags(s)};
 	uint32_t per = (2 * s->cfg.qd + 1) + (s->cfg.qd + 1);
 	int rc = ring_init(s);
 

@@ -210,6 +210,16 @@ enum rr_bridge_flags {
 	 *  needs no call per event (rxe, siw) and the ring is not SQPOLL;
 	 *  elsewhere ignored. See ringrdma(7), CQ DISPATCH AND RE-ARMING. */
 	RR_BRIDGE_RING_READ = 1u << 3,
+	/** The application waits on the ring only in rr_bridge_run_once()
+	 *  (or rr_bridge_run()), never by other means: a pass then returns
+	 *  with the event CQs it drained unarmed, and the next pass arms
+	 *  them only when it would block, after submitting what the
+	 *  application queued in between and finding nothing it completed
+	 *  at once. An answer that arrives while the application's own
+	 *  I/O runs (a file read between passes) is polled, not an event
+	 *  that wakes the loop again. rr_bridge_flush() and
+	 *  rr_bridge_handle_cqe() arm them at once. See ringrdma(7). */
+	RR_BRIDGE_LOOP_WAITS = 1u << 4,
 };
 
 /**

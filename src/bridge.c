@@ -218,6 +218,7 @@ static int settle(rr_bridge *b, enum rr__arm when, bool armed_too)
 
 int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 {
+	enum rr__arm at_end = RR__ARM_IF_IDLE;
 	struct io_uring_cqe *cqe;
 	int handled = 0, rc = 0, err = 0;
 	unsigned int n = 0;
@@ -228,6 +229,16 @@ int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 	if (rr__cq_any_active(&b->cqs)) {
 		handled += (int)rr__cq_poll_active(&b->cqs);
 		timeout_ms = 0; /* busy or spinning CQs: never sleep */
+	}
+	/* RR_BRIDGE_LOOP_WAITS: the CQs the last pass left unarmed stay so
+	 * through what the application queued since, if it completes at
+	 * once (a buffered file read); an answer that came meanwhile is
+	 * then polled below, not an event. Submitted first, without a wait. */
+	if (timeout_ms && (b->opts.flags & RR_BRIDGE_LOOP_WAITS) && rr__cq_any_lazy(&b->cqs) &&
+	    io_uring_sq_ready(b->io)) {
+		rr_bridge_flush(b);
+		if (io_uring_submit_and_get_events(b->io) >= 0 && io_uring_cq_ready(b->io))
+			timeout_ms = 0;
 	}
 	if (rr__cq_any_lazy(&b->cqs))
 		handled += settle(b, timeout_ms ? RR__ARM_IF_IDLE : RR__ARM_LATER, false);
@@ -277,7 +288,11 @@ int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 	rr__eps_post_held(&b->eps);
 	/* After -EPROTO the CQE left in the ring is the application's to
 	 * reap, maybe without the bridge: arm now. */
-	handled += settle(b, err ? RR__ARM_NOW : RR__ARM_IF_IDLE, n > 0);
+	if (err)
+		at_end = RR__ARM_NOW;
+	else if (b->opts.flags & RR_BRIDGE_LOOP_WAITS)
+		at_end = RR__ARM_LATER; /* the next pass arms them, if it waits */
+	handled += settle(b, at_end, n > 0);
 	rr__eps_release(&b->eps);
 	rr_bridge_flush(b);
 	/* Back to embedded rules: a CQE handled outside the loop may kick. */

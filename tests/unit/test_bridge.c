@@ -652,6 +652,55 @@ Test(wakeup, a_stream_after_the_arm_is_taken_until_the_cq_is_empty)
 	teardown_fx(&f);
 }
 
+/*
+ * RR_BRIDGE_LOOP_WAITS: a pass leaves the event CQ it drained unarmed.
+ * The next one submits what the application queued in between and, when
+ * that completes at once, polls the CQ instead of arming it: the answer
+ * that came meanwhile raises no event. A pass that would block arms the
+ * CQ first, so a completion after it still wakes the loop.
+ */
+Test(wakeup, loop_waits_arms_only_before_a_wait)
+{
+	struct rr_bridge_opts o = {.flags = RR_BRIDGE_LOOP_WAITS};
+	struct io_uring_sqe *sqe;
+	unsigned int arms0, events0;
+	struct fixture f;
+
+	setup_fx(&f, &o, RR_WAIT_EVENT);
+	pass(&f, 1);
+	cr_assert(fcq(&f, 0)->armed);
+	fake_complete(fcq(&f, 0), 1, 1);
+	pass_until(&f, &L.wcs[0], 1);
+	cr_assert_eq(L.wcs[0], 1);
+	cr_expect(!fcq(&f, 0)->armed, "armed at the end of a pass");
+	arms0 = fcq(&f, 0)->arms;
+	events0 = fcq(&f, 0)->events;
+	/* The application's own I/O between passes; an answer meanwhile. */
+	sqe = io_uring_get_sqe(&f.ring);
+	cr_assert(sqe);
+	io_uring_prep_nop(sqe);
+	io_uring_sqe_set_data64(sqe, 44);
+	fake_complete(fcq(&f, 0), 1, 2);
+	cr_assert_geq(rr_bridge_run_once(f.b, 20), 0);
+	/* SQPOLL: the kernel's thread may not have run the NOP yet. */
+	if (!(f.ring.flags & IORING_SETUP_SQPOLL)) {
+		cr_expect(logged_app(44), "the application's CQE was not handed out");
+		cr_expect_eq(L.wcs[0], 2, "the answer waited for another pass");
+		cr_expect_eq(fcq(&f, 0)->arms, arms0,
+			     "armed although what was submitted completed at once");
+	}
+	cr_expect_eq(fcq(&f, 0)->events, events0);
+	pass_until(&f, &L.wcs[0], 2);
+	/* Nothing queued: armed before the wait; a completion after it wakes. */
+	cr_assert_geq(rr_bridge_run_once(f.b, 20), 0);
+	cr_assert(fcq(&f, 0)->armed, "blocked with the CQ unarmed");
+	fake_complete(fcq(&f, 0), 1, 3);
+	cr_assert_eq(fcq(&f, 0)->events, events0 + 1);
+	pass_until(&f, &L.wcs[0], 3);
+	cr_assert_eq(L.wcs[0], 3);
+	teardown_fx(&f);
+}
+
 /* A channel whose reads fail (its device is gone) stays readable: it must
  * not be read on every pass for ever, and its CQs are polled instead of
  * going deaf. */
