@@ -240,8 +240,18 @@ int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 		if (io_uring_submit_and_get_events(b->io) >= 0 && io_uring_cq_ready(b->io))
 			timeout_ms = 0;
 	}
-	if (rr__cq_any_lazy(&b->cqs))
-		handled += settle(b, timeout_ms ? RR__ARM_IF_IDLE : RR__ARM_LATER, false);
+	if (rr__cq_any_lazy(&b->cqs)) {
+		int got = settle(b, timeout_ms ? RR__ARM_IF_IDLE : RR__ARM_LATER, false);
+
+		/* What it handed out may be what the application waits for
+		 * (with RR_BRIDGE_LOOP_WAITS most passes start here): the pass
+		 * returns with it, it does not sleep after it. And a CQ that
+		 * spent its budget there is left with completions in it that
+		 * raise no event. */
+		handled += got;
+		if (got || rr__cq_any_active(&b->cqs))
+			timeout_ms = 0;
+	}
 	/* After the settle: its callbacks' posts go out before the wait. */
 	rr__eps_post_held(&b->eps);
 	rr_bridge_flush(b); /* makes room in a full SQ itself */

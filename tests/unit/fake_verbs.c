@@ -1939,3 +1939,28 @@ int __wrap_io_uring_submit_and_get_events(struct io_uring *ring)
 	__atomic_fetch_add(&fake_get_events, 1, __ATOMIC_RELAXED);
 	return __real_io_uring_submit_and_get_events(ring);
 }
+
+unsigned int fake_waits;
+
+int __real_io_uring_submit_and_wait(struct io_uring *ring, unsigned int wait_nr);
+int __wrap_io_uring_submit_and_wait(struct io_uring *ring, unsigned int wait_nr);
+int __real_io_uring_submit_and_wait_timeout(struct io_uring *ring, struct io_uring_cqe **cqe_ptr,
+					    unsigned int wait_nr, struct __kernel_timespec *ts,
+					    sigset_t *sigmask);
+int __wrap_io_uring_submit_and_wait_timeout(struct io_uring *ring, struct io_uring_cqe **cqe_ptr,
+					    unsigned int wait_nr, struct __kernel_timespec *ts,
+					    sigset_t *sigmask);
+
+int __wrap_io_uring_submit_and_wait(struct io_uring *ring, unsigned int wait_nr)
+{
+	__atomic_fetch_add(&fake_waits, 1, __ATOMIC_RELAXED);
+	return __real_io_uring_submit_and_wait(ring, wait_nr);
+}
+
+int __wrap_io_uring_submit_and_wait_timeout(struct io_uring *ring, struct io_uring_cqe **cqe_ptr,
+					    unsigned int wait_nr, struct __kernel_timespec *ts,
+					    sigset_t *sigmask)
+{
+	__atomic_fetch_add(&fake_waits, 1, __ATOMIC_RELAXED);
+	return __real_io_uring_submit_and_wait_timeout(ring, cqe_ptr, wait_nr, ts, sigmask);
+}

@@ -126,6 +126,8 @@ void fake_clock_advance(uint64_t ns);
 /* io_uring_submit_and_get_events() calls: a pass that does not wait
  * entering the kernel only to collect deferred completions. */
 extern unsigned int fake_get_events;
+/* io_uring_submit_and_wait() and _wait_timeout() calls: passes that may sleep. */
+extern unsigned int fake_waits;
 
 /* ---- the fake device and its provider personalities ---- */
 

@@ -701,6 +701,62 @@ Test(wakeup, loop_waits_arms_only_before_a_wait)
 	teardown_fx(&f);
 }
 
+/*
+ * A pass that starts by polling the CQs the last one left unarmed may
+ * spend a CQ's budget there: that CQ stays unarmed with completions in
+ * it, which raise no event, so the pass must not sleep. With
+ * RR_BRIDGE_LOOP_WAITS every pass starts so (the bench's uring rate row
+ * hung, both sides asleep in io_uring_enter).
+ */
+Test(wakeup, a_pass_that_spends_a_budget_first_does_not_sleep)
+{
+	struct rr_bridge_opts o = {.flags = RR_BRIDGE_LOOP_WAITS, .budget = 4};
+	unsigned int waits0;
+	struct fixture f;
+
+	setup_fx(&f, &o, RR_WAIT_EVENT);
+	pass(&f, 1);
+	fake_complete(fcq(&f, 0), 1, 1);
+	pass_until(&f, &L.wcs[0], 1);
+	cr_assert_eq(L.wcs[0], 1);
+	cr_assert(!fcq(&f, 0)->armed);
+	fake_complete(fcq(&f, 0), 10, 2);
+	waits0 = fake_waits;
+	cr_assert_geq(rr_bridge_run_once(f.b, 60000), 0);
+	cr_expect_eq(fake_waits, waits0,
+		     "the pass waited with completions left in a CQ whose budget it spent");
+	pass_until(&f, &L.wcs[0], 11);
+	cr_assert_eq(L.wcs[0], 11);
+	teardown_fx(&f);
+}
+
+/*
+ * With RR_BRIDGE_LOOP_WAITS a pass starts by polling the CQs the last one
+ * left unarmed, so it may hand out there the completion the application
+ * waits for: it must return with it, not sleep after it. It slept: in the
+ * lab the bench's client thread that had finished its share set its done
+ * flag in such a callback and slept for ever (bench-json, a uring conns
+ * run with two client threads, about one run in eight).
+ */
+Test(wakeup, a_pass_that_hands_out_first_does_not_sleep)
+{
+	struct rr_bridge_opts o = {.flags = RR_BRIDGE_LOOP_WAITS};
+	unsigned int waits0;
+	struct fixture f;
+
+	setup_fx(&f, &o, RR_WAIT_EVENT);
+	pass(&f, 1);
+	fake_complete(fcq(&f, 0), 1, 1);
+	pass_until(&f, &L.wcs[0], 1);
+	cr_assert(!fcq(&f, 0)->armed);
+	fake_complete(fcq(&f, 0), 1, 2);
+	waits0 = fake_waits;
+	cr_assert_geq(rr_bridge_run_once(f.b, 2000), 1);
+	cr_assert_eq(L.wcs[0], 2);
+	cr_expect_eq(fake_waits, waits0, "the pass slept after handing out a completion");
+	teardown_fx(&f);
+}
+
 /* A channel whose reads fail (its device is gone) stays readable: it must
  * not be read on every pass for ever, and its CQs are polled instead of
  * going deaf. */
