@@ -218,7 +218,10 @@ enum rr_bridge_flags {
 	 *  at once. An answer that arrives while the application's own
 	 *  I/O runs (a file read between passes) is polled, not an event
 	 *  that wakes the loop again. rr_bridge_flush() and
-	 *  rr_bridge_handle_cqe() arm them at once. See ringrdma(7). */
+	 *  rr_bridge_handle_cqe() arm them at once. A pass that hands out
+	 *  completions from them before it would wait returns without
+	 *  waiting, so the application sees what they did first. See
+	 *  ringrdma(7). */
 	RR_BRIDGE_LOOP_WAITS = 1u << 4,
 };
 
