@@ -247,9 +247,12 @@ void side_close(struct bside *s);
 int side_step(struct bside *s);
 /* Bring side_counts up to what the side's bridge counted so far (its
  * wake-ups; with endpoints its completions and posts too). Each pass of
- * the bridge does so when it ends; call it outside a pass, where what
- * endpoints posted has gone to the provider, so that the posts, chains
- * and work requests a measurement sees belong to the same passes. */
+ * the bridge does so when it ends, and a measurement does at its bounds,
+ * which fall inside a pass (a callback): one pass may carry most of a
+ * short run, and its posts belong to the messages they answer. A post
+ * counts when it is accepted, its chain and work request when they go
+ * out at the end of the pass, so at a bound these may lag the posts by
+ * what that pass holds; each chain's work requests count together. */
 void side_sync_counts(struct bside *s);
 int side_loop(struct bside *s);
 

@@ -106,6 +106,7 @@ static void measure_begin(struct client *c)
 	}
 	pthread_mutex_unlock(&sh->lock);
 	c->tcpu0 = thread_cpu_now();
+	side_sync_counts(c->s);
 	side_begin(&c->f, &c->sc);
 	c->measuring = true;
 }
@@ -119,6 +120,7 @@ static void measure_end(struct client *c)
 	if (!c->measuring)
 		return;
 	c->measuring = false;
+	side_sync_counts(c->s);
 	side_end(&c->f, &c->sc);
 	if (c->idx < BENCH_MAX_THREADS)
 		c->out->cli_thread_cpu_s[c->idx] = thread_cpu_now() - c->tcpu0;

@@ -29,6 +29,7 @@ static void send_fin(struct bside *s, uint32_t conn)
 	int rc;
 
 	if (sv->measuring) {
+		side_sync_counts(s);
 		side_end(&sv->f, &sv->sc);
 		sv->measuring = false;
 	}
@@ -64,6 +65,7 @@ static void on_recv(struct bside *s, const struct ibv_wc *wc, uint32_t conn, uin
 		return;
 	}
 	if (!sv->measuring && h.seq == (uint32_t)sv->warm) {
+		side_sync_counts(s);
 		side_begin(&sv->f, &sv->sc);
 		sv->measuring = true;
 	}
