@@ -701,6 +701,28 @@ Test(wakeup, loop_waits_arms_only_before_a_wait)
 	teardown_fx(&f);
 }
 
+/* A fixture with RR_BRIDGE_LOOP_WAITS in @o whose CQ 0 has handed out
+ * WC 1 and was left unarmed by that pass, as the flag leaves it. */
+static void loop_waits_fx(struct fixture *f, const struct rr_bridge_opts *o)
+{
+	setup_fx(f, o, RR_WAIT_EVENT);
+	pass(f, 1);
+	fake_complete(fcq(f, 0), 1, 1);
+	pass_until(f, &L.wcs[0], 1);
+	cr_assert_eq(L.wcs[0], 1);
+	cr_assert(!fcq(f, 0)->armed);
+}
+
+/* The io_uring_submit_and_wait*() calls one pass makes (a pass that
+ * would sleep makes one). */
+static unsigned int waits_in_a_pass(struct fixture *f, int timeout_ms)
+{
+	unsigned int waits0 = fake_waits;
+
+	cr_assert_geq(rr_bridge_run_once(f->b, timeout_ms), 0);
+	return fake_waits - waits0;
+}
+
 /*
  * A pass that starts by polling the CQs the last one left unarmed may
  * spend a CQ's budget there: that CQ stays unarmed with completions in
@@ -711,19 +733,11 @@ Test(wakeup, loop_waits_arms_only_before_a_wait)
 Test(wakeup, a_pass_that_spends_a_budget_first_does_not_sleep)
 {
 	struct rr_bridge_opts o = {.flags = RR_BRIDGE_LOOP_WAITS, .budget = 4};
-	unsigned int waits0;
 	struct fixture f;
 
-	setup_fx(&f, &o, RR_WAIT_EVENT);
-	pass(&f, 1);
-	fake_complete(fcq(&f, 0), 1, 1);
-	pass_until(&f, &L.wcs[0], 1);
-	cr_assert_eq(L.wcs[0], 1);
-	cr_assert(!fcq(&f, 0)->armed);
+	loop_waits_fx(&f, &o);
 	fake_complete(fcq(&f, 0), 10, 2);
-	waits0 = fake_waits;
-	cr_assert_geq(rr_bridge_run_once(f.b, 60000), 0);
-	cr_expect_eq(fake_waits, waits0,
+	cr_expect_eq(waits_in_a_pass(&f, 60000), 0,
 		     "the pass waited with completions left in a CQ whose budget it spent");
 	pass_until(&f, &L.wcs[0], 11);
 	cr_assert_eq(L.wcs[0], 11);
@@ -741,19 +755,12 @@ Test(wakeup, a_pass_that_spends_a_budget_first_does_not_sleep)
 Test(wakeup, a_pass_that_hands_out_first_does_not_sleep)
 {
 	struct rr_bridge_opts o = {.flags = RR_BRIDGE_LOOP_WAITS};
-	unsigned int waits0;
 	struct fixture f;
 
-	setup_fx(&f, &o, RR_WAIT_EVENT);
-	pass(&f, 1);
-	fake_complete(fcq(&f, 0), 1, 1);
-	pass_until(&f, &L.wcs[0], 1);
-	cr_assert(!fcq(&f, 0)->armed);
+	loop_waits_fx(&f, &o);
 	fake_complete(fcq(&f, 0), 1, 2);
-	waits0 = fake_waits;
-	cr_assert_geq(rr_bridge_run_once(f.b, 2000), 1);
+	cr_expect_eq(waits_in_a_pass(&f, 2000), 0, "the pass slept after handing out a completion");
 	cr_assert_eq(L.wcs[0], 2);
-	cr_expect_eq(fake_waits, waits0, "the pass slept after handing out a completion");
 	teardown_fx(&f);
 }
 
