@@ -241,13 +241,17 @@ int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 			timeout_ms = 0;
 	}
 	if (rr__cq_any_lazy(&b->cqs)) {
-		int got = settle(b, timeout_ms ? RR__ARM_IF_IDLE : RR__ARM_LATER, false);
+		/* With RR_BRIDGE_LOOP_WAITS most passes start here: poll
+		 * first, and arm only when the pass is going to wait. */
+		bool arm_first = timeout_ms && !(b->opts.flags & RR_BRIDGE_LOOP_WAITS);
+		int got = settle(b, arm_first ? RR__ARM_IF_IDLE : RR__ARM_LATER, false);
 
-		/* What it handed out may be what the application waits for
-		 * (with RR_BRIDGE_LOOP_WAITS most passes start here): the pass
-		 * returns with it, it does not sleep after it. And a CQ that
-		 * spent its budget there is left with completions in it that
-		 * raise no event. */
+		if (!got && timeout_ms && !arm_first && !rr__cq_any_active(&b->cqs))
+			got = settle(b, RR__ARM_IF_IDLE, false);
+		/* What it handed out may be what the application waits for:
+		 * the pass returns with it, it does not sleep after it. And a
+		 * CQ that spent its budget there is left with completions in
+		 * it that raise no event. */
 		handled += got;
 		if (got || rr__cq_any_active(&b->cqs))
 			timeout_ms = 0;

@@ -755,12 +755,17 @@ Test(wakeup, a_pass_that_spends_a_budget_first_does_not_sleep)
 Test(wakeup, a_pass_that_hands_out_first_does_not_sleep)
 {
 	struct rr_bridge_opts o = {.flags = RR_BRIDGE_LOOP_WAITS};
+	unsigned int arms0;
 	struct fixture f;
 
 	loop_waits_fx(&f, &o);
 	fake_complete(fcq(&f, 0), 1, 2);
+	arms0 = fcq(&f, 0)->arms;
 	cr_expect_eq(waits_in_a_pass(&f, 2000), 0, "the pass slept after handing out a completion");
 	cr_assert_eq(L.wcs[0], 2);
+	/* It does not wait, so it has no reason to arm (a syscall on rxe,
+	 * a doorbell on mlx5, and an event the next completion raises). */
+	cr_expect_eq(fcq(&f, 0)->arms, arms0, "armed by a pass that did not wait");
 	teardown_fx(&f);
 }
 
