@@ -750,7 +750,7 @@ Test(wakeup, a_pass_that_spends_a_budget_first_does_not_sleep)
  * waits for: it must return with it, not sleep after it. It slept: in the
  * lab the bench's client thread that had finished its share set its done
  * flag in such a callback and slept for ever (bench-json, a uring conns
- * run with two client threads, about one run in eight).
+ * run with two client threads, about one run in three).
  */
 Test(wakeup, a_pass_that_hands_out_first_does_not_sleep)
 {
