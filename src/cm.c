@@ -4,7 +4,8 @@
  * other fd; each event drives an endpoint or listener state machine:
  *
  *   active:  RESOLVING_ADDR -> RESOLVING_ROUTE -> CONNECTING -> CONNECTED
- *   passive: CONNECT_REQUEST -> ACCEPTING -> CONNECTED (then on_accept)
+ *   passive: CONNECT_REQUEST -> ACCEPTING -> CONNECTED (then on_accept), at
+ *            ESTABLISHED or at a receive that comes first
  *   both:    CONNECTED -> DISCONNECTING -> DISCONNECTED, or -> ERROR
  *
  * A listener with groups places each request on one of them instead: the
@@ -38,6 +39,8 @@ struct rr__cm_ep {
 	rr_accept_cb group_accept;
 	void *group_accept_data;
 };
+
+static void early_recv(rr_ep *ep);
 
 static struct rr__cm_ep *cm_ep(rr_ep *ep)
 {
@@ -225,6 +228,7 @@ static void on_connect_request(struct rr__cm *cm, rr_listener *l, struct rdma_cm
 	conn_param(ep, req, &p); /* after on_qp_ready, which may set our private data */
 	if (rdma_accept(id, &p))
 		goto drop;
+	ep->on_early_recv = early_recv;
 	return;
 drop:
 	rdma_reject(id, NULL, 0);
@@ -284,6 +288,7 @@ static void adopt(struct rr__cm *cm, struct rr__handoff *h)
 	conn_param(ep, &h->req, &p);
 	if (rdma_accept(ep->id, &p))
 		goto drop;
+	ep->on_early_recv = early_recv;
 	return;
 drop:
 	rdma_reject(ep->id, NULL, 0);
@@ -367,15 +372,44 @@ int rr_ep_set_group(rr_ep *ep, unsigned int index)
 	return 0;
 }
 
+/* Established: handed to the application from now on. */
+static void established(rr_ep *ep)
+{
+	struct rr__cm_ep *ce = cm_ep(ep);
+	rr_listener *l = ce->listener;
+
+	ce->listener = NULL;
+	ep->on_drop = NULL;
+	ep->on_early_recv = NULL;
+	rr__list_del(&ep->pending_link);
+	if (ce->group_accept)
+		rr__ep_established(ep, group_accept_cb, NULL);
+	else
+		rr__ep_established(ep, l ? accept_cb : NULL, l);
+}
+
+/*
+ * A receive completed on an accepted endpoint before its ESTABLISHED: the
+ * peer's QP is connected to ours and sends, while the CM's last word (the
+ * RTU) is still on its way, which it may be on any fabric. The endpoint
+ * is established now, as IBV_EVENT_COMM_EST would say; the CM is told so
+ * (rdma_notify()), and its ESTABLISHED, when it comes, finds it done.
+ */
+static void early_recv(rr_ep *ep)
+{
+	rdma_notify(ep->id, IBV_EVENT_COMM_EST); /* an error: the RTU still comes */
+	established(ep);
+}
+
 static void ep_event(struct rr__cm *cm, rr_ep *ep, enum rdma_cm_event_type type,
 		     const uint8_t *pdata, size_t plen)
 {
 	struct rr__cm_ep *ce = cm_ep(ep);
 	struct rdma_conn_param p;
-	rr_listener *l;
 
-	/* An acceptance (active side: no listener) or a rejection says why. */
-	if ((type == RDMA_CM_EVENT_ESTABLISHED && !ce->listener && !ce->group_accept) ||
+	/* An acceptance (active side) or a rejection says why. */
+	if ((type == RDMA_CM_EVENT_ESTABLISHED && ep->state == RR__EP_CONNECTING && !ce->listener &&
+	     !ce->group_accept) ||
 	    type == RDMA_CM_EVENT_REJECTED)
 		rr__ep_set_peer_pdata(ep, pdata, plen);
 
@@ -405,17 +439,9 @@ static void ep_event(struct rr__cm *cm, rr_ep *ep, enum rdma_cm_event_type type,
 		break;
 	}
 	case RDMA_CM_EVENT_ESTABLISHED:
-		if (ep->state != RR__EP_CONNECTING && ep->state != RR__EP_ACCEPTING)
-			break;
-		/* Handed to the application from now on. */
-		l = ce->listener;
-		ce->listener = NULL;
-		ep->on_drop = NULL;
-		rr__list_del(&ep->pending_link);
-		if (ce->group_accept)
-			rr__ep_established(ep, group_accept_cb, NULL);
-		else
-			rr__ep_established(ep, l ? accept_cb : NULL, l);
+		/* Not a passive endpoint a receive established already. */
+		if (ep->state == RR__EP_CONNECTING || ep->state == RR__EP_ACCEPTING)
+			established(ep);
 		break;
 	case RDMA_CM_EVENT_ADDR_ERROR:
 	case RDMA_CM_EVENT_ROUTE_ERROR:

@@ -109,6 +109,10 @@ struct rr_ep {
 	 * other, and the error path calls the hook. */
 	struct rr__list pending_link;
 	void (*on_drop)(rr_ep *ep);
+	/* Set by the connection manager on a passive endpoint it accepted:
+	 * a receive that completes before ESTABLISHED runs it first (see
+	 * rr__ep_on_wc()). */
+	void (*on_early_recv)(rr_ep *ep);
 };
 
 int rr__srq_create(struct rr__eps *set, struct ibv_context *ctx, uint32_t max_wr, rr_srq **out);

@@ -198,6 +198,27 @@ void rr__ep_on_wc(rr_cq *cq, const struct ibv_wc *wc, void *data)
 		req = rr__srq_req_of_wc(ep->srq, wc);
 	if (!req)
 		return;
+	/* A receive before ESTABLISHED: the peer is connected and sending,
+	 * so the connection manager establishes the endpoint first (its
+	 * on_accept), and the receive's callback may answer. */
+	if (ep->on_early_recv && req->is_recv && wc->status == IBV_WC_SUCCESS &&
+	    ep->state == RR__EP_ACCEPTING) {
+		void (*hook)(rr_ep *) = ep->on_early_recv;
+		struct rr_srq *srq = ep->srq;
+
+		ep->on_early_recv = NULL;
+		ep->in_callback++;
+		hook(ep);
+		ep->in_callback--;
+		if (ep->destroy_pending && !ep->lingering) {
+			/* Destroyed in on_accept: its own receive was
+			 * completed by the destroy; an SRQ's is the SRQ's. */
+			if (req->cb)
+				rr__srq_complete(srq, req, NULL, wc);
+			rr__ep_release_if_done(ep);
+			return;
+		}
+	}
 	if (ep->lingering) {
 		/* Its application is gone: the receive is the SRQ's alone. */
 		rr__srq_complete(ep->srq, req, NULL, wc);

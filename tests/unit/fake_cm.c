@@ -67,6 +67,7 @@ struct fake_id {
 	uint32_t addr; /* host order; INADDR_ANY: wildcard */
 	uint16_t port;
 	unsigned int reported, acked; /* events read and acknowledged */
+	bool rtu_due;		      /* passive: its ESTABLISHED is held back */
 	struct rdma_cm_id id;	      /* last: poisoned when destroyed */
 };
 
@@ -79,6 +80,8 @@ struct fake_ev {
 
 static struct fake_cm_ch *chans;
 static struct fake_id *ids;
+static bool rtu_late; /* fake_cm_rtu_late() */
+unsigned int fake_notifies;
 static uint16_t next_port = 32768;
 static pthread_cond_t acked_cv = PTHREAD_COND_INITIALIZER;
 
@@ -890,7 +893,10 @@ int __wrap_rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *p)
 		rep.rnr_retry_count = p->rnr_retry_count;
 	}
 	rep.qp_num = id->qp->qp_num;
-	queue(f, RDMA_CM_EVENT_ESTABLISHED, 0, NULL, NULL, NULL, 0, 0);
+	if (rtu_late)
+		f->rtu_due = true;
+	else
+		queue(f, RDMA_CM_EVENT_ESTABLISHED, 0, NULL, NULL, NULL, 0, 0);
 	queue(a, RDMA_CM_EVENT_ESTABLISHED, 0, NULL, &rep, p ? p->private_data : NULL,
 	      p ? p->private_data_len : 0, REP_PDATA);
 out:
@@ -954,6 +960,44 @@ int __wrap_rdma_disconnect(struct rdma_cm_id *id)
 	}
 	fake_unlock();
 	return rc ? fail(rc) : 0;
+}
+
+/* The CM takes the connection as established on the QP's word, at once. */
+int __wrap_rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event);
+
+static void rtu_now(struct fake_id *f)
+{
+	f->rtu_due = false;
+	if (f->state == ID_ESTABLISHED)
+		queue(f, RDMA_CM_EVENT_ESTABLISHED, 0, NULL, NULL, NULL, 0, 0);
+}
+
+int __wrap_rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event)
+{
+	struct fake_id *f;
+	int rc = 0;
+
+	fake_lock();
+	f = fid(id, "rdma_notify");
+	if (event != IBV_EVENT_COMM_EST)
+		rc = EINVAL;
+	else if (f->rtu_due)
+		rtu_now(f);
+	fake_notifies++;
+	fake_unlock();
+	return rc ? fail(rc) : 0;
+}
+
+void fake_cm_rtu_late(bool late)
+{
+	fake_lock();
+	rtu_late = late;
+	fake_notifies = 0;
+	if (!late)
+		for (struct fake_id *f = ids; f; f = f->all)
+			if (!f->dead && !f->kernel_gone && f->rtu_due)
+				rtu_now(f);
+	fake_unlock();
 }
 
 void fake_cm_device_removal(void)

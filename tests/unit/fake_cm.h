@@ -30,6 +30,12 @@
 bool fake_cm_channel_alive(const struct rdma_event_channel *ch);
 /* Events queued on @ch and not read yet. */
 unsigned int fake_cm_channel_queued(const struct rdma_event_channel *ch);
+/* While @late, an accepted passive id's ESTABLISHED (the RTU) waits until
+ * rdma_notify(IBV_EVENT_COMM_EST) on it, or until this is called with
+ * false, which delivers those still held: data may beat the RTU. */
+void fake_cm_rtu_late(bool late);
+/* rdma_notify() calls since the last fake_cm_rtu_late(). */
+extern unsigned int fake_notifies;
 /* RDMA_CM_EVENT_DEVICE_REMOVAL to every id on the fake device. */
 void fake_cm_device_removal(void);
 

@@ -159,6 +159,8 @@ static void on_disconnect(rr_ep *ep, int status, void *data)
 	st->down_status = status;
 }
 
+static bool destroy_in_accept;
+
 static void on_accept(rr_listener *l, rr_ep *ep, void *data)
 {
 	struct ep_state *st = rr_ep_data(ep);
@@ -166,6 +168,8 @@ static void on_accept(rr_listener *l, rr_ep *ep, void *data)
 	accepts++;
 	st->connects++;
 	rr_ep_set_on_disconnect(ep, on_disconnect);
+	if (destroy_in_accept)
+		cr_assert_eq(rr_ep_destroy(ep), 0);
 }
 
 /* ---- driving the two bridges ---- */
@@ -510,6 +514,100 @@ Test(endpoint, send_recv_moves_the_bytes)
 		cr_expect_eq(slot(128 + i)[0], 'a' + i);
 		cr_expect_eq(slot(128 + i)[99 + i], 'a' + i);
 	}
+	teardown_all();
+}
+
+/*
+ * Data may beat the CM's RTU to the passive side, on any fabric: the
+ * server's receive posted in on_qp_ready completes while its endpoint
+ * waits for ESTABLISHED, and its callback answers at once. The endpoint
+ * is handed over (on_accept) before that receive, so the answer is
+ * posted, and the ESTABLISHED that comes later changes nothing.
+ */
+static struct req *early_rcv, *early_reply;
+static int early_reply_rc = 1, early_accepts_then = -1;
+
+static void answer_cb(rr_ep *ep, const struct rr_completion *c, void *data)
+{
+	req_cb(ep, c, data);
+	early_accepts_then = accepts;
+	if (c->status)
+		return;
+	early_reply = new_req();
+	strcpy((char *)slot(20), "pong");
+	early_reply_rc = rr_ep_post_send(ep, slot(20), 5, MR, req_cb, early_reply);
+}
+
+static void early_qp_ready(rr_ep *ep, int status, void *data)
+{
+	early_rcv = new_req();
+	cr_assert_eq(rr_ep_post_recv(ep, slot(21), SLOT, MR, answer_cb, early_rcv), 0);
+}
+
+Test(endpoint, a_receive_before_established_hands_the_endpoint_over_first)
+{
+	struct rr_ep_opts so = {.on_qp_ready = early_qp_ready, .on_disconnect = on_disconnect};
+	struct ep_state *c = &cli_st[ncli++];
+	struct rr_ep_opts co = {.on_qp_ready = on_qp_ready, .on_disconnect = on_disconnect};
+	struct req *ping, *pong;
+
+	open_bridges(0);
+	listen_on(&so, &srv_proto);
+	fake_cm_rtu_late(true);
+	c->prepost = 1;
+	co.data = c;
+	cr_assert_eq(rr_connect(cli, "127.0.0.1", PORT, &co, sizeof(co), on_connect, &c->ep), 0);
+	PUMP_UNTIL(c->connects);
+	cr_assert_eq(c->connect_status, 0);
+	pong = &reqs[nreqs - 1]; /* the client's receive, from its on_qp_ready */
+	cr_assert_eq(accepts, 0, "the server's ESTABLISHED came before its RTU");
+	strcpy((char *)slot(0), "ping");
+	ping = new_req();
+	cr_assert_eq(rr_ep_post_send(c->ep, slot(0), 5, MR, req_cb, ping), 0);
+	PUMP_UNTIL(early_rcv->calls);
+	cr_expect_eq(early_rcv->status, 0);
+	cr_expect_str_eq((char *)slot(21), "ping");
+	cr_expect_eq(early_accepts_then, 1, "the receive was handed out before on_accept");
+	cr_assert_eq(early_reply_rc, 0, "the answer from its callback: %s",
+		     strerror(-early_reply_rc));
+	PUMP_UNTIL(early_reply->calls && pong->calls && ping->calls);
+	cr_expect_eq(early_reply->status, 0);
+	cr_expect_eq(pong->status, 0);
+	cr_expect_str_eq((char *)slot(192), "pong");
+	cr_expect_eq(fake_notifies, 1, "the CM was not told (rdma_notify)");
+	/* Any RTU still held arrives now: nothing more happens. */
+	fake_cm_rtu_late(false);
+	settle();
+	cr_expect_eq(accepts, 1, "on_accept ran %d times", accepts);
+	cr_expect_eq(early_rcv->calls, 1);
+	teardown_all();
+}
+
+/* Destroyed in that on_accept: the receive completes once, cancelled. */
+Test(endpoint, a_receive_before_established_whose_endpoint_on_accept_destroys)
+{
+	struct rr_ep_opts so = {.on_qp_ready = early_qp_ready, .on_disconnect = on_disconnect};
+	struct ep_state *c = &cli_st[ncli++];
+	struct rr_ep_opts co = {.on_qp_ready = on_qp_ready, .on_disconnect = on_disconnect};
+	struct req *ping;
+
+	open_bridges(0);
+	listen_on(&so, &srv_proto);
+	fake_cm_rtu_late(true);
+	destroy_in_accept = true;
+	co.data = c;
+	cr_assert_eq(rr_connect(cli, "127.0.0.1", PORT, &co, sizeof(co), on_connect, &c->ep), 0);
+	PUMP_UNTIL(c->connects);
+	ping = new_req();
+	cr_assert_eq(rr_ep_post_send(c->ep, slot(0), 5, MR, req_cb, ping), 0);
+	PUMP_UNTIL(early_rcv->calls);
+	cr_expect_eq(early_rcv->status, -ECANCELED);
+	cr_expect_eq(accepts, 1);
+	fake_cm_rtu_late(false);
+	settle();
+	cr_expect_eq(early_rcv->calls, 1);
+	cr_expect_eq(accepts, 1);
+	cr_expect_null(early_reply, "a cancelled receive answered");
 	teardown_all();
 }
 
