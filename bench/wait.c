@@ -235,7 +235,12 @@ static int step_bridge(struct bside *s)
 			return rc;
 	}
 	rc = rr_bridge_run_once(s->b, -1);
-	bridge_counts(s);
+	/* The raw rows want the bridge's counts only at a measurement's
+	 * bounds (side_sync_counts()): read on every pass, they were work
+	 * the other loops do not do. The -ep rows count their completions
+	 * there, which the file's schedule and the watchdog follow. */
+	if (strategy_ep(s->cfg.strat))
+		bridge_counts(s);
 	if (s->filer && side_counts.wcs != wcs)
 		s->filer->want = true; /* read on the next pass's enter */
 	return rc == -EINTR ? 0 : rc;
