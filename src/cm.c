@@ -404,12 +404,10 @@ static void early_recv(rr_ep *ep)
 static void ep_event(struct rr__cm *cm, rr_ep *ep, enum rdma_cm_event_type type,
 		     const uint8_t *pdata, size_t plen)
 {
-	struct rr__cm_ep *ce = cm_ep(ep);
 	struct rdma_conn_param p;
 
-	/* An acceptance (active side) or a rejection says why. */
-	if ((type == RDMA_CM_EVENT_ESTABLISHED && ep->state == RR__EP_CONNECTING && !ce->listener &&
-	     !ce->group_accept) ||
+	/* An acceptance (CONNECTING: the active side) or a rejection says why. */
+	if ((type == RDMA_CM_EVENT_ESTABLISHED && ep->state == RR__EP_CONNECTING) ||
 	    type == RDMA_CM_EVENT_REJECTED)
 		rr__ep_set_peer_pdata(ep, pdata, plen);
 

@@ -544,27 +544,38 @@ static void early_qp_ready(rr_ep *ep, int status, void *data)
 	cr_assert_eq(rr_ep_post_recv(ep, slot(21), SLOT, MR, answer_cb, early_rcv), 0);
 }
 
-Test(endpoint, a_receive_before_established_hands_the_endpoint_over_first)
+/* The server listens with early_qp_ready and holds its RTU back; a client
+ * with @prepost receives connects and sends "ping", which the server's
+ * receive takes. The client's last receive in *pong (if any); the ping. */
+static struct req *ping_before_rtu(int prepost, struct req **pong)
 {
 	struct rr_ep_opts so = {.on_qp_ready = early_qp_ready, .on_disconnect = on_disconnect};
 	struct ep_state *c = &cli_st[ncli++];
-	struct rr_ep_opts co = {.on_qp_ready = on_qp_ready, .on_disconnect = on_disconnect};
-	struct req *ping, *pong;
+	struct rr_ep_opts co = {
+		.on_qp_ready = on_qp_ready, .on_disconnect = on_disconnect, .data = c};
+	struct req *ping;
 
 	open_bridges(0);
 	listen_on(&so, &srv_proto);
 	fake_cm_rtu_late(true);
-	c->prepost = 1;
-	co.data = c;
+	c->prepost = prepost;
 	cr_assert_eq(rr_connect(cli, "127.0.0.1", PORT, &co, sizeof(co), on_connect, &c->ep), 0);
 	PUMP_UNTIL(c->connects);
 	cr_assert_eq(c->connect_status, 0);
-	pong = &reqs[nreqs - 1]; /* the client's receive, from its on_qp_ready */
+	if (pong)
+		*pong = &reqs[nreqs - 1]; /* from the client's on_qp_ready */
 	cr_assert_eq(accepts, 0, "the server's ESTABLISHED came before its RTU");
 	strcpy((char *)slot(0), "ping");
 	ping = new_req();
 	cr_assert_eq(rr_ep_post_send(c->ep, slot(0), 5, MR, req_cb, ping), 0);
 	PUMP_UNTIL(early_rcv->calls);
+	return ping;
+}
+
+Test(endpoint, a_receive_before_established_hands_the_endpoint_over_first)
+{
+	struct req *pong, *ping = ping_before_rtu(1, &pong);
+
 	cr_expect_eq(early_rcv->status, 0);
 	cr_expect_str_eq((char *)slot(21), "ping");
 	cr_expect_eq(early_accepts_then, 1, "the receive was handed out before on_accept");
@@ -586,21 +597,8 @@ Test(endpoint, a_receive_before_established_hands_the_endpoint_over_first)
 /* Destroyed in that on_accept: the receive completes once, cancelled. */
 Test(endpoint, a_receive_before_established_whose_endpoint_on_accept_destroys)
 {
-	struct rr_ep_opts so = {.on_qp_ready = early_qp_ready, .on_disconnect = on_disconnect};
-	struct ep_state *c = &cli_st[ncli++];
-	struct rr_ep_opts co = {.on_qp_ready = on_qp_ready, .on_disconnect = on_disconnect};
-	struct req *ping;
-
-	open_bridges(0);
-	listen_on(&so, &srv_proto);
-	fake_cm_rtu_late(true);
 	destroy_in_accept = true;
-	co.data = c;
-	cr_assert_eq(rr_connect(cli, "127.0.0.1", PORT, &co, sizeof(co), on_connect, &c->ep), 0);
-	PUMP_UNTIL(c->connects);
-	ping = new_req();
-	cr_assert_eq(rr_ep_post_send(c->ep, slot(0), 5, MR, req_cb, ping), 0);
-	PUMP_UNTIL(early_rcv->calls);
+	ping_before_rtu(0, NULL);
 	cr_expect_eq(early_rcv->status, -ECANCELED);
 	cr_expect_eq(accepts, 1);
 	fake_cm_rtu_late(false);
