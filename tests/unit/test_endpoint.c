@@ -65,6 +65,7 @@ static struct req reqs[MAX_REQS];
 static int nreqs, seq;
 static bool destroyed_flag;
 static struct ep_state srv_proto; /* the listener's data: what new ones get */
+static rr_srq *SRQ;		  /* the server's, in the SRQ tests */
 static int accepts;
 static rr_async_event_cb async_hook; /* both bridges' on_async_event */
 
@@ -531,7 +532,7 @@ static void answer_cb(rr_ep *ep, const struct rr_completion *c, void *data)
 {
 	req_cb(ep, c, data);
 	early_accepts_then = accepts;
-	if (c->status)
+	if (c->status || !ep) /* no endpoint: an SRQ's, taken by one destroyed */
 		return;
 	early_reply = new_req();
 	strcpy((char *)slot(20), "pong");
@@ -544,10 +545,13 @@ static void early_qp_ready(rr_ep *ep, int status, void *data)
 	cr_assert_eq(rr_ep_post_recv(ep, slot(21), SLOT, MR, answer_cb, early_rcv), 0);
 }
 
-/* The server listens with early_qp_ready and holds its RTU back; a client
- * with @prepost receives connects and sends "ping", which the server's
- * receive takes. The client's last receive in *pong (if any); the ping. */
-static struct req *ping_before_rtu(int prepost, struct req **pong)
+static void setup_srq(uint32_t depth);
+
+/* The server listens with early_qp_ready (or on an SRQ, @on_srq, with the
+ * receive posted to it) and holds its RTU back; a client with @prepost
+ * receives connects and sends "ping", which the server's receive takes.
+ * The client's last receive in *pong (if any); the ping. */
+static struct req *ping_before_rtu(int prepost, struct req **pong, bool on_srq)
 {
 	struct rr_ep_opts so = {.on_qp_ready = early_qp_ready, .on_disconnect = on_disconnect};
 	struct ep_state *c = &cli_st[ncli++];
@@ -555,8 +559,14 @@ static struct req *ping_before_rtu(int prepost, struct req **pong)
 		.on_qp_ready = on_qp_ready, .on_disconnect = on_disconnect, .data = c};
 	struct req *ping;
 
-	open_bridges(0);
-	listen_on(&so, &srv_proto);
+	if (on_srq) {
+		setup_srq(8);
+		early_rcv = new_req();
+		cr_assert_eq(rr_srq_post_recv(SRQ, slot(21), SLOT, MR, answer_cb, early_rcv), 0);
+	} else {
+		open_bridges(0);
+		listen_on(&so, &srv_proto);
+	}
 	fake_cm_rtu_late(true);
 	c->prepost = prepost;
 	cr_assert_eq(rr_connect(cli, "127.0.0.1", PORT, &co, sizeof(co), on_connect, &c->ep), 0);
@@ -572,9 +582,9 @@ static struct req *ping_before_rtu(int prepost, struct req **pong)
 	return ping;
 }
 
-Test(endpoint, a_receive_before_established_hands_the_endpoint_over_first)
+static void early_receive_answers(bool on_srq)
 {
-	struct req *pong, *ping = ping_before_rtu(1, &pong);
+	struct req *pong, *ping = ping_before_rtu(1, &pong, on_srq);
 
 	cr_expect_eq(early_rcv->status, 0);
 	cr_expect_str_eq((char *)slot(21), "ping");
@@ -594,11 +604,21 @@ Test(endpoint, a_receive_before_established_hands_the_endpoint_over_first)
 	teardown_all();
 }
 
+Test(endpoint, a_receive_before_established_hands_the_endpoint_over_first)
+{
+	early_receive_answers(false);
+}
+
+Test(endpoint, an_srq_receive_before_established_hands_the_endpoint_over_first)
+{
+	early_receive_answers(true);
+}
+
 /* Destroyed in that on_accept: the receive completes once, cancelled. */
 Test(endpoint, a_receive_before_established_whose_endpoint_on_accept_destroys)
 {
 	destroy_in_accept = true;
-	ping_before_rtu(0, NULL);
+	ping_before_rtu(0, NULL, false);
 	cr_expect_eq(early_rcv->status, -ECANCELED);
 	cr_expect_eq(accepts, 1);
 	fake_cm_rtu_late(false);
@@ -606,6 +626,24 @@ Test(endpoint, a_receive_before_established_whose_endpoint_on_accept_destroys)
 	cr_expect_eq(early_rcv->calls, 1);
 	cr_expect_eq(accepts, 1);
 	cr_expect_null(early_reply, "a cancelled receive answered");
+	teardown_all();
+}
+
+/* On an SRQ the receive is the SRQ's: it took the ping, so it completes
+ * once, with success and no endpoint, after its taker was destroyed. */
+Test(endpoint, an_srq_receive_before_established_whose_endpoint_on_accept_destroys)
+{
+	destroy_in_accept = true;
+	ping_before_rtu(0, NULL, true);
+	cr_expect_eq(early_rcv->status, 0, "%s", strerror(-early_rcv->status));
+	cr_expect_null(early_rcv->ep, "handed out with the destroyed endpoint");
+	cr_expect_str_eq((char *)slot(21), "ping");
+	cr_expect_eq(accepts, 1);
+	fake_cm_rtu_late(false);
+	settle();
+	cr_expect_eq(early_rcv->calls, 1);
+	cr_expect_eq(accepts, 1);
+	cr_expect_null(early_reply);
 	teardown_all();
 }
 
@@ -1053,7 +1091,6 @@ Test(endpoint, refused_chain_fails_from_the_refused_request_on)
 
 /* SRQ receives posted in a pass go as one chain; one refused fails
  * alone, with no endpoint. */
-static rr_srq *SRQ;
 static struct req *srq_rcv[5];
 
 static void post_srq_chain(rr_ep *ep)
@@ -1064,8 +1101,6 @@ static void post_srq_chain(rr_ep *ep)
 		cr_assert_eq(rr_srq_post_recv(SRQ, slot(100 + i), 64, MR, req_cb, srq_rcv[i]), 0);
 	}
 }
-
-static void setup_srq(uint32_t depth);
 
 Test(endpoint, srq_receives_in_a_pass_go_as_one_chain)
 {
