@@ -1,0 +1,450 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The cost harness: what one wake-up costs in each way of waiting for
+ * completions, counted exactly. The fake provider (tests/unit/fake_verbs.c)
+ * queues K work completions and raises the channel's event; the strategy
+ * under test then wakes, takes them and hands each to the same callback.
+ *
+ * Run natively it counts the syscalls of each wake-up on the kernel's own
+ * tracepoints (raw_syscalls and syscalls/sys_enter_*), enabled around the
+ * wake-up only. Under `valgrind --tool=callgrind --collect-atstart=no` it
+ * toggles collection around the same wake-ups and dumps once per K, so the
+ * instructions of the injection and of the setup are never counted.
+ * tests/cost/cost.py drives both and writes the table.
+ *
+ *   rr-cost STRATEGY rxe|mlx5 K[,K...] [WAKEUPS]
+ *
+ * Prints one JSON object per K on stdout: {"k":K,"wakeups":N,"syscalls":
+ * {kind: count per wake-up, ...}} (syscalls null under valgrind, or where
+ * the tracepoints cannot be read).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/perf_event.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <valgrind/callgrind.h>
+
+#include <ringrdma.h>
+
+#include "fake_verbs.h"
+
+#define CQ_SIZE	 4096
+#define BATCH	 32
+#define ACK_EVERY 32
+#define WARMUP	 16
+#define CHAN_UD	 1
+
+/* ---- what every strategy does with a completion ---- */
+
+static volatile uint64_t sink;
+static unsigned long wcs_seen;
+
+__attribute__((noinline)) static void app_wc(const struct ibv_wc *wc)
+{
+	sink += wc->wr_id;
+	wcs_seen++;
+}
+
+/* ---- the plain loops: one channel, one CQ ---- */
+
+static struct ibv_context *ctx;
+static struct ibv_comp_channel *chan;
+static struct ibv_cq *cq;
+static struct io_uring ring;
+static int epfd = -1;
+static unsigned int unacked;
+
+/* Poll until a short batch says the CQ is empty. */
+static void drain(void)
+{
+	struct ibv_wc wc[BATCH];
+	int n;
+
+	do {
+		n = ibv_poll_cq(cq, BATCH, wc);
+		for (int i = 0; i < n; i++)
+			app_wc(&wc[i]);
+	} while (n == BATCH);
+}
+
+/* The channel fired: its one CQ's event, acks in batches, poll, arm, poll. */
+static void channel_ready(void)
+{
+	struct ibv_cq *ecq;
+	void *ectx;
+
+	if (ibv_get_cq_event(chan, &ecq, &ectx))
+		return;
+	if (++unacked >= ACK_EVERY) {
+		ibv_ack_cq_events(ecq, unacked);
+		unacked = 0;
+	}
+	drain();
+	ibv_req_notify_cq(cq, 0);
+	drain();
+}
+
+static void wake_busy(void)
+{
+	drain();
+}
+
+static void wake_thread(void)
+{
+	channel_ready(); /* blocks in the channel's read */
+}
+
+static void wake_epoll(void)
+{
+	struct epoll_event ev[8];
+
+	if (epoll_wait(epfd, ev, 8, -1) > 0)
+		channel_ready();
+}
+
+static void poll_channel(void)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
+
+	io_uring_prep_poll_multishot(sqe, chan->fd, POLLIN);
+	io_uring_sqe_set_data64(sqe, CHAN_UD);
+}
+
+static void wake_uring(void)
+{
+	struct io_uring_cqe *cqe;
+	unsigned int head, seen = 0;
+
+	io_uring_submit_and_wait(&ring, 1);
+	io_uring_for_each_cqe(&ring, head, cqe) {
+		seen++;
+		if (cqe->user_data != CHAN_UD)
+			continue;
+		if (!(cqe->flags & IORING_CQE_F_MORE))
+			poll_channel();
+		channel_ready();
+	}
+	io_uring_cq_advance(&ring, seen);
+}
+
+static int plain_setup(const char *strategy)
+{
+	chan = ibv_create_comp_channel(ctx);
+	if (!chan)
+		return -ENOMEM;
+	cq = ibv_create_cq(ctx, CQ_SIZE, NULL, chan, 0);
+	if (!cq)
+		return -ENOMEM;
+	if (!strcmp(strategy, "busy"))
+		return 0;
+	ibv_req_notify_cq(cq, 0);
+	if (!strcmp(strategy, "thread"))
+		return 0;
+	if (fcntl(chan->fd, F_SETFL, fcntl(chan->fd, F_GETFL) | O_NONBLOCK))
+		return -errno;
+	if (!strcmp(strategy, "epoll")) {
+		struct epoll_event ev = {.events = EPOLLIN};
+
+		epfd = epoll_create1(0);
+		return epoll_ctl(epfd, EPOLL_CTL_ADD, chan->fd, &ev) ? -errno : 0;
+	}
+	poll_channel();
+	return io_uring_submit(&ring) == 1 ? 0 : -EIO;
+}
+
+/* ---- the bridge ---- */
+
+static rr_bridge *bridge;
+static rr_cq *rcq;
+
+static void bridge_wc(rr_cq *c, const struct ibv_wc *wc, void *data)
+{
+	app_wc(wc);
+}
+
+static void wake_bridge(void)
+{
+	rr_bridge_run_once(bridge, -1);
+}
+
+/* An application's loop that offers every CQE to the bridge. */
+static void wake_embed(void)
+{
+	struct io_uring_cqe *cqe;
+	unsigned int head, seen = 0;
+
+	rr_bridge_flush(bridge);
+	io_uring_submit_and_wait(&ring, 1);
+	io_uring_for_each_cqe(&ring, head, cqe) {
+		rr_bridge_handle_cqe(bridge, cqe);
+		seen++;
+	}
+	io_uring_cq_advance(&ring, seen);
+}
+
+static int bridge_setup(unsigned int flags, enum rr_wait_mode mode, unsigned int spin_us)
+{
+	struct rr_bridge_opts bo = {.flags = flags};
+	struct rr_cq_opts co = {.cqe = CQ_SIZE, .mode = mode, .spin_us = spin_us,
+				.on_wc = bridge_wc};
+	rr_channel *ch;
+	int rc;
+
+	rc = rr_bridge_create(&bridge, &ring, &bo, sizeof(bo));
+	if (!rc)
+		rc = rr_channel_create(bridge, ctx, &ch);
+	if (!rc)
+		rc = rr_cq_create(bridge, ch, ctx, &co, sizeof(co), &rcq);
+	if (rc)
+		return rc;
+	cq = rr_cq_ibv(rcq);
+	/* Settle what creating it queued (its channel's poll). */
+	rr_bridge_run_once(bridge, 0);
+	if (mode != RR_WAIT_EVENT) {
+		/* A completion opens the spin window the passes measure. */
+		fake_complete(fake_cq_of(cq), 1, 0);
+		rr_bridge_run_once(bridge, -1);
+		if (wcs_seen != 1)
+			return -EIO;
+	}
+	return 0;
+}
+
+/* ---- the strategies ---- */
+
+struct strategy {
+	const char *name;
+	void (*wake)(void);
+	bool spin; /* measures empty passes: nothing is injected */
+	unsigned int flags;
+	enum rr_wait_mode mode;
+};
+
+static void spin_busy(void)
+{
+	struct ibv_wc wc[BATCH];
+
+	if (ibv_poll_cq(cq, BATCH, wc) > 0)
+		abort(); /* nothing was injected */
+}
+
+static void spin_bridge(void)
+{
+	rr_bridge_run_once(bridge, 0);
+}
+
+static const struct strategy strategies[] = {
+	{.name = "busy", .wake = wake_busy},
+	{.name = "thread", .wake = wake_thread},
+	{.name = "epoll", .wake = wake_epoll},
+	{.name = "uring", .wake = wake_uring},
+	{.name = "bridge", .wake = wake_bridge},
+	{.name = "bridge-waits", .wake = wake_bridge, .flags = RR_BRIDGE_LOOP_WAITS},
+	{.name = "bridge-embed", .wake = wake_embed},
+	{.name = "bridge-read", .wake = wake_bridge, .flags = RR_BRIDGE_RING_READ},
+	{.name = "bridge-read-waits", .wake = wake_bridge,
+	 .flags = RR_BRIDGE_RING_READ | RR_BRIDGE_LOOP_WAITS},
+	/* An empty poll: a busy loop's, and a hybrid CQ's pass in its window. */
+	{.name = "busy-spin", .wake = spin_busy, .spin = true},
+	{.name = "hybrid-spin", .wake = spin_bridge, .spin = true, .mode = RR_WAIT_HYBRID_FIXED},
+};
+
+/* ---- syscalls, as the kernel counts them ---- */
+
+static const char *const kinds[] = {"io_uring_enter", "read", "write", "epoll_wait", "ioctl"};
+#define NKINDS (sizeof(kinds) / sizeof(kinds[0]))
+static int counters[NKINDS + 1] = {-1}; /* [0]: every syscall; -1: not counting */
+
+static int tracepoint_id(const char *event)
+{
+	static const char *const roots[] = {"/sys/kernel/tracing", "/sys/kernel/debug/tracing"};
+	char path[256];
+
+	for (unsigned int r = 0; r < 2; r++) {
+		FILE *f;
+		int id;
+
+		snprintf(path, sizeof(path), "%s/events/%s/id", roots[r], event);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fscanf(f, "%d", &id) != 1)
+			id = -1;
+		fclose(f);
+		return id;
+	}
+	return -1;
+}
+
+static int open_counter(const char *event, int group)
+{
+	struct perf_event_attr a = {.type = PERF_TYPE_TRACEPOINT, .size = sizeof(a),
+				    .disabled = group < 0, .read_format = PERF_FORMAT_GROUP};
+	int id = tracepoint_id(event);
+
+	if (id < 0)
+		return -1;
+	a.config = (uint64_t)id;
+	return (int)syscall(SYS_perf_event_open, &a, 0, -1, group, 0);
+}
+
+/* Counters on this thread, or none (then syscalls print null). */
+static void counters_open(void)
+{
+	char ev[64];
+
+	/* As root, tracefs may only want mounting. */
+	if (tracepoint_id("raw_syscalls/sys_enter") < 0)
+		mount("tracefs", "/sys/kernel/tracing", "tracefs", 0, NULL);
+	counters[0] = open_counter("raw_syscalls/sys_enter", -1);
+	if (counters[0] < 0)
+		return;
+	for (unsigned int i = 0; i < NKINDS; i++) {
+		snprintf(ev, sizeof(ev), "syscalls/sys_enter_%s", kinds[i]);
+		counters[i + 1] = open_counter(ev, counters[0]);
+		if (counters[i + 1] < 0) {
+			counters[0] = -1;
+			return;
+		}
+	}
+}
+
+static void counters_read(uint64_t v[NKINDS + 1])
+{
+	uint64_t buf[NKINDS + 2];
+
+	if (read(counters[0], buf, sizeof(buf)) != (ssize_t)sizeof(buf) || buf[0] != NKINDS + 1)
+		abort();
+	memcpy(v, &buf[1], (NKINDS + 1) * sizeof(v[0]));
+}
+
+static void counting(bool on)
+{
+	if (counters[0] >= 0)
+		ioctl(counters[0], on ? PERF_EVENT_IOC_ENABLE : PERF_EVENT_IOC_DISABLE,
+		      PERF_IOC_FLAG_GROUP);
+}
+
+/* ---- the run ---- */
+
+static uint64_t next_id = 1;
+
+static void inject(unsigned int k)
+{
+	fake_complete(fake_cq_of(cq), k, next_id);
+	next_id += k;
+}
+
+/* n wake-ups of k completions each, measured as the caller says. */
+static void run(const struct strategy *s, unsigned int k, unsigned int n, bool measure)
+{
+	for (unsigned int i = 0; i < n; i++) {
+		unsigned long before = wcs_seen;
+
+		if (!s->spin)
+			inject(k);
+		if (measure) {
+			counting(true);
+			CALLGRIND_TOGGLE_COLLECT;
+		}
+		s->wake();
+		if (measure) {
+			CALLGRIND_TOGGLE_COLLECT;
+			counting(false);
+		}
+		if (wcs_seen - before != (s->spin ? 0 : k)) {
+			fprintf(stderr, "rr-cost: %s took %lu completions in a wake-up, not %u\n",
+				s->name, wcs_seen - before, s->spin ? 0 : k);
+			exit(1);
+		}
+	}
+}
+
+int main(int argc, char **argv)
+{
+	const struct strategy *s = NULL;
+	unsigned int n = argc > 4 ? (unsigned int)atoi(argv[4]) : 100;
+	bool valgrind = RUNNING_ON_VALGRIND;
+	uint64_t base[NKINDS + 1], v[NKINDS + 1], cal[NKINDS + 1];
+	char *ks, *tok;
+	int rc;
+
+	if (argc < 4 || (strcmp(argv[2], "rxe") && strcmp(argv[2], "mlx5")) || !n) {
+		fprintf(stderr, "usage: rr-cost STRATEGY rxe|mlx5 K[,K...] [WAKEUPS]\n");
+		return 2;
+	}
+	for (unsigned int i = 0; i < sizeof(strategies) / sizeof(strategies[0]); i++)
+		if (!strcmp(strategies[i].name, argv[1]))
+			s = &strategies[i];
+	if (!s) {
+		fprintf(stderr, "rr-cost: no strategy %s\n", argv[1]);
+		return 2;
+	}
+	/* rxe: events carry CQ handles, arms are syscalls; mlx5: a cq_event op. */
+	ctx = !strcmp(argv[2], "rxe") ? &fake_ctx_rr : &fake_ctx;
+	if (io_uring_queue_init(256, &ring, 0))
+		return 1;
+	rc = strncmp(s->name, "bridge", 6) && strcmp(s->name, "hybrid-spin")
+		     ? plain_setup(s->name)
+		     : bridge_setup(s->flags, s->mode, 100000000);
+	if (rc) {
+		fprintf(stderr, "rr-cost: %s setup: %s\n", s->name, strerror(-rc));
+		return 1;
+	}
+	if (!valgrind)
+		counters_open();
+	ks = argv[3];
+	while ((tok = strsep(&ks, ","))) {
+		unsigned int k = (unsigned int)atoi(tok);
+
+		if (!k && !s->spin)
+			return 2;
+		run(s, k, WARMUP, false);
+		if (counters[0] >= 0) {
+			/* What enabling and disabling alone count. */
+			counters_read(base);
+			for (unsigned int i = 0; i < n; i++) {
+				counting(true);
+				counting(false);
+			}
+			counters_read(cal);
+			for (unsigned int j = 0; j <= NKINDS; j++)
+				cal[j] -= base[j];
+			counters_read(base);
+		}
+		run(s, k, n, true);
+		printf("{\"k\":%u,\"wakeups\":%u,\"syscalls\":", k, n);
+		if (counters[0] < 0) {
+			printf("null}\n");
+		} else {
+			uint64_t other;
+
+			counters_read(v);
+			other = v[0] - base[0] - cal[0];
+			printf("{\"all\":%.3f", (double)other / n);
+			for (unsigned int j = 0; j < NKINDS; j++) {
+				uint64_t c = v[j + 1] - base[j + 1] - cal[j + 1];
+
+				printf(",\"%s\":%.3f", kinds[j], (double)c / n);
+			}
+			printf("}}\n");
+		}
+		fflush(stdout);
+		if (valgrind) {
+			char what[32];
+
+			snprintf(what, sizeof(what), "k=%u", k);
+			CALLGRIND_DUMP_STATS_AT(what);
+		}
+	}
+	return 0;
+}

@@ -1,0 +1,237 @@
+#!/usr/bin/env python3
+"""The cost harness's driver: every strategy of rr-cost, both provider
+personalities, K completions per wake-up. Syscalls come from a native run
+(the kernel's tracepoints), user-space instructions from a run under
+callgrind, split by where the code lives. Prints a table, writes JSON, and
+with --check fails when a count rose above its recorded bound.
+
+  cost.py --bin BUILD/tests/cost/rr-cost [--ks 1,16,64] [--wakeups N]
+          [--json FILE] [--check BOUNDS] [--record BOUNDS]
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+STRATEGIES = ["busy", "thread", "epoll", "uring", "bridge", "bridge-embed",
+              "bridge-read", "bridge-waits", "bridge-read-waits", "ep",
+              "busy-spin", "hybrid-spin"]
+PROVIDERS = ["rxe", "mlx5"]
+# Where an instruction's code lives, by its file (inlined code keeps the
+# file it was written in) or, without debug information, its object.
+PARTS = [("library", re.compile(r"(^|/)src/")),
+         ("liburing", re.compile(r"liburing")),
+         ("provider", re.compile(r"fake_verbs\.c|fake_cm\.c|infiniband/|libibverbs")),
+         ("app", re.compile(r"tests/cost/")),
+         ("libc", re.compile(r"libc\.so|^\./(nptl|io|string|misc|sysdeps)/"))]
+# Bounds: instructions may rise this much above the recorded count before
+# the gate fails (they are exact; the margin is for a compiler update).
+MARGIN = 0.02
+# Targets of the bridge against the hand-written io_uring loop (uring).
+TARGET_WAKE_K1 = 400      # bridge per wake-up at K=1: uring's + this
+TARGET_WC_K64 = 1.25      # bridge per completion at K=64: uring's x this
+TARGET_EP_WC_K64 = 1.6    # the endpoint layer's
+
+
+def part_of(where):
+    for name, rx in PARTS:
+        if rx.search(where):
+            return name
+    return "other"
+
+
+LINE = re.compile(r"^\s*([\d,]+)\s+\([ \d.]+%\)\s+(.*)$")
+
+
+def instructions(dump):
+    """Ir per part of one callgrind dump."""
+    out = subprocess.run(["callgrind_annotate", "--inclusive=no", "--threshold=100", dump],
+                         check=True, capture_output=True, text=True).stdout
+    parts, total = {}, None
+    for line in out.splitlines():
+        m = LINE.match(line)
+        if not m:
+            continue
+        n, what = int(m.group(1).replace(",", "")), m.group(2)
+        if what.startswith("PROGRAM TOTALS"):
+            total = n
+            continue
+        # "file:function [object]"; the object names code without a file.
+        obj = re.search(r"\[(.*)\]\s*$", what)
+        where = what.split(":", 1)[0]
+        if where == "???" and obj:
+            where = obj.group(1)
+        p = part_of(where)
+        parts[p] = parts.get(p, 0) + n
+    if total is None:
+        total = 0
+    return total, parts
+
+
+def run_one(binary, strategy, provider, ks, wakeups, tmp):
+    """{k: {"syscalls": ..., "instr": ...}} of one strategy and provider."""
+    args = [binary, strategy, provider, ",".join(map(str, ks)), str(wakeups)]
+    native = subprocess.run(args, check=True, capture_output=True, text=True).stdout
+    res = {}
+    for line in native.splitlines():
+        o = json.loads(line)
+        res[o["k"]] = {"syscalls": o["syscalls"]}
+    out = os.path.join(tmp, "cg.%s.%s" % (strategy, provider))
+    subprocess.run(["valgrind", "--tool=callgrind", "--collect-atstart=no",
+                    "--separate-threads=yes", "--callgrind-out-file=" + out] + args,
+                   check=True, capture_output=True)
+    for i, k in enumerate(ks):
+        # Part i+1, the loop's thread (01) only: an injecting thread's
+        # instructions are the device's, not the waiter's.
+        dumps = glob.glob("%s.%d-01" % (out, i + 1)) or glob.glob("%s.%d" % (out, i + 1))
+        total, parts = instructions(dumps[0])
+        n = wakeups
+        res[k]["instr"] = {"wake": total / n, "wc": total / (n * k),
+                           "parts": {p: v / n for p, v in sorted(parts.items())}}
+    return res
+
+
+def sys_brief(s):
+    if s is None:
+        return "-"
+    keys = [("io_uring_enter", "enter"), ("epoll_wait", "epoll"), ("read", "read"),
+            ("write", "write"), ("ioctl", "ioctl")]
+    bits = ["%s %g" % (short, s[k]) for k, short in keys if s.get(k)]
+    rest = s["all"] - sum(s.get(k, 0) for k, _ in keys)
+    if rest > 0.0005:
+        bits.append("other %g" % rest)
+    return "%g (%s)" % (s["all"], ", ".join(bits)) if bits else "0"
+
+
+def table(results, ks):
+    lines = []
+    for prov, rows in results.items():
+        lines.append("\n%s personality: instructions per wake-up, per completion, "
+                     "and syscalls per wake-up\n" % prov)
+        head = ["strategy"] + ["K=%d /wake" % k for k in ks] + \
+               ["K=%d /wc" % k for k in ks[1:]] + ["syscalls /wake (K=%d)" % ks[0],
+                                                    "library/liburing/provider (K=%d)" % ks[0]]
+        lines.append("| " + " | ".join(head) + " |")
+        lines.append("|" + "---|" * len(head))
+        for strat, byk in rows.items():
+            cells = [strat]
+            cells += ["%.0f" % byk[k]["instr"]["wake"] for k in ks]
+            cells += ["%.1f" % byk[k]["instr"]["wc"] for k in ks[1:]]
+            cells.append(sys_brief(byk[ks[0]]["syscalls"]))
+            p = byk[ks[0]]["instr"]["parts"]
+            cells.append("%.0f / %.0f / %.0f" % (p.get("library", 0), p.get("liburing", 0),
+                                                 p.get("provider", 0)))
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def targets(results, ks):
+    """The bridge against the hand-written loop: (what, ok) per target."""
+    out = []
+    for prov, rows in results.items():
+        u = rows.get("uring")
+        if not u:
+            continue
+        k1, kmax = ks[0], ks[-1]
+        for strat in ("bridge", "bridge-embed", "bridge-read", "bridge-waits",
+                      "bridge-read-waits"):
+            b = rows.get(strat)
+            if not b:
+                continue
+            lim = u[k1]["instr"]["wake"] + TARGET_WAKE_K1
+            out.append(("%s %s: %.0f instructions per wake-up at K=%d, target <= %.0f"
+                        % (prov, strat, b[k1]["instr"]["wake"], k1, lim),
+                        b[k1]["instr"]["wake"] <= lim))
+            lim = u[kmax]["instr"]["wc"] * TARGET_WC_K64
+            out.append(("%s %s: %.1f per completion at K=%d, target <= %.1f"
+                        % (prov, strat, b[kmax]["instr"]["wc"], kmax, lim),
+                        b[kmax]["instr"]["wc"] <= lim))
+        e = rows.get("ep")
+        if e:
+            lim = u[kmax]["instr"]["wc"] * TARGET_EP_WC_K64
+            out.append(("%s ep: %.1f per completion at K=%d, target <= %.1f"
+                        % (prov, e[kmax]["instr"]["wc"], kmax, lim),
+                        e[kmax]["instr"]["wc"] <= lim))
+    return out
+
+
+def bounds_of(results):
+    return {prov: {strat: {str(k): {"instr_wake": round(v["instr"]["wake"], 1),
+                                   "syscalls": v["syscalls"]["all"] if v["syscalls"] else None}
+                           for k, v in byk.items()}
+                   for strat, byk in rows.items()}
+            for prov, rows in results.items()}
+
+
+def check(results, bounds):
+    bad = []
+    for prov, rows in bounds.items():
+        for strat, byk in rows.items():
+            for k, b in byk.items():
+                got = results.get(prov, {}).get(strat, {}).get(int(k))
+                if got is None:
+                    bad.append("%s %s K=%s: not measured" % (prov, strat, k))
+                    continue
+                w = got["instr"]["wake"]
+                if w > b["instr_wake"] * (1 + MARGIN):
+                    bad.append("%s %s K=%s: %.1f instructions per wake-up, bound %.1f"
+                               % (prov, strat, k, w, b["instr_wake"]))
+                s = got["syscalls"]
+                if s is not None and b["syscalls"] is not None and \
+                        s["all"] > b["syscalls"] + 0.001:
+                    bad.append("%s %s K=%s: %g syscalls per wake-up, bound %g"
+                               % (prov, strat, k, s["all"], b["syscalls"]))
+    return bad
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--ks", default="1,16,64")
+    ap.add_argument("--wakeups", type=int, default=100)
+    ap.add_argument("--strategies", default=",".join(STRATEGIES))
+    ap.add_argument("--providers", default=",".join(PROVIDERS))
+    ap.add_argument("--json")
+    ap.add_argument("--check")
+    ap.add_argument("--record")
+    a = ap.parse_args()
+    ks = [int(k) for k in a.ks.split(",")]
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="rr-cost.") as tmp:
+        for prov in a.providers.split(","):
+            results[prov] = {}
+            for strat in a.strategies.split(","):
+                results[prov][strat] = run_one(a.bin, strat, prov, ks, a.wakeups, tmp)
+    print(table(results, ks))
+    tgt = targets(results, ks)
+    if tgt:
+        print("\nTargets (against the hand-written io_uring loop):")
+        for what, ok in tgt:
+            print("  %s %s" % ("ok  " if ok else "MISS", what))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"ks": ks, "wakeups": a.wakeups, "results": results,
+                       "targets": [{"what": w, "ok": ok} for w, ok in tgt]}, f, indent=1)
+    if a.record:
+        with open(a.record, "w") as f:
+            json.dump(bounds_of(results), f, indent=1, sort_keys=True)
+            f.write("\n")
+    status = 0
+    if a.check:
+        with open(a.check) as f:
+            bad = check(results, json.load(f))
+        bad += ["target missed: " + w for w, ok in tgt if not ok]
+        for b in bad:
+            print("cost: " + b, file=sys.stderr)
+        status = 1 if bad else 0
+        print("\ncost: %s" % ("counts within their bounds" if not bad else
+                              "%d count(s) above their bounds" % len(bad)))
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
