@@ -140,14 +140,23 @@ static void settle_embedded(rr_bridge *b)
 		rr__cqs_settle(&b->cqs, RR__ARM_NOW, false);
 }
 
+/* Inside the built-in loop no CQ waits for the application's loop and no
+ * kick is needed: only what the ring owes goes. */
+static inline unsigned int flush(rr_bridge *b)
+{
+	if (!b->ring.loop_owned) {
+		settle_embedded(b);
+		if (!b->closing && rr__cq_any_active(&b->cqs))
+			rr__ring_want_kick(&b->ring);
+	}
+	return rr__ring_flush(&b->ring);
+}
+
 int rr_bridge_flush(rr_bridge *b)
 {
 	if (!b)
 		return -EINVAL;
-	settle_embedded(b);
-	if (!b->closing && rr__cq_any_active(&b->cqs))
-		rr__ring_want_kick(&b->ring);
-	return (int)rr__ring_flush(&b->ring);
+	return (int)flush(b);
 }
 
 int rr_bridge_handle_cqe(rr_bridge *b, const struct io_uring_cqe *cqe)
@@ -161,6 +170,7 @@ int rr_bridge_handle_cqe(rr_bridge *b, const struct io_uring_cqe *cqe)
 		return 0;
 	}
 	b->stats.cqes++;
+	rr__cqs_new_gen(&b->cqs);
 	/* A pass: what its callbacks post goes as one chain per queue, and
 	 * before the CQs it drained are armed (in rr_bridge_flush()), so a
 	 * completion back at once is polled there, not an event. The
@@ -172,7 +182,7 @@ int rr_bridge_handle_cqe(rr_bridge *b, const struct io_uring_cqe *cqe)
 		rr__cq_poll_active(&b->cqs);
 	b->ring.arm_at_end = false;
 	rr__eps_release(&b->eps);
-	rr_bridge_flush(b);
+	flush(b);
 	return 1;
 }
 
@@ -216,6 +226,15 @@ static int settle(rr_bridge *b, enum rr__arm when, bool armed_too)
 	return (int)rr__cqs_settle(&b->cqs, when, armed_too);
 }
 
+/* The next CQE. liburing's peek calls into the library when it finds
+ * none, which only a CQ overflow needs: the last peek of every pass. */
+static inline int next_cqe(struct io_uring *io, struct io_uring_cqe **cqe)
+{
+	if (!io_uring_cq_ready(io) && !(IO_URING_READ_ONCE(*io->sq.kflags) & IORING_SQ_CQ_OVERFLOW))
+		return -EAGAIN;
+	return io_uring_peek_cqe(io, cqe);
+}
+
 int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 {
 	enum rr__arm at_end = RR__ARM_IF_IDLE;
@@ -224,6 +243,7 @@ int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 	unsigned int n = 0;
 
 	b->ring.loop_owned = true;
+	rr__cqs_new_gen(&b->cqs);
 	/* One pass: posts are held until it ends or, first, until it waits. */
 	rr__eps_hold(&b->eps);
 	if (rr__cq_any_active(&b->cqs)) {
@@ -236,7 +256,7 @@ int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 	 * then polled below, not an event. Submitted first, without a wait. */
 	if (timeout_ms && (b->opts.flags & RR_BRIDGE_LOOP_WAITS) && rr__cq_any_lazy(&b->cqs) &&
 	    io_uring_sq_ready(b->io)) {
-		rr_bridge_flush(b);
+		flush(b);
 		if (io_uring_submit_and_get_events(b->io) >= 0 && io_uring_cq_ready(b->io))
 			timeout_ms = 0;
 	}
@@ -258,7 +278,7 @@ int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 	}
 	/* After the settle: its callbacks' posts go out before the wait. */
 	rr__eps_post_held(&b->eps);
-	rr_bridge_flush(b); /* makes room in a full SQ itself */
+	flush(b); /* makes room in a full SQ itself */
 	if (timeout_ms == 0) {
 		rc = events_need_enter(b) ? io_uring_submit_and_get_events(b->io)
 					  : io_uring_submit(b->io);
@@ -272,6 +292,7 @@ int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 		if (rc == -ETIME)
 			rc = 0;
 	}
+	rr__cqs_new_gen(&b->cqs);
 	if (rc < 0 && rc != -EINTR && rc != -EBUSY) {
 		/* The application may wait by itself next. */
 		settle(b, RR__ARM_NOW, false);
@@ -281,7 +302,7 @@ int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 	}
 	/* Handle what is there now, but no more than one ring's worth, so
 	 * a flood of CQEs cannot keep the pass from ending. */
-	while (n < b->io->cq.ring_entries && io_uring_peek_cqe(b->io, &cqe) == 0) {
+	while (n < b->io->cq.ring_entries && next_cqe(b->io, &cqe) == 0) {
 		if (!rr_bridge_handle_cqe(b, cqe)) {
 			if (!b->opts.on_app_cqe) {
 				/* Never consumed: the application reaps it. */
@@ -308,7 +329,7 @@ int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 		at_end = RR__ARM_LATER; /* the next pass arms them, if it waits */
 	handled += settle(b, at_end, n > 0);
 	rr__eps_release(&b->eps);
-	rr_bridge_flush(b);
+	flush(b);
 	/* Back to embedded rules: a CQE handled outside the loop may kick. */
 	b->ring.loop_owned = false;
 	return err ? err : handled;
@@ -365,7 +386,7 @@ int rr_bridge_destroy(rr_bridge *b)
 
 			if (rr__now_ns() > deadline)
 				break; /* late CQEs stay recognizable by their tag */
-			rr_bridge_flush(b);
+			flush(b);
 			io_uring_submit_and_wait_timeout(b->io, &cqe, 1, &ts, NULL);
 			continue;
 		}

@@ -56,6 +56,7 @@ void rr__cqs_init(struct rr__cqs *set, struct rr__ring *ring, struct rr_bridge_s
 	set->cq_batch = cq_batch;
 	set->budget = budget;
 	set->ack_batch = ack_batch;
+	set->gen = 1;
 	rr__list_init(&set->channels);
 	rr__list_init(&set->cqs);
 	rr__list_init(&set->active);
@@ -123,31 +124,65 @@ static void took_event(rr_cq *cq)
  * Hand out the oldest completion the CQ keeps: the rest of the batch being
  * handed out, then what another QP's teardown took out of the CQ; both are
  * older than what is still in the CQ. False if none is kept.
+ *
+ * A batch entry goes to the callback in place: rr__cq_take_qp() moves only
+ * the entries after it, and no poll of this CQ refills the batch while
+ * one of its callbacks runs. A stash entry is copied: take_qp may grow
+ * the stash under it.
  */
-static bool hand_out_kept(rr_cq *cq)
+static inline bool hand_out_kept(rr_cq *cq)
 {
 	struct ibv_wc w;
 
 	if (cq->batch_head < cq->nbatch) {
-		w = cq->batch[cq->batch_head++];
-	} else if (cq->stash_head < cq->nstash) {
-		w = cq->stash[cq->stash_head++];
-		if (cq->stash_head == cq->nstash)
-			cq->stash_head = cq->nstash = 0;
-	} else {
-		return false;
+		cq->on_wc(cq, &cq->batch[cq->batch_head++], cq->data);
+		return true;
 	}
-	cq->set->stats->wcs++;
+	if (cq->stash_head >= cq->nstash)
+		return false;
+	w = cq->stash[cq->stash_head++];
+	if (cq->stash_head == cq->nstash)
+		cq->stash_head = cq->nstash = 0;
 	cq->on_wc(cq, &w, cq->data);
 	return true;
 }
 
-/* Hand out up to `budget` work completions; *more when the budget ran out. */
-static unsigned int cq_poll(rr_cq *cq, unsigned int budget, bool *more)
+/*
+ * A batch just polled, handed out from registers while no callback takes
+ * from it (rr__cq_take_qp()) or destroys the CQ; after one does, the rest
+ * goes one at a time through hand_out_kept(). Returns how many went.
+ */
+static unsigned int hand_out_batch(rr_cq *cq)
+{
+	const struct ibv_wc *wc = cq->batch;
+	rr_wc_cb fn = cq->on_wc;
+	void *data = cq->data;
+	uint32_t n = cq->nbatch, i = 0;
+
+	cq->moved = false;
+	while (i < n) {
+		cq->batch_head = i + 1; /* where take_qp starts, if called */
+		fn(cq, &wc[i++], data);
+		if (cq->moved)
+			break;
+	}
+	return i;
+}
+
+/*
+ * Hand out up to `budget` work completions; *more when the budget ran out.
+ *
+ * A CQ that a poll found empty earlier in this call into the library
+ * (set->gen unchanged, no arm and no callback of it since) is not polled
+ * again: only the poll after an arm decides that nothing is stranded, and
+ * it always polls. (A short batch does not count as empty: what its
+ * callbacks caused, a peer's answer over loopback, is worth a poll.)
+ */
+static unsigned int cq_poll_slow(rr_cq *cq, unsigned int budget, bool *more)
 {
 	struct rr__cqs *set = cq->set;
 	unsigned int total = 0;
-	bool drained = false;
+	bool drained = cq->empty_gen == set->gen;
 	int n, want;
 
 	*more = false;
@@ -170,20 +205,36 @@ static unsigned int cq_poll(rr_cq *cq, unsigned int budget, bool *more)
 		 * takes its completions from the rest of the batch first. */
 		n = ibv_poll_cq(cq->cq, want, cq->batch);
 		if (n <= 0) {
-			if (n == 0)
+			if (n == 0) {
 				set->stats->empty_polls++;
+				cq->empty_gen = set->gen;
+			}
 			break;
 		}
 		if (cq->spin == RR__SPIN_WINDOW)
 			window_hit(cq);
-		cq->batch_head = 0;
 		cq->nbatch = (uint32_t)n;
 		drained = n < want;
+		total += hand_out_batch(cq);
+		if (cq->destroy_deferred)
+			goto out;
 	}
 	*more = total >= budget;
 out:
+	set->stats->wcs += total;
 	cq->dispatch_depth--;
 	return total;
+}
+
+static inline unsigned int cq_poll(rr_cq *cq, unsigned int budget, bool *more)
+{
+	/* Most calls after the first of a pass: empty, nothing kept. */
+	if (cq->empty_gen == cq->set->gen && cq->batch_head >= cq->nbatch &&
+	    cq->stash_head >= cq->nstash) {
+		*more = false;
+		return 0;
+	}
+	return cq_poll_slow(cq, budget, more);
 }
 
 /*
@@ -217,6 +268,7 @@ static int arm(rr_cq *cq)
 	if (rc)
 		return rc > 0 ? -rc : -EIO;
 	cq->armed = true;
+	cq->empty_gen = 0; /* the poll after the arm must look */
 	cq->ch->narmed++;
 	rr__list_add_tail(&cq->ch->armed, &cq->armed_link);
 	cq->set->stats->notify_arms++;
@@ -574,11 +626,6 @@ unsigned int rr__cqs_settle(struct rr__cqs *set, enum rr__arm when, bool armed_t
 	return n;
 }
 
-bool rr__cq_any_active(const struct rr__cqs *set)
-{
-	return !rr__list_empty(&set->active);
-}
-
 unsigned int rr__cq_poll_active(struct rr__cqs *set)
 {
 	struct rr__list pass;
@@ -632,6 +679,7 @@ int rr__cq_take_qp(rr_cq *cq, uint32_t qp_num, void (*fn)(void *ctx, const struc
 	 * others stay, in order). All are taken before any goes to fn,
 	 * whose callbacks may take another QP's from the same CQ.
 	 */
+	cq->moved = true;
 	for (i = k = cq->batch_head; i < cq->nbatch; i++) {
 		if (cq->batch[i].qp_num != qp_num)
 			cq->batch[k++] = cq->batch[i];
@@ -982,8 +1030,10 @@ int rr_cq_destroy(rr_cq *cq)
 	rr__list_del(&cq->link);
 	cq->ch->ncqs--;
 	hooks = cq->hooks;
-	if (cq->dispatch_depth)
+	if (cq->dispatch_depth) {
 		cq->destroy_deferred = true; /* freed when its dispatch unwinds */
+		cq->moved = true;
+	}
 	else
 		cq_free(cq);
 	if (hooks.destroyed)

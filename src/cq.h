@@ -16,6 +16,10 @@ struct rr__cqs {
 	struct rr_bridge_stats *stats;
 	unsigned int cq_batch, budget, ack_batch;
 	bool ring_reads;	  /* channels may be read through the ring (see cq.c) */
+	/* Bumped by the layer above at each call into the library and after
+	 * each wait: a CQ found empty since is not polled again before its
+	 * arm (see cq_poll()). Never 0. */
+	unsigned int gen;
 	unsigned int comp_vector; /* its CQs' vector, modulo the device's count */
 	struct rr__list channels;
 	struct rr__list cqs;
@@ -58,6 +62,7 @@ struct rr_cq {
 	void *data;
 	struct rr__cq_hooks hooks;
 	unsigned int unacked; /* events read, not yet acknowledged */
+	unsigned int empty_gen; /* set->gen when a poll last found it empty; 0 after an arm */
 	bool armed;	      /* ibv_req_notify_cq() since the last event */
 	bool active;	      /* on set->active: polled every pass */
 	bool evented;	      /* on the pending list of the current drain */
@@ -82,6 +87,7 @@ struct rr_cq {
 	struct rr__list armed_link;  /* ch->armed */
 	struct rr__list link;	     /* set->cqs */
 	unsigned int dispatch_depth; /* >0 while handing out its WCs */
+	bool moved; /* a callback took from the batch, or destroyed the CQ */
 	/* The batch being handed out (set->cq_batch entries). */
 	struct ibv_wc *batch;
 	uint32_t batch_head, nbatch;
@@ -93,6 +99,12 @@ struct rr_cq {
 
 void rr__cqs_init(struct rr__cqs *set, struct rr__ring *ring, struct rr_bridge_stats *stats,
 		  unsigned int cq_batch, unsigned int budget, unsigned int ack_batch);
+/* Time may have passed: CQs found empty before are worth a poll again. */
+static inline void rr__cqs_new_gen(struct rr__cqs *set)
+{
+	if (!++set->gen)
+		set->gen = 1;
+}
 /* Teardown, in this order: every CQ left (QPs must be gone), then, once
  * the devices let go of theirs, every channel left. */
 void rr__cqs_destroy_cqs(struct rr__cqs *set);
@@ -115,7 +127,10 @@ int rr__cq_take_qp(rr_cq *cq, uint32_t qp_num, void (*fn)(void *ctx, const struc
 
 /* One pass over the CQs that must be polled without an event. */
 unsigned int rr__cq_poll_active(struct rr__cqs *set);
-bool rr__cq_any_active(const struct rr__cqs *set);
+static inline bool rr__cq_any_active(const struct rr__cqs *set)
+{
+	return !rr__list_empty(&set->active);
+}
 
 /*
  * Inside the built-in loop an event-mode CQ drained after its event is not

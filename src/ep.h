@@ -128,9 +128,24 @@ int rr__srq_create(struct rr__eps *set, struct ibv_context *ctx, uint32_t max_wr
  * callback, so these may call back.
  */
 void rr__eps_posts_init(struct rr__eps *set, struct rr_bridge_stats *stats);
-void rr__eps_hold(struct rr__eps *set);
-void rr__eps_release(struct rr__eps *set);
-void rr__eps_post_held(struct rr__eps *set);
+void rr__eps_post_all_held(struct rr__eps *set);
+/* Inline: a pass calls these several times, and mostly nothing is held. */
+static inline void rr__eps_post_held(struct rr__eps *set)
+{
+	if (!rr__list_empty(&set->held_srqs) || !rr__list_empty(&set->held_eps))
+		rr__eps_post_all_held(set);
+}
+
+static inline void rr__eps_hold(struct rr__eps *set)
+{
+	set->holding++;
+}
+
+static inline void rr__eps_release(struct rr__eps *set)
+{
+	if (!--set->holding)
+		rr__eps_post_held(set);
+}
 
 void rr__eps_init(struct rr__eps *set, struct rr__ring *ring, struct rr__cqs *cqs,
 		  struct rr__devices *devs);

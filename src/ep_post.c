@@ -399,21 +399,10 @@ void rr__eps_posts_init(struct rr__eps *set, struct rr_bridge_stats *stats)
 	rr__list_init(&set->held_srqs);
 }
 
-void rr__eps_hold(struct rr__eps *set)
-{
-	set->holding++;
-}
-
-void rr__eps_release(struct rr__eps *set)
-{
-	if (!--set->holding)
-		rr__eps_post_held(set);
-}
-
 /* SRQs first: their receives serve every endpoint. A callback of a
  * refused request may post again (held anew while a pass is on) or
  * destroy anything: take the first of each list every time. */
-void rr__eps_post_held(struct rr__eps *set)
+void rr__eps_post_all_held(struct rr__eps *set)
 {
 	for (;;) {
 		if (!rr__list_empty(&set->held_srqs)) {

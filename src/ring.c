@@ -582,7 +582,7 @@ static void flush_msgs(struct rr__ring *r)
 	}
 }
 
-unsigned int rr__ring_flush(struct rr__ring *r)
+unsigned int rr__ring_flush_owed(struct rr__ring *r)
 {
 	struct io_uring_sqe *sqe;
 

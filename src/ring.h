@@ -200,12 +200,18 @@ void rr__ring_want_kick(struct rr__ring *r);
  * SQPOLL, waiting a bounded time for the kernel's thread); only a chain
  * or a failed submit leaves SQEs owed. Returns how many are still owed.
  */
-unsigned int rr__ring_flush(struct rr__ring *r);
+unsigned int rr__ring_flush_owed(struct rr__ring *r);
 
 /* Are SQEs owed? Cheap: for callers that flush only when needed. */
 static inline bool rr__ring_owes(const struct rr__ring *r)
 {
 	return r->pend_head != RR__NO_SLOT || r->nmsgs || r->kick_wanted;
+}
+
+/* Inline: called several times a pass, and mostly nothing is owed. */
+static inline unsigned int rr__ring_flush(struct rr__ring *r)
+{
+	return rr__ring_owes(r) ? rr__ring_flush_owed(r) : 0;
 }
 
 /* Does a CQE wait in the ring? Then the next wait returns at once. */
