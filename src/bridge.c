@@ -255,7 +255,7 @@ int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 	 * once (a buffered file read); an answer that came meanwhile is
 	 * then polled below, not an event. Submitted first, without a wait. */
 	if (timeout_ms && (b->opts.flags & RR_BRIDGE_LOOP_WAITS) && rr__cq_any_lazy(&b->cqs) &&
-	    io_uring_sq_ready(b->io)) {
+	    rr__ring_app_sqes(&b->ring)) {
 		flush(b);
 		if (io_uring_submit_and_get_events(b->io) >= 0 && io_uring_cq_ready(b->io))
 			timeout_ms = 0;

@@ -214,6 +214,18 @@ static inline unsigned int rr__ring_flush(struct rr__ring *r)
 	return rr__ring_owes(r) ? rr__ring_flush_owed(r) : 0;
 }
 
+/* Has the application prepared SQEs since it last submitted? The ring's
+ * own (a re-armed poll or READ) are no reason to enter the kernel before
+ * a wait that submits them anyway. */
+static inline bool rr__ring_app_sqes(const struct rr__ring *r)
+{
+	const struct io_uring_sq *sq = &r->io->sq;
+
+	if (sq->sqe_tail == sq->sqe_head)
+		return false;
+	return !r->own_valid || sq->sqe_head != r->own_head || sq->sqe_tail != r->own_tail;
+}
+
 /* Does a CQE wait in the ring? Then the next wait returns at once. */
 static inline bool rr__ring_cqe_waiting(const struct rr__ring *r)
 {

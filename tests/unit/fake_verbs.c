@@ -1972,9 +1972,13 @@ int __wrap_io_uring_submit_and_wait_timeout(struct io_uring *ring, struct io_uri
 					    unsigned int wait_nr, struct __kernel_timespec *ts,
 					    sigset_t *sigmask);
 
+void (*fake_before_wait)(void);
+
 int __wrap_io_uring_submit_and_wait(struct io_uring *ring, unsigned int wait_nr)
 {
 	__atomic_fetch_add(&fake_waits, 1, __ATOMIC_RELAXED);
+	if (fake_before_wait)
+		fake_before_wait();
 	return __real_io_uring_submit_and_wait(ring, wait_nr);
 }
 
@@ -1983,5 +1987,7 @@ int __wrap_io_uring_submit_and_wait_timeout(struct io_uring *ring, struct io_uri
 					    sigset_t *sigmask)
 {
 	__atomic_fetch_add(&fake_waits, 1, __ATOMIC_RELAXED);
+	if (fake_before_wait)
+		fake_before_wait();
 	return __real_io_uring_submit_and_wait_timeout(ring, cqe_ptr, wait_nr, ts, sigmask);
 }

@@ -128,6 +128,9 @@ void fake_clock_advance(uint64_t ns);
 extern unsigned int fake_get_events;
 /* io_uring_submit_and_wait() and _wait_timeout() calls: passes that may sleep. */
 extern unsigned int fake_waits;
+/* Called by those two just before they enter the kernel: what happens
+ * there happens while the loop sleeps (tests/cost injects completions). */
+extern void (*fake_before_wait)(void);
 
 /* ---- the fake device and its provider personalities ---- */
 

@@ -1377,6 +1377,30 @@ Test(ring_read, events_arrive_in_cqes_without_a_read)
 	teardown_fx(&f);
 }
 
+/*
+ * RR_BRIDGE_RING_READ with RR_BRIDGE_LOOP_WAITS: the READ a pass re-armed
+ * is the bridge's own SQE. A pass that waits with nothing of the
+ * application's queued enters the kernel once, to wait; it entered twice,
+ * the submit meant for the application's I/O firing on that READ.
+ */
+Test(ring_read, a_waiting_pass_enters_the_kernel_once)
+{
+	struct rr_bridge_opts o = {.flags = RR_BRIDGE_RING_READ | RR_BRIDGE_LOOP_WAITS};
+	struct fixture f;
+	unsigned int enters0;
+
+	setup_on(&f, &o, RR_WAIT_EVENT, &fake_ctx_rr);
+	pass(&f, 1);
+	fake_complete(fcq(&f, 0), 1, 1);
+	pass_until(&f, &L.wcs[0], 1);
+	cr_assert_eq(L.wcs[0], 1);
+	enters0 = fake_get_events;
+	cr_assert_eq(waits_in_a_pass(&f, 20), 1);
+	cr_expect_eq(fake_get_events - enters0, 0,
+		     "a pass with only the bridge's own SQEs queued entered before its wait");
+	teardown_fx(&f);
+}
+
 /* Until a CQE of the channel is in the CQ ring, unhandled. */
 static void complete_unhandled(struct fixture *f)
 {
