@@ -37,19 +37,10 @@ int rr_wc_status_errno(enum ibv_wc_status s)
 	}
 }
 
-static void ep_free(rr_ep *ep)
+void rr__ep_free(rr_ep *ep)
 {
 	free(ep->reqs);
 	free(ep);
-}
-
-/* Free an endpoint once it is destroyed and no callback of it is running. */
-bool rr__ep_release_if_done(rr_ep *ep)
-{
-	if (!ep->destroy_pending || ep->in_callback || ep->lingering)
-		return false;
-	ep_free(ep);
-	return true;
 }
 
 void rr__ep_call_cb(rr_ep *ep, rr_ep_cb cb, int status)
@@ -63,8 +54,13 @@ void rr__ep_call_cb(rr_ep *ep, rr_ep_cb cb, int status)
 
 /* The one completion of a request: its work completion, or none (@wc
  * NULL): refused in its chain (post_err), or flushed by the library. */
-static void fill_completion(struct rr_completion *c, const struct ibv_wc *wc, int post_err)
+static inline void fill_completion(struct rr_completion *c, const struct ibv_wc *wc, int post_err)
 {
+	/* Most: a success without immediate data. */
+	if (wc && wc->status == IBV_WC_SUCCESS && !(wc->wc_flags & IBV_WC_WITH_IMM)) {
+		*c = (struct rr_completion){.opcode = wc->opcode, .byte_len = wc->byte_len};
+		return;
+	}
 	memset(c, 0, sizeof(*c));
 	if (wc) {
 		c->wc_status = wc->status;
@@ -84,7 +80,8 @@ static void fill_completion(struct rr_completion *c, const struct ibv_wc *wc, in
 	}
 }
 
-void rr__ep_complete(rr_ep *ep, struct rr__req *req, const struct ibv_wc *wc)
+/* Inline where a work completion is handed out: once per request. */
+static inline void complete(rr_ep *ep, struct rr__req *req, const struct ibv_wc *wc)
 {
 	struct rr_completion c;
 	rr_req_cb cb = req->cb;
@@ -107,6 +104,11 @@ void rr__ep_complete(rr_ep *ep, struct rr__req *req, const struct ibv_wc *wc)
 	ep->in_callback++;
 	cb(ep, &c, data);
 	ep->in_callback--;
+}
+
+void rr__ep_complete(rr_ep *ep, struct rr__req *req, const struct ibv_wc *wc)
+{
+	complete(ep, req, wc);
 }
 
 static struct rr__req *req_of_wc(rr_ep *ep, const struct ibv_wc *wc)
@@ -224,7 +226,8 @@ void rr__ep_on_wc(rr_cq *cq, const struct ibv_wc *wc, void *data)
 		rr__srq_complete(ep->srq, req, NULL, wc);
 		return;
 	}
-	if (!req->is_recv)
+	/* The first outstanding request has none before it. */
+	if (!req->is_recv && ep->outstanding.next != &req->link)
 		complete_unsignalled_before(ep, req, wc->status);
 	if (ep->destroy_pending) {
 		/* Destroyed from one of those callbacks: req completed there. */
@@ -243,7 +246,7 @@ void rr__ep_on_wc(rr_cq *cq, const struct ibv_wc *wc, void *data)
 		rr__ep_fail_qp(ep);
 	}
 	if (req->ep)
-		rr__ep_complete(ep, req, wc);
+		complete(ep, req, wc);
 	else
 		rr__srq_complete(ep->srq, req, ep, wc);
 	rr__ep_release_if_done(ep);

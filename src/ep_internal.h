@@ -78,7 +78,14 @@ struct rr_srq {
 /* ---- ep_cq.c ---- */
 
 /* Free an endpoint once it is destroyed and no callback of it is running. */
-bool rr__ep_release_if_done(rr_ep *ep);
+void rr__ep_free(rr_ep *ep);
+static inline bool rr__ep_release_if_done(rr_ep *ep)
+{
+	if (!ep->destroy_pending || ep->in_callback || ep->lingering)
+		return false;
+	rr__ep_free(ep);
+	return true;
+}
 void rr__ep_call_cb(rr_ep *ep, rr_ep_cb cb, int status);
 /* The one completion of a request: @wc NULL, flushed by the library. */
 void rr__ep_complete(rr_ep *ep, struct rr__req *req, const struct ibv_wc *wc);

@@ -46,6 +46,7 @@
 /* ---- what every strategy does with a completion ---- */
 
 static volatile uint64_t sink;
+static uint64_t next_id = 1; /* wr_id (or request data) of the next completion */
 static unsigned long wcs_seen;
 
 __attribute__((noinline)) static void app_wc(const struct ibv_wc *wc)
@@ -219,6 +220,63 @@ static int bridge_setup(unsigned int flags, enum rr_wait_mode mode, unsigned int
 	return 0;
 }
 
+/* ---- the endpoint layer: one callback per request ---- */
+
+static rr_listener *lst;
+static rr_ep *cli;
+static struct ibv_mr *cli_mr, *srv_mr;
+static char cli_buf[4096], srv_buf[4096];
+static int connected;
+
+__attribute__((noinline)) static void app_req(void *data)
+{
+	sink += (uintptr_t)data;
+	wcs_seen++;
+}
+
+static void req_done(rr_ep *ep, const struct rr_completion *c, void *data)
+{
+	app_req(data);
+}
+
+static void on_accept(rr_listener *l, rr_ep *ep, void *data)
+{
+	rr_ep_reg_mr(ep, srv_buf, sizeof(srv_buf), IBV_ACCESS_REMOTE_WRITE, &srv_mr);
+}
+
+static void on_connect(rr_ep *ep, int status, void *data)
+{
+	connected = status ? -1 : 1;
+}
+
+/* K RDMA WRITEs posted outside a pass: each a signalled chain of one. */
+static void post_writes(unsigned int k)
+{
+	for (unsigned int i = 0; i < k; i++)
+		if (rr_ep_post_write(cli, cli_buf, 64, cli_mr, (uintptr_t)srv_buf, srv_mr->rkey,
+				     req_done, (void *)(uintptr_t)next_id++))
+			abort();
+}
+
+static int ep_setup(void)
+{
+	struct rr_bridge_opts bo = {0};
+	struct rr_ep_opts eo = {.max_send_wr = 128};
+	int rc;
+
+	rc = rr_bridge_create(&bridge, &ring, &bo, sizeof(bo));
+	if (!rc)
+		rc = rr_listen(bridge, "127.0.0.1", 0, NULL, 0, on_accept, NULL, &lst);
+	if (!rc)
+		rc = rr_connect(bridge, "127.0.0.1", rr_listener_port(lst), &eo, sizeof(eo),
+				on_connect, &cli);
+	for (int i = 0; !rc && !connected && i < 1000; i++)
+		rr_bridge_run_once(bridge, 10);
+	if (rc || connected != 1 || !srv_mr)
+		return rc ? rc : -ENOTCONN;
+	return rr_ep_reg_mr(cli, cli_buf, sizeof(cli_buf), 0, &cli_mr);
+}
+
 /* ---- the strategies ---- */
 
 struct strategy {
@@ -226,6 +284,7 @@ struct strategy {
 	void (*wake)(void);
 	bool spin;   /* measures empty passes: nothing is injected */
 	bool sleeps; /* polls before it sleeps: inject as it goes to sleep */
+	bool ep;     /* completions of requests posted through the endpoint layer */
 	unsigned int flags;
 	enum rr_wait_mode mode;
 };
@@ -254,6 +313,7 @@ static const struct strategy strategies[] = {
 	{.name = "bridge-read", .wake = wake_bridge, .flags = RR_BRIDGE_RING_READ},
 	{.name = "bridge-read-waits", .wake = wake_bridge, .sleeps = true,
 	 .flags = RR_BRIDGE_RING_READ | RR_BRIDGE_LOOP_WAITS},
+	{.name = "ep", .wake = wake_bridge, .ep = true},
 	/* An empty poll: a busy loop's, and a hybrid CQ's pass in its window. */
 	{.name = "busy-spin", .wake = spin_busy, .spin = true},
 	{.name = "hybrid-spin", .wake = spin_bridge, .spin = true, .mode = RR_WAIT_HYBRID_FIXED},
@@ -338,8 +398,6 @@ static void counting(bool on)
 
 /* ---- the run ---- */
 
-static uint64_t next_id = 1;
-
 static void inject(unsigned int k)
 {
 	fake_complete(fake_cq_of(cq), k, next_id);
@@ -377,6 +435,8 @@ static void run(const struct strategy *s, unsigned int k, unsigned int n, bool m
 
 		if (s->sleeps)
 			inject_k = k;
+		else if (s->ep)
+			post_writes(k);
 		else if (!s->spin)
 			inject(k);
 		if (measure) {
@@ -422,11 +482,15 @@ int main(int argc, char **argv)
 	}
 	/* rxe: events carry CQ handles, arms are syscalls; mlx5: a cq_event op. */
 	ctx = !strcmp(argv[2], "rxe") ? &fake_ctx_rr : &fake_ctx;
+	setenv("RR_FAKE_PROVIDER", argv[2], 1); /* the fake device's, for endpoints */
 	if (io_uring_queue_init(256, &ring, 0))
 		return 1;
-	rc = strncmp(s->name, "bridge", 6) && strcmp(s->name, "hybrid-spin")
-		     ? plain_setup(s->name)
-		     : bridge_setup(s->flags, s->mode, 100000000);
+	if (s->ep)
+		rc = ep_setup();
+	else if (strncmp(s->name, "bridge", 6) && strcmp(s->name, "hybrid-spin"))
+		rc = plain_setup(s->name);
+	else
+		rc = bridge_setup(s->flags, s->mode, 100000000);
 	if (rc) {
 		fprintf(stderr, "rr-cost: %s setup: %s\n", s->name, strerror(-rc));
 		return 1;
