@@ -105,6 +105,7 @@ static void disarm(rr_cq *cq)
 		return;
 	cq->armed = false;
 	cq->ch->narmed--;
+	cq->set->narmed--;
 	rr__list_del(&cq->armed_link);
 }
 
@@ -270,6 +271,7 @@ static int arm(rr_cq *cq)
 	cq->armed = true;
 	cq->empty_gen = 0; /* the poll after the arm must look */
 	cq->ch->narmed++;
+	cq->set->narmed++;
 	rr__list_add_tail(&cq->ch->armed, &cq->armed_link);
 	cq->set->stats->notify_arms++;
 	return 0;
@@ -574,7 +576,7 @@ static unsigned int poll_armed(struct rr__cqs *set)
 	struct rr__list pass;
 	unsigned int n = 0;
 
-	if (rr__list_empty(&set->channels))
+	if (!set->narmed)
 		return 0;
 	/* Take the list: a callback may destroy a channel, which unlinks
 	 * itself from `pass`; each one served goes back at once. */

@@ -25,6 +25,7 @@ struct rr__cqs {
 	struct rr__list cqs;
 	struct rr__list active; /* CQs polled every pass */
 	struct rr__list lazy;	/* event CQs drained by the loop, armed before it blocks */
+	unsigned int narmed;	/* CQs armed, all channels: none, no poll_armed() */
 	/* Registered by the layer above: send what its callbacks hold. Called
 	 * before the event read and every arm (see posts_due() in cq.c). */
 	void (*posts_due)(void *ctx);
