@@ -46,31 +46,48 @@ def part_of(where):
     return "other"
 
 
-LINE = re.compile(r"^\s*([\d,]+)\s+\([ \d.]+%\)\s+(.*)$")
-
-
 def instructions(dump):
-    """Ir per part of one callgrind dump."""
-    out = subprocess.run(["callgrind_annotate", "--inclusive=no", "--threshold=100", dump],
-                         check=True, capture_output=True, text=True).stdout
-    parts, total = {}, None
-    for line in out.splitlines():
-        m = LINE.match(line)
-        if not m:
-            continue
-        n, what = int(m.group(1).replace(",", "")), m.group(2)
-        if what.startswith("PROGRAM TOTALS"):
-            total = n
-            continue
-        # "file:function [object]"; the object names code without a file.
-        obj = re.search(r"\[(.*)\]\s*$", what)
-        where = what.split(":", 1)[0]
-        if where == "???" and obj:
-            where = obj.group(1)
-        p = part_of(where)
-        parts[p] = parts.get(p, 0) + n
-    if total is None:
-        total = 0
+    """Ir per part of one callgrind dump: the exclusive cost of each
+    function, read from the file itself (the cost lines after a calls=
+    line are the callee's inclusive cost, not this function's)."""
+    names = {"fl": {}, "fi": {}, "fe": {}, "ob": {}}
+    cur = {"fl": "", "fi": "", "ob": ""}
+    parts, total, after_call = {}, 0, False
+    with open(dump) as f:
+        for line in f:
+            line = line.rstrip("\n")
+            m = re.match(r"^(fl|fi|fe|ob|fn|cfl|cfi|cfn|cob)=(\((\d+)\))?\s*(.*)$", line)
+            if m:
+                key, ident, name = m.group(1), m.group(3), m.group(4)
+                table = names.get({"cfl": "fl", "cfi": "fl", "fi": "fl", "fe": "fl"}.get(key, key))
+                if table is not None and ident:
+                    if name:
+                        table[ident] = name
+                    name = table.get(ident, name)
+                if key == "fl":
+                    cur["fl"] = cur["fi"] = name
+                elif key in ("fi", "fe"):
+                    cur["fi"] = name
+                elif key == "fn":
+                    cur["fi"] = cur["fl"]
+                elif key == "ob":
+                    cur["ob"] = name
+                continue
+            if line.startswith("calls="):
+                after_call = True
+                continue
+            if not line or not (line[0].isdigit() or line[0] in "+-*"):
+                continue
+            if after_call:
+                after_call = False
+                continue
+            n = int(line.split()[-1])
+            where = cur["fi"]
+            if where in ("", "???"):
+                where = cur["ob"]
+            p = part_of(where)
+            parts[p] = parts.get(p, 0) + n
+            total += n
     return total, parts
 
 
@@ -116,7 +133,8 @@ def table(results, ks):
                      "and syscalls per wake-up\n" % prov)
         head = ["strategy"] + ["K=%d /wake" % k for k in ks] + \
                ["K=%d /wc" % k for k in ks[1:]] + ["syscalls /wake (K=%d)" % ks[0],
-                                                    "library/liburing/provider (K=%d)" % ks[0]]
+                                                    "library / liburing / provider / libc / app "
+                                                    "(K=%d)" % ks[0]]
         lines.append("| " + " | ".join(head) + " |")
         lines.append("|" + "---|" * len(head))
         for strat, byk in rows.items():
@@ -125,8 +143,8 @@ def table(results, ks):
             cells += ["%.1f" % byk[k]["instr"]["wc"] for k in ks[1:]]
             cells.append(sys_brief(byk[ks[0]]["syscalls"]))
             p = byk[ks[0]]["instr"]["parts"]
-            cells.append("%.0f / %.0f / %.0f" % (p.get("library", 0), p.get("liburing", 0),
-                                                 p.get("provider", 0)))
+            cells.append(" / ".join("%.0f" % p.get(k, 0) for k in
+                                    ("library", "liburing", "provider", "libc", "app")))
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
