@@ -20,7 +20,9 @@
  *    end: the library reads only what the size covers and takes the
  *    default (zero) for members the caller does not have, fills only what
  *    the size covers, and refuses with -E2BIG a struct from a newer header
- *    whose members unknown to it are not zero. NULL options mean all
+ *    whose members unknown to it are not zero (and any size over 4096).
+ *    A flag the library does not know is refused with -EINVAL: asking for
+ *    a feature it lacks is an error, never silently ignored. NULL options mean all
  *    defaults, whatever the size. Structs the library passes to callbacks
  *    (struct rr_completion) also only grow at their end. A change that
  *    cannot keep these rules changes the soname (libringrdma.so.1 since
@@ -279,8 +281,9 @@ struct rr_bridge_opts {
  * rr_listen(), so a bridge that only dispatches CQs needs no rdma_cm.
  *
  * Return: 0, -EINVAL (bad argument, @opts_size smaller than the 0.8.0
- * struct, or an IORING_SETUP_IOPOLL ring), -E2BIG (@opts sets members this
- * library does not know) or -ENOMEM.
+ * struct, a flag this library does not know, or an IORING_SETUP_IOPOLL
+ * ring), -E2BIG (@opts sets members this library does not know, or
+ * @opts_size is over 4096) or -ENOMEM.
  */
 int rr_bridge_create(rr_bridge **out, struct io_uring *ring, const struct rr_bridge_opts *opts,
 		     size_t opts_size);
@@ -770,8 +773,9 @@ struct rr_ep_opts {
  * requested; the QP also retries on RNR, so a peer's early SEND waits for
  * receives posted later.
  *
- * Return: 0, -EINVAL (bad address or options), -E2BIG (@opts sets members
- * this library does not know), -ENOMEM, or the errno of
+ * Return: 0, -EINVAL (bad address or options, a flag this library does
+ * not know), -E2BIG (@opts sets members this library does not know, or
+ * @opts_size is over 4096), -ENOMEM, or the errno of
  * rdma_create_event_channel()/rdma_create_id()/rdma_resolve_addr(); then
  * @on_connect is never called.
  */
@@ -793,8 +797,9 @@ int rr_connect(rr_bridge *b, const char *host, uint16_t port, const struct rr_ep
  * Incoming requests are accepted automatically; a request that fails before
  * being established is dropped, never reported as an endpoint.
  *
- * Return: 0, -EINVAL, -E2BIG (@ep_opts sets members this library does not
- * know), -ENOMEM, or the errno of rdma_bind_addr()/rdma_listen().
+ * Return: 0, -EINVAL (also a flag this library does not know), -E2BIG
+ * (@ep_opts sets members this library does not know, or @opts_size is over
+ * 4096), -ENOMEM, or the errno of rdma_bind_addr()/rdma_listen().
  */
 int rr_listen(rr_bridge *b, const char *host, uint16_t port, const struct rr_ep_opts *ep_opts,
 	      size_t opts_size, rr_accept_cb on_accept, void *data, rr_listener **out);

@@ -23,12 +23,24 @@
 #define RR__CQ_OPTS_SIZE_0_8	 rr__offsetofend(struct rr_cq_opts, data)
 #define RR__EP_OPTS_SIZE_0_8	 rr__offsetofend(struct rr_ep_opts, flags)
 
+/* No options struct will ever be larger than a page: a caller that says so
+ * passed a wrong size, and scanning that far would read what it never
+ * granted. (The kernel's copy_struct_from_user() says -E2BIG too.) */
+#define RR__OPTS_SIZE_MAX 4096
+
+/* The flags each release knows; asking for another is an error, as a
+ * newer struct's members are. */
+#define RR__BRIDGE_FLAGS_KNOWN                                                              \
+	(RR_BRIDGE_SINGLESHOT | RR_BRIDGE_GROUP | RR_BRIDGE_NO_MSG_RING | RR_BRIDGE_RING_READ | \
+	 RR_BRIDGE_LOOP_WAITS)
+#define RR__EP_FLAGS_KNOWN (RR_EP_SHARED_CQ | RR_EP_OWN_PD | RR_EP_SRQ | RR_EP_POST_NOW)
+
 /*
  * Copy a caller's options into @dst (@dst_size bytes, zeroed first so that
  * members the caller does not have read as "default"). @src NULL: all
  * defaults. A caller smaller than @min_size (the struct of the first
- * release of this soname) did not use this ABI: -EINVAL. Members beyond
- * ours must be zero, so that asking for a feature this library lacks is an
+ * release of this soname) did not use this ABI: -EINVAL; one larger than
+ * RR__OPTS_SIZE_MAX: -E2BIG, unread. Members beyond ours must be zero, so that asking for a feature this library lacks is an
  * error rather than silently ignored: -E2BIG, as the kernel's
  * copy_struct_from_user() answers.
  */
@@ -42,6 +54,8 @@ static inline int rr__opts_in(void *dst, size_t dst_size, const void *src, size_
 		return 0;
 	if (src_size < min_size)
 		return -EINVAL;
+	if (src_size > RR__OPTS_SIZE_MAX)
+		return -E2BIG;
 	tail = (const unsigned char *)src + dst_size;
 	for (size_t i = dst_size; i < src_size; i++, tail++)
 		if (*tail)

@@ -56,6 +56,8 @@ int rr_bridge_create(rr_bridge **out, struct io_uring *ring, const struct rr_bri
 	rc = rr__opts_in(&o, sizeof(o), opts, opts_size, RR__BRIDGE_OPTS_SIZE_0_8);
 	if (rc)
 		return rc;
+	if (o.flags & ~RR__BRIDGE_FLAGS_KNOWN)
+		return -EINVAL;
 	/* An IOPOLL ring completes only polled block I/O: POLL_ADD is
 	 * refused there, so the bridge could never hear a channel. */
 	if (ring->flags & IORING_SETUP_IOPOLL)
@@ -450,6 +452,16 @@ int rr_cq_create(rr_bridge *b, rr_channel *ch, struct ibv_context *ctx,
 	return 0;
 }
 
+/* An endpoint's options, as rr_connect() and rr_listen() take them. */
+static int ep_opts_in(struct rr_ep_opts *o, const struct rr_ep_opts *opts, size_t opts_size)
+{
+	int rc = rr__opts_in(o, sizeof(*o), opts, opts_size, RR__EP_OPTS_SIZE_0_8);
+
+	if (!rc && (o->flags & ~RR__EP_FLAGS_KNOWN))
+		rc = -EINVAL;
+	return rc;
+}
+
 int rr_connect(rr_bridge *b, const char *host, uint16_t port, const struct rr_ep_opts *opts,
 	       size_t opts_size, rr_ep_cb on_connect, rr_ep **out)
 {
@@ -458,7 +470,7 @@ int rr_connect(rr_bridge *b, const char *host, uint16_t port, const struct rr_ep
 
 	if (!b || b->closing)
 		return -EINVAL;
-	rc = rr__opts_in(&o, sizeof(o), opts, opts_size, RR__EP_OPTS_SIZE_0_8);
+	rc = ep_opts_in(&o, opts, opts_size);
 	if (rc)
 		return rc;
 	return rr__cm_connect(&b->cm, host, port, &o, on_connect, out);
@@ -472,7 +484,7 @@ int rr_listen(rr_bridge *b, const char *host, uint16_t port, const struct rr_ep_
 
 	if (!b || b->closing)
 		return -EINVAL;
-	rc = rr__opts_in(&o, sizeof(o), ep_opts, opts_size, RR__EP_OPTS_SIZE_0_8);
+	rc = ep_opts_in(&o, ep_opts, opts_size);
 	if (rc)
 		return rc;
 	return rr__cm_listen(&b->cm, host, port, &o, on_accept, data, out);

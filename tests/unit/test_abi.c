@@ -7,6 +7,8 @@
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <criterion/criterion.h>
 
@@ -104,6 +106,52 @@ Test(abi, a_newer_struct_asking_for_more_is_refused)
 	cr_expect_eq(rr_connect(b, "127.0.0.1", 1, &eo.known, sizeof(eo), NULL, &ep), -E2BIG);
 	cr_expect_null(ep);
 	cr_assert_eq(rr_bridge_destroy(b), 0);
+}
+
+/*
+ * A flag this library does not know asks for a feature it lacks: refused,
+ * as a newer struct's members are. (Unknown bits were taken and ignored.)
+ */
+Test(abi, an_unknown_flag_is_refused)
+{
+	struct rr_bridge_opts o = {.flags = RR_BRIDGE_LOOP_WAITS << 1};
+	struct rr_ep_opts eo = {.flags = RR_EP_POST_NOW << 1};
+	rr_bridge *b = NULL;
+	rr_listener *l = NULL;
+	rr_ep *ep = NULL;
+
+	cr_expect_eq(rr_bridge_create(&b, &ring, &o, sizeof(o)), -EINVAL);
+	cr_assert_null(b);
+	o.flags = 1u << 31;
+	cr_expect_eq(rr_bridge_create(&b, &ring, &o, sizeof(o)), -EINVAL);
+	cr_assert_null(b);
+	cr_assert_eq(rr_bridge_create(&b, &ring, NULL, 0), 0);
+	cr_expect_eq(rr_connect(b, "127.0.0.1", 1, &eo, sizeof(eo), no_ep_cb, &ep), -EINVAL);
+	cr_expect_eq(rr_listen(b, "127.0.0.1", 0, &eo, sizeof(eo), no_accept, NULL, &l), -EINVAL);
+	cr_expect_null(ep);
+	cr_expect_null(l);
+	cr_assert_eq(rr_bridge_destroy(b), 0);
+}
+
+/* A size no options struct will ever have (over a page) is refused before
+ * anything is read past the caller's struct. */
+Test(abi, an_absurd_size_is_refused_unread)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	/* The struct ends where an unreadable page begins. */
+	char *map = mmap(NULL, 2 * (size_t)page, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct rr_bridge_opts *o;
+	rr_bridge *b = NULL;
+
+	cr_assert_neq(map, MAP_FAILED);
+	cr_assert_eq(mprotect(map + page, (size_t)page, PROT_NONE), 0);
+	o = (struct rr_bridge_opts *)(map + page - sizeof(*o));
+	cr_expect_eq(rr_bridge_create(&b, &ring, o, (size_t)page + 1), -E2BIG);
+	cr_assert_null(b);
+	cr_expect_eq(rr_bridge_create(&b, &ring, o, (size_t)1 << 40), -E2BIG);
+	cr_assert_null(b);
+	munmap(map, 2 * (size_t)page);
 }
 
 Test(abi, stats_fill_exactly_the_callers_size)
