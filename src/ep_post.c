@@ -145,7 +145,8 @@ static int post_send_req(rr_ep *ep, const struct ibv_send_wr *wr, enum ibv_wc_op
 		return settle(ep, req, 0);
 	}
 	rc = ibv_post_send(ep->qp, w, &bad);
-	count_chain(ep->set, 1);
+	if (!rc) /* refused: no request taken, nothing to count */
+		count_chain(ep->set, 1);
 	return settle(ep, req, rc);
 }
 
@@ -271,7 +272,8 @@ int rr_ep_post_recv(rr_ep *ep, void *buf, uint32_t len, struct ibv_mr *mr, rr_re
 		return settle(ep, req, 0);
 	}
 	rc = ibv_post_recv(ep->qp, &req->wr.recv, &bad);
-	count_chain(ep->set, 1);
+	if (!rc)
+		count_chain(ep->set, 1);
 	return settle(ep, req, rc);
 }
 

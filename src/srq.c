@@ -93,10 +93,10 @@ int rr_srq_post_recv(rr_srq *srq, void *buf, uint32_t len, struct ibv_mr *mr, rr
 			rr__list_add_tail(&srq->set->held_srqs, &srq->held_link);
 	} else {
 		rc = ibv_post_srq_recv(srq->srq, &req->wr.recv, &bad);
-		srq->set->stats->chains++;
-		srq->set->stats->wrs++;
 		if (rc)
 			return rc > 0 ? -rc : -EIO; /* a failed post never calls back */
+		srq->set->stats->chains++;
+		srq->set->stats->wrs++;
 	}
 	rr__list_del(&req->link);
 	req->cb = cb;

@@ -1125,6 +1125,39 @@ Test(endpoint, srq_receives_in_a_pass_go_as_one_chain)
 	teardown_all();
 }
 
+/* A post the provider refuses outside a pass is no request taken: it
+ * calls back never, and the stats count no chain and no work request for
+ * it (they counted both, so wrs could exceed posts). */
+Test(endpoint, a_refused_post_outside_a_pass_is_not_counted)
+{
+	struct rr_bridge_stats s0, s1, c0, c1;
+	struct ep_state *c, *s;
+	struct req *r[2];
+
+	setup_srq(16);
+	c = connect_one(0, 0);
+	s = server_of(c);
+	cr_assert_eq(rr_bridge_get_stats(srv, &s0, sizeof(s0)), 0);
+	cr_assert_eq(rr_bridge_get_stats(cli, &c0, sizeof(c0)), 0);
+	r[0] = new_req();
+	r[1] = new_req();
+	fake_refuse_srq_recv(rr_ep_qp(s->ep)->srq, 0, ENOMEM);
+	cr_expect_eq(rr_srq_post_recv(SRQ, slot(100), 64, MR, req_cb, r[0]), -ENOMEM);
+	fake_refuse_send(rr_ep_qp(c->ep), 0, ENOMEM);
+	cr_expect_eq(rr_ep_post_send(c->ep, slot(101), 64, MR, req_cb, r[1]), -ENOMEM);
+	cr_assert_eq(rr_bridge_get_stats(srv, &s1, sizeof(s1)), 0);
+	cr_assert_eq(rr_bridge_get_stats(cli, &c1, sizeof(c1)), 0);
+	cr_expect_eq(s1.posts - s0.posts, 0);
+	cr_expect_eq(s1.chains - s0.chains, 0, "a refused SRQ receive counted as a chain");
+	cr_expect_eq(s1.wrs - s0.wrs, 0);
+	cr_expect_eq(c1.posts - c0.posts, 0);
+	cr_expect_eq(c1.chains - c0.chains, 0, "a refused send counted as a chain");
+	cr_expect_eq(c1.wrs - c0.wrs, 0);
+	settle();
+	cr_expect_eq(r[0]->calls + r[1]->calls, 0);
+	teardown_all();
+}
+
 /*
  * The docs' server: a burst of 500 sends with signal_every 8 (so 500
  * mod 8 = 4 would trail a signalled one), posted from its callbacks,
