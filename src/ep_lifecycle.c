@@ -303,6 +303,9 @@ int rr_ep_destroy(rr_ep *ep)
 	if (!ep || ep->destroy_pending)
 		return 0;
 	ep->destroy_pending = true;
+	/* A receive its lingering QP took completes later: the SRQ's, with
+	 * no endpoint, never the accept that this destroy ends. */
+	ep->on_early_recv = NULL;
 	rr__ep_stop_timer(ep);
 	ep->in_callback++; /* keep it alive through the flush callbacks */
 	rr__list_del(&ep->link);

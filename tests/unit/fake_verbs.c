@@ -1324,6 +1324,35 @@ static void send_done(struct fake_qp *q, enum ibv_wc_status status, uint32_t byt
 	free(w);
 }
 
+/* Receive completions held back (fake_hold_recvs()). */
+#define FAKE_HELD_RECVS 16
+static bool hold_recvs;
+static struct {
+	struct fake_qp *q;
+	struct fake_cqe e;
+} held_recvs[FAKE_HELD_RECVS];
+static unsigned int nheld_recvs;
+
+void fake_hold_recvs(bool on)
+{
+	fake_lock();
+	hold_recvs = on;
+	fake_unlock();
+}
+
+void fake_release_recvs(void)
+{
+	fake_lock();
+	for (unsigned int i = 0; i < nheld_recvs; i++) {
+		struct fake_qp *q = held_recvs[i].q;
+
+		if (fake_qp_alive(&q->qp))
+			push(q, q->qp.recv_cq, held_recvs[i].e);
+	}
+	nheld_recvs = 0;
+	fake_unlock();
+}
+
 static void recv_done(struct fake_qp *q, struct fake_rwqe *r, struct fake_cqe e)
 {
 	e.wc.wr_id = r->wr_id;
@@ -1337,6 +1366,13 @@ static void recv_done(struct fake_qp *q, struct fake_rwqe *r, struct fake_cqe e)
 		q->rq_used--;
 	}
 	free(r);
+	if (hold_recvs) {
+		if (nheld_recvs == FAKE_HELD_RECVS)
+			abort();
+		held_recvs[nheld_recvs].q = q;
+		held_recvs[nheld_recvs++].e = e;
+		return;
+	}
 	push(q, q->qp.recv_cq, e);
 }
 

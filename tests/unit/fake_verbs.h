@@ -151,6 +151,12 @@ void fake_device_async_event(enum ibv_event_type type, void *element);
 /* Async events queued on the fake device and not read yet. */
 unsigned int fake_device_async_queued(void);
 
+/* While on, a receive a QP takes completes later, as hardware may deliver
+ * its CQE after the QP consumed the WQE: its completion waits until
+ * fake_release_recvs(), which drops those of QPs destroyed meanwhile. */
+void fake_hold_recvs(bool on);
+void fake_release_recvs(void);
+
 /* Fault switches. */
 void fake_set_mw_supported(bool on); /* off: ibv_alloc_mw() fails EOPNOTSUPP */
 

@@ -614,6 +614,50 @@ Test(endpoint, an_srq_receive_before_established_hands_the_endpoint_over_first)
 	early_receive_answers(true);
 }
 
+/*
+ * An SRQ receive the accepting endpoint's QP took, whose completion comes
+ * only after the endpoint was dropped (its listener destroyed) and its QP
+ * lingers: the receive is the SRQ's, and completes once with no endpoint.
+ * The early-receive hook ran on the destroyed endpoint instead:
+ * rdma_notify() on its destroyed id, on_accept through the freed listener.
+ */
+Test(endpoint, an_srq_receive_completing_after_its_accepting_endpoint_went)
+{
+	struct ep_state *c = &cli_st[ncli++];
+	struct rr_ep_opts co = {
+		.on_qp_ready = on_qp_ready, .on_disconnect = on_disconnect, .data = c};
+	struct req *ping;
+
+	setup_srq(8);
+	early_rcv = new_req();
+	cr_assert_eq(rr_srq_post_recv(SRQ, slot(21), SLOT, MR, answer_cb, early_rcv), 0);
+	fake_cm_rtu_late(true);
+	cr_assert_eq(rr_connect(cli, "127.0.0.1", PORT, &co, sizeof(co), on_connect, &c->ep), 0);
+	PUMP_UNTIL(c->connects);
+	cr_assert_eq(c->connect_status, 0);
+	fake_hold_recvs(true);
+	strcpy((char *)slot(0), "ping");
+	ping = new_req();
+	cr_assert_eq(rr_ep_post_send(c->ep, slot(0), 5, MR, req_cb, ping), 0);
+	PUMP_UNTIL(ping->calls);
+	cr_assert_eq(early_rcv->calls, 0);
+	cr_assert_eq(accepts, 0);
+	/* The accepting endpoint goes with its listener; its QP lingers. */
+	cr_assert_eq(rr_listener_destroy(L), 0);
+	L = NULL;
+	fake_notifies = 0;
+	fake_release_recvs();
+	PUMP_UNTIL(early_rcv->calls);
+	settle();
+	cr_expect_eq(early_rcv->calls, 1);
+	cr_expect_eq(early_rcv->status, 0, "%s", strerror(-early_rcv->status));
+	cr_expect_null(early_rcv->ep, "handed out with the destroyed endpoint");
+	cr_expect_eq(accepts, 0, "on_accept ran for an endpoint its listener dropped");
+	cr_expect_eq(fake_notifies, 0, "rdma_notify() on a destroyed endpoint's id");
+	fake_cm_rtu_late(false);
+	teardown_all();
+}
+
 /* Destroyed in that on_accept: the receive completes once, cancelled. */
 Test(endpoint, a_receive_before_established_whose_endpoint_on_accept_destroys)
 {
