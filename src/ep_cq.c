@@ -210,13 +210,22 @@ void rr__ep_on_wc(rr_cq *cq, const struct ibv_wc *wc, void *data)
 
 		ep->on_early_recv = NULL;
 		ep->in_callback++;
+		/* on_accept may destroy the endpoint and then its SRQ, as any
+		 * callback may: the SRQ and the receive stay until we are out. */
+		if (srq)
+			srq->in_callback++;
 		hook(ep);
 		ep->in_callback--;
+		if (srq)
+			srq->in_callback--;
 		if (ep->destroy_pending && !ep->lingering) {
 			/* Destroyed in on_accept: its own receive was
-			 * completed by the destroy; an SRQ's is the SRQ's. */
+			 * completed by the destroy; an SRQ's is the SRQ's
+			 * (cancelled already if the SRQ went too). */
 			if (req->cb)
 				rr__srq_complete(srq, req, NULL, wc);
+			else if (srq)
+				rr__srq_release_if_done(srq);
 			rr__ep_release_if_done(ep);
 			return;
 		}

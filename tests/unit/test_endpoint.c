@@ -161,6 +161,7 @@ static void on_disconnect(rr_ep *ep, int status, void *data)
 }
 
 static bool destroy_in_accept;
+static bool destroy_srq_in_accept; /* after the endpoint */
 
 static void on_accept(rr_listener *l, rr_ep *ep, void *data)
 {
@@ -171,6 +172,10 @@ static void on_accept(rr_listener *l, rr_ep *ep, void *data)
 	rr_ep_set_on_disconnect(ep, on_disconnect);
 	if (destroy_in_accept)
 		cr_assert_eq(rr_ep_destroy(ep), 0);
+	if (destroy_srq_in_accept) {
+		cr_assert_eq(rr_srq_destroy(SRQ), 0);
+		SRQ = NULL;
+	}
 }
 
 /* ---- driving the two bridges ---- */
@@ -688,6 +693,26 @@ Test(endpoint, an_srq_receive_before_established_whose_endpoint_on_accept_destro
 	cr_expect_eq(early_rcv->calls, 1);
 	cr_expect_eq(accepts, 1);
 	cr_expect_null(early_reply);
+	teardown_all();
+}
+
+/* And then the SRQ, which a callback may destroy: the receive completes
+ * once, cancelled with the SRQ, which goes only once that unwound (the
+ * completion path read the receive after the SRQ was freed). */
+Test(endpoint, an_srq_receive_before_established_whose_on_accept_destroys_the_srq)
+{
+	destroy_in_accept = true;
+	destroy_srq_in_accept = true;
+	ping_before_rtu(0, NULL, true);
+	cr_expect_eq(early_rcv->calls, 1);
+	cr_expect_eq(early_rcv->status, -ECANCELED, "%s", strerror(-early_rcv->status));
+	cr_expect_null(early_rcv->ep);
+	cr_expect_eq(accepts, 1);
+	fake_cm_rtu_late(false);
+	settle();
+	cr_expect_eq(early_rcv->calls, 1);
+	cr_expect_eq(accepts, 1);
+	cr_expect_eq(fake_stats_get().srqs_live, 0, "the SRQ was not destroyed");
 	teardown_all();
 }
 
