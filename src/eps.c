@@ -81,7 +81,13 @@ void rr__eps_async(struct rr__eps *set, struct rr__device *dev, const struct ibv
 			srq->in_callback++;
 		tell(ctx, ev);
 		if (ep && !--ep->in_callback && ep->destroy_pending) {
-			rr__ep_release_if_done(ep);
+			/* Destroyed there: its linger waits for its QP's last
+			 * receive, which may be this very event. */
+			if (ev->event_type == IBV_EVENT_QP_LAST_WQE_REACHED &&
+			    kind == RR__CLAIM_QP && ep->lingering)
+				rr__ep_linger_end(ep);
+			else
+				rr__ep_release_if_done(ep);
 			return;
 		}
 		if (sh) {

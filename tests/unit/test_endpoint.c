@@ -1821,12 +1821,17 @@ struct async_rec {
 static struct async_rec async_seen[32];
 static int nasync;
 static bool destroy_named; /* the hook destroys the endpoint a QP_FATAL names */
+static bool destroy_on_last_wqe; /* ... the one LAST_WQE_REACHED names */
 
 static void record_async(rr_bridge *b, const struct ibv_async_event *ev, void *data)
 {
 	struct async_rec *r = &async_seen[nasync < 32 ? nasync++ : 31];
 
 	*r = (struct async_rec){.b = b, .running = running, .type = ev->event_type};
+	if (ev->event_type == IBV_EVENT_QP_LAST_WQE_REACHED && destroy_on_last_wqe) {
+		cr_assert_eq(rr_ep_destroy(ev->element.qp->qp_context), 0);
+		destroyed_flag = true;
+	}
 	if (ev->event_type != IBV_EVENT_QP_FATAL)
 		return;
 	/* Valid during the call: an event of a destroyed QP must not come. */
@@ -1934,6 +1939,31 @@ Test(endpoint, async_hook_may_destroy_the_endpoint_the_event_names)
 	cr_expect_eq(reqs[0].status, -ECANCELED);
 	cr_expect(!reqs[0].after_destroy, "a callback after rr_ep_destroy()");
 	cr_expect_eq(c->downs, 0, "on_disconnect of an endpoint destroyed in the hook");
+	teardown_all();
+}
+
+/*
+ * The hook destroys the SRQ endpoint that LAST_WQE_REACHED names: the
+ * destroy lingers for its QP's last receive, which is that very event, so
+ * it ends the linger. (It was consumed before: the QP lingered the whole
+ * wait, on rxe and on a provider that raises the event once.)
+ */
+Test(endpoint, async_hook_destroying_on_last_wqe_reached_ends_the_linger)
+{
+	struct ep_state *c, *s;
+	unsigned int live;
+
+	async_hook = record_async;
+	setup_srq(8);
+	c = connect_one(0, 0);
+	s = server_of(c);
+	live = fake_stats_get().qps_live;
+	destroy_on_last_wqe = true;
+	fake_device_async_event(IBV_EVENT_QP_LAST_WQE_REACHED, rr_ep_qp(s->ep));
+	PUMP_UNTIL(destroyed_flag);
+	settle();
+	cr_expect_eq(fake_stats_get().qps_live, live - 1,
+		     "the QP lingers for the event its destroy's hook consumed");
 	teardown_all();
 }
 
