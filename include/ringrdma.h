@@ -180,9 +180,13 @@ typedef void (*rr_app_cqe_cb)(rr_bridge *b, const struct io_uring_cqe *cqe, void
  * ev->element.cq->cq_context is its rr_cq. Stale events (the object was
  * destroyed before its owner got to them) are dropped. An event of the
  * whole device (DEVICE_FATAL, PORT_*, ...) reaches every bridge using the
- * device, once each. An event naming an object the application created
- * itself reaches the bridge that read it; what its element points to is
- * the application's to judge. A failed async fd (a hot-unplugged mlx5
+ * device, once each. A bridge uses a device from its first endpoint, SRQ
+ * or CQ on the device's shared channel (rr_cq_create() with a NULL
+ * channel) on it: a CQ on a channel of rr_channel_create() alone does not
+ * set the device up, so neither its events nor the device's reach that
+ * bridge (create one CQ with a NULL channel to hear them). An event naming
+ * an object the application created itself reaches the bridge that read
+ * it; what its element points to is the application's to judge. A failed async fd (a hot-unplugged mlx5
  * device reports POLLERR and fails every read) is reported as a
  * DEVICE_FATAL with port 0.
  *
@@ -530,7 +534,8 @@ struct rr_cq_opts {
  * rr_cq_create() - create a CQ whose completions arrive through the ring.
  * @b:    the bridge.
  * @ch:   the channel to signal; NULL uses the bridge's shared channel for
- *        the device of @ctx.
+ *        the device of @ctx, and the device's async events naming the CQ
+ *        (CQ_ERR) then reach this bridge alone (see rr_async_event_cb).
  * @ctx:  the device context (must match @ch's).
  * @opts: options; on_wc is required.
  * @opts_size: sizeof(*opts) as the caller was compiled.

@@ -413,15 +413,27 @@ int rr_channel_create(rr_bridge *b, struct ibv_context *ctx, rr_channel **out)
 	return rr__channel_create(&b->cqs, ctx, out);
 }
 
-static void put_device(void *ctx)
+/* What a CQ on its device's shared channel holds: the device, and the
+ * claim that routes the device's events naming the CQ (CQ_ERR) to this
+ * bridge alone, on its thread. */
+struct cq_hold {
+	struct rr__device *dev;
+	struct rr__claim claim;
+};
+
+static void cq_gone(void *ctx)
 {
-	rr__device_put(ctx);
+	struct cq_hold *h = ctx;
+
+	rr__device_unclaim(&h->claim); /* after the destroy, as claims end */
+	rr__device_put(h->dev);
+	free(h);
 }
 
 int rr_cq_create(rr_bridge *b, rr_channel *ch, struct ibv_context *ctx,
 		 const struct rr_cq_opts *opts, size_t opts_size, rr_cq **out)
 {
-	struct rr__device *dev = NULL;
+	struct cq_hold *hold = NULL;
 	struct rr_cq_opts o;
 	int rc;
 
@@ -436,19 +448,28 @@ int rr_cq_create(rr_bridge *b, rr_channel *ch, struct ibv_context *ctx,
 		return -EINVAL;
 	if (!ch) {
 		/* The device's shared channel: the CQ holds the device. */
-		rc = rr__device_get(&b->devs, ctx, &dev);
-		if (rc)
+		hold = calloc(1, sizeof(*hold));
+		if (!hold)
+			return -ENOMEM;
+		rc = rr__device_get(&b->devs, ctx, &hold->dev);
+		if (rc) {
+			free(hold);
 			return rc;
-		ch = dev->channel;
+		}
+		ch = hold->dev->channel;
 	}
 	rc = rr__cq_create(&b->cqs, ch, ctx, &o, out);
 	if (rc) {
-		if (dev)
-			rr__device_put(dev);
+		if (hold) {
+			rr__device_put(hold->dev);
+			free(hold);
+		}
 		return rc;
 	}
-	if (dev)
-		(*out)->hooks = (struct rr__cq_hooks){.destroyed = put_device, .ctx = dev};
+	if (hold) {
+		rr__device_claim(hold->dev, &hold->claim, (*out)->cq, b, 0);
+		(*out)->hooks = (struct rr__cq_hooks){.destroyed = cq_gone, .ctx = hold};
+	}
 	return 0;
 }
 

@@ -1967,6 +1967,44 @@ Test(endpoint, async_hook_destroying_on_last_wqe_reached_ends_the_linger)
 	teardown_all();
 }
 
+static void ignore_wc(rr_cq *cq, const struct ibv_wc *wc, void *data)
+{
+}
+
+static int heard_cq_err(rr_bridge *b)
+{
+	int n = 0;
+
+	for (int i = 0; i < nasync; i++)
+		n += async_seen[i].type == IBV_EVENT_CQ_ERR && async_seen[i].b == b;
+	return n;
+}
+
+/* A CQ of rr_cq_create() belongs to its bridge: a CQ_ERR naming it reaches
+ * that bridge's on_async_event alone, on its thread, even when another
+ * bridge read it (it went to whichever read the device first). */
+Test(endpoint, cq_err_of_an_application_cq_reaches_only_its_bridge)
+{
+	struct rr_cq_opts co = {.on_wc = ignore_wc};
+	rr_cq *mine, *other;
+
+	async_hook = record_async;
+	open_bridges(0);
+	cr_assert_eq(rr_cq_create(cli, NULL, fake_device(), &co, sizeof(co), &mine), 0);
+	cr_assert_eq(rr_cq_create(srv, NULL, fake_device(), &co, sizeof(co), &other), 0);
+	fake_device_async_event(IBV_EVENT_CQ_ERR, rr_cq_ibv(mine));
+	cli_held = true;
+	PUMP_UNTIL(fake_device_async_queued() == 0);
+	cli_held = false;
+	settle();
+	cr_expect_eq(heard_cq_err(srv), 0, "the bridge that read it heard another's CQ_ERR");
+	cr_expect_eq(heard_cq_err(cli), 1, "the CQ's bridge heard its CQ_ERR %d times",
+		     heard_cq_err(cli));
+	cr_assert_eq(rr_cq_destroy(mine), 0);
+	cr_assert_eq(rr_cq_destroy(other), 0);
+	teardown_all();
+}
+
 /* ---- groups ---- */
 
 static atomic_int g_recv_calls;
