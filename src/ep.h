@@ -31,6 +31,9 @@ struct rr__eps {
 	struct rr__list srqs;	   /* rr_srq: at most one per device */
 	struct rr__list shcqs;	   /* struct rr__shcq: one per device in use */
 	struct rr__list lingering; /* destroyed endpoints whose SRQ QP waits */
+	/* Ends a linger: the endpoints' lifecycle registers it, so an SRQ
+	 * that goes (srq.c) ends those of its QPs without calling up. */
+	void (*linger_end)(rr_ep *ep);
 	struct rr__qpmap qps;
 	bool closing; /* teardown: no QP lingers */
 	/* Posts made while a pass is on hold their work requests, chained

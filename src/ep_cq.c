@@ -37,10 +37,24 @@ int rr_wc_status_errno(enum ibv_wc_status s)
 	}
 }
 
-void rr__ep_free(rr_ep *ep)
+static void ep_free(rr_ep *ep)
 {
 	free(ep->reqs);
 	free(ep);
+}
+
+/* Inline where a work completion is handed out: once per request. */
+static inline bool release_if_done(rr_ep *ep)
+{
+	if (!ep->destroy_pending || ep->in_callback || ep->lingering)
+		return false;
+	ep_free(ep);
+	return true;
+}
+
+bool rr__ep_release_if_done(rr_ep *ep)
+{
+	return release_if_done(ep);
 }
 
 void rr__ep_call_cb(rr_ep *ep, rr_ep_cb cb, int status)
@@ -258,7 +272,7 @@ void rr__ep_on_wc(rr_cq *cq, const struct ibv_wc *wc, void *data)
 		complete(ep, req, wc);
 	else
 		rr__srq_complete(ep->srq, req, ep, wc);
-	rr__ep_release_if_done(ep);
+	release_if_done(ep);
 }
 
 /* The CQ's hook: runs after a dispatch of the endpoint's completions. */

@@ -56,6 +56,33 @@ struct rr__req {
 	struct ibv_sge sge;
 };
 
+/* Append @req to a chain (its slot's work request already built). Inline
+ * here: endpoints (ep_post.c) and SRQs (srq.c) chain alike, and neither
+ * calls the other for it. */
+static inline void rr__chain_add(struct rr__chain *c, struct rr__req *req)
+{
+	if (!c->last)
+		c->first = req;
+	else if (req->is_recv)
+		c->last->wr.recv.next = &req->wr.recv;
+	else
+		c->last->wr.send.next = &req->wr.send;
+	c->last = req;
+	c->n++;
+}
+
+/* The first request on outstanding list @l that its chain refused. */
+static inline struct rr__req *rr__first_refused(struct rr__list *l)
+{
+	for (struct rr__list *n = l->next; n != l; n = n->next) {
+		struct rr__req *r = rr__container_of(n, struct rr__req, link);
+
+		if (r->post_err)
+			return r;
+	}
+	return NULL;
+}
+
 /* A shared receive queue: receives posted once, taken by whichever
  * QP of the bridge on its device receives first. */
 struct rr_srq {
@@ -78,14 +105,7 @@ struct rr_srq {
 /* ---- ep_cq.c ---- */
 
 /* Free an endpoint once it is destroyed and no callback of it is running. */
-void rr__ep_free(rr_ep *ep);
-static inline bool rr__ep_release_if_done(rr_ep *ep)
-{
-	if (!ep->destroy_pending || ep->in_callback || ep->lingering)
-		return false;
-	rr__ep_free(ep);
-	return true;
-}
+bool rr__ep_release_if_done(rr_ep *ep);
 void rr__ep_call_cb(rr_ep *ep, rr_ep_cb cb, int status);
 /* The one completion of a request: @wc NULL, flushed by the library. */
 void rr__ep_complete(rr_ep *ep, struct rr__req *req, const struct ibv_wc *wc);
@@ -129,10 +149,6 @@ void rr__srq_post_held(struct rr_srq *srq);
 
 /* ---- ep_post.c ---- */
 
-/* Append @req to a chain (its slot's work request already built). */
-void rr__chain_add(struct rr__chain *c, struct rr__req *req);
-/* The first request on outstanding list @l that its chain refused. */
-struct rr__req *rr__first_refused(struct rr__list *l);
 /* Post what @ep holds; true if a callback of a refused request destroyed
  * it (the caller then ends with rr__ep_release_if_done()). */
 bool rr__ep_post_held(rr_ep *ep);

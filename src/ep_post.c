@@ -78,18 +78,6 @@ static bool holds(const rr_ep *ep)
 	return ep->set->holding && !(ep->opts.flags & RR_EP_POST_NOW);
 }
 
-void rr__chain_add(struct rr__chain *c, struct rr__req *req)
-{
-	if (!c->last)
-		c->first = req;
-	else if (req->is_recv)
-		c->last->wr.recv.next = &req->wr.recv;
-	else
-		c->last->wr.send.next = &req->wr.send;
-	c->last = req;
-	c->n++;
-}
-
 static void hold(rr_ep *ep, struct rr__chain *c, struct rr__req *req)
 {
 	rr__chain_add(c, req);
@@ -348,17 +336,6 @@ static bool post_rq_chain(rr_ep *ep, struct rr__chain *c, bool dead)
 }
 
 /* The first outstanding request of @l marked refused, or NULL. */
-struct rr__req *rr__first_refused(struct rr__list *l)
-{
-	for (struct rr__list *n = l->next; n != l; n = n->next) {
-		struct rr__req *r = rr__container_of(n, struct rr__req, link);
-
-		if (r->post_err)
-			return r;
-	}
-	return NULL;
-}
-
 /*
  * Post what @ep holds: receives first (the answer to a send must find
  * them), then sends. Requests refused complete now, each once with its

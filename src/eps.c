@@ -18,6 +18,7 @@ void rr__eps_init(struct rr__eps *set, struct rr__ring *ring, struct rr__cqs *cq
 	rr__list_init(&set->shcqs);
 	rr__list_init(&set->srqs);
 	rr__list_init(&set->lingering);
+	set->linger_end = rr__ep_linger_end;
 	set->qps = (struct rr__qpmap){0};
 	set->closing = false;
 }

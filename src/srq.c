@@ -150,7 +150,7 @@ int rr_srq_destroy(rr_srq *srq)
 
 		l = l->next;
 		if (ep->srq == srq) {
-			rr__ep_linger_end(ep);
+			srq->set->linger_end(ep);
 			l = srq->set->lingering.next; /* a callback may have ended others */
 		}
 	}
