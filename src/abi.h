@@ -30,8 +30,8 @@
 
 /* The flags each release knows; asking for another is an error, as a
  * newer struct's members are. */
-#define RR__BRIDGE_FLAGS_KNOWN                                                              \
-	(RR_BRIDGE_SINGLESHOT | RR_BRIDGE_GROUP | RR_BRIDGE_NO_MSG_RING | RR_BRIDGE_RING_READ | \
+#define RR__BRIDGE_FLAGS_KNOWN                                                                     \
+	(RR_BRIDGE_SINGLESHOT | RR_BRIDGE_GROUP | RR_BRIDGE_NO_MSG_RING | RR_BRIDGE_RING_READ |    \
 	 RR_BRIDGE_LOOP_WAITS)
 #define RR__EP_FLAGS_KNOWN (RR_EP_SHARED_CQ | RR_EP_OWN_PD | RR_EP_SRQ | RR_EP_POST_NOW)
 
@@ -40,9 +40,10 @@
  * members the caller does not have read as "default"). @src NULL: all
  * defaults. A caller smaller than @min_size (the struct of the first
  * release of this soname) did not use this ABI: -EINVAL; one larger than
- * RR__OPTS_SIZE_MAX: -E2BIG, unread. Members beyond ours must be zero, so that asking for a feature this library lacks is an
- * error rather than silently ignored: -E2BIG, as the kernel's
- * copy_struct_from_user() answers.
+ * RR__OPTS_SIZE_MAX: -E2BIG, unread. Members beyond ours must be zero, so
+ * that asking for a feature this library lacks is an error rather than
+ * silently ignored: -E2BIG, as the kernel's copy_struct_from_user()
+ * answers.
  */
 static inline int rr__opts_in(void *dst, size_t dst_size, const void *src, size_t src_size,
 			      size_t min_size)

@@ -1035,9 +1035,9 @@ int rr_cq_destroy(rr_cq *cq)
 	if (cq->dispatch_depth) {
 		cq->destroy_deferred = true; /* freed when its dispatch unwinds */
 		cq->moved = true;
-	}
-	else
+	} else {
 		cq_free(cq);
+	}
 	if (hooks.destroyed)
 		hooks.destroyed(hooks.ctx);
 	return 0;

@@ -15,7 +15,7 @@ struct rr__cqs {
 	struct rr__ring *ring;
 	struct rr_bridge_stats *stats;
 	unsigned int cq_batch, budget, ack_batch;
-	bool ring_reads;	  /* channels may be read through the ring (see cq.c) */
+	bool ring_reads; /* channels may be read through the ring (see cq.c) */
 	/* Bumped by the layer above at each call into the library and after
 	 * each wait: a CQ found empty since is not polled again before its
 	 * arm (see cq_poll()). Never 0. */
@@ -62,12 +62,12 @@ struct rr_cq {
 	rr_wc_cb on_wc;
 	void *data;
 	struct rr__cq_hooks hooks;
-	unsigned int unacked; /* events read, not yet acknowledged */
+	unsigned int unacked;	/* events read, not yet acknowledged */
 	unsigned int empty_gen; /* set->gen when a poll last found it empty; 0 after an arm */
-	bool armed;	      /* ibv_req_notify_cq() since the last event */
-	bool active;	      /* on set->active: polled every pass */
-	bool evented;	      /* on the pending list of the current drain */
-	bool lazy;	      /* on set->lazy: unarmed until the loop would block */
+	bool armed;		/* ibv_req_notify_cq() since the last event */
+	bool active;		/* on set->active: polled every pass */
+	bool evented;		/* on the pending list of the current drain */
+	bool lazy;		/* on set->lazy: unarmed until the loop would block */
 	/* Hybrid: the spin window. */
 	enum { RR__SPIN_IDLE, RR__SPIN_BUSY, RR__SPIN_WINDOW } spin;
 	unsigned int spin_empty; /* empty polls in the current window */
@@ -88,7 +88,7 @@ struct rr_cq {
 	struct rr__list armed_link;  /* ch->armed */
 	struct rr__list link;	     /* set->cqs */
 	unsigned int dispatch_depth; /* >0 while handing out its WCs */
-	bool moved; /* a callback took from the batch, or destroyed the CQ */
+	bool moved;		     /* a callback took from the batch, or destroyed the CQ */
 	/* The batch being handed out (set->cq_batch entries). */
 	struct ibv_wc *batch;
 	uint32_t batch_head, nbatch;

@@ -37,11 +37,11 @@
 
 #include "fake_verbs.h"
 
-#define CQ_SIZE	 4096
-#define BATCH	 32
+#define CQ_SIZE	  4096
+#define BATCH	  32
 #define ACK_EVERY 32
-#define WARMUP	 16
-#define CHAN_UD	 1
+#define WARMUP	  16
+#define CHAN_UD	  1
 
 /* ---- what every strategy does with a completion ---- */
 
@@ -126,7 +126,8 @@ static void wake_uring(void)
 	unsigned int head, seen = 0;
 
 	io_uring_submit_and_wait(&ring, 1);
-	io_uring_for_each_cqe(&ring, head, cqe) {
+	io_uring_for_each_cqe(&ring, head, cqe)
+	{
 		seen++;
 		if (cqe->user_data != CHAN_UD)
 			continue;
@@ -185,7 +186,8 @@ static void wake_embed(void)
 
 	rr_bridge_flush(bridge);
 	io_uring_submit_and_wait(&ring, 1);
-	io_uring_for_each_cqe(&ring, head, cqe) {
+	io_uring_for_each_cqe(&ring, head, cqe)
+	{
 		rr_bridge_handle_cqe(bridge, cqe);
 		seen++;
 	}
@@ -195,8 +197,8 @@ static void wake_embed(void)
 static int bridge_setup(unsigned int flags, enum rr_wait_mode mode, unsigned int spin_us)
 {
 	struct rr_bridge_opts bo = {.flags = flags};
-	struct rr_cq_opts co = {.cqe = CQ_SIZE, .mode = mode, .spin_us = spin_us,
-				.on_wc = bridge_wc};
+	struct rr_cq_opts co = {
+		.cqe = CQ_SIZE, .mode = mode, .spin_us = spin_us, .on_wc = bridge_wc};
 	rr_channel *ch;
 	int rc;
 
@@ -308,10 +310,15 @@ static const struct strategy strategies[] = {
 	{.name = "epoll", .wake = wake_epoll},
 	{.name = "uring", .wake = wake_uring},
 	{.name = "bridge", .wake = wake_bridge},
-	{.name = "bridge-waits", .wake = wake_bridge, .sleeps = true, .flags = RR_BRIDGE_LOOP_WAITS},
+	{.name = "bridge-waits",
+	 .wake = wake_bridge,
+	 .sleeps = true,
+	 .flags = RR_BRIDGE_LOOP_WAITS},
 	{.name = "bridge-embed", .wake = wake_embed},
 	{.name = "bridge-read", .wake = wake_bridge, .flags = RR_BRIDGE_RING_READ},
-	{.name = "bridge-read-waits", .wake = wake_bridge, .sleeps = true,
+	{.name = "bridge-read-waits",
+	 .wake = wake_bridge,
+	 .sleeps = true,
 	 .flags = RR_BRIDGE_RING_READ | RR_BRIDGE_LOOP_WAITS},
 	{.name = "ep", .wake = wake_bridge, .ep = true},
 	/* An empty poll: a busy loop's, and a hybrid CQ's pass in its window. */
@@ -349,8 +356,10 @@ static int tracepoint_id(const char *event)
 
 static int open_counter(const char *event, int group)
 {
-	struct perf_event_attr a = {.type = PERF_TYPE_TRACEPOINT, .size = sizeof(a),
-				    .disabled = group < 0, .read_format = PERF_FORMAT_GROUP};
+	struct perf_event_attr a = {.type = PERF_TYPE_TRACEPOINT,
+				    .size = sizeof(a),
+				    .disabled = group < 0,
+				    .read_format = PERF_FORMAT_GROUP};
 	int id = tracepoint_id(event);
 
 	if (id < 0)
@@ -524,7 +533,8 @@ int main(int argc, char **argv)
 			ioctls = v[NKINDS] - base[NKINDS];
 			printf("{\"all\":%.3f", (double)(v[0] - base[0] - ioctls) / n);
 			for (unsigned int j = 0; j < NKINDS - 1; j++)
-				printf(",\"%s\":%.3f", kinds[j], (double)(v[j + 1] - base[j + 1]) / n);
+				printf(",\"%s\":%.3f", kinds[j],
+				       (double)(v[j + 1] - base[j + 1]) / n);
 			printf("}}\n");
 		}
 		fflush(stdout);

@@ -1820,7 +1820,7 @@ struct async_rec {
 
 static struct async_rec async_seen[32];
 static int nasync;
-static bool destroy_named; /* the hook destroys the endpoint a QP_FATAL names */
+static bool destroy_named;	 /* the hook destroys the endpoint a QP_FATAL names */
 static bool destroy_on_last_wqe; /* ... the one LAST_WQE_REACHED names */
 
 static void record_async(rr_bridge *b, const struct ibv_async_event *ev, void *data)
