@@ -217,8 +217,8 @@ void rr__ep_on_wc(rr_cq *cq, const struct ibv_wc *wc, void *data)
 	/* A receive before ESTABLISHED: the peer is connected and sending,
 	 * so the connection manager establishes the endpoint first (its
 	 * on_accept), and the receive's callback may answer. */
-	if (ep->on_early_recv && !ep->destroy_pending && req->is_recv &&
-	    wc->status == IBV_WC_SUCCESS && ep->state == RR__EP_ACCEPTING) {
+	if (ep->on_early_recv && req->is_recv && wc->status == IBV_WC_SUCCESS &&
+	    ep->state == RR__EP_ACCEPTING) {
 		void (*hook)(rr_ep *) = ep->on_early_recv;
 		struct rr_srq *srq = ep->srq;
 
