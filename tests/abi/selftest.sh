@@ -64,13 +64,24 @@ if grep -q "name='toy' .*size-in-bits" "$BASE" || ! grep -q "name='toy_opts'" "$
 	echo "FAIL: the baseline holds private types, or lacks toy_opts"
 	fails=$((fails + 1))
 fi
+# No source locations: a baseline that moves with line numbers is stale
+# after every edit of the header.
+if grep -q " line='\| filepath='" "$BASE"; then
+	echo "FAIL: the baseline holds source locations"
+	fails=$((fails + 1))
+fi
 
 lib same libtoy.so.1 "$TOY/toy.map"
 expect same 0 'matches'
+# A baseline written with locations (by an older check) is stale.
+cp "$BASE" "$TMP/base-nolocs.abi"
+sed -i "s|<function-decl name='toy_create'|& filepath='toy.h' line='1'|" "$BASE"
+expect same 3 'holds source locations'
+cp "$TMP/base-nolocs.abi" "$BASE"
 lib private libtoy.so.1 "$TOY/toy.map" -DTOY_PRIVATE
 expect private 0 'matches'
 lib added-fn libtoy.so.1 "$TOY/toy-added.map" -DTOY_ADD_FN
-expect added-fn 0 'refresh the baseline'
+expect added-fn 3 'refresh the baseline in this commit'
 lib added-enumerator libtoy.so.1 "$TOY/toy.map" -DTOY_ADD_ENUMERATOR
 expect added-enumerator 0 'matches'
 
@@ -96,11 +107,11 @@ lib stats-grown libtoy.so.1 "$TOY/toy.map" -DTOY_STATS_TAIL
 expect stats-grown 1 'type size changed'
 echo toy_stats >"$TMP/sized"
 SIZED=(--sized "$TMP/sized")
-expect stats-grown 0 'struct toy_stats grew at its end from 128 to 192 bits: more'
+expect stats-grown 3 'struct toy_stats grew at its end from 128 to 192 bits: more'
 lib stats-padding libtoy.so.1 "$TOY/toy.map" -DTOY_STATS_PAD
 expect stats-padding 1 'public ABI changed without a soname bump'
 echo toy_opts >>"$TMP/sized"
-expect grown-struct 0 'struct toy_opts grew at its end'
+expect grown-struct 3 'struct toy_opts grew at its end'
 expect inserted-member 1 'public ABI changed without a soname bump'
 lib grown-and-resized libtoy.so.1 "$TOY/toy.map" -DTOY_TAIL -DTOY_RESIZE
 expect grown-and-resized 1 'public ABI changed without a soname bump'
