@@ -404,7 +404,10 @@ struct io_uring *rr_bridge_ring(rr_bridge *b);
  *               handed to their on_wc (the endpoint layer's included);
  *               not the requests an endpoint completes without one of
  *               its own (unsignalled sends, flushes on teardown).
- * @empty_polls: ibv_poll_cq() calls that found nothing.
+ * @empty_polls: ibv_poll_cq() calls of the dispatcher that found nothing
+ *               (wasted polls of busy, hybrid and lazy CQs); not those
+ *               that take a leaving QP's completions out of its CQ in
+ *               rr_ep_destroy(), which always end on an empty poll.
  * @budget_yields: dispatches cut short by the budget.
  * @kicks:       NOP SQEs used to come back to busy, hybrid or backlogged CQs.
  * @cm_events:   rdma_cm events handled.

@@ -469,6 +469,38 @@ Test(dispatch, completion_racing_the_arm_is_not_stranded)
 	teardown_fx(&f);
 }
 
+/*
+ * A multishot poll posts a CQE on a wake-up of the fd, not while it stays
+ * readable: an event left in the channel after a drain would wait for an
+ * unrelated later event. The drain stops when no CQ of the channel is
+ * left armed (each armed CQ raises one event at most), which must be
+ * exactly when the channel is empty. One poll CQE, handed in once, must
+ * bring both CQs' events and completions, with no read beyond them.
+ */
+Test(dispatch, one_wake_up_drains_every_armed_cq)
+{
+	struct fixture f;
+	struct io_uring_cqe cqe = {0};
+	unsigned int reads0;
+
+	setup_fx(&f, NULL, RR_WAIT_EVENT);
+	cr_assert_eq(rr_bridge_flush(f.b), 0);
+	cr_assert(fcq(&f, 0)->armed && fcq(&f, 1)->armed, "flush armed the CQs");
+	fake_complete(fcq(&f, 0), 1, 1);
+	fake_complete(fcq(&f, 1), 1, 2);
+	reads0 = fake_event_reads;
+	cqe.user_data = channel_ud(&f);
+	cqe.res = POLLIN;
+	cqe.flags = IORING_CQE_F_MORE;
+	cr_assert_eq(rr_bridge_handle_cqe(f.b, &cqe), 1);
+	cr_assert_eq(L.wcs[0], 1, "CQ 0: %u work completions", L.wcs[0]);
+	cr_assert_eq(L.wcs[1], 1, "CQ 1: %u work completions (its event stranded)", L.wcs[1]);
+	cr_assert_eq(fcq(&f, 0)->delivered + fcq(&f, 1)->delivered, 2);
+	/* Two events, two reads: none that finds the channel empty. */
+	cr_assert_eq(fake_event_reads - reads0, 2, "%u reads", fake_event_reads - reads0);
+	teardown_fx(&f);
+}
+
 /* ---- a pass that woke for any CQE; arming only before blocking ---- */
 
 /* Queue an application NOP and wait until its CQE is in the ring (on
