@@ -1007,6 +1007,10 @@ rr_srq *rr_ep_srq(rr_ep *ep);
  * @index (the order of rr_listener_add_group() calls) instead of the
  * least loaded one.
  *
+ * The index names the group at the time of the call: if the hook then
+ * removes that group (rr_listener_remove_group()), the request goes to
+ * the least loaded of those left, never to the removed one.
+ *
  * Return: 0, or -EINVAL (not in a request hook of a listener with groups,
  * or no such group).
  */

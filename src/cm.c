@@ -34,7 +34,10 @@ struct rr__cm_ep {
 	/* A passive endpoint not yet established: its listener, for
 	 * rr_ep_set_group() and the count of those dropped. */
 	struct rr_listener *listener;
-	unsigned int group_hint; /* rr_ep_set_group() + 1, 0: none */
+	/* The group rr_ep_set_group() chose, by identity: an index would
+	 * name another group, or one past the end, once the hook removed
+	 * one (NULL: none). */
+	struct rr__cm *group_hint;
 	/* Placed on this bridge by a listener elsewhere: told when established. */
 	rr_accept_cb group_accept;
 	void *group_accept_data;
@@ -109,13 +112,15 @@ struct rr__handoff {
 };
 
 /* The group with the fewest connections placed and not yet gone, the
- * next one round robin on ties; or the one the request hook chose. */
+ * next one round robin on ties; or the one the request hook chose, if
+ * the hook did not remove it after choosing it. */
 static unsigned int choose_group(rr_listener *l, rr_ep *ep)
 {
 	unsigned int best = l->next_group % l->ngroups, best_n = UINT32_MAX;
 
-	if (cm_ep(ep)->group_hint)
-		return cm_ep(ep)->group_hint - 1;
+	for (unsigned int k = 0; cm_ep(ep)->group_hint && k < l->ngroups; k++)
+		if (l->groups[k].cm == cm_ep(ep)->group_hint)
+			return k;
 	for (unsigned int k = 0; k < l->ngroups; k++) {
 		unsigned int g = (l->next_group + k) % l->ngroups;
 		unsigned int n = atomic_load(&l->groups[g].cm->conns);
@@ -368,7 +373,7 @@ int rr_ep_set_group(rr_ep *ep, unsigned int index)
 
 	if (!l || !l->in_request || index >= l->ngroups)
 		return -EINVAL;
-	cm_ep(ep)->group_hint = index + 1;
+	cm_ep(ep)->group_hint = l->groups[index].cm;
 	return 0;
 }
 

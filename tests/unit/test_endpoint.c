@@ -2300,6 +2300,40 @@ Test(endpoint, a_removed_group_may_go_while_the_listener_lives)
 	teardown_all();
 }
 
+/* The request hook picks group 1 by index, then retires group 1. */
+static int choose_then_remove(rr_listener *l, rr_ep *ep, const void *pdata, size_t len,
+			      void *data)
+{
+	hook_calls++;
+	cr_assert_eq(rr_ep_set_group(ep, 1), 0);
+	cr_assert_eq(rr_listener_remove_group(l, G[1].b), 0);
+	return 0;
+}
+
+/*
+ * rr_ep_set_group() names a group by its index when it is called. If the
+ * hook then removes that group, the request must not go to it (it may be
+ * destroyed as soon as the hook returns): it goes to a group still there.
+ * Before the fix the stale index placed it on the removed group.
+ */
+Test(endpoint, a_group_chosen_then_removed_in_the_hook_gets_nothing)
+{
+	struct rr_ep_opts lo = {.on_qp_ready = g_qp_ready};
+
+	open_bridges(0);
+	listen_on(&lo, NULL);
+	for (int i = 0; i < NGROUPS; i++) {
+		group_manual(&G[i], false);
+		cr_assert_eq(rr_listener_add_group(L, G[i].b, g_accept, &G[i]), 0);
+	}
+	rr_listener_set_on_request(L, choose_then_remove);
+	connect_one(0, 0);
+	cr_expect_eq(hook_calls, 1);
+	cr_expect_eq(atomic_load(&G[0].accepts), 1);
+	cr_expect_eq(atomic_load(&G[1].accepts), 0, "placed on the group removed");
+	teardown_all();
+}
+
 static int listener_errors, listener_error_status;
 
 static void on_listener_error(rr_listener *l, int status, void *data)
