@@ -38,6 +38,10 @@ struct rr__cm_ep {
 	 * name another group, or one past the end, once the hook removed
 	 * one (NULL: none). */
 	struct rr__cm *group_hint;
+	/* Waits for an rdma_cm event on a channel whose poll was just lost:
+	 * cm_lost() fails it (and only those it found, not one a callback
+	 * made meanwhile, which the poll made for it serves). */
+	bool lost;
 	/* Placed on this bridge by a listener elsewhere: told when established. */
 	rr_accept_cb group_accept;
 	void *group_accept_data;
@@ -517,11 +521,17 @@ static void cm_lost(struct rr__cm *cm, int status)
 	cm->slot = RR__NO_SLOT;
 	for (e = cm->listeners.next; e != &cm->listeners; e = e->next)
 		listener_lost(rr__container_of(e, rr_listener, link), status);
+	for (e = cm->eps->eps.next; e != &cm->eps->eps; e = e->next) {
+		rr_ep *ep = rr__container_of(e, rr_ep, link);
+
+		cm_ep(ep)->lost = ep->state < RR__EP_CONNECTED;
+	}
 again:
 	for (e = cm->eps->eps.next; e != &cm->eps->eps; e = e->next) {
 		rr_ep *ep = rr__container_of(e, rr_ep, link);
 
-		if (ep->state < RR__EP_CONNECTED) {
+		if (cm_ep(ep)->lost) {
+			cm_ep(ep)->lost = false;
 			rr__ep_to_error(ep, status);
 			goto again; /* a callback may have destroyed any endpoint */
 		}
@@ -591,6 +601,11 @@ static int cm_open(struct rr__cm *cm)
 {
 	int rc;
 
+	/* A channel whose poll was given up (cm_lost()) is polled again for
+	 * each new user: its events would otherwise go unheard, and if the
+	 * fd is still broken, the poll fails again and says so to them. */
+	if (cm->ch && cm->slot == RR__NO_SLOT)
+		return rr__poll_add(cm->ring, cm->ch->fd, cm_ready, cm, &cm->slot);
 	if (cm->ch)
 		return 0;
 	cm->ch = rdma_create_event_channel();

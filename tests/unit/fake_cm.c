@@ -133,6 +133,12 @@ static void drain_byte(struct fake_cm_ch *c)
 {
 	char b;
 
+	if (c->wfd < 0) {
+		/* Hung up: bytes written before are read, later events had none. */
+		if (read(c->ch.fd, &b, 1) < 0)
+			die("event channel", "read of a hung-up channel failed");
+		return;
+	}
 	if (read(c->ch.fd, &b, 1) != 1)
 		die("event channel", "pipe out of step with its queue");
 }
@@ -167,7 +173,7 @@ static void queue(struct fake_id *f, enum rdma_cm_event_type type, int status,
 	}
 	*c->tail = e;
 	c->tail = &e->next;
-	if (write(c->wfd, &b, 1) != 1)
+	if (c->wfd >= 0 && write(c->wfd, &b, 1) != 1)
 		abort();
 }
 
@@ -302,6 +308,18 @@ struct rdma_event_channel *__wrap_rdma_create_event_channel(void)
 	return &c->ch;
 }
 
+void fake_cm_channel_hang_up(struct rdma_event_channel *channel)
+{
+	struct fake_cm_ch *c;
+
+	fake_lock();
+	c = chan(channel, "fake_cm_channel_hang_up");
+	if (c->wfd >= 0)
+		close(c->wfd);
+	c->wfd = -1;
+	fake_unlock();
+}
+
 static bool any(struct fake_ev *e, void *arg)
 {
 	return true;
@@ -337,7 +355,8 @@ void __wrap_rdma_destroy_event_channel(struct rdma_event_channel *channel)
 		e = n;
 	}
 	close(c->ch.fd);
-	close(c->wfd);
+	if (c->wfd >= 0)
+		close(c->wfd);
 	c->dead = true;
 	fake_stats_raw()->cm_channels_live--;
 	POISON(&c->ch, sizeof(c->ch));

@@ -36,6 +36,11 @@ unsigned int fake_cm_channel_queued(const struct rdma_event_channel *ch);
 void fake_cm_rtu_late(bool late);
 /* rdma_notify() calls since the last fake_cm_rtu_late(). */
 extern unsigned int fake_notifies;
+/* Close the writing end of @ch's pipe: its fd polls POLLHUP for good, as
+ * a broken channel's would, and events queued from now on stay in the
+ * queue without making the fd readable. No SIGPIPE: nothing writes to a
+ * pipe whose reader is gone. */
+void fake_cm_channel_hang_up(struct rdma_event_channel *ch);
 /* RDMA_CM_EVENT_DEVICE_REMOVAL to every id on the fake device. */
 void fake_cm_device_removal(void);
 

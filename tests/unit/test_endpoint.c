@@ -2334,6 +2334,90 @@ Test(endpoint, a_group_chosen_then_removed_in_the_hook_gets_nothing)
 	teardown_all();
 }
 
+/*
+ * The bridge gives up its rdma_cm channel's poll when it keeps failing,
+ * and fails whatever waited for an event on it. A connect made after
+ * that must still hear its outcome: before the fix the channel was kept
+ * with no poll, rr_connect() returned 0 and on_connect never ran.
+ */
+Test(endpoint, a_connect_after_the_cm_poll_was_given_up_completes)
+{
+	struct ep_state *c, *late;
+	struct rr_bridge_stats st0, st;
+	struct rr_ep_opts o = {0};
+
+	setup_with(0, 0, 0);
+	c = connect_one(0, 0);
+	cr_assert_eq(rr_bridge_get_stats(cli, &st0, sizeof(st0)), 0);
+	fake_cm_channel_hang_up(rr_ep_cm_id(c->ep)->channel);
+	do {
+		pump_once();
+		cr_assert_eq(rr_bridge_get_stats(cli, &st, sizeof(st)), 0);
+	} while (st.poll_failures == st0.poll_failures);
+
+	late = &cli_st[ncli++];
+	o.on_disconnect = on_disconnect;
+	o.data = late;
+	cr_assert_eq(rr_connect(cli, "127.0.0.1", PORT, &o, sizeof(o), on_connect, &late->ep), 0);
+	PUMP_UNTIL(late->connects);
+	cr_expect_eq(late->connects, 1);
+	/* The channel stays hung up: the poll fails again and says so. */
+	cr_expect_lt(late->connect_status, 0, "connect: %d", late->connect_status);
+	teardown_all();
+}
+
+/* on_connect of an application that retries a failed connect at once. */
+static int retries, retry_limit, retry_calls, retry_status;
+static rr_ep *retry_ep;
+
+static void retry_on_fail(rr_ep *ep, int status, void *data)
+{
+	retry_calls++;
+	retry_status = status;
+	if (status < 0 && retries < retry_limit) {
+		struct rr_ep_opts o = {0};
+
+		retries++;
+		cr_assert_eq(
+			rr_connect(cli, "127.0.0.1", PORT, &o, sizeof(o), retry_on_fail, &retry_ep),
+			0);
+	}
+}
+
+/*
+ * A connect retried from the on_connect that reported the lost poll is a
+ * new user of the channel: it waits for the poll made for it, and is not
+ * failed again by the same loss. Before the fix the loss went on failing
+ * every endpoint not yet connected, the retried ones too, in one loop:
+ * an application that retries at once never left it.
+ */
+Test(endpoint, a_connect_retried_from_a_lost_cm_poll_is_not_failed_by_it)
+{
+	struct rr_ep_opts o = {0};
+	struct ep_state *c;
+	int most = 0;
+
+	setup_with(0, 0, 0);
+	c = connect_one(0, 0);
+	fake_cm_channel_hang_up(rr_ep_cm_id(c->ep)->channel);
+	retries = retry_calls = 0;
+	retry_limit = 40;
+	cr_assert_eq(rr_connect(cli, "127.0.0.1", PORT, &o, sizeof(o), retry_on_fail, &retry_ep),
+		     0);
+	while (retries < 3 && most <= 2) {
+		int before = retries;
+
+		pump_once();
+		if (retries - before > most)
+			most = retries - before;
+	}
+	cr_expect_leq(most, 2, "%d connects failed by one pass", most);
+	retry_limit = 0; /* the last one fails without a retry */
+	PUMP_UNTIL(retry_calls == retries + 1);
+	cr_expect_lt(retry_status, 0);
+	teardown_all();
+}
+
 static int listener_errors, listener_error_status;
 
 static void on_listener_error(rr_listener *l, int status, void *data)
