@@ -252,7 +252,8 @@ static void send_msg(struct rr__device *dev, struct rr__device *to,
 	m->obj = obj;
 	m->gen = gen;
 	rr__inbox_push(&to->inbox, &m->node);
-	rr__ring_peer_ring(dev->set->ring, peer);
+	/* Only owed: route() writes it once the lock is let go. */
+	rr__ring_peer_queue(dev->set->ring, peer);
 }
 
 /*
@@ -285,6 +286,9 @@ static void route(struct rr__device *dev, struct ibv_async_event *ev)
 		}
 	}
 	pthread_mutex_unlock(&shared_lock);
+	/* The bells send_msg() owed: writing them may submit the SQ to make
+	 * room, which must not stall every other thread's claims. */
+	rr__ring_flush(dev->set->ring);
 	/* Acknowledged before our hook runs: it may destroy the object,
 	 * which waits for the acknowledgement. Our own claim cannot end in
 	 * between: only this thread ends it. */

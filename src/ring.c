@@ -975,7 +975,7 @@ static bool msg_ring_works(struct rr__ring *r)
 	return r->msg_ring > 0;
 }
 
-int rr__ring_peer_ring(struct rr__ring *r, uint32_t peer)
+int rr__ring_peer_queue(struct rr__ring *r, uint32_t peer)
 {
 	if (peer >= r->npeers || r->peers[peer].ring_fd < 0)
 		return RR__BELL_NONE;
@@ -988,6 +988,14 @@ int rr__ring_peer_ring(struct rr__ring *r, uint32_t peer)
 		if (r->msgs[i] == peer)
 			return RR__BELL_NONE;
 	r->msgs[r->nmsgs++] = peer;
-	rr__ring_flush(r);
 	return RR__BELL_MSG_RING;
+}
+
+int rr__ring_peer_ring(struct rr__ring *r, uint32_t peer)
+{
+	int how = rr__ring_peer_queue(r, peer);
+
+	if (how == RR__BELL_MSG_RING)
+		rr__ring_flush(r);
+	return how;
 }

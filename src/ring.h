@@ -188,6 +188,10 @@ enum { RR__BELL_NONE, RR__BELL_MSG_RING, RR__BELL_EVENTFD };
 /* Returns how: RR__BELL_MSG_RING (an SQE owed or written), _EVENTFD, or
  * _NONE (a MSG_RING to that peer is owed already, or it is gone). */
 int rr__ring_peer_ring(struct rr__ring *r, uint32_t peer);
+/* The same, but the MSG_RING SQE is only owed: the caller flushes the
+ * ring (rr__ring_flush()) once it holds no lock, since writing it may
+ * submit the SQ to make room (and on SQPOLL wait up to a second). */
+int rr__ring_peer_queue(struct rr__ring *r, uint32_t peer);
 /* Force the eventfd path (tests, and kernels where MSG_RING misbehaves). */
 void rr__ring_no_msg_ring(struct rr__ring *r);
 

@@ -1901,6 +1901,112 @@ Test(endpoint, async_event_reaches_only_the_bridge_that_owns_the_qp)
 	teardown_all();
 }
 
+/*
+ * io_uring_submit() of the library, wrapped (tests/unit/meson.build):
+ * while probing, each call checks from another thread whether the
+ * process-wide lock of the device layer is held, by asking for it the
+ * way any bridge does (a CQ on the device's shared channel is claimed
+ * under it). A submit may wait (on SQPOLL up to a second for room):
+ * under that lock it would stall every other thread's claims.
+ */
+int __real_io_uring_submit(struct io_uring *ring);
+int __wrap_io_uring_submit(struct io_uring *ring);
+static bool probing;
+static int probes, probes_blocked;
+static pthread_t blocked_probe; /* joined once the library let go */
+static rr_cq *probe_cq;
+
+static void probe_wc(rr_cq *cq, const struct ibv_wc *wc, void *data)
+{
+}
+
+static void *claim_on_cli(void *arg)
+{
+	struct rr_cq_opts co = {.on_wc = probe_wc};
+	rr_cq **cq = arg;
+
+	if (rr_cq_create(cli, NULL, fake_device(), &co, sizeof(co), cq))
+		*cq = NULL;
+	return NULL;
+}
+
+static void probe_done(void)
+{
+	if (probe_cq)
+		cr_assert_eq(rr_cq_destroy(probe_cq), 0);
+	probe_cq = NULL;
+}
+
+int __wrap_io_uring_submit(struct io_uring *ring)
+{
+	struct timespec until;
+	pthread_t t;
+
+	if (!probing || probes_blocked)
+		return __real_io_uring_submit(ring);
+	probes++;
+	cr_assert_eq(pthread_create(&t, NULL, claim_on_cli, &probe_cq), 0);
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 1;
+	if (pthread_timedjoin_np(t, NULL, &until) == ETIMEDOUT) {
+		probes_blocked++;
+		blocked_probe = t;
+	} else {
+		probe_done();
+	}
+	return __real_io_uring_submit(ring);
+}
+
+/*
+ * A reads QP_FATAL of B's QP while the application has filled A's SQ
+ * (it embeds A and submits later): forwarding the event to B queues a
+ * MSG_RING SQE on A's ring, which must make room with a submit. Not
+ * while holding the device layer's lock. Before the fix it did.
+ */
+Test(endpoint, forwarding_an_async_event_submits_outside_the_device_lock)
+{
+	struct ep_state *c = async_setup();
+	struct ibv_qp *qp = rr_ep_qp(c->ep);
+	struct io_uring_cqe *cqe;
+	struct io_uring_sqe *sqe;
+	struct rr_bridge_stats st0, st;
+
+	cr_assert_eq(rr_bridge_flush(srv), 0);
+	cr_assert_eq(rr_bridge_get_stats(srv, &st0, sizeof(st0)), 0);
+	fake_device_async_event(IBV_EVENT_QP_FATAL, qp);
+	while (fake_device_async_queued()) {
+		cr_assert_eq(io_uring_wait_cqe(&rings[0], &cqe), 0);
+		while ((sqe = io_uring_get_sqe(&rings[0])))
+			io_uring_prep_nop(sqe); /* user_data 0: the application's */
+		probing = true;
+		cr_assert_geq(rr_bridge_handle_cqe(srv, cqe), 0);
+		probing = false;
+		if (probes_blocked == 1) {
+			pthread_join(blocked_probe, NULL);
+			probe_done();
+			probes_blocked++; /* joined; counted as one */
+		}
+		io_uring_cqe_seen(&rings[0], cqe);
+	}
+	/* The application reaps its NOPs before the built-in loop runs. */
+	cr_assert_geq(io_uring_submit(&rings[0]), 0);
+	for (;;) {
+		struct __kernel_timespec ts = {.tv_nsec = 200 * 1000000};
+
+		if (io_uring_wait_cqe_timeout(&rings[0], &cqe, &ts))
+			break;
+		cr_assert_geq(rr_bridge_handle_cqe(srv, cqe), 0);
+		io_uring_cqe_seen(&rings[0], cqe);
+	}
+	cr_assert_eq(rr_bridge_get_stats(srv, &st, sizeof(st)), 0);
+	cr_assert_gt(st.sq_full, st0.sq_full, "A's SQ was never found full");
+	cr_expect_gt(probes, 0);
+	cr_expect_eq(probes_blocked, 0, "a submit under the device lock (of %d probed)", probes);
+	PUMP_UNTIL(c->downs); /* B heard it */
+	cr_expect_eq(async_count(NULL, qp, NULL), 1);
+	teardown_all();
+}
+
 /* Read by A, then B destroys the endpoint before its pass: stale. */
 Test(endpoint, async_event_of_an_endpoint_destroyed_before_its_owner_ran_is_dropped)
 {
@@ -2301,8 +2407,7 @@ Test(endpoint, a_removed_group_may_go_while_the_listener_lives)
 }
 
 /* The request hook picks group 1 by index, then retires group 1. */
-static int choose_then_remove(rr_listener *l, rr_ep *ep, const void *pdata, size_t len,
-			      void *data)
+static int choose_then_remove(rr_listener *l, rr_ep *ep, const void *pdata, size_t len, void *data)
 {
 	hook_calls++;
 	cr_assert_eq(rr_ep_set_group(ep, 1), 0);
