@@ -508,12 +508,20 @@ static bool sqpoll_room(struct rr__ring *r)
  * SQE would bring). Legal wherever the bridge runs: on the ring's owner
  * thread, which with SINGLE_ISSUER is the only submitter; and it leaves
  * the CQ alone, so a caller inside io_uring_for_each_cqe() is undisturbed.
- * On failure (-EBUSY, -EAGAIN, -EINTR...) the SQE stays owed.
+ * On failure (-EBUSY, -EAGAIN, -EINTR...) the SQE stays owed, and no
+ * submit is tried again until the SQ head moves: the loop's own submit
+ * (or the application's) does that, and writes what is owed.
  */
 static bool make_room(struct rr__ring *r)
 {
-	int rc = io_uring_submit(r->io);
+	unsigned int head = io_uring_smp_load_acquire(r->io->sq.khead);
+	int rc;
 
+	if (r->room_failed && head == r->room_head)
+		return false;
+	rc = io_uring_submit(r->io);
+	r->room_failed = rc < 0;
+	r->room_head = head;
 	if (rc < 0)
 		return false;
 	if (io_uring_sq_space_left(r->io))

@@ -111,6 +111,11 @@ struct rr__ring {
 	 * nothing of the application's was prepared before them. */
 	unsigned int own_head, own_tail;
 	bool own_valid;
+	/* A submit to make room failed: not tried again until the kernel's
+	 * SQ head moves past room_head (someone submitted), or every CQE
+	 * would cost a failing io_uring_enter. */
+	bool room_failed;
+	unsigned int room_head;
 	/* The bell other threads ring (rr__ring_bell_open()), and who
 	 * listens to it: the layers above, one handler each. */
 	int bell_ring_fd, bell_efd;

@@ -149,6 +149,8 @@ static void teardown_fx(struct fixture *f)
 	io_uring_queue_exit(&f->ring);
 }
 
+static struct fixture f_room;
+
 static uint64_t channel_ud(struct fixture *f)
 {
 
@@ -205,6 +207,84 @@ Test(poll, singleshot_rearms_every_time)
 	cr_assert_eq(L.wcs[0] + L.wcs[1], 5);
 	cr_assert_geq(st.rearms, 5);
 	teardown_fx(&f);
+}
+
+/*
+ * io_uring_submit() as the library calls it (wrapped in this suite):
+ * counted, and failing with -EBUSY while submit_fails is set, as it does
+ * on a kernel whose CQ overflowed.
+ */
+int __real_io_uring_submit(struct io_uring *ring);
+int __wrap_io_uring_submit(struct io_uring *ring);
+static bool submit_fails;
+static unsigned int failed_submits;
+
+int __wrap_io_uring_submit(struct io_uring *ring)
+{
+	if (submit_fails) {
+		failed_submits++;
+		return -EBUSY;
+	}
+	return __real_io_uring_submit(ring);
+}
+
+/*
+ * The application filled the SQ and has not submitted; every poll CQE of
+ * a single-shot ring owes a re-arm SQE, and writing one with the SQ full
+ * submits to make room. When that submit fails, trying again on each
+ * later CQE costs a failing io_uring_enter() every time with nothing
+ * changed: the bridge tries once, then waits until the SQ head moves.
+ * Before the fix: one failed submit per CQE.
+ */
+Test(poll, a_failed_submit_for_room_waits_for_the_sq_head_to_move)
+{
+	struct rr_bridge_opts o = {.flags = RR_BRIDGE_SINGLESHOT};
+	struct rr_cq_opts co = {.mode = RR_WAIT_EVENT, .on_wc = on_wc};
+	struct io_uring_cqe *cqe;
+	struct io_uring_sqe *sqe;
+	rr_channel *ch[3];
+	rr_cq *cq[3];
+	unsigned int handled = 0;
+
+	if (ring_flags() & IORING_SETUP_SQPOLL)
+		cr_skip_test("SQPOLL: the kernel thread consumes the SQ by itself");
+	setup_fx(&f_room, &o, RR_WAIT_EVENT);
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(rr_channel_create(f_room.b, &fake_ctx, &ch[i]), 0);
+		cr_assert_eq(rr_cq_create(f_room.b, ch[i], &fake_ctx, &co, sizeof(co), &cq[i]), 0);
+	}
+	cr_assert_eq(rr_bridge_flush(f_room.b), 0);
+	cr_assert_geq(io_uring_submit(&f_room.ring), 0); /* the polls */
+	while ((sqe = io_uring_get_sqe(&f_room.ring))) {
+		io_uring_prep_nop(sqe);
+		io_uring_sqe_set_data64(sqe, 77);
+	}
+	submit_fails = true;
+	failed_submits = 0;
+	for (int i = 0; i < 3; i++)
+		fake_complete(fake_cq_of(rr_cq_ibv(cq[i])), 1, 100 + (uint64_t)i);
+	while (handled < 3) {
+		struct __kernel_timespec ts = {.tv_sec = 2};
+		cr_assert_eq(io_uring_wait_cqe_timeout(&f_room.ring, &cqe, &ts), 0, "handled %u", handled);
+		if (rr_bridge_handle_cqe(f_room.b, cqe) == 1)
+			handled++;
+		io_uring_cqe_seen(&f_room.ring, cqe);
+	}
+	submit_fails = false;
+	cr_expect_eq(L.wcs[0], 3, "%u completions handed out", L.wcs[0]);
+	cr_expect_eq(failed_submits, 1, "%u failed submits for 3 CQEs", failed_submits);
+	/* The application submits: the head moves, what was owed is written. */
+	cr_assert_geq(io_uring_submit(&f_room.ring), 0);
+	cr_assert_eq(rr_bridge_flush(f_room.b), 0);
+	for (int i = 0; i < 3; i++)
+		fake_complete(fake_cq_of(rr_cq_ibv(cq[i])), 1, 200 + (uint64_t)i);
+	pass_until(&f_room, &L.wcs[0], 6);
+	cr_expect_eq(L.wcs[0], 6, "re-armed polls: %u completions", L.wcs[0]);
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(rr_cq_destroy(cq[i]), 0);
+		cr_assert_eq(rr_channel_destroy(ch[i]), 0);
+	}
+	teardown_fx(&f_room);
 }
 
 /* ---- fds that fail for good: POLLERR, POLLHUP ---- */
