@@ -265,7 +265,8 @@ Test(poll, a_failed_submit_for_room_waits_for_the_sq_head_to_move)
 		fake_complete(fake_cq_of(rr_cq_ibv(cq[i])), 1, 100 + (uint64_t)i);
 	while (handled < 3) {
 		struct __kernel_timespec ts = {.tv_sec = 2};
-		cr_assert_eq(io_uring_wait_cqe_timeout(&f_room.ring, &cqe, &ts), 0, "handled %u", handled);
+		cr_assert_eq(io_uring_wait_cqe_timeout(&f_room.ring, &cqe, &ts), 0, "handled %u",
+			     handled);
 		if (rr_bridge_handle_cqe(f_room.b, cqe) == 1)
 			handled++;
 		io_uring_cqe_seen(&f_room.ring, cqe);
