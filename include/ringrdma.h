@@ -431,6 +431,11 @@ struct io_uring *rr_bridge_ring(rr_bridge *b);
  * @wrs:         work requests in those calls; wrs / chains is the mean
  *               chain length. (posts - wrs: requests never posted, held
  *               and then cancelled by a destroy, or not yet posted.)
+ * @placed_dropped: connection requests a listener placed on this bridge
+ *               (a group, rr_listener_add_group()) that it could not take
+ *               to ESTABLISHED: it was being destroyed, the QP or
+ *               rdma_accept() failed, or the peer left first. The
+ *               listener counted them placed (since 0.10).
  */
 struct rr_bridge_stats {
 	uint64_t cqes;
@@ -450,6 +455,7 @@ struct rr_bridge_stats {
 	uint64_t posts;
 	uint64_t chains;
 	uint64_t wrs;
+	uint64_t placed_dropped;
 };
 
 /**
@@ -926,7 +932,8 @@ int rr_listener_remove_group(rr_listener *l, rr_bridge *group);
  * @dropped:  accepted (by the hook, or without one) and lost before being
  *            established or placed: setup errors, a peer that left, the
  *            listener stopping, a placement that failed. A request its
- *            group cannot take is counted by neither.
+ *            group cannot take is counted by the group's bridge
+ *            (rr_bridge_stats.placed_dropped).
  * @placed:   placed on a group (rr_listener_add_group()).
  * @bells_msg_ring: groups woken with an IORING_OP_MSG_RING SQE of the
  *            listener's ring (one that fails falls back to the eventfd).

@@ -260,9 +260,11 @@ static void group_accept_cb(void *ctx, rr_ep *ep)
 	cm_ep(ep)->group_accept(NULL, ep, cm_ep(ep)->group_accept_data);
 }
 
+/* Lost before ESTABLISHED: the group's loss (its conns go with the
+ * destroy that follows). */
 static void placed_dropped(rr_ep *ep)
 {
-	(void)ep; /* counted by its destroy, which follows */
+	ep->set->stats->placed_dropped++;
 }
 
 static int cm_open(struct rr__cm *cm);
@@ -278,6 +280,7 @@ static void adopt(struct rr__cm *cm, struct rr__handoff *h)
 		rdma_reject(h->id, NULL, 0);
 		rdma_destroy_id(h->id);
 		atomic_fetch_sub(&cm->conns, 1);
+		cm->stats->placed_dropped++;
 		return;
 	}
 	ep->counter = &cm->conns;
@@ -301,6 +304,7 @@ static void adopt(struct rr__cm *cm, struct rr__handoff *h)
 	return;
 drop:
 	rdma_reject(ep->id, NULL, 0);
+	cm->stats->placed_dropped++;
 	rr_ep_destroy(ep);
 }
 

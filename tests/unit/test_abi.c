@@ -173,6 +173,12 @@ Test(abi, stats_fill_exactly_the_callers_size)
 	cr_assert_eq(rr_bridge_get_stats(b, &st, head), 0);
 	cr_expect_eq(st.kicks, 0);
 	cr_expect_eq(st.cm_events, UINT64_MAX, "written past the caller's size");
+	/* A caller built against 0.9.0's header, which ends at wrs. */
+	memset(&st, 0xff, sizeof(st));
+	cr_assert_eq(rr_bridge_get_stats(b, &st, offsetof(struct rr_bridge_stats, placed_dropped)),
+		     0);
+	cr_expect_eq(st.wrs, 0);
+	cr_expect_eq(st.placed_dropped, UINT64_MAX, "written past a 0.9.0 caller's size");
 	cr_expect_eq(rr_bridge_get_stats(b, NULL, sizeof(st)), -EINVAL);
 	cr_expect_eq(rr_bridge_get_stats(NULL, &st, sizeof(st)), -EINVAL);
 	cr_assert_eq(rr_bridge_destroy(b), 0);

@@ -2523,6 +2523,46 @@ Test(endpoint, a_connect_retried_from_a_lost_cm_poll_is_not_failed_by_it)
 	teardown_all();
 }
 
+/*
+ * A request placed on a group whose peer gives up before the group took
+ * it: the listener counted it placed, and the group could not take it.
+ * That loss is the group's to count (placed_dropped); before, no counter
+ * of either bridge said so.
+ */
+Test(endpoint, a_placed_request_the_group_cannot_take_is_counted_by_the_group)
+{
+	struct rr_ep_opts lo = {.on_qp_ready = g_qp_ready};
+	struct ep_state *c = &cli_st[ncli++];
+	struct rr_ep_opts o = {.on_disconnect = on_disconnect, .data = c};
+	struct rr_listener_stats ls;
+	struct rr_bridge_stats gs;
+	double t0;
+
+	open_bridges(0);
+	listen_on(&lo, NULL);
+	group_manual(&G[0], true);
+	cr_assert_eq(rr_listener_add_group(L, G[0].b, g_accept, &G[0]), 0);
+	rr_listener_set_on_request(L, admit);
+	cr_assert_eq(rr_connect(cli, "127.0.0.1", PORT, &o, sizeof(o), on_connect, &c->ep), 0);
+	PUMP_UNTIL(hook_calls == 1);
+	cr_assert_eq(rr_listener_get_stats(L, &ls, sizeof(ls)), 0);
+	cr_assert_eq(ls.placed, 1);
+	/* The peer goes before the group runs. */
+	cr_assert_eq(rr_ep_destroy(c->ep), 0);
+	c->ep = NULL;
+	G[0].held = false;
+	t0 = now_s();
+	do {
+		pump_once();
+		cr_assert_eq(rr_bridge_get_stats(G[0].b, &gs, sizeof(gs)), 0);
+	} while (!gs.placed_dropped && !atomic_load(&G[0].accepts) && now_s() - t0 < 3);
+	cr_expect_eq(gs.placed_dropped, 1);
+	cr_expect_eq(atomic_load(&G[0].accepts), 0);
+	cr_assert_eq(rr_listener_get_stats(L, &ls, sizeof(ls)), 0);
+	cr_expect_eq(ls.dropped, 0, "the listener placed it: not its drop");
+	teardown_all();
+}
+
 static int listener_errors, listener_error_status;
 
 static void on_listener_error(rr_listener *l, int status, void *data)
