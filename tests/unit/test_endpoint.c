@@ -2270,12 +2270,14 @@ Test(endpoint, groups_place_and_serve_connections)
  * and the id is destroyed once (the fake aborts on a call on an id whose
  * channel was destroyed, and on a second destroy).
  */
-Test(endpoint, group_takes_a_request_after_the_listeners_bridge_is_gone)
+/* A listener with one group the test drives but holds, and a client
+ * connecting: the request is placed on the group as soon as the hook
+ * admitted it, and waits in its inbox. */
+static struct ep_state *place_on_held_group(void)
 {
-	struct rr_ep_opts lo = {.on_qp_ready = g_qp_ready};
+	static struct rr_ep_opts lo = {.on_qp_ready = g_qp_ready};
 	struct ep_state *c = &cli_st[ncli++];
 	struct rr_ep_opts o = {.on_disconnect = on_disconnect, .data = c};
-	struct req *snd;
 
 	open_bridges(0);
 	listen_on(&lo, NULL);
@@ -2283,8 +2285,15 @@ Test(endpoint, group_takes_a_request_after_the_listeners_bridge_is_gone)
 	cr_assert_eq(rr_listener_add_group(L, G[0].b, g_accept, &G[0]), 0);
 	rr_listener_set_on_request(L, admit);
 	cr_assert_eq(rr_connect(cli, "127.0.0.1", PORT, &o, sizeof(o), on_connect, &c->ep), 0);
-	/* Placed on the group as soon as the hook admitted it. */
 	PUMP_UNTIL(hook_calls == 1);
+	return c;
+}
+
+Test(endpoint, group_takes_a_request_after_the_listeners_bridge_is_gone)
+{
+	struct ep_state *c = place_on_held_group();
+	struct req *snd;
+
 	cr_assert_eq(rr_listener_destroy(L), 0);
 	L = NULL;
 	cr_assert_eq(rr_bridge_destroy(srv), 0);
@@ -2531,20 +2540,11 @@ Test(endpoint, a_connect_retried_from_a_lost_cm_poll_is_not_failed_by_it)
  */
 Test(endpoint, a_placed_request_the_group_cannot_take_is_counted_by_the_group)
 {
-	struct rr_ep_opts lo = {.on_qp_ready = g_qp_ready};
-	struct ep_state *c = &cli_st[ncli++];
-	struct rr_ep_opts o = {.on_disconnect = on_disconnect, .data = c};
+	struct ep_state *c = place_on_held_group();
 	struct rr_listener_stats ls;
 	struct rr_bridge_stats gs;
 	double t0;
 
-	open_bridges(0);
-	listen_on(&lo, NULL);
-	group_manual(&G[0], true);
-	cr_assert_eq(rr_listener_add_group(L, G[0].b, g_accept, &G[0]), 0);
-	rr_listener_set_on_request(L, admit);
-	cr_assert_eq(rr_connect(cli, "127.0.0.1", PORT, &o, sizeof(o), on_connect, &c->ep), 0);
-	PUMP_UNTIL(hook_calls == 1);
 	cr_assert_eq(rr_listener_get_stats(L, &ls, sizeof(ls)), 0);
 	cr_assert_eq(ls.placed, 1);
 	/* The peer goes before the group runs. */
