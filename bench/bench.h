@@ -19,9 +19,11 @@
 /* The smallest slot: a FIN's header and figures fit in one. */
 #define BENCH_MIN_SLOT 128
 
-/* How a side waits for its work completions. The -ep strategies are uring
- * and hybrid with every post made through the library's endpoints, which
- * chain what one pass posts on a queue into one ibv_post_send()/_recv(). */
+/* How a side waits for its work completions. The -ep strategies are uring,
+ * hybrid and busy (a bridge whose CQ is in RR_WAIT_BUSY) with every post
+ * made through the library's endpoints, which chain what one pass posts on
+ * a queue into one ibv_post_send()/_recv(): busy-ep is the -ep rows'
+ * busy-polling reference, so they compare waits, not posting styles. */
 enum strategy {
 	S_BUSY,
 	S_THREAD,
@@ -31,10 +33,17 @@ enum strategy {
 	S_HYBRID_PLAIN,
 	S_URING_EP,
 	S_HYBRID_EP,
+	S_BUSY_EP,
 	S_COUNT
 };
-/* What the client asks of the server. */
-enum workload { W_PINGPONG, W_RATE, W_MIXED, W_IDLE, W_CONNS, W_COUNT };
+/* What the client asks of the server. mixed-direct is mixed reading a
+ * file on a block device with O_DIRECT (--file-dir). */
+enum workload { W_PINGPONG, W_RATE, W_MIXED, W_IDLE, W_CONNS, W_MIXED_DIRECT, W_COUNT };
+/* The workload reads a file in the client's thread. */
+static inline bool workload_mixed(enum workload w)
+{
+	return w == W_MIXED || w == W_MIXED_DIRECT;
+}
 /* How a message travels: SEND/RECV, or RDMA WRITE with immediate. */
 enum op { OP_SEND, OP_WRITE_IMM, OP_COUNT };
 
@@ -60,9 +69,10 @@ struct bench_cfg {
 	unsigned int timeout_s;	   /* the server side's own watchdog */
 	const char *addr;
 	uint16_t port;
-	const char *file; /* mixed: the file the client reads */
-	bool file_direct; /* mixed: read it with O_DIRECT */
-	bool count_pass;  /* count syscalls (a pass of its own, not timed) */
+	const char *file;  /* mixed: the file the client reads */
+	bool file_direct;  /* mixed: read it with O_DIRECT */
+	const char *dfile; /* mixed-direct: the file, read with O_DIRECT */
+	bool count_pass;   /* count syscalls (a pass of its own, not timed) */
 };
 
 /* Figures of one side, measured over its timed part. */
@@ -112,7 +122,7 @@ static inline void side_phase(enum side_phase p)
 /* Mixed workload: file reads in the client's own thread. */
 struct filer {
 	int fd;
-	uint64_t size, off, bytes;
+	uint64_t size, off, bytes, reads;
 	uint8_t *buf;
 	unsigned int inflight;
 	bool want; /* bridges: read one chunk on the next pass */
@@ -200,7 +210,7 @@ static inline uint32_t wr_idx(uint64_t id)
 /* The strategy's posts go through the library's endpoints. */
 static inline bool strategy_ep(enum strategy s)
 {
-	return s == S_URING_EP || s == S_HYBRID_EP;
+	return s == S_URING_EP || s == S_HYBRID_EP || s == S_BUSY_EP;
 }
 /* A ringrdma bridge waits for the strategy's completions. */
 static inline bool strategy_bridge(enum strategy s)
@@ -212,6 +222,8 @@ static inline enum rr_wait_mode strategy_mode(const struct bench_cfg *cfg)
 {
 	if (cfg->strat == S_URING || cfg->strat == S_URING_EP)
 		return RR_WAIT_EVENT;
+	if (cfg->strat == S_BUSY_EP)
+		return RR_WAIT_BUSY;
 	return cfg->spin_fixed ? RR_WAIT_HYBRID_FIXED : RR_WAIT_HYBRID;
 }
 const char *strategy_name(enum strategy s);
@@ -264,7 +276,17 @@ int filer_pread(struct filer *f); /* one synchronous chunk */
 void filer_on_cqe(rr_bridge *b, const struct io_uring_cqe *cqe, void *data);
 int filer_make_file(const char *dir, uint64_t size, char *path, size_t len);
 struct result;
-int filer_only(const char *path, bool direct, unsigned int ms, struct result *r);
+int filer_only(const char *path, bool direct, enum workload wl, unsigned int ms, struct result *r);
+/* This process's io-wq workers (iou-wrk-*) and their context switches. */
+#define IOWQ_MAX 64
+struct iowq_snap {
+	int n;
+	int tid[IOWQ_MAX];
+	int64_t sw[IOWQ_MAX];
+};
+int iowq_snap(struct iowq_snap *s);
+/* The workers' switches between two snapshots (new workers: all theirs). */
+int64_t iowq_since(const struct iowq_snap *before, const struct iowq_snap *now);
 
 /* A server with groups (--threads N): what each group served, measured
  * over the timed part; written by a local server into shared memory. */
@@ -284,6 +306,8 @@ struct client_out {
 	uint32_t cli_threads;			    /* client threads that ran */
 	double cli_thread_cpu_s[BENCH_MAX_THREADS]; /* each one's CPU, timed part */
 	uint64_t file_bytes;
+	uint64_t file_reads; /* completed while measuring */
+	int64_t file_iowq;   /* io-wq workers' wake-ups meanwhile; -1: unknown */
 	int rc;
 	char err[160];
 	double rtt[]; /* cfg.iters round trips, microseconds */
@@ -326,6 +350,7 @@ struct result {
 	double sys_cpu_us_per_op;     /* the machine's, /proc/stat; <0: unknown */
 	double cpu_pct_per_side;      /* idle: CPU of a core, mean of both sides */
 	double file_mb_per_s;	      /* mixed */
+	double file_iowq_pct;	      /* mixed: reads that io-wq ran; <0: unknown */
 	double wcs_per_wakeup;	      /* both sides; 0: never woke (busy) */
 	double posts_per_op;	      /* both sides: requests posted */
 	double chains_per_op;	      /* ibv_post_send()/_recv() calls for them */

@@ -61,6 +61,8 @@ struct client {
 	struct side_figures f;
 	struct side_counters sc;
 	double tcpu0;
+	struct iowq_snap iowq0; /* mixed: io-wq's workers as measuring began */
+	bool iowq_known;
 	bool measuring, fin, stop_sent;
 	struct bside *s;
 	char err[160];
@@ -187,14 +189,24 @@ static void slot_done(struct client *c, uint32_t conn, uint32_t slot)
 	sl->busy = false;
 	c->completed++;
 	if (c->completed == c->warm) {
+		/* io-wq's workers outside the syscall count's bounds. */
+		if (s->filer)
+			c->iowq_known = iowq_snap(&c->iowq0) == 0;
 		measure_begin(c);
 		if (s->filer)
-			s->filer->bytes = 0;
+			s->filer->bytes = s->filer->reads = 0;
 	}
 	if (c->completed == c->total) {
+		struct iowq_snap now;
+
 		measure_end(c);
-		if (s->filer)
+		if (s->filer) {
 			c->out->file_bytes = s->filer->bytes;
+			c->out->file_reads = s->filer->reads;
+			c->out->file_iowq = c->iowq_known && !iowq_snap(&now)
+						    ? iowq_since(&c->iowq0, &now)
+						    : -1;
+		}
 		s->filer = NULL; /* the reads stop with the measurement */
 		/* The last thread to finish asks for the figures; the others
 		 * are done with their connections. */
@@ -329,11 +341,14 @@ static int client_thread(struct client *c)
 		rc = -ENOMEM;
 		goto out;
 	}
-	if (cfg->wl == W_MIXED) {
-		rc = filer_open(&file, cfg->file, cfg->file_direct);
+	if (workload_mixed(cfg->wl)) {
+		bool direct = cfg->wl == W_MIXED_DIRECT || cfg->file_direct;
+		const char *path = cfg->wl == W_MIXED_DIRECT ? cfg->dfile : cfg->file;
+
+		rc = path ? filer_open(&file, path, direct) : -ENOENT;
 		if (rc) {
-			snprintf(c->err, sizeof(c->err), "%s%s: %s", cfg->file,
-				 cfg->file_direct ? " (O_DIRECT)" : "", strerror(-rc));
+			snprintf(c->err, sizeof(c->err), "%s%s: %s", path ? path : "no file",
+				 direct ? " (O_DIRECT)" : "", strerror(-rc));
 			goto out;
 		}
 		s.filer = &file;

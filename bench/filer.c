@@ -8,9 +8,21 @@
  * runnable thread the others do not get), so a page-cache read is copied
  * in that enter as pread() copies it. --file-direct opens the file with
  * O_DIRECT: pread() then waits for the device, where the ring's read goes
- * on without the loop. The file is read round and round; only the byte
- * count matters. The file-only row is the same pread() loop with no RDMA.
+ * on without the loop. The mixed-direct workload is mixed with O_DIRECT on
+ * a file of its own (--file-dir: the lab's virtio-blk disk), beside mixed's
+ * page-cache file. The file is read round and round; only the byte count
+ * matters. The file-only row is the same pread() loop with no RDMA.
+ *
+ * Where a ring's read ran: the kernel may issue it in the submitting
+ * io_uring_enter (inline: a page-cache copy, or an O_DIRECT read handed
+ * to the device) or hand it to an io-wq worker (from 6.5 a tmpfs read,
+ * which cannot be tried without blocking). Workers are threads of this
+ * process named iou-wrk-*; each one sleeps between work items at depth 1,
+ * so the context switches they make while measuring count the reads
+ * they ran.
  */
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -66,6 +78,7 @@ int filer_pread(struct filer *f)
 	if (n < 0)
 		return -errno;
 	f->bytes += (uint64_t)n;
+	f->reads++;
 	return 0;
 }
 
@@ -99,12 +112,87 @@ void filer_on_cqe(rr_bridge *b, const struct io_uring_cqe *cqe, void *data)
 	f->inflight--;
 	if (cqe->res < 0 && !s->err)
 		s->err = cqe->res;
-	else if (cqe->res > 0)
+	else if (cqe->res > 0) {
 		f->bytes += (uint64_t)cqe->res;
+		f->reads++;
+	}
+}
+
+/* A task's context switches, voluntary and not, from its status file. */
+static int64_t task_switches(int tid)
+{
+	char path[64], line[128];
+	int64_t n = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/status", tid);
+	f = fopen(path, "re");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		long long v;
+
+		if (sscanf(line, "voluntary_ctxt_switches: %lld", &v) == 1 ||
+		    sscanf(line, "nonvoluntary_ctxt_switches: %lld", &v) == 1)
+			n += v;
+	}
+	fclose(f);
+	return n;
+}
+
+int iowq_snap(struct iowq_snap *s)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+
+	s->n = 0;
+	if (!d)
+		return -errno;
+	while ((e = readdir(d)) && s->n < IOWQ_MAX) {
+		char path[64], comm[32] = "";
+		FILE *f;
+		int64_t sw;
+		int tid;
+
+		if (!isdigit((unsigned char)e->d_name[0]))
+			continue;
+		tid = atoi(e->d_name);
+		snprintf(path, sizeof(path), "/proc/self/task/%d/comm", tid);
+		f = fopen(path, "re");
+		if (!f)
+			continue;
+		if (!fgets(comm, sizeof(comm), f))
+			comm[0] = 0;
+		fclose(f);
+		if (strncmp(comm, "iou-wrk-", 8))
+			continue;
+		sw = task_switches(tid);
+		if (sw < 0)
+			continue;
+		s->tid[s->n] = tid;
+		s->sw[s->n++] = sw;
+	}
+	closedir(d);
+	return 0;
+}
+
+int64_t iowq_since(const struct iowq_snap *before, const struct iowq_snap *now)
+{
+	int64_t n = 0;
+
+	for (int i = 0; i < now->n; i++) {
+		int64_t was = 0;
+
+		for (int j = 0; j < before->n; j++)
+			if (before->tid[j] == now->tid[i])
+				was = before->sw[j];
+		n += now->sw[i] - was;
+	}
+	return n;
 }
 
 /* The file-only reference: pread() of one chunk after another for ms. */
-int filer_only(const char *path, bool direct, unsigned int ms, struct result *r)
+int filer_only(const char *path, bool direct, enum workload wl, unsigned int ms, struct result *r)
 {
 	struct filer f;
 	double t0, t;
@@ -121,15 +209,17 @@ int filer_only(const char *path, bool direct, unsigned int ms, struct result *r)
 	if (!rc) {
 		r->name = "file-only";
 		r->reference = true;
-		r->cfg.wl = W_MIXED;
+		r->cfg.wl = wl;
 		r->file_mb_per_s = (double)f.bytes / (t - t0);
+		r->file_iowq_pct = 0; /* pread() in this thread */
 	}
 	filer_close(&f);
 	return rc;
 }
 
 /* A file of `size` bytes to read, created and unlinked-on-close by the
- * caller; its pages are written, so reads come from the page cache. */
+ * caller; its pages are written, so reads come from the page cache, and
+ * synced, so O_DIRECT reads find them on the device. */
 int filer_make_file(const char *dir, uint64_t size, char *path, size_t len)
 {
 	uint8_t chunk[4096];
@@ -144,6 +234,8 @@ int filer_make_file(const char *dir, uint64_t size, char *path, size_t len)
 	for (uint64_t done = 0; done < size && !rc; done += sizeof(chunk))
 		if (write(fd, chunk, sizeof(chunk)) != (ssize_t)sizeof(chunk))
 			rc = errno ? -errno : -ENOSPC;
+	if (!rc && fsync(fd))
+		rc = -errno;
 	if (close(fd) && !rc)
 		rc = -errno;
 	if (rc)

@@ -42,7 +42,7 @@ struct opts {
 	uint32_t client_threads;
 	int repeat;
 	int timeout_s;
-	const char *addr, *client, *json, *csv, *plot, *file;
+	const char *addr, *client, *json, *csv, *plot, *file, *file_dir, *dfile;
 	uint16_t port;
 };
 
@@ -51,10 +51,13 @@ static void usage(FILE *out)
 	fprintf(out,
 		"usage: ringrdma-bench [OPTIONS]\n"
 		"  --strategies LIST  busy,thread,epoll,uring,hybrid,hybrid-plain,uring-ep,\n"
-		"                     hybrid-ep (default: all; the -ep ones, uring and\n"
-		"                     hybrid posting through the library's endpoints, on\n"
-		"                     pingpong, rate and conns only; local runs only)\n"
-		"  --workloads LIST   pingpong,rate,mixed,idle,conns (default: all)\n"
+		"                     hybrid-ep,busy-ep (default: all; the -ep ones, uring,\n"
+		"                     hybrid and busy polling posting through the library's\n"
+		"                     endpoints, on pingpong, rate and conns only; local\n"
+		"                     runs only)\n"
+		"  --workloads LIST   pingpong,rate,mixed,idle,conns,mixed-direct (default:\n"
+		"                     all; mixed-direct: mixed reading with O_DIRECT from a\n"
+		"                     file in --file-dir)\n"
 		"  --ops LIST         send,write_imm: pingpong runs each, the others the\n"
 		"                     first (default: send,write_imm)\n"
 		"  --size BYTES       message size (default 64)\n"
@@ -79,7 +82,7 @@ static void usage(FILE *out)
 		"  --spin-fixed       hybrid: always spin --spin-us (default: adapt)\n"
 		"  --ring-read        uring, hybrid: read completion channels through the\n"
 		"                     ring (RR_BRIDGE_RING_READ), not with read(2)\n"
-		"  --post-now         uring-ep, hybrid-ep: each post goes at once\n"
+		"  --post-now         the -ep strategies: each post goes at once\n"
 		"                     (RR_EP_POST_NOW), no coalesced chains\n"
 		"  --signal-every N   one message send in N asks for a completion, in\n"
 		"                     every strategy (default 16; 1: all)\n"
@@ -89,6 +92,9 @@ static void usage(FILE *out)
 		"  --timeout SECS     watchdog per run (default 300)\n"
 		"  --file PATH        mixed: the file to read (default: a temporary one)\n"
 		"  --file-direct      mixed: read it with O_DIRECT (not on tmpfs)\n"
+		"  --file-dir DIR     mixed-direct: where its file is made, on a block\n"
+		"                     device (default: $RDMA_LAB_DISK, the lab's disk, or\n"
+		"                     /var/tmp)\n"
 		"  --addr ADDR        a local RDMA device's address (default: $RR_TEST_ADDR)\n"
 		"  --server           serve runs for --client on --addr (port --port)\n"
 		"  --client ADDR      run against `ringrdma-bench --server` at ADDR\n"
@@ -188,6 +194,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 					   {"with-perftest", no_argument, NULL, 'P'},
 					   {"timeout", required_argument, NULL, 't'},
 					   {"file", required_argument, NULL, 'f'},
+					   {"file-dir", required_argument, NULL, 'y'},
 					   {"addr", required_argument, NULL, 'a'},
 					   {"server", no_argument, NULL, 'R'},
 					   {"client", required_argument, NULL, 'K'},
@@ -300,6 +307,9 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		case 'f':
 			o->file = optarg;
 			break;
+		case 'y':
+			o->file_dir = optarg;
+			break;
 		case 'a':
 			o->addr = optarg;
 			break;
@@ -359,7 +369,7 @@ static int plan(const struct opts *o, struct bench_cfg *runs, int max)
 						struct bench_cfg *r;
 
 						if (o->all_strats && strategy_ep(o->strats[s]) &&
-						    (wl == W_MIXED || wl == W_IDLE))
+						    (workload_mixed(wl) || wl == W_IDLE))
 							continue; /* waits as uring, hybrid do */
 						r = &runs[n++];
 
@@ -586,6 +596,7 @@ static int run_group(const struct opts *o, struct bench_cfg *cfgs, int k, const 
 			c.port = o->port;
 			c.file = o->file;
 			c.file_direct = o->file_direct;
+			c.dfile = o->dfile;
 			what[0] = 0;
 			if (o->repeat > 1)
 				snprintf(what, sizeof(what), "round %d ", r + 1);
@@ -622,6 +633,7 @@ static int run_group(const struct opts *o, struct bench_cfg *cfgs, int k, const 
 			c.port = o->port;
 			c.file = o->file;
 			c.file_direct = o->file_direct;
+			c.dfile = o->dfile;
 			c.count_pass = true;
 			/* Counts per operation settle quickly: a shorter pass. */
 			if (c.iters > 8000)
@@ -655,7 +667,7 @@ int main(int argc, char **argv)
 			 .signal_every = 16,
 			 .timeout_s = 300,
 			 .port = BENCH_DEFAULT_PORT};
-	char file_buf[PATH_MAX] = "";
+	char file_buf[PATH_MAX] = "", dfile_buf[PATH_MAX] = "";
 	struct bench_cfg *runs;
 	struct result *res, pt_before[2];
 	int nruns, nres = 0, failed = 0, max, npt = 0;
@@ -718,6 +730,22 @@ int main(int argc, char **argv)
 			o.file = file_buf;
 		}
 	}
+	if (wants(&o, W_MIXED_DIRECT)) {
+		/* Larger than the guest's page cache could matter: O_DIRECT
+		 * never uses it, but the file's own writes go through it. */
+		const char *dir = o.file_dir ? o.file_dir : getenv("RDMA_LAB_DISK");
+		int rc = filer_make_file(dir ? dir : "/var/tmp", o.quick ? 64 << 20 : 256 << 20,
+					 dfile_buf, sizeof(dfile_buf));
+
+		if (rc) {
+			fprintf(stderr, "ringrdma-bench: cannot create a file to read in %s: %s\n",
+				dir ? dir : "/var/tmp", strerror(-rc));
+			if (file_buf[0])
+				unlink(file_buf);
+			return 1;
+		}
+		o.dfile = dfile_buf;
+	}
 	printf("ringrdma-bench %s: %d runs against %s%s\n", rr_version(), nruns, addr,
 	       remote ? " (remote server)" : "");
 	fflush(stdout);
@@ -735,8 +763,15 @@ int main(int argc, char **argv)
 		failed |= run_group(&o, &runs[g], k, addr, remote, res, &nres);
 		g += k;
 	}
-	if (wants(&o, W_MIXED) && !remote && nres < max) {
-		if (filer_only(o.file, o.file_direct, o.quick ? 1000 : 3000, &res[nres]) == 0) {
+	for (int w = W_MIXED; w == W_MIXED || w == W_MIXED_DIRECT;
+	     w = w == W_MIXED ? W_MIXED_DIRECT : W_COUNT) {
+		bool direct = w == W_MIXED_DIRECT || o.file_direct;
+		const char *path = w == W_MIXED_DIRECT ? o.dfile : o.file;
+
+		if (!wants(&o, (enum workload)w) || remote || nres >= max)
+			continue;
+		if (filer_only(path, direct, (enum workload)w, o.quick ? 1000 : 3000, &res[nres]) ==
+		    0) {
 			res[nres].cfg.msg_size = o.msg_size;
 			res[nres].cfg.qd = res[nres].cfg.conns = 1;
 			nres++;
@@ -745,6 +780,8 @@ int main(int argc, char **argv)
 	}
 	if (file_buf[0])
 		unlink(file_buf);
+	if (dfile_buf[0])
+		unlink(dfile_buf);
 	if (npt) {
 		int n = perftest_rows(addr, o.msg_size, iters_for(&o, W_PINGPONG, 1), &res[nres],
 				      2);

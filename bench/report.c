@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,9 +18,29 @@ static const char *extra_name(const struct result *r)
 {
 	if (r->cfg.wl == W_IDLE)
 		return "cpu%/side";
-	if (r->cfg.wl == W_MIXED)
-		return "file MB/s";
+	if (workload_mixed(r->cfg.wl))
+		return "file MB/s, reads ran (% in io-wq)";
 	return "";
+}
+
+/* Where a mixed row's file reads ran: "inline" in the thread that asked
+ * (pread(), or issued within io_uring_enter), "io-wq" in io_uring's
+ * workers, "both" between (more than a tenth each); NULL: unknown. */
+static const char *reads_ran(const struct result *x)
+{
+	if (!workload_mixed(x->cfg.wl) || !(x->file_iowq_pct >= 0))
+		return NULL;
+	return x->file_iowq_pct < 10 ? "inline" : x->file_iowq_pct > 90 ? "io-wq" : "both";
+}
+
+/* The running kernel's release, for every record. */
+static const char *kernel_release(void)
+{
+	static struct utsname u;
+
+	if (!u.release[0] && uname(&u))
+		return "unknown";
+	return u.release;
 }
 
 void report_table(FILE *out, const struct result *r, int n)
@@ -31,7 +52,7 @@ void report_table(FILE *out, const struct result *r, int n)
 
 		if (x->cfg.wl != last) {
 			fprintf(out,
-				"\n%-12s %-9s %-9s %6s %4s %5s %3s %9s %9s %9s %9s %9s %9s %9s "
+				"\n%-12s %-12s %-9s %6s %4s %5s %3s %9s %9s %9s %9s %9s %9s %9s "
 				"%8s %7s %7s %7s %7s %8s %8s %s\n",
 				"strategy", "workload", "op", "size", "qd", "conns", "thr",
 				"p50 us", "p99 us", "p99.9 us", "max us", "ops/s", "cpu us/op",
@@ -39,7 +60,7 @@ void report_table(FILE *out, const struct result *r, int n)
 				"chain/op", "wr/chain", extra_name(x));
 			last = x->cfg.wl;
 		}
-		fprintf(out, "%-12s %-9s %-9s %6u %4u %5u %3u ", x->name, workload_name(x->cfg.wl),
+		fprintf(out, "%-12s %-12s %-9s %6u %4u %5u %3u ", x->name, workload_name(x->cfg.wl),
 			op_name(x->cfg.op), x->cfg.msg_size, x->cfg.qd, x->cfg.conns,
 			x->threads ? x->threads : 1);
 		if (x->has_latency)
@@ -49,7 +70,7 @@ void report_table(FILE *out, const struct result *r, int n)
 		if (x->reference) {
 			fprintf(out, "%9s %9s %9s %8s %7s %7s %7s %7s %8s %8s ", "-", "-", "-", "-",
 				"-", "-", "-", "-", "-", "-");
-			if (x->cfg.wl == W_MIXED)
+			if (workload_mixed(x->cfg.wl))
 				fprintf(out, "%.1f (pread alone, no RDMA)\n", x->file_mb_per_s);
 			else
 				fprintf(out, "(perftest: one-way x2)\n");
@@ -82,8 +103,11 @@ void report_table(FILE *out, const struct result *r, int n)
 				fprintf(out, " %8.2f", x->wrs_per_chain);
 			else
 				fprintf(out, " %8s", "-");
-			if (x->cfg.wl == W_MIXED)
+			if (workload_mixed(x->cfg.wl)) {
 				fprintf(out, " %.1f", x->file_mb_per_s);
+				if (reads_ran(x))
+					fprintf(out, " %s %.0f%%", reads_ran(x), x->file_iowq_pct);
+			}
 			if (x->threads > 1 && x->ngroups) {
 				fprintf(out, " groups");
 				for (uint32_t g = 0; g < x->ngroups; g++)
@@ -235,12 +259,12 @@ int report_json(const char *path, const struct result *r, int n)
 			"\"msg_size\": %u, \"qd\": %u, \"conns\": %u, \"iters\": %ld, "
 			"\"idle_ms\": %u, \"spin_us\": %u, \"spin\": %s, \"ring_read\": %s, "
 			"\"post_now\": %s, \"signal_every\": %u, \"reference\": %s, "
-			"\"threads\": %u, ",
+			"\"threads\": %u, \"kernel\": \"%s\", ",
 			x->name, workload_name(x->cfg.wl), op_name(x->cfg.op), x->cfg.msg_size,
 			x->cfg.qd, x->cfg.conns, idle ? 0 : x->cfg.iters, idle ? x->cfg.idle_ms : 0,
 			x->cfg.spin_us, spin_json(x), ring_read_json(x), post_now_json(x),
 			x->cfg.signal_every, x->reference ? "true" : "false",
-			x->threads ? x->threads : 1);
+			x->threads ? x->threads : 1, kernel_release());
 		groups_json(f, x, ops);
 		fprintf(f, "\"client_threads\": %u, \"client_thread_cpu_us_per_op\": ",
 			x->client_threads ? x->client_threads : 1);
@@ -280,7 +304,12 @@ int report_json(const char *path, const struct result *r, int n)
 		num(f, "server_wrs_per_chain", ops && x->srv_wrs_per_chain > 0,
 		    x->srv_wrs_per_chain, ", ");
 		num(f, "cpu_pct_per_side", !x->reference, x->cpu_pct_per_side, ", ");
-		num(f, "file_mb_per_s", x->cfg.wl == W_MIXED, x->file_mb_per_s, "");
+		num(f, "file_mb_per_s", workload_mixed(x->cfg.wl), x->file_mb_per_s, ", ");
+		num(f, "file_iowq_pct", reads_ran(x) != NULL, x->file_iowq_pct, ", ");
+		if (reads_ran(x))
+			fprintf(f, "\"file_reads\": \"%s\"", reads_ran(x));
+		else
+			fprintf(f, "\"file_reads\": null");
 		fprintf(f, "}%s\n", i + 1 < n ? "," : "");
 	}
 	fprintf(f, "]\n");
@@ -310,7 +339,7 @@ int report_csv(const char *path, const struct result *r, int n)
 		   "crossings_per_op,"
 		   "ctx_switches_per_op,wcs_per_wakeup,cpu_pct_per_side,file_mb_per_s,"
 		   "posts_per_op,chains_per_op,wrs_per_chain,client_wrs_per_chain,"
-		   "server_wrs_per_chain\n");
+		   "server_wrs_per_chain,kernel,file_iowq_pct,file_reads\n");
 	for (int i = 0; i < n; i++) {
 		const struct result *x = &r[i];
 		bool ops = x->has_latency && !x->reference, idle = x->cfg.wl == W_IDLE;
@@ -344,12 +373,15 @@ int report_csv(const char *path, const struct result *r, int n)
 		cell(f, ops, x->ctx_per_op, ",");
 		cell(f, ops && x->wcs_per_wakeup > 0, x->wcs_per_wakeup, ",");
 		cell(f, !x->reference, x->cpu_pct_per_side, ",");
-		cell(f, x->cfg.wl == W_MIXED, x->file_mb_per_s, ",");
+		cell(f, workload_mixed(x->cfg.wl), x->file_mb_per_s, ",");
 		cell(f, ops, x->posts_per_op, ",");
 		cell(f, ops, x->chains_per_op, ",");
 		cell(f, ops && x->wrs_per_chain > 0, x->wrs_per_chain, ",");
 		cell(f, ops && x->cli_wrs_per_chain > 0, x->cli_wrs_per_chain, ",");
-		cell(f, ops && x->srv_wrs_per_chain > 0, x->srv_wrs_per_chain, "\n");
+		cell(f, ops && x->srv_wrs_per_chain > 0, x->srv_wrs_per_chain, ",");
+		fprintf(f, "%s,", kernel_release());
+		cell(f, reads_ran(x) != NULL, x->file_iowq_pct, ",");
+		fprintf(f, "%s\n", reads_ran(x) ? reads_ran(x) : "");
 	}
 	return fclose(f) ? -errno : 0;
 }
@@ -513,6 +545,7 @@ void report_targets(FILE *out, const struct result *r, int n)
 			    *cu = find_c(r, n, "uring", W_CONNS, 256),
 			    *rue = find(r, n, "uring-ep", W_RATE),
 			    *rhe = find(r, n, "hybrid-ep", W_RATE),
+			    *rbe = find(r, n, "busy-ep", W_RATE),
 			    *cue = find_c(r, n, "uring-ep", W_CONNS, 256);
 
 	fprintf(out, "\nratios (pingpong p50 round trip, send, one connection):\n");
@@ -529,6 +562,8 @@ void report_targets(FILE *out, const struct result *r, int n)
 	ratio(out, "conns 256: uring / busy ops/s", cu, cb, F_OPS, ">= 1");
 	ratio(out, "rate: uring-ep / busy ops/s", rue, rb, F_OPS, ">= 1");
 	ratio(out, "rate: hybrid-ep / busy ops/s", rhe, rb, F_OPS, ">= 1.2");
+	ratio(out, "rate: uring-ep / busy-ep ops/s", rue, rbe, F_OPS, ">= 1");
+	ratio(out, "rate: hybrid-ep / busy-ep ops/s", rhe, rbe, F_OPS, ">= 1.2");
 	ratio(out, "rate: uring-ep / uring ops/s", rue, ru, F_OPS, "what chaining adds");
 	ratio(out, "conns 256: uring-ep / busy ops/s", cue, cb, F_OPS, ">= 1");
 	if (rue && rue->wrs_per_chain > 0)

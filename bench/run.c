@@ -217,8 +217,13 @@ static void reduce(const struct bench_cfg *cfg, struct client_out *co, bool remo
 		r->group_conns[0] = cfg->conns;
 		r->group_cpu_us_per_op[0] = r->srv_cpu_us_per_op;
 	}
-	if (cfg->wl == W_MIXED && co->cli.elapsed_s > 0)
+	if (workload_mixed(cfg->wl) && co->cli.elapsed_s > 0)
 		r->file_mb_per_s = (double)co->file_bytes / 1e6 / co->cli.elapsed_s;
+	r->file_iowq_pct = -1;
+	if (workload_mixed(cfg->wl) && co->file_iowq >= 0 && co->file_reads > 0)
+		r->file_iowq_pct = co->file_iowq >= (int64_t)co->file_reads
+					   ? 100
+					   : 100.0 * (double)co->file_iowq / (double)co->file_reads;
 }
 
 static double dist(double a, double b)
@@ -247,6 +252,7 @@ void reduce_repeats(const struct result *runs, int n, struct result *out)
 		offsetof(struct result, sys_cpu_us_per_op),
 		offsetof(struct result, cpu_pct_per_side),
 		offsetof(struct result, file_mb_per_s),
+		offsetof(struct result, file_iowq_pct),
 		offsetof(struct result, wcs_per_wakeup),
 		offsetof(struct result, posts_per_op),
 		offsetof(struct result, chains_per_op),

@@ -14,6 +14,8 @@
  *                 figures say what the bridge adds
  *   uring-ep      uring, every post through the library's endpoints: what a
  *   hybrid-ep     pass posts on a queue goes out as one chain
+ *   busy-ep       the same endpoints and chains, the bridge's CQ busy-polled
+ *                 (RR_WAIT_BUSY) on every pass: the -ep rows' reference
  * In the mixed workload every strategy reads one file chunk after each pass
  * that handled completions, inline (filer.c): pread() for those without a
  * ring, an io_uring read submitted by the bridge's next io_uring_enter.
@@ -27,9 +29,11 @@
 #define ACK_BATCH  32
 #define POLL_BATCH 16
 
-static const char *const snames[S_COUNT] = {"busy",   "thread",	      "epoll",	  "uring",
-					    "hybrid", "hybrid-plain", "uring-ep", "hybrid-ep"};
-static const char *const wnames[W_COUNT] = {"pingpong", "rate", "mixed", "idle", "conns"};
+static const char *const snames[S_COUNT] = {"busy",	"thread",    "epoll",
+					    "uring",	"hybrid",    "hybrid-plain",
+					    "uring-ep", "hybrid-ep", "busy-ep"};
+static const char *const wnames[W_COUNT] = {"pingpong", "rate",	 "mixed",
+					    "idle",	"conns", "mixed-direct"};
 static const char *const onames[OP_COUNT] = {"send", "write_imm"};
 
 static int parse(const char *const *names, int n, const char *name)

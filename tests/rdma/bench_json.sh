@@ -14,7 +14,13 @@
 # Posting: every raw row makes one ibv_post_send()/_recv() call per work
 # request; the -ep rows post through the library's endpoints, and at rate
 # qd 64 both sides chain what a pass posts (more than one work request per
-# call): a structural fact, not a timing.
+# call): a structural fact, not a timing. busy-ep is busy polling through
+# the same endpoints, and chains as they do.
+# Every record names the kernel it ran on (uname -r). The mixed rows, the
+# page-cache one and mixed-direct (O_DIRECT on the lab's disk), say where
+# their reads ran: pread() rows inline; the ring's O_DIRECT reads inline
+# (issued in the enter); the ring's tmpfs reads inline before 6.5 and in
+# io-wq from 6.5, where tmpfs lacks non-blocking reads.
 # Never asserts on speed.
 bench=${1:?usage: bench_json.sh PATH/TO/ringrdma-bench}
 . "$(dirname "${BASH_SOURCE[0]}")/../support/require.sh"
@@ -31,7 +37,7 @@ rc=$?
 "$bench" --addr "$addr" --iters $iters --strategies uring,hybrid,uring-ep --workloads conns \
 	--conns 5 --threads 1,2 --json "$out/g.json" --csv "$out/g.csv" --timeout 120 \
 	>>"$out/table" 2>&1 || rc=$?
-"$bench" --addr "$addr" --iters 2000 --strategies busy,uring,uring-ep,hybrid-ep --workloads rate \
+"$bench" --addr "$addr" --iters 2000 --strategies busy,uring,uring-ep,hybrid-ep,busy-ep --workloads rate \
 	--qd 64 --no-count --json "$out/r.json" --timeout 120 >>"$out/table" 2>&1 || rc=$?
 "$bench" --addr "$addr" --iters 2000 --strategies uring-ep --workloads rate --qd 64 --no-count \
 	--post-now --json "$out/n.json" --timeout 120 >>"$out/table" 2>&1 || rc=$?
@@ -50,7 +56,7 @@ stuck_rc=$?
 python3 - "$out/b.json" "$rc" "$out/table" "$out/b.csv" "$iters" "$out/f.json" "$out/stuck" "$stuck_rc" \
 	"$out/g.json" "$out/g.csv" "$out/refused" "$refused_rc" "$out/c.json" "$out/r.json" \
 	"$out/n.json" "$out/q.json" <<'PY'
-import csv, json, sys
+import csv, json, os, re, sys
 path, rc, table, csvpath, iters = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
 checks = []
 def check(ok, what):
@@ -64,17 +70,19 @@ try:
 except Exception as e:
     recs = []
     check(False, f"JSON parses ({e})")
-strats = ["busy", "thread", "epoll", "uring", "hybrid", "hybrid-plain", "uring-ep", "hybrid-ep"]
-ep = ("uring-ep", "hybrid-ep")
+strats = ["busy", "thread", "epoll", "uring", "hybrid", "hybrid-plain", "uring-ep", "hybrid-ep",
+          "busy-ep"]
+ep = ("uring-ep", "hybrid-ep", "busy-ep")
+mixed = ("mixed", "mixed-direct")
 bridged = ("uring", "hybrid") + ep
 # (workload, op, qd, conns) in the order the bench runs them
 runs = [("pingpong", "send", 1, 1), ("pingpong", "write_imm", 1, 1), ("rate", "send", 16, 1),
         ("mixed", "send", 1, 1), ("idle", "send", 1, 1), ("conns", "send", 1, 1),
-        ("conns", "send", 1, 3)]
-# By default the -ep strategies leave out mixed and idle.
+        ("conns", "send", 1, 3), ("mixed-direct", "send", 1, 1)]
+# By default the -ep strategies leave out mixed, mixed-direct and idle.
 want = [(s, w, o, q, c) for (w, o, q, c) in runs for s in strats
-        if s not in ep or w not in ("mixed", "idle")] + \
-       [("file-only", "mixed", "send", 1, 1),
+        if s not in ep or w not in mixed + ("idle",)] + \
+       [("file-only", "mixed", "send", 1, 1), ("file-only", "mixed-direct", "send", 1, 1),
         ("perftest", "pingpong", "send", 1, 1), ("perftest-e", "pingpong", "send", 1, 1)]
 got = [(r.get("strategy"), r.get("workload"), r.get("op"), r.get("qd"), r.get("conns")) for r in recs]
 check(got == want, f"one record per strategy and run, in order ({len(got)} of {len(want)})")
@@ -86,10 +94,22 @@ fields = ["strategy", "workload", "op", "msg_size", "qd", "conns", "iters", "idl
           "verbs_syscalls_per_op", "crossings_per_op",
           "ctx_switches_per_op", "wcs_per_wakeup", "cpu_pct_per_side", "file_mb_per_s",
           "posts_per_op", "chains_per_op", "wrs_per_chain", "client_wrs_per_chain",
-          "server_wrs_per_chain"]
+          "server_wrs_per_chain", "kernel", "file_iowq_pct", "file_reads"]
+kernel = os.uname().release
+kver = tuple(int(x) for x in re.match(r"(\d+)\.(\d+)", kernel).groups())
 for r in recs:
     name = f"{r.get('strategy')} {r.get('workload')} {r.get('op')} conns={r.get('conns')}"
     check(all(f in r for f in fields), f"{name}: all fields present")
+    check(r.get("kernel") == kernel, f"{name}: kernel {r.get('kernel')} is uname -r's {kernel}")
+    fr, fp = r.get("file_reads"), r.get("file_iowq_pct")
+    if r.get("workload") not in mixed:
+        check(fr is None and fp is None, f"{name}: no file reads, none said ({fr}, {fp})")
+    elif r.get("strategy") in ("uring", "hybrid"):
+        where = "io-wq" if r.get("workload") == "mixed" and kver >= (6, 5) else "inline"
+        check(fr == where and isinstance(fp, (int, float)) and 0 <= fp <= 100,
+              f"{name}: the ring's reads ran {where} on {kernel} (said {fr}, {fp}% in io-wq)")
+    else:
+        check(fr == "inline" and fp == 0, f"{name}: pread() runs inline ({fr}, {fp}% in io-wq)")
     check(r.get("msg_size") == 64, f"{name}: msg_size as asked")
     check(r.get("threads") == 1, f"{name}: one server thread unless asked")
     if not r.get("reference"):
@@ -118,7 +138,7 @@ for r in recs:
     check(r.get("ops_per_s", 0) > 0 and r.get("cpu_us_per_op", -1) >= 0
           and r.get("ctx_switches_per_op", -1) >= 0, f"{name}: rates positive")
     wpw = r.get("wcs_per_wakeup")
-    if r.get("strategy") == "busy":
+    if r.get("strategy") in ("busy", "busy-ep"):
         check(wpw is None, f"{name}: busy polling never wakes (wcs_per_wakeup null)")
     elif r.get("strategy") in ("thread", "epoll", "uring", "uring-ep"):
         check(isinstance(wpw, (int, float)) and wpw > 0, f"{name}: completions per wake-up counted")
@@ -128,7 +148,7 @@ for r in recs:
           f"{name}: the machine's CPU per op measured")
     check(r.get("repeat") == 1 and r.get("p50_us_range") == [r.get("p50_us")] * 2
           and r.get("client_threads") == 1, f"{name}: one round, one client thread unless asked")
-    if r.get("workload") == "mixed":
+    if r.get("workload") in mixed:
         check((r.get("file_mb_per_s") or 0) > 0, f"{name}: file bytes read while measuring")
     # Each message: a send and a receive posted on each side.
     check(3 <= (r.get("posts_per_op") or 0) <= 5, f"{name}: posts_per_op {r.get('posts_per_op')} about 4")
@@ -226,8 +246,8 @@ try:
 except Exception as e:
     rrecs = []
     check(False, f"rate qd 64 JSON parses ({e})")
-check([r.get("strategy") for r in rrecs] == ["busy", "uring", "uring-ep", "hybrid-ep"],
-      f"rate qd 64: one record per strategy ({len(rrecs)} of 4)")
+check([r.get("strategy") for r in rrecs] == ["busy", "uring", "uring-ep", "hybrid-ep", "busy-ep"],
+      f"rate qd 64: one record per strategy ({len(rrecs)} of 5)")
 for r in rrecs:
     name = f"{r.get('strategy')} rate qd 64"
     wpc = [r.get(k) for k in ("wrs_per_chain", "client_wrs_per_chain", "server_wrs_per_chain")]

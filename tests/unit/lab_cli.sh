@@ -6,13 +6,15 @@ lab=${1:?usage: lab_cli.sh PATH/TO/rdma-lab}
 CLI=("$lab")
 # shellcheck source=tests/unit/cli_check.sh
 . "$(dirname "$0")/cli_check.sh"
-echo "1..8"
+echo "1..10"
 check "run without a command" 125 "no command given" run --
 check "run --hosts 3" 125 "--hosts must be 1 or 2" run --hosts 3 -- true
 check "run --timeout abc" 125 "whole seconds" run --timeout abc -- true
 check "run --mtu abc" 125 "--mtu takes bytes" run --mtu abc -- true
 check "run --mtu below IPv6's least" 125 "--mtu takes bytes" run --mtu 1000 -- true
 check "--peer-cmd needs two hosts" 125 "needs --hosts 2" run --peer-cmd true -- true
+check "run --kernel 5.10" 125 "--kernel takes 6.1 or 6.12" run --kernel 5.10 -- true
+RDMA_LAB_KERNEL=6.2 check "RDMA_LAB_KERNEL=6.2" 125 "--kernel takes 6.1 or 6.12" run -- true
 check "unknown subcommand" 2 "rdma-lab run" frobnicate
 check "help names the subcommands" 0 "rdma-lab device" --help
 exit $failed
