@@ -421,9 +421,10 @@ Test(store, a_file_is_private_until_its_mode_is_set)
 	cr_expect_eq(mode_of("q"), 0600, "no mode given: the file stayed private");
 }
 
-/* A partial that failed its check goes (keep cleared); one that is a
- * symbolic link, or a file with a second link, is never written. */
-Test(store, a_partial_is_dropped_or_refused)
+/* A partial that failed its check goes (keep cleared); a symbolic link,
+ * or a file with a second link, at its name is never written through:
+ * the link goes and a new partial takes its place. */
+Test(store, a_partial_is_dropped_or_replaced)
 {
 	struct cp_store st;
 	char path[256], other[256];
@@ -440,14 +441,148 @@ Test(store, a_partial_is_dropped_or_refused)
 	snprintf(other, sizeof(other), "%s/victim", dir);
 	cr_assert_eq(symlink(other, path), 0);
 	cr_assert_eq(cp_store_open(&st, &lp, dirfd_, "q", CP_STORE_PARTIAL, on_done), 0);
-	cr_expect_eq(await(calls + 1), CP_E_NAME);
+	cr_expect_eq(await(calls + 1), 0);
+	cr_assert_eq(pwrite(st.fd, "x", 1, 0), 1);
+	st.keep = false;
+	cp_store_abort(&st);
+	settle();
 	cr_expect_neq(lstat(other, &sb), 0, "created through the symbolic link");
-	cr_assert_eq(unlink(path), 0);
+	cr_expect_neq(lstat(path, &sb), 0);
 
 	cr_assert_eq(close(open(other, O_WRONLY | O_CREAT, 0600)), 0);
 	cr_assert_eq(link(other, path), 0);
 	cr_assert_eq(cp_store_open(&st, &lp, dirfd_, "q", CP_STORE_PARTIAL, on_done), 0);
-	cr_expect_eq(await(calls + 1), CP_E_NAME);
+	cr_expect_eq(await(calls + 1), 0);
+	cr_assert_eq(pwrite(st.fd, "x", 1, 0), 1);
+	cp_store_abort(&st);
+	settle();
 	cr_assert_eq(stat(other, &sb), 0);
 	cr_expect_eq(sb.st_size, 0);
+	cr_expect_eq(sb.st_nlink, 1);
+}
+
+/* The names of partials and temp files are the store's own: no sender
+ * may make one, as a file, a directory or a link (issue 40: a partial
+ * planted under such a name was adopted, or renamed over another's). */
+Test(store, the_store_s_own_names_are_refused)
+{
+	cr_expect_eq(store(".big.rrcp-partial", "planted\n", false), CP_E_NAME);
+	cr_expect_eq(store(".big.rrcp-0badf00d", "planted\n", true), CP_E_NAME);
+	cr_expect_eq(mkdir_(".big.rrcp-partial"), CP_E_NAME);
+	cr_expect_eq(symlink_(".big.rrcp-partial", "elsewhere", false), CP_E_NAME);
+	cr_assert_eq(mkdir_("sub"), 0);
+	cr_expect_eq(store("sub/.x.rrcp-partial", "planted\n", false), CP_E_NAME);
+	expect_entries("", 1);
+	/* Names that only look alike are anybody's. */
+	cr_expect_eq(store("big.rrcp-partial", "fine\n", false), 0);
+	cr_expect_eq(store(".big.rrcp-partial2", "fine\n", false), 0);
+}
+
+static void plant(const char *name, const char *text, mode_t mode)
+{
+	int fd = openat(dirfd_, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+
+	cr_assert_geq(fd, 0, "%s: %s", name, strerror(errno));
+	cr_assert_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	cr_assert_eq(fchmod(fd, mode), 0);
+	close(fd);
+}
+
+/* Whatever is found under a partial's name and is not a private regular
+ * file of ours with one link is replaced by a fresh one, never adopted,
+ * written through or left in the way. */
+Test(store, a_planted_partial_is_replaced_never_adopted)
+{
+	struct cp_store st;
+	char other[256];
+	struct stat sb;
+
+	plant(".big.rrcp-partial", "planted", 0644);
+	cr_assert_eq(cp_store_open(&st, &lp, dirfd_, "big", CP_STORE_PARTIAL, on_done), 0);
+	cr_assert_eq(await(calls + 1), 0);
+	cr_expect_eq(st.partial_size, 0, "a world-readable partial was adopted");
+	cr_expect_eq(mode_of(".big.rrcp-partial"), 0600);
+	cp_store_abort(&st);
+	settle();
+
+	/* An empty directory there: removed, not in the way for good. */
+	cr_assert_eq(mkdirat(dirfd_, ".d.rrcp-partial", 0755), 0);
+	cr_assert_eq(cp_store_open(&st, &lp, dirfd_, "d", CP_STORE_PARTIAL, on_done), 0);
+	cr_assert_eq(await(calls + 1), 0);
+	cr_expect_eq(st.partial_size, 0);
+	cr_expect_eq(mode_of(".d.rrcp-partial"), 0600);
+	cp_store_abort(&st);
+	settle();
+
+	/* A link, symbolic or hard: the link goes, what it leads to stays. */
+	snprintf(other, sizeof(other), "%s/victim", dir);
+	plant("victim", "victim", 0644);
+	cr_assert_eq(symlinkat(other, dirfd_, ".s.rrcp-partial"), 0);
+	cr_assert_eq(cp_store_open(&st, &lp, dirfd_, "s", CP_STORE_PARTIAL, on_done), 0);
+	cr_assert_eq(await(calls + 1), 0);
+	cr_expect_eq(st.partial_size, 0);
+	cr_expect_eq(mode_of(".s.rrcp-partial"), 0600);
+	cp_store_abort(&st);
+	settle();
+	cr_assert_eq(linkat(dirfd_, "victim", dirfd_, ".h.rrcp-partial", 0), 0);
+	cr_assert_eq(cp_store_open(&st, &lp, dirfd_, "h", CP_STORE_PARTIAL, on_done), 0);
+	cr_assert_eq(await(calls + 1), 0);
+	cr_expect_eq(st.partial_size, 0);
+	cp_store_abort(&st);
+	settle();
+	cr_assert_eq(stat(other, &sb), 0);
+	cr_expect_eq(sb.st_nlink, 1);
+	expect_file("victim", "victim");
+}
+
+/* Commit names the file it wrote, whatever lies under the partial's
+ * name by then. */
+Test(store, commit_names_the_file_written_not_the_partial_s_name)
+{
+	struct cp_store st;
+
+	for (int force = 0; force < 2; force++) {
+		const char *name = force ? "y" : "x";
+		char part[64], moved[64];
+
+		snprintf(part, sizeof(part), ".%s.rrcp-partial", name);
+		snprintf(moved, sizeof(moved), "moved-%s", name);
+		cr_assert_eq(cp_store_open(&st, &lp, dirfd_, name,
+					   CP_STORE_PARTIAL | (force ? CP_STORE_FORCE : 0),
+					   on_done),
+			     0);
+		cr_assert_eq(await(calls + 1), 0);
+		cr_assert_eq(pwrite(st.fd, "mine", 4, 0), 4);
+		cr_assert_eq(renameat(dirfd_, part, dirfd_, moved), 0);
+		plant(part, "theirs", 0600);
+		cr_assert_eq(cp_store_commit(&st, on_done), 0);
+		cr_assert_eq(await(calls + 1), 0);
+		cp_store_abort(&st);
+		settle();
+		expect_file(name, "mine");
+		expect_file(part, "theirs");
+	}
+}
+
+/* Names longer than a partial's name can hold share no partial. */
+Test(store, long_names_share_no_partial)
+{
+	char a[256], b[256];
+	struct cp_store st;
+
+	memset(a, 'n', 250);
+	a[250] = 0;
+	memcpy(b, a, sizeof(b));
+	a[249] = 'a';
+	b[249] = 'b';
+	cr_assert_eq(cp_store_open(&st, &lp, dirfd_, a, CP_STORE_PARTIAL, on_done), 0);
+	cr_assert_eq(await(calls + 1), 0);
+	cr_assert_eq(pwrite(st.fd, "aaa", 3, 0), 3);
+	cp_store_abort(&st);
+	settle();
+	cr_assert_eq(cp_store_open(&st, &lp, dirfd_, b, CP_STORE_PARTIAL, on_done), 0);
+	cr_assert_eq(await(calls + 1), 0);
+	cr_expect_eq(st.partial_size, 0, "%s resumed %s's bytes", "b", "a");
+	cp_store_abort(&st);
+	settle();
 }
