@@ -199,12 +199,6 @@ static void finish_file(struct rx *r)
 			(unsigned long long)r->end_sum);
 		return;
 	}
-	if (r->have_named) {
-		/* FILE_FROM at its end: the file under its name is this one. */
-		drop_file(r);
-		file_stored(r, "already had");
-		return;
-	}
 	if (r->st.exists) {
 		same_check(r);
 		return;
@@ -248,13 +242,9 @@ static void open_done(struct cp_store *st, int code)
 		rx_store_failed(r, code);
 		return;
 	}
-	/* Another file has the name (no --force): one of another length is
-	 * refused before any data; else the content decides, at the end. */
-	if (st->exists && !r->cur_stream && st->exist_size != r->cur_size) {
-		rx_fail(r, CP_E_EXISTS, CP_EXIT_REFUSED,
-			"refusing to replace %s: it exists with other content", r->name);
-		return;
-	}
+	/* Another file has the name (no --force): the content decides, at
+	 * the end, whatever the length declared; refused at once for another
+	 * length, it would tell a token holder the file's size. */
 	if (r->cur_resume) {
 		rx_start_scan(r);
 		return;
@@ -272,7 +262,6 @@ static void open_file(struct rx *r, const char *name)
 	memcpy(r->name, name, sizeof(r->name));
 	r->file_off = 0;
 	r->have = 0;
-	r->have_named = false;
 	rx_close_named(r);
 	cp_hasher_reset(&r->hs);
 	code = cp_store_open(&r->st, r->env->lp, r->env->dirfd, r->name,

@@ -134,10 +134,9 @@ struct rx {
 	/* The file being stored: as FILE_START said, and resumed how */
 	bool cur_resume, cur_stream;
 	uint64_t cur_size;
-	uint64_t have;	 /* FILE_HAVE: bytes we hold (partial or named file) */
-	bool have_named; /* ... and they are the file under its name */
-	int same_fd;	 /* RX_SCAN of a named file, RX_SAME: its fd */
-	uint64_t w_off;	 /* where the chunks the window admits begin */
+	uint64_t have;	/* FILE_HAVE: bytes the partial holds */
+	int same_fd;	/* RX_SCAN of a named file, RX_SAME: its fd */
+	uint64_t w_off; /* where the chunks the window admits begin */
 	struct cp_hasher hs;
 	uint64_t file_off, end_bytes, end_sum;
 	struct cp_op sync_op;

@@ -39,46 +39,40 @@ void rx_close_named(struct rx *r)
 		close(r->same_fd);
 	r->same_fd = -1;
 }
-/* A file to resume is open: hash what we hold of it (the file under its
- * name, or the partial) on the hashing thread, then say so (rx_scan_done). */
+/*
+ * A file to resume is open: hash what its partial holds on the hashing
+ * thread, then say so (rx_scan_done()). Only the partial, never a file
+ * under the name: its hash (and whether its size is the one declared)
+ * would be an oracle on an operator's file for anyone holding the token.
+ * A partial longer than the file is not a beginning of it: another
+ * transfer of that name left it, and it stays for that one.
+ */
 void rx_start_scan(struct rx *r)
 {
 	int fd = r->st.fd;
 
 	r->state = RX_SCAN;
-	r->have_named = r->st.exists;
-	if (r->have_named) {
-		if (rx_open_named(r))
-			return;
-		fd = r->same_fd;
-		r->have = r->cur_size;
-	} else {
-		r->have = r->st.partial_size;
-		if (r->st.direct && r->have) {
-			/* O_DIRECT reads want aligned buffers: read it through
-			 * a descriptor of its own, the page cache's. */
-			char path[64];
+	r->have = r->st.partial_size;
+	if (r->have > r->cur_size) {
+		rx_fail(r, CP_E_BUSY, CP_EXIT_REFUSED,
+			"%s: its partial holds more than the %llu bytes declared, left by another "
+			"transfer: kept, not resumed",
+			r->name, (unsigned long long)r->cur_size);
+		return;
+	}
+	if (r->st.direct && r->have) {
+		/* O_DIRECT reads want aligned buffers: read it through a
+		 * descriptor of its own, the page cache's. */
+		char path[64];
 
-			snprintf(path, sizeof(path), "/proc/self/fd/%d", r->st.fd);
-			r->same_fd = open(path, O_RDONLY | O_CLOEXEC);
-			if (r->same_fd < 0) {
-				rx_fail(r, CP_E_IO, CP_EXIT_LOCAL_IO,
-					"reopening the partial of %s: %s", r->name,
-					strerror(errno));
-				return;
-			}
-			fd = r->same_fd;
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", r->st.fd);
+		r->same_fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (r->same_fd < 0) {
+			rx_fail(r, CP_E_IO, CP_EXIT_LOCAL_IO, "reopening the partial of %s: %s",
+				r->name, strerror(errno));
+			return;
 		}
-		if (r->have > r->cur_size) {
-			/* Longer than the file: not a beginning of it. */
-			if (ftruncate(r->st.fd, 0)) {
-				rx_fail(r, CP_E_IO, CP_EXIT_LOCAL_IO,
-					"truncating the partial of %s: %s", r->name,
-					strerror(errno));
-				return;
-			}
-			r->have = 0;
-		}
+		fd = r->same_fd;
 	}
 	if (!r->have) {
 		rx_scan_done(r);
@@ -102,7 +96,6 @@ void rx_scan_done(struct rx *r)
 	}
 	m.have.bytes = r->have;
 	m.have.checksum = cp_hasher_digest(&r->hs);
-	m.have.flags = r->have_named ? CP_HAVE_NAMED : 0;
 	r->state = RX_FROM;
 	if (rx_send_failed(rx_send(r, &m)))
 		rx_fail(r, 0, CP_EXIT_NET, "cannot send FILE_HAVE");
@@ -119,11 +112,6 @@ void rx_on_from(struct rx *r, const struct cp_msg *m)
 			r->name, (unsigned long long)off, (unsigned long long)r->have);
 		return;
 	}
-	if (r->have_named && off != r->have) {
-		rx_fail(r, CP_E_EXISTS, CP_EXIT_REFUSED,
-			"refusing to replace %s: it exists with other content", r->name);
-		return;
-	}
 	if (!off && r->have) {
 		if (ftruncate(r->st.fd, 0)) {
 			rx_fail(r, CP_E_IO, CP_EXIT_LOCAL_IO, "truncating the partial of %s: %s",
@@ -132,7 +120,7 @@ void rx_on_from(struct rx *r, const struct cp_msg *m)
 		}
 		cp_hasher_reset(&r->hs);
 	}
-	if (off && !rx_quiet(r) && !r->have_named)
+	if (off && !rx_quiet(r))
 		cp_log("serve: %s: resuming %s at %llu of %llu bytes", r->peer, r->name,
 		       (unsigned long long)off, (unsigned long long)r->cur_size);
 	r->file_off = off;

@@ -154,7 +154,18 @@ struct harness {
 	struct write writes[MAX_WRITES];
 	unsigned int nwrites;
 	uint64_t broke_ns; /* a write of the peer's was refused: both QPs in error */
+	/* FILE_HAVE: how many, and the last one */
+	unsigned int haves;
+	uint64_t have_bytes, have_sum;
+	uint8_t have_flags;
 };
+
+/* A scenario of the replay (RX_REPLAY): what is in DIR before the
+ * receiver starts, and what must hold after the script (before
+ * teardown's own checks, which see only the receiver's files: it
+ * removes what it planted). */
+static void (*scenario_plant)(int dirfd);
+static void (*scenario_verify)(struct harness *h);
 
 static struct harness *H;
 
@@ -369,6 +380,12 @@ static void on_message(const uint8_t *buf, uint32_t len)
 		break;
 	case CP_ERROR:
 		H->errors++;
+		break;
+	case CP_FILE_HAVE:
+		H->haves++;
+		H->have_bytes = m.have.bytes;
+		H->have_sum = m.have.checksum;
+		H->have_flags = m.have.flags;
 		break;
 	default:
 		fail("the receiver sent %s", cp_type_name(m.type));
@@ -870,6 +887,8 @@ static void setup(struct harness *h, uint8_t cfg)
 	h->dirfd = open(h->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (h->dirfd < 0 || mkdirat(h->dirfd, "dir", 0700))
 		fail("cannot make %s", h->dir);
+	if (scenario_plant)
+		scenario_plant(h->dirfd);
 	h->mem = aligned_alloc(4096, (size_t)(NRECV + NSEND) * CP_MSG_MAX + DATA_MAX);
 	h->content = calloc(1, FILE_MAX);
 	if (!h->mem || !h->content)
@@ -986,6 +1005,8 @@ static void teardown(struct harness *h)
 	io_uring_queue_exit(&h->ring);
 	cp_loop_fini(&h->lp);
 	cp_gate_fini(&h->gate);
+	if (scenario_verify)
+		scenario_verify(h);
 	if (check_dir(h->dirfd, "") > h->stored)
 		fail("more files stored than the receiver reported");
 	remove_tree(h->dirfd);
@@ -1079,12 +1100,136 @@ static int replay(const char *path, unsigned int *n)
 	return 0;
 }
 
+/* ---- scenarios: hand-written sessions with what they must leave ---- */
+
+static const char *scenario_bad; /* why the last scenario failed, or NULL */
+
+static void plant_file(int dirfd, const char *name, const char *text)
+{
+	int fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+
+	if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text))
+		fail("cannot plant %s", name);
+	close(fd);
+}
+
+static uint64_t size_of(int dirfd, const char *name)
+{
+	struct stat sb;
+
+	return fstatat(dirfd, name, &sb, AT_SYMLINK_NOFOLLOW) ? UINT64_MAX : (uint64_t)sb.st_size;
+}
+
+/* An operator's file "a" of 4 bytes, a PIN. */
+static void plant_pin(int dirfd)
+{
+	plant_file(dirfd, "a", "1234");
+}
+
+/* A partial of "b" another transfer left, 8 bytes. */
+static void plant_partial(int dirfd)
+{
+	plant_file(dirfd, ".b.rrcp-partial", "abcdefgh");
+}
+
+static struct {
+	unsigned int haves, errors;
+	uint64_t have_bytes;
+} seen;
+
+static void verify_pin(struct harness *h)
+{
+	seen.haves = h->haves;
+	seen.errors = h->errors;
+	seen.have_bytes = h->have_bytes;
+	if (h->haves && (h->have_bytes || h->have_flags || h->have_sum == XXH3_64bits("1234", 4)))
+		scenario_bad = "FILE_HAVE told of the file under the name";
+	if (size_of(h->dirfd, "a") != 4)
+		scenario_bad = "the file under the name changed";
+	unlinkat(h->dirfd, "a", 0);
+	unlinkat(h->dirfd, ".a.rrcp-partial", 0);
+}
+
+static void verify_partial(struct harness *h)
+{
+	if (size_of(h->dirfd, ".b.rrcp-partial") != 8)
+		scenario_bad = "a smaller declared size emptied another transfer's partial";
+	else if (!h->errors)
+		scenario_bad = "no ERROR for a partial longer than the file";
+	unlinkat(h->dirfd, ".b.rrcp-partial", 0);
+}
+
+/* HELLO (token, chunk 4096, window 1), then FILE_START of @name, @size,
+ * to resume; run with a token, window 1, memory windows, no --force. */
+static void run_resume(const char *name, uint64_t size)
+{
+	struct cp_msg m = {.type = CP_FILE_START};
+	uint8_t script[8 + CP_MSG_MAX];
+	size_t n = 0, len;
+
+	script[n++] = 16; /* cfg: token */
+	script[n++] = 0;  /* HELLO */
+	script[n++] = 0;  /* right token, chunk 4096, window 1 */
+	m.start.flags = CP_START_RESUME;
+	m.start.size = size;
+	m.start.name_len = (uint16_t)strlen(name);
+	memcpy(m.start.name, name, m.start.name_len);
+	len = cp_encode(&m, script + n + 3, CP_MSG_MAX);
+	script[n++] = 5; /* raw SEND */
+	script[n++] = (uint8_t)len;
+	script[n++] = (uint8_t)(len >> 8);
+	n += len;
+	script[n++] = 8; /* wait */
+	script[n++] = 4;
+	LLVMFuzzerTestOneInput(script, n);
+}
+
+static int scenario(unsigned int *n, const char *what, void (*plant)(int),
+		    void (*verify)(struct harness *), const char *name, uint64_t size)
+{
+	scenario_bad = NULL;
+	scenario_plant = plant;
+	scenario_verify = verify;
+	run_resume(name, size);
+	scenario_plant = NULL;
+	scenario_verify = NULL;
+	printf("%s %u - %s%s%s\n", scenario_bad ? "not ok" : "ok", ++*n, what,
+	       scenario_bad ? ": " : "", scenario_bad ? scenario_bad : "");
+	return scenario_bad != NULL;
+}
+
+/* Issue 40, proven 4 and 5: resume answers of what a sender may not
+ * learn or undo. */
+static int scenarios(unsigned int *n)
+{
+	unsigned int haves;
+	uint64_t bytes;
+	int bad = 0;
+
+	bad |= scenario(n, "resume is no hash oracle on a file under its name", plant_pin,
+			verify_pin, "a", 4);
+	haves = seen.haves + 10 * seen.errors;
+	bytes = seen.have_bytes;
+	bad |= scenario(n, "resume is no size oracle on a file under its name", plant_pin,
+			verify_pin, "a", 5);
+	if (haves != seen.haves + 10 * seen.errors || bytes != seen.have_bytes) {
+		printf("not ok %u - sizes 4 and 5 were answered differently\n", ++*n);
+		bad = 1;
+	} else {
+		printf("ok %u - sizes 4 and 5 answered alike\n", ++*n);
+	}
+	bad |= scenario(n, "a smaller size leaves another transfer's partial", plant_partial,
+			verify_partial, "b", 4);
+	return bad;
+}
+
 int main(int argc, char **argv)
 {
 	unsigned int n = 0;
 	int bad = 0;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	bad |= scenarios(&n);
 	for (int i = 1; i < argc; i++) {
 		struct dirent **list;
 		int k = scandir(argv[i], &list, NULL, alphasort);
