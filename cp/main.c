@@ -139,6 +139,14 @@ static int load_token(struct cp_opts *o, const char *path)
 		close(fd);
 		return -1;
 	}
+	if (st.st_uid != geteuid()) {
+		fprintf(stderr,
+			CP_PROG ": --token-file %s: owned by uid %u, not by the user running "
+				"(uid %u): its owner may read and change it\n",
+			path, (unsigned int)st.st_uid, (unsigned int)geteuid());
+		close(fd);
+		return -1;
+	}
 	if (st.st_mode & (S_IRWXG | S_IRWXO)) {
 		fprintf(stderr,
 			CP_PROG ": --token-file %s: permissions %04o are too open: the token "
@@ -157,9 +165,13 @@ static int load_token(struct cp_opts *o, const char *path)
 	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' ||
 			 buf[n - 1] == '\t'))
 		n--;
-	if (n == 0 || n > CP_TOKEN_MAX) {
-		fprintf(stderr, CP_PROG ": --token-file %s: the token must be 1 to %d bytes\n", path,
-			CP_TOKEN_MAX);
+	/* A guessable secret is none: 16 bytes at least, as from
+	 * "head -c 24 /dev/urandom | base64". */
+	if (n < CP_TOKEN_MIN || n > CP_TOKEN_MAX) {
+		fprintf(stderr,
+			CP_PROG ": --token-file %s: the token must be at least %d bytes (and at "
+				"most %d); make one with: head -c 24 /dev/urandom | base64 > %s\n",
+			path, CP_TOKEN_MIN, CP_TOKEN_MAX, path);
 		return -1;
 	}
 	memcpy(o->token, buf, (size_t)n);

@@ -23,6 +23,7 @@
 #define CP_MSG_MAX   512 /* every receive buffer holds this much */
 #define CP_NAME_MAX  255
 #define CP_TOKEN_MAX 128
+#define CP_TOKEN_MIN 16 /* what a --token-file must hold */
 #define CP_TEXT_MAX  200
 #define CP_TARGET_MAX 224 /* a symbolic link's target: SYMLINK fits CP_MSG_MAX */
 

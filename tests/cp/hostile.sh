@@ -19,8 +19,8 @@ mkdir -p "$T/src"
 head -c $((8 << 20)) /dev/urandom >"$T/src/eight"
 head -c $((16 << 20)) /dev/urandom >"$T/src/sixteen"
 printf 'hello\n' >"$T/src/small"
-tok "$T/good.tok" right-secret
-tok "$T/bad.tok" wrong-secret
+tok "$T/good.tok" right-secret-0123456789
+tok "$T/bad.tok" wrong-secret-0123456789
 
 # Is every byte of FILE... printable ASCII or a newline?
 printable() { python3 -c 'import sys

@@ -11,7 +11,7 @@ CP=${1:?usage: resume.sh PATH/TO/ringrdma-cp}
 PORT=7570
 GEOM=(--chunk 64K --window 8) # a window of 512 KiB: bigger files resume
 
-(umask 077 && printf 'resume-secret\n' >"$T/tok")
+(umask 077 && printf 'resume-secret-0123456789\n' >"$T/tok")
 mkdir -p "$T/src" "$T/dst"
 head -c 200000 /dev/urandom >"$T/src/small"
 head -c $((24 << 20)) /dev/urandom >"$T/src/big"

@@ -10,7 +10,7 @@ CP=${1:?usage: tree.sh PATH/TO/ringrdma-cp}
 . "$(dirname "$0")/lib.sh" 11
 PORT=7600
 umask 022
-(umask 077 && echo tree-test-token >"$T/token")
+(umask 077 && echo tree-test-token-0123456789 >"$T/token")
 TOK=(--token-file "$T/token")
 
 # The source tree: every mtime set bottom-up, after the contents, and
