@@ -39,6 +39,7 @@ struct cp_opts {
 	unsigned int threads;	      /* poll groups the connections are spread over */
 	bool no_auth;		      /* no token: said so, loudly */
 	bool require_mw;	      /* refuse to run without memory windows */
+	bool any_links;		      /* --any-links: store link targets as sent */
 	/* send */
 	char **files;
 	int nfiles;

@@ -53,6 +53,8 @@ static void usage(FILE *f)
 	      "  --no-auth            check no token: any host that reaches ADDR:PORT may\n"
 	      "                       store files (serve needs this or --token-file)\n"
 	      "  --require-mw         refuse to run on a device without memory windows\n"
+	      "  --any-links          store link targets as sent: absolute ones and those\n"
+	      "                       leading out of DIR too (refused by default)\n"
 	      "send: copy FILEs to a serve peer\n"
 	      "  -r, --recursive      a FILE that is a directory goes as a tree: its\n"
 	      "                       subdirectories, files, modes and mtimes\n"
@@ -186,10 +188,11 @@ enum {
 	OPT_TOKEN, OPT_TIMEOUT, OPT_JSON, OPT_QUIET, OPT_MAX_PENDING, OPT_HELLO_TIMEOUT,
 	OPT_MAX_CLIENTS, OPT_DIRECT, OPT_THREADS, OPT_CONNS, OPT_NO_AUTH, OPT_TCP_ALLOW,
 	OPT_MIN_RATE, OPT_MAX_TIME, OPT_RECURSIVE, OPT_LINKS, OPT_REQUIRE_MW, OPT_NO_RESUME,
+	OPT_ANY_LINKS,
 };
 
 /* Each option is a bit of the "seen" mask. */
-_Static_assert(OPT_NO_RESUME - OPT_LISTEN < 32, "too many options for the seen mask");
+_Static_assert(OPT_ANY_LINKS - OPT_LISTEN < 64, "too many options for the seen mask");
 
 static const struct option long_opts[] = {
 	{"listen", required_argument, NULL, OPT_LISTEN},
@@ -223,6 +226,7 @@ static const struct option long_opts[] = {
 	{"recursive", no_argument, NULL, OPT_RECURSIVE},
 	{"links", no_argument, NULL, OPT_LINKS},
 	{"require-mw", no_argument, NULL, OPT_REQUIRE_MW},
+	{"any-links", no_argument, NULL, OPT_ANY_LINKS},
 	{"no-resume", no_argument, NULL, OPT_NO_RESUME},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
@@ -234,7 +238,7 @@ static int bad_value(const char *opt, const char *val, const char *want)
 	return -1;
 }
 
-static int parse_opts(int argc, char **argv, struct cp_opts *o, unsigned int *seen)
+static int parse_opts(int argc, char **argv, struct cp_opts *o, uint64_t *seen)
 {
 	uint64_t v;
 	int opt;
@@ -243,7 +247,7 @@ static int parse_opts(int argc, char **argv, struct cp_opts *o, unsigned int *se
 		if (opt == 'r')
 			opt = OPT_RECURSIVE;
 		if (opt >= OPT_LISTEN)
-			*seen |= 1u << (opt - OPT_LISTEN);
+			*seen |= 1ull << (opt - OPT_LISTEN);
 		switch (opt) {
 		case OPT_LISTEN: o->listen = optarg; break;
 		case OPT_DIR: o->dir = optarg; break;
@@ -267,6 +271,7 @@ static int parse_opts(int argc, char **argv, struct cp_opts *o, unsigned int *se
 			o->max_time_s = (unsigned int)v;
 			break;
 		case OPT_REQUIRE_MW: o->require_mw = true; break;
+		case OPT_ANY_LINKS: o->any_links = true; break;
 		case OPT_NO_RESUME: o->no_resume = true; break;
 		case OPT_AS: o->as = optarg; break;
 		case OPT_TCP_LISTEN: o->tcp_listen = optarg; break;
@@ -349,14 +354,14 @@ static int parse_opts(int argc, char **argv, struct cp_opts *o, unsigned int *se
 }
 
 /* Options that make no sense in a mode are refused rather than ignored. */
-static int only(unsigned int seen, unsigned int allowed, const char *mode)
+static int only(uint64_t seen, uint64_t allowed, const char *mode)
 {
-	unsigned int extra = seen & ~allowed;
+	uint64_t extra = seen & ~allowed;
 
 	if (!extra)
 		return 0;
 	for (unsigned int i = 0; long_opts[i].name; i++)
-		if (long_opts[i].val >= OPT_LISTEN && (extra & (1u << (long_opts[i].val - OPT_LISTEN)))) {
+		if (long_opts[i].val >= OPT_LISTEN && (extra & (1ull << (long_opts[i].val - OPT_LISTEN)))) {
 			fprintf(stderr, CP_PROG ": --%s does not apply to %s\n", long_opts[i].name,
 				mode);
 			break;
@@ -364,7 +369,7 @@ static int only(unsigned int seen, unsigned int allowed, const char *mode)
 	return -1;
 }
 
-#define B(x) (1u << ((x) - OPT_LISTEN))
+#define B(x) (1ull << ((x) - OPT_LISTEN))
 #define COMMON (B(OPT_CHUNK) | B(OPT_WINDOW) | B(OPT_TOKEN) | B(OPT_TIMEOUT) | B(OPT_JSON) | B(OPT_QUIET))
 
 int main(int argc, char **argv)
@@ -382,7 +387,7 @@ int main(int argc, char **argv)
 		.progress = -1,
 		.prefix = "stream",
 	};
-	unsigned int seen = 0;
+	uint64_t seen = 0;
 	const char *mode;
 
 	if (argc < 2) {
@@ -401,7 +406,7 @@ int main(int argc, char **argv)
 	if (!strcmp(mode, "serve")) {
 		if (only(seen, COMMON | B(OPT_LISTEN) | B(OPT_DIR) | B(OPT_FORCE) | B(OPT_COUNT) |
 				       B(OPT_DIRECT) | B(OPT_MAX_CONNS) | B(OPT_MAX_PENDING) | B(OPT_HELLO_TIMEOUT) |
-				       B(OPT_THREADS) | B(OPT_NO_AUTH) | B(OPT_REQUIRE_MW),
+				       B(OPT_THREADS) | B(OPT_NO_AUTH) | B(OPT_REQUIRE_MW) | B(OPT_ANY_LINKS),
 			 mode))
 			goto bad;
 		if (!o.listen || !o.dir || optind != argc) {

@@ -375,22 +375,30 @@ void rx_on_entry(struct rx *r, const struct cp_msg *m)
 {
 	const char *what = m->type == CP_MKDIR ? "made directory" : "made link";
 	struct io_uring_sqe *sqe;
+	const struct cp_opts *o = r->env->o;
 	char why[sizeof(r->st.why)];
 	int code, fd = -1;
+	bool left = false;
 
 	memcpy(r->name, m->entry.name, sizeof(r->name));
 	if (m->type == CP_MKDIR)
-		code = cp_store_mkdir(r->env->dirfd, r->name, &fd, why, sizeof(why));
+		code = cp_store_mkdir(r->env->dirfd, r->name, r->env->made, &fd, why, sizeof(why));
 	else if (m->type == CP_SYMLINK)
 		code = cp_store_symlink(r->env->dirfd, r->name, m->entry.target, &m->entry.mtime,
-					r->env->o->force, &fd, why, sizeof(why));
+					(o->force ? CP_LINK_FORCE : 0) |
+						(o->any_links ? CP_LINK_ANYWHERE : 0),
+					&fd, why, sizeof(why));
 	else
 		code = cp_store_dir_meta(r->env->dirfd, r->name, m->entry.mode, &m->entry.mtime,
-					 &fd, why, sizeof(why));
+					 r->env->made, o->force, &left, &fd, why, sizeof(why));
 	if (code) {
 		rx_fail(r, (unsigned int)code, rx_err_result((unsigned int)code), "%s", why);
 		return;
 	}
+	if (left && !rx_quiet(r))
+		cp_log("serve: %s: %s: not made by this transfer, its mode and time left as they "
+		       "are (--force sets them)",
+		       r->peer, r->name);
 	if (!rx_quiet(r) && m->type != CP_DIR_META)
 		cp_log("serve: %s: %s %s%s%s", r->peer, what, r->name,
 		       m->type == CP_SYMLINK ? " -> " : "",

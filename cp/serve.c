@@ -80,6 +80,7 @@ static void serve_init(struct serve *s, struct serve_all *a)
 		.o = a->o,
 		.dirfd = a->dirfd,
 		.gate = &a->gate,
+		.made = &a->made,
 		.n = &s->n,
 		.admit = serve_admit,
 		.stored = serve_stored,
@@ -352,6 +353,7 @@ int cp_serve(const struct cp_opts *o)
 	}
 	pthread_mutex_init(&a->mu, NULL);
 	cp_gate_init(&a->gate, o->max_pending);
+	pthread_mutex_init(&a->made.mu, NULL);
 	a->o = o;
 	start_ns = cp_now_ns();
 	a->dirfd = open(o->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -453,6 +455,7 @@ out_free:
 	free(a->groups);
 	pthread_mutex_destroy(&a->mu);
 	cp_gate_fini(&a->gate);
+	cp_dirs_free(&a->made);
 	free(thread_conns);
 	free(a);
 	free(s);

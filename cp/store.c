@@ -128,7 +128,8 @@ static void prep(struct cp_store *st, struct io_uring_sqe *sqe, int step)
 		 * link anywhere on the way, none as the name itself, and
 		 * O_NONBLOCK so that a FIFO put there cannot hold a worker;
 		 * after what was in the way went, only a new file. */
-		snprintf(st->part, sizeof(st->part), ".%.*s.rrcp-partial", CP_STORE_PART_MAX, st->base);
+		snprintf(st->part, sizeof(st->part), ".%.*s.rrcp-partial", CP_STORE_PART_MAX,
+			 st->base);
 		st->how = (struct open_how){.flags = O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK |
 						     O_CLOEXEC | direct |
 						     (st->part_fresh ? O_EXCL : 0),
@@ -717,7 +718,83 @@ static int open_parent(int dirfd, const char *name, char base[NAME_MAX + 1], cha
 	return fd;
 }
 
-int cp_store_mkdir(int dirfd, const char *name, int *syncfd, char *why, size_t why_len)
+/* A directory's key in a struct cp_dirs: never 0. */
+static uint64_t dir_key(const struct stat *sb)
+{
+	uint64_t k = ((uint64_t)sb->st_dev * 0x9e3779b97f4a7c15ull) ^ (uint64_t)sb->st_ino;
+
+	return k ? k : 1;
+}
+
+static bool dirs_has_locked(const struct cp_dirs *d, uint64_t k)
+{
+	if (!d->cap)
+		return false;
+	for (size_t i = k & (d->cap - 1);; i = (i + 1) & (d->cap - 1)) {
+		if (d->v[i] == k)
+			return true;
+		if (!d->v[i])
+			return false;
+	}
+}
+
+static bool dirs_has(struct cp_dirs *d, uint64_t k)
+{
+	bool has;
+
+	pthread_mutex_lock(&d->mu);
+	has = dirs_has_locked(d, k);
+	pthread_mutex_unlock(&d->mu);
+	return has;
+}
+
+static int dirs_add_locked(struct cp_dirs *d, uint64_t k)
+{
+	if (dirs_has_locked(d, k))
+		return 0;
+	if ((d->n + 1) * 2 > d->cap) {
+		struct cp_dirs g = {.cap = d->cap ? 2 * d->cap : 64};
+
+		g.v = calloc(g.cap, sizeof(*g.v));
+		if (!g.v)
+			return -ENOMEM;
+		for (size_t i = 0; i < d->cap; i++)
+			if (d->v[i])
+				dirs_add_locked(&g, d->v[i]);
+		free(d->v);
+		d->v = g.v;
+		d->cap = g.cap;
+		d->n = g.n;
+	}
+	for (size_t i = k & (d->cap - 1);; i = (i + 1) & (d->cap - 1))
+		if (!d->v[i]) {
+			d->v[i] = k;
+			d->n++;
+			return 0;
+		}
+}
+
+static int dirs_add(struct cp_dirs *d, uint64_t k)
+{
+	int rc;
+
+	pthread_mutex_lock(&d->mu);
+	rc = dirs_add_locked(d, k);
+	pthread_mutex_unlock(&d->mu);
+	return rc;
+}
+
+void cp_dirs_free(struct cp_dirs *d)
+{
+	pthread_mutex_lock(&d->mu);
+	free(d->v);
+	d->v = NULL;
+	d->cap = d->n = 0;
+	pthread_mutex_unlock(&d->mu);
+}
+
+int cp_store_mkdir(int dirfd, const char *name, struct cp_dirs *made, int *syncfd, char *why,
+		   size_t why_len)
 {
 	char base[NAME_MAX + 1];
 	int pfd = open_parent(dirfd, name, base, why, why_len);
@@ -731,8 +808,17 @@ int cp_store_mkdir(int dirfd, const char *name, int *syncfd, char *why, size_t w
 		return tree_fail(why, why_len, CP_E_NAME, "refusing", name, EPERM);
 	}
 	/* mkdirat() follows no link in @base: a link there is EEXIST. */
-	if (mkdirat(pfd, base, 0700) == 0)
+	if (mkdirat(pfd, base, 0700) == 0) {
+		err = !made ? 0
+		      : fstatat(pfd, base, &sb, AT_SYMLINK_NOFOLLOW)
+			      ? errno
+			      : -dirs_add(made, dir_key(&sb));
+		if (err) {
+			close(pfd);
+			return tree_fail(why, why_len, CP_E_IO, "cannot note directory", name, err);
+		}
 		goto made;
+	}
 	err = errno;
 	if (err == EEXIST && !fstatat(pfd, base, &sb, AT_SYMLINK_NOFOLLOW) && S_ISDIR(sb.st_mode))
 		goto made;
@@ -745,8 +831,32 @@ made:
 	return 0;
 }
 
+/* Does @target, from a link at @name (under DIR), stay under DIR? */
+static bool target_inside(const char *name, const char *target)
+{
+	int depth = 0;
+
+	if (target[0] == '/')
+		return false;
+	for (const char *p = name; (p = strchr(p, '/')); p++)
+		depth++; /* the directories the link lies in */
+	for (const char *p = target; *p;) {
+		size_t n = strcspn(p, "/");
+
+		if (n == 2 && p[0] == '.' && p[1] == '.') {
+			if (--depth < 0)
+				return false;
+		} else if (n && !(n == 1 && p[0] == '.')) {
+			depth++;
+		}
+		p += n;
+		p += *p == '/';
+	}
+	return true;
+}
+
 int cp_store_symlink(int dirfd, const char *name, const char *target, const struct cp_time *mtime,
-		     bool force, int *syncfd, char *why, size_t why_len)
+		     unsigned int flags, int *syncfd, char *why, size_t why_len)
 {
 	char base[NAME_MAX + 1], tmp[NAME_MAX + 1];
 	int pfd = open_parent(dirfd, name, base, why, why_len);
@@ -759,11 +869,23 @@ int cp_store_symlink(int dirfd, const char *name, const char *target, const stru
 		close(pfd);
 		return tree_fail(why, why_len, CP_E_NAME, "refusing", name, EPERM);
 	}
+	if (!(flags & CP_LINK_ANYWHERE) && !target_inside(name, target)) {
+		close(pfd);
+		snprintf(why, why_len, "refusing link %s: its target leads out of DIR", name);
+		return CP_E_NAME;
+	}
 	if (symlinkat(target, pfd, base) == 0)
 		goto made;
 	err = errno;
-	if (err != EEXIST || !force)
+	if (err != EEXIST || !(flags & CP_LINK_FORCE))
 		goto out;
+	/* Forced: over another link only, never a file or directory. */
+	{
+		struct stat sb;
+
+		if (fstatat(pfd, base, &sb, AT_SYMLINK_NOFOLLOW) || !S_ISLNK(sb.st_mode))
+			goto out;
+	}
 	/* Forced: made under a temp name and renamed over the old entry;
 	 * rename() never puts it over a directory. */
 	if (getrandom(&r, sizeof(r), 0) != sizeof(r))
@@ -794,13 +916,27 @@ out:
 }
 
 int cp_store_dir_meta(int dirfd, const char *name, uint32_t mode, const struct cp_time *mtime,
-		      int *syncfd, char *why, size_t why_len)
+		      struct cp_dirs *made, bool force, bool *left, int *syncfd, char *why,
+		      size_t why_len)
 {
 	int fd = open_beneath(dirfd, name);
+	struct stat sb;
 	int err;
 
+	*left = false;
 	if (fd < 0)
 		return tree_fail(why, why_len, io_err(-fd), "directory", name, -fd);
+	if (fstat(fd, &sb)) {
+		err = errno;
+		close(fd);
+		return tree_fail(why, why_len, CP_E_IO, "fstat of", name, err);
+	}
+	if (!force && !(made && dirs_has(made, dir_key(&sb)))) {
+		/* Not made by this transfer: an operator's, or another's. */
+		*left = true;
+		*syncfd = fd;
+		return 0;
+	}
 	if (fchmod(fd, perm(mode)) || set_mtime(fd, NULL, mtime)) {
 		err = errno;
 		close(fd);

@@ -13,6 +13,7 @@
 #define CP_STORE_H
 
 #include <limits.h>
+#include <pthread.h>
 #include <linux/openat2.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -138,17 +139,41 @@ int cp_store_meta(struct cp_store *st, uint32_t mode, const struct cp_time *mtim
  *
  * cp_store_mkdir() - create @name with mode 0700 (cp_store_dir_meta()
  * sets its own once its contents are in); an existing directory is used
- * as it is, anything else there is refused.
- * cp_store_symlink() - @name as a symbolic link to @target, stored
- * verbatim, with @mtime; an existing name is refused unless @force, and a
- * directory always.
+ * as it is, anything else there is refused. One it created is added to
+ * @made (if not NULL).
+ * cp_store_symlink() - @name as a symbolic link to @target with @mtime.
+ * Unless CP_LINK_ANYWHERE, a target that is absolute, or whose ".."
+ * lead out of the directory given to serve from where the link lies, is
+ * refused (CP_E_NAME): serve never follows a link, but others reading
+ * DIR would. An existing name is refused unless CP_LINK_FORCE, and then
+ * only another symbolic link is replaced, never a file or directory.
  * cp_store_dir_meta() - the directory @name's mode (less the umask) and
- * modification time.
+ * modification time; only for a directory in @made (serve keeps one set
+ * for the run: made by a transfer to this serve), or any with @force;
+ * another is left as it is, *left set.
  */
-int cp_store_mkdir(int dirfd, const char *name, int *syncfd, char *why, size_t why_len);
+struct cp_dirs {
+	pthread_mutex_t mu; /* serve's threads share one */
+	uint64_t *v;	    /* open addressing; 0 is empty */
+	size_t cap, n;
+};
+#define CP_DIRS_INIT                                                                               \
+	{                                                                                          \
+		.mu = PTHREAD_MUTEX_INITIALIZER                                                    \
+	}
+void cp_dirs_free(struct cp_dirs *d);
+
+enum {
+	CP_LINK_FORCE = 1 << 0,	   /* replace an existing symbolic link */
+	CP_LINK_ANYWHERE = 1 << 1, /* store any target, absolute ones too */
+};
+
+int cp_store_mkdir(int dirfd, const char *name, struct cp_dirs *made, int *syncfd, char *why,
+		   size_t why_len);
 int cp_store_symlink(int dirfd, const char *name, const char *target, const struct cp_time *mtime,
-		     bool force, int *syncfd, char *why, size_t why_len);
+		     unsigned int flags, int *syncfd, char *why, size_t why_len);
 int cp_store_dir_meta(int dirfd, const char *name, uint32_t mode, const struct cp_time *mtime,
-		      int *syncfd, char *why, size_t why_len);
+		      struct cp_dirs *made, bool force, bool *left, int *syncfd, char *why,
+		      size_t why_len);
 
 #endif

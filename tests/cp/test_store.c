@@ -19,6 +19,9 @@
 static struct cp_loop lp;
 static char dir[64];
 static int dirfd_, calls, last_code;
+/* The directories "this transfer" made, as a receiver keeps them. */
+static struct cp_dirs made = CP_DIRS_INIT;
+static bool left;
 
 static void setup(void)
 {
@@ -37,6 +40,7 @@ static void teardown(void)
 	char cmd[128];
 
 	cp_loop_fini(&lp);
+	cp_dirs_free(&made);
 	close(dirfd_);
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
 	cr_expect_eq(system(cmd), 0);
@@ -215,25 +219,37 @@ static int mkdir_(const char *name)
 	char why[256];
 	int fd = -1;
 
-	return entry(cp_store_mkdir(dirfd_, name, &fd, why, sizeof(why)), &fd);
+	return entry(cp_store_mkdir(dirfd_, name, &made, &fd, why, sizeof(why)), &fd);
 }
 
-static int symlink_(const char *name, const char *target, bool force)
+static int link_(const char *name, const char *target, unsigned int flags)
 {
 	struct cp_time t = {1000000000, 5};
 	char why[256];
 	int fd = -1;
 
-	return entry(cp_store_symlink(dirfd_, name, target, &t, force, &fd, why, sizeof(why)), &fd);
+	return entry(cp_store_symlink(dirfd_, name, target, &t, flags, &fd, why, sizeof(why)), &fd);
 }
 
-static int dir_meta(const char *name, uint32_t mode, int64_t sec)
+static int symlink_(const char *name, const char *target, bool force)
+{
+	return link_(name, target, force ? CP_LINK_FORCE : 0);
+}
+
+static int dir_meta_(const char *name, uint32_t mode, int64_t sec, bool force)
 {
 	struct cp_time t = {sec, 123456789};
 	char why[256];
 	int fd = -1;
 
-	return entry(cp_store_dir_meta(dirfd_, name, mode, &t, &fd, why, sizeof(why)), &fd);
+	return entry(cp_store_dir_meta(dirfd_, name, mode, &t, &made, force, &left, &fd, why,
+				       sizeof(why)),
+		     &fd);
+}
+
+static int dir_meta(const char *name, uint32_t mode, int64_t sec)
+{
+	return dir_meta_(name, mode, sec, false);
 }
 
 Test(store, a_tree_is_made_with_its_modes_times_and_links)
@@ -247,9 +263,9 @@ Test(store, a_tree_is_made_with_its_modes_times_and_links)
 	cr_expect_eq(lstat_in("top").st_mode & 07777, 0700);
 	cr_assert_eq(mkdir_("top"), 0, "an existing directory is used as it is");
 	cr_assert_eq(mkdir_("top/sub"), 0);
-	cr_assert_eq(symlink_("top/l", "../../etc/passwd", false), 0);
-	cr_assert_eq(readlinkat(dirfd_, "top/l", target, sizeof(target) - 1), 16);
-	cr_expect_str_eq(target, "../../etc/passwd", "the target is stored verbatim");
+	cr_assert_eq(symlink_("top/l", "sub/../../top/./f", false), 0);
+	cr_assert_eq(readlinkat(dirfd_, "top/l", target, sizeof(target) - 1), 17);
+	cr_expect_str_eq(target, "sub/../../top/./f", "the target is stored verbatim");
 	sb = lstat_in("top/l");
 	cr_expect(S_ISLNK(sb.st_mode));
 	cr_expect_eq(sb.st_mtim.tv_sec, 1000000000);
@@ -585,4 +601,52 @@ Test(store, long_names_share_no_partial)
 	cr_expect_eq(st.partial_size, 0, "%s resumed %s's bytes", "b", "a");
 	cp_store_abort(&st);
 	settle();
+}
+
+/* Issue 40, proven 6: DIR_META set the mode and time of any directory
+ * under DIR, an operator's included, without --force. */
+Test(store, dir_meta_changes_only_directories_this_transfer_made)
+{
+	struct stat before;
+
+	cr_assert_eq(mkdirat(dirfd_, "ops", 0755), 0);
+	before = lstat_in("ops");
+	cr_assert_eq(dir_meta("ops", 0777, 1), 0);
+	cr_expect(left, "an operator's directory was changed");
+	cr_expect_eq(lstat_in("ops").st_mode, before.st_mode);
+	cr_expect_eq(lstat_in("ops").st_mtim.tv_sec, before.st_mtim.tv_sec);
+	/* Used by a MKDIR, it still is not this transfer's. */
+	cr_assert_eq(mkdir_("ops"), 0);
+	cr_assert_eq(dir_meta("ops", 0, 1), 0);
+	cr_expect_eq(lstat_in("ops").st_mode, before.st_mode);
+	/* One it made: set. --force: any. */
+	cr_assert_eq(mkdir_("new"), 0);
+	cr_assert_eq(dir_meta("new", 0750, 7), 0);
+	cr_expect_not(left);
+	cr_expect_eq(lstat_in("new").st_mode & 07777, 0750 & ~umask_now());
+	cr_assert_eq(dir_meta_("ops", 0700, 7, true), 0);
+	cr_expect_eq(lstat_in("ops").st_mode & 07777, 0700);
+}
+
+/* Issue 40, proven 7: link targets were stored as sent, absolute ones
+ * included, and with --force a link replaced a file. */
+Test(store, links_stay_inside_dir_and_never_replace_a_file)
+{
+	char target[64] = "";
+
+	cr_assert_eq(mkdir_("top"), 0);
+	cr_expect_eq(link_("abs", "/etc/passwd", 0), CP_E_NAME);
+	cr_expect_eq(link_("top/up2", "../../x", 0), CP_E_NAME);
+	cr_expect_eq(link_("dd", "a/../../x", 0), CP_E_NAME);
+	cr_expect_eq(link_("top/deep", "./../top/../../x", 0), CP_E_NAME);
+	expect_entries("", 1);
+	cr_expect_eq(link_("top/up1", "../x", 0), 0, "top/../x is in DIR");
+	cr_expect_eq(link_("top/in", "a/b/../c", 0), 0);
+	cr_expect_eq(link_("abs", "/etc/passwd", CP_LINK_ANYWHERE), 0, "unless asked for");
+	cr_assert_eq(readlinkat(dirfd_, "abs", target, sizeof(target) - 1), 11);
+	/* Forced: over a link, never over a file. */
+	cr_assert_eq(store("f", "file\n", false), 0);
+	cr_expect_eq(link_("f", "top", CP_LINK_FORCE), CP_E_EXISTS);
+	expect_file("f", "file\n");
+	cr_expect_eq(link_("top/in", "c", CP_LINK_FORCE), 0);
 }

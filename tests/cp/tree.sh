@@ -117,7 +117,7 @@ result $ok "each link and the FIFO skipped with a message"
 [ $ok = 1 ] || show "$T/c1.err"
 
 # 2. --links over one connection: links as links, the pipeline full.
-start_serve s2 $((PORT + 1)) --dir "$T/d2" --count 1 "${TOK[@]}" --json "$T/s2.json"
+start_serve s2 $((PORT + 1)) --dir "$T/d2" --count 1 --any-links "${TOK[@]}" --json "$T/s2.json"
 timeout 300 "$CP" send -r --links "${TOK[@]}" --json "$T/c2.json" "$T/src/top/" \
 	"$ADDR:$((PORT + 1))" >"$T/c2.out" 2>"$T/c2.err"
 crc=$?
