@@ -41,6 +41,9 @@ struct cp_opts {
 	bool no_auth;		      /* no token: said so, loudly */
 	bool require_mw;	      /* refuse to run without memory windows */
 	bool any_links;		      /* --any-links: store link targets as sent */
+	uint64_t partial_age_s;	      /* --partial-age: at start, older partials go */
+	uint64_t max_size;	      /* --max-size: 0, none */
+	uint64_t min_free;	      /* --min-free: bytes DIR's file system keeps */
 	/* send */
 	char **files;
 	int nfiles;

@@ -27,6 +27,7 @@
 #define DEFAULT_HELLO	5u
 #define DEFAULT_CLIENTS 16u
 #define DEFAULT_MIN_RATE 1024u
+#define DEFAULT_PARTIAL_AGE (7u * 86400) /* a week */
 #define CP_THREADS_MAX	64
 #define CP_STR_(x)	#x
 #define CP_STR(x)	CP_STR_(x)
@@ -55,6 +56,10 @@ static void usage(FILE *f)
 	      "  --require-mw         refuse to run on a device without memory windows\n"
 	      "  --any-links          store link targets as sent: absolute ones and those\n"
 	      "                       leading out of DIR too (refused by default)\n"
+	      "  --max-size BYTES     refuse a file (or stream) larger than BYTES\n"
+	      "  --min-free BYTES     refuse a file that would leave less than BYTES free\n"
+	      "  --partial-age SECS   at start, remove partials unchanged for SECS (default\n"
+	      "                       604800, a week; 0 keeps them)\n"
 	      "send: copy FILEs to a serve peer\n"
 	      "  -r, --recursive      a FILE that is a directory goes as a tree: its\n"
 	      "                       subdirectories, files, modes and mtimes\n"
@@ -188,11 +193,11 @@ enum {
 	OPT_TOKEN, OPT_TIMEOUT, OPT_JSON, OPT_QUIET, OPT_MAX_PENDING, OPT_HELLO_TIMEOUT,
 	OPT_MAX_CLIENTS, OPT_DIRECT, OPT_THREADS, OPT_CONNS, OPT_NO_AUTH, OPT_TCP_ALLOW,
 	OPT_MIN_RATE, OPT_MAX_TIME, OPT_RECURSIVE, OPT_LINKS, OPT_REQUIRE_MW, OPT_NO_RESUME,
-	OPT_ANY_LINKS,
+	OPT_ANY_LINKS, OPT_PARTIAL_AGE, OPT_MAX_SIZE, OPT_MIN_FREE,
 };
 
 /* Each option is a bit of the "seen" mask. */
-_Static_assert(OPT_ANY_LINKS - OPT_LISTEN < 64, "too many options for the seen mask");
+_Static_assert(OPT_MIN_FREE - OPT_LISTEN < 64, "too many options for the seen mask");
 
 static const struct option long_opts[] = {
 	{"listen", required_argument, NULL, OPT_LISTEN},
@@ -227,6 +232,9 @@ static const struct option long_opts[] = {
 	{"links", no_argument, NULL, OPT_LINKS},
 	{"require-mw", no_argument, NULL, OPT_REQUIRE_MW},
 	{"any-links", no_argument, NULL, OPT_ANY_LINKS},
+	{"partial-age", required_argument, NULL, OPT_PARTIAL_AGE},
+	{"max-size", required_argument, NULL, OPT_MAX_SIZE},
+	{"min-free", required_argument, NULL, OPT_MIN_FREE},
 	{"no-resume", no_argument, NULL, OPT_NO_RESUME},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
@@ -319,6 +327,21 @@ static int parse_opts(int argc, char **argv, struct cp_opts *o, uint64_t *seen)
 				return bad_value("max-clients", optarg, "want 1 to 4096");
 			o->max_clients = (unsigned int)v;
 			break;
+		case OPT_PARTIAL_AGE:
+			if (parse_u64(optarg, 0, UINT32_MAX, &v))
+				return bad_value("partial-age", optarg, "want seconds, 0 to keep them");
+			o->partial_age_s = v;
+			break;
+		case OPT_MAX_SIZE:
+			if (parse_u64(optarg, 1, UINT64_MAX, &v))
+				return bad_value("max-size", optarg, "want a positive byte count");
+			o->max_size = v;
+			break;
+		case OPT_MIN_FREE:
+			if (parse_u64(optarg, 0, UINT64_MAX, &v))
+				return bad_value("min-free", optarg, "want a byte count");
+			o->min_free = v;
+			break;
 		case OPT_RATE:
 			if (parse_u64(optarg, 1, UINT64_MAX, &v))
 				return bad_value("limit-rate", optarg, "want a positive byte count");
@@ -381,6 +404,7 @@ int main(int argc, char **argv)
 		.max_conns = DEFAULT_CONNS,
 		.max_pending = DEFAULT_PENDING,
 		.hello_timeout_s = DEFAULT_HELLO,
+		.partial_age_s = DEFAULT_PARTIAL_AGE,
 		.threads = 1,
 		.max_clients = DEFAULT_CLIENTS,
 		.min_rate = DEFAULT_MIN_RATE,
@@ -406,7 +430,8 @@ int main(int argc, char **argv)
 	if (!strcmp(mode, "serve")) {
 		if (only(seen, COMMON | B(OPT_LISTEN) | B(OPT_DIR) | B(OPT_FORCE) | B(OPT_COUNT) |
 				       B(OPT_DIRECT) | B(OPT_MAX_CONNS) | B(OPT_MAX_PENDING) | B(OPT_HELLO_TIMEOUT) |
-				       B(OPT_THREADS) | B(OPT_NO_AUTH) | B(OPT_REQUIRE_MW) | B(OPT_ANY_LINKS),
+				       B(OPT_THREADS) | B(OPT_NO_AUTH) | B(OPT_REQUIRE_MW) | B(OPT_ANY_LINKS) |
+				       B(OPT_PARTIAL_AGE) | B(OPT_MAX_SIZE) | B(OPT_MIN_FREE),
 			 mode))
 			goto bad;
 		if (!o.listen || !o.dir || optind != argc) {

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "rx_int.h"
@@ -281,9 +282,43 @@ static void open_file(struct rx *r, const char *name)
 /* FILE_START: the window admits the file's chunks from now on. Between
  * files it is opened at once; after the last file's FILE_END it waits in
  * r->q until that one is named. */
+/* --max-size and --min-free: may a file of @size (a stream: 0) begin?
+ * 0, or failed (said). */
+static int room_for(struct rx *r, const struct cp_msg *m)
+{
+	const struct cp_opts *o = r->env->o;
+	bool stream = m->start.flags & CP_START_STREAM;
+	struct statvfs vfs;
+	uint64_t avail;
+
+	if (o->max_size && !stream && m->start.size > o->max_size) {
+		rx_fail(r, CP_E_NOSPC, CP_EXIT_REFUSED, "%s: %llu bytes, over --max-size %llu",
+			m->start.name, (unsigned long long)m->start.size,
+			(unsigned long long)o->max_size);
+		return -1;
+	}
+	if (!o->min_free)
+		return 0;
+	/* One call on the loop thread, answered from the super block. */
+	if (fstatvfs(r->env->dirfd, &vfs))
+		return 0; /* the writes will say */
+	avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+	if (avail < o->min_free || avail - o->min_free < (stream ? 0 : m->start.size)) {
+		rx_fail(r, CP_E_NOSPC, CP_EXIT_REFUSED,
+			"%s: %llu bytes would leave less than --min-free %llu free",
+			m->start.name, (unsigned long long)m->start.size,
+			(unsigned long long)o->min_free);
+		return -1;
+	}
+	return 0;
+}
+
 void rx_on_start(struct rx *r, const struct cp_msg *m)
 {
 	bool resume = m->start.flags & CP_START_RESUME;
+
+	if (room_for(r, m))
+		return;
 
 	/* Its chunks may come before its file is open; those of a file to
 	 * resume wait for FILE_FROM. */

@@ -272,6 +272,12 @@ void rx_on_chunk(struct rx *r, uint32_t imm, uint32_t len)
 		return;
 	}
 	r->env->n->chunks++;
+	/* A stream has no size to refuse at its start. */
+	if (r->env->o->max_size && r->w_off + r->w.got > r->env->o->max_size) {
+		rx_fail(r, CP_E_NOSPC, CP_EXIT_REFUSED, "%s: over --max-size %llu",
+			r->q.on ? r->q.name : r->name, (unsigned long long)r->env->o->max_size);
+		return;
+	}
 	sl = &r->slots[slot];
 	if (sl->arrived) {
 		/* cp_rx_admit() only admits granted seqs, and slots are granted free. */

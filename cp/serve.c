@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "json.h"
@@ -363,6 +364,19 @@ int cp_serve(const struct cp_opts *o)
 		goto out_free;
 	}
 	serve_init(s, a);
+	if (o->partial_age_s) {
+		unsigned int removed = 0;
+		struct timespec now;
+
+		clock_gettime(CLOCK_REALTIME, &now);
+		rc = cp_store_expire(a->dirfd, o->partial_age_s, now.tv_sec, &removed);
+		if (rc)
+			cp_log("serve: looking for stale partials under %s: %s", o->dir,
+			       strerror(-rc));
+		if (removed && !o->quiet)
+			cp_log("serve: removed %u partials unchanged for %llu s (--partial-age)",
+			       removed, (unsigned long long)o->partial_age_s);
+	}
 	if (o->require_mw && cp_mw_check(mw_dev, sizeof(mw_dev))) {
 		cp_log("serve: --require-mw: %s has no memory windows", mw_dev);
 		ret = CP_EXIT_FAIL;

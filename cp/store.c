@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 /* ringrdma-cp: safe creation of received files under the served directory. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
@@ -9,6 +10,7 @@
 #include <stdatomic.h>
 #include <sys/file.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -944,4 +946,65 @@ int cp_store_dir_meta(int dirfd, const char *name, uint32_t mode, const struct c
 	}
 	*syncfd = fd;
 	return 0;
+}
+
+static bool is_partial_name(const char *n)
+{
+	static const char part[] = ".rrcp-partial";
+	size_t len = strlen(n);
+
+	return n[0] == '.' && len > sizeof(part) && !strcmp(n + len - (sizeof(part) - 1), part);
+}
+
+static int expire_in(int dfd, uint64_t max_age_s, int64_t now, unsigned int *removed,
+		     int depth)
+{
+	int fd = dup(dfd), rc = 0;
+	DIR *d = fd < 0 ? NULL : fdopendir(fd);
+	struct dirent *de;
+
+	if (!d) {
+		rc = -errno;
+		if (fd >= 0)
+			close(fd);
+		return rc;
+	}
+	while ((de = readdir(d))) {
+		struct stat sb;
+		int cfd;
+
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
+		    fstatat(dfd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW))
+			continue;
+		if (S_ISDIR(sb.st_mode) && depth < 128) {
+			cfd = openat(dfd, de->d_name,
+				     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (cfd >= 0) {
+				int r = expire_in(cfd, max_age_s, now, removed, depth + 1);
+
+				if (r && !rc)
+					rc = r;
+				close(cfd);
+			}
+			continue;
+		}
+		if (!S_ISREG(sb.st_mode) || !is_partial_name(de->d_name) || sb.st_nlink != 1 ||
+		    sb.st_uid != geteuid() || (int64_t)sb.st_mtim.tv_sec + (int64_t)max_age_s >= now)
+			continue;
+		/* Not one a connection (of another serve, say) holds. */
+		cfd = openat(dfd, de->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+		if (cfd < 0)
+			continue;
+		if (!flock(cfd, LOCK_EX | LOCK_NB) && !unlinkat(dfd, de->d_name, 0))
+			++*removed;
+		close(cfd);
+	}
+	closedir(d);
+	return rc;
+}
+
+int cp_store_expire(int dirfd, uint64_t max_age_s, int64_t now, unsigned int *removed)
+{
+	*removed = 0;
+	return expire_in(dirfd, max_age_s, now, removed, 0);
 }

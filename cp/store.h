@@ -69,6 +69,15 @@ struct cp_store {
  * own, a partial's or a temp file's, which no sender may make? */
 bool cp_store_reserved(const char *base);
 
+/*
+ * cp_store_expire() - remove the partials under @dirfd, at any depth and
+ * through no symbolic link, last changed more than @max_age_s seconds
+ * before @now: regular files of this user's named ".NAME.rrcp-partial",
+ * one link, not locked by a connection. Their number in *removed. 0, or
+ * -errno of the first directory that could not be read (the rest done).
+ */
+int cp_store_expire(int dirfd, uint64_t max_age_s, int64_t now, unsigned int *removed);
+
 /* cp_store_supported() - does @lp's kernel have every opcode above? */
 bool cp_store_supported(struct cp_loop *lp);
 

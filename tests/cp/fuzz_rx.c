@@ -165,6 +165,7 @@ struct harness {
  * teardown's own checks, which see only the receiver's files: it
  * removes what it planted). */
 static void (*scenario_plant)(int dirfd);
+static void (*scenario_opts)(struct cp_opts *o);
 static void (*scenario_verify)(struct harness *h);
 
 static struct harness *H;
@@ -889,6 +890,8 @@ static void setup(struct harness *h, uint8_t cfg)
 		fail("cannot make %s", h->dir);
 	if (scenario_plant)
 		scenario_plant(h->dirfd);
+	if (scenario_opts)
+		scenario_opts(&h->o);
 	h->mem = aligned_alloc(4096, (size_t)(NRECV + NSEND) * CP_MSG_MAX + DATA_MAX);
 	h->content = calloc(1, FILE_MAX);
 	if (!h->mem || !h->content)
@@ -1161,7 +1164,7 @@ static void verify_partial(struct harness *h)
 
 /* HELLO (token, chunk 4096, window 1), then FILE_START of @name, @size,
  * to resume; run with a token, window 1, memory windows, no --force. */
-static void run_resume(const char *name, uint64_t size)
+static void run_start(const char *name, uint64_t size, uint32_t flags)
 {
 	struct cp_msg m = {.type = CP_FILE_START};
 	uint8_t script[8 + CP_MSG_MAX];
@@ -1170,7 +1173,7 @@ static void run_resume(const char *name, uint64_t size)
 	script[n++] = 16; /* cfg: token */
 	script[n++] = 0;  /* HELLO */
 	script[n++] = 0;  /* right token, chunk 4096, window 1 */
-	m.start.flags = CP_START_RESUME;
+	m.start.flags = flags;
 	m.start.size = size;
 	m.start.name_len = (uint16_t)strlen(name);
 	memcpy(m.start.name, name, m.start.name_len);
@@ -1190,12 +1193,64 @@ static int scenario(unsigned int *n, const char *what, void (*plant)(int),
 	scenario_bad = NULL;
 	scenario_plant = plant;
 	scenario_verify = verify;
-	run_resume(name, size);
+	run_start(name, size, CP_START_RESUME);
 	scenario_plant = NULL;
 	scenario_verify = NULL;
 	printf("%s %u - %s%s%s\n", scenario_bad ? "not ok" : "ok", ++*n, what,
 	       scenario_bad ? ": " : "", scenario_bad ? scenario_bad : "");
 	return scenario_bad != NULL;
+}
+
+static void opts_max_size(struct cp_opts *o)
+{
+	o->max_size = 1000;
+}
+
+static void opts_min_free(struct cp_opts *o)
+{
+	o->min_free = UINT64_MAX / 2;
+}
+
+static void verify_refused(struct harness *h)
+{
+	if (!h->errors)
+		scenario_bad = "no ERROR";
+}
+
+static void verify_taken(struct harness *h)
+{
+	if (h->errors)
+		scenario_bad = "an ERROR";
+}
+
+/* Issue 40: no disk bounds. --max-size and --min-free refuse a file at
+ * its FILE_START. */
+static int bounds(unsigned int *n)
+{
+	static const struct {
+		const char *what;
+		void (*opts)(struct cp_opts *);
+		void (*verify)(struct harness *);
+		uint64_t size;
+	} t[] = {
+		{"--max-size refuses a larger file", opts_max_size, verify_refused, 4096},
+		{"--max-size takes a smaller one", opts_max_size, verify_taken, 100},
+		{"--min-free refuses what would leave less free", opts_min_free, verify_refused, 1},
+	};
+	int bad = 0;
+
+	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+		scenario_bad = NULL;
+		scenario_opts = t[i].opts;
+		scenario_verify = t[i].verify;
+		run_start("a", t[i].size, 0);
+		scenario_opts = NULL;
+		scenario_verify = NULL;
+		printf("%s %u - %s%s%s\n", scenario_bad ? "not ok" : "ok", ++*n, t[i].what,
+		       scenario_bad ? ": " : "", scenario_bad ? scenario_bad : "");
+		bad |= scenario_bad != NULL;
+	}
+	return bad;
 }
 
 /* Issue 40, proven 4 and 5: resume answers of what a sender may not
@@ -1230,6 +1285,7 @@ int main(int argc, char **argv)
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	bad |= scenarios(&n);
+	bad |= bounds(&n);
 	for (int i = 1; i < argc; i++) {
 		struct dirent **list;
 		int k = scandir(argv[i], &list, NULL, alphasort);

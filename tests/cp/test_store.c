@@ -650,3 +650,46 @@ Test(store, links_stay_inside_dir_and_never_replace_a_file)
 	expect_file("f", "file\n");
 	cr_expect_eq(link_("top/in", "c", CP_LINK_FORCE), 0);
 }
+
+static void aged(const char *name, int64_t sec)
+{
+	struct timespec ts[2] = {{.tv_sec = sec}, {.tv_sec = sec}};
+
+	cr_assert_eq(utimensat(dirfd_, name, ts, AT_SYMLINK_NOFOLLOW), 0, "%s", name);
+}
+
+/* Issue 40: partials never expired. Old ones of ours go at serve's
+ * start; new ones, other files, links and locked ones stay. */
+Test(store, stale_partials_expire)
+{
+	struct cp_store st;
+	unsigned int removed = 9;
+	int64_t now = 2000000000;
+
+	cr_assert_eq(mkdir_("sub"), 0);
+	plant(".old.rrcp-partial", "x", 0600);
+	plant("sub/.old2.rrcp-partial", "x", 0600);
+	plant(".new.rrcp-partial", "x", 0600);
+	plant("old-file", "x", 0600);
+	cr_assert_eq(symlinkat("old-file", dirfd_, ".l.rrcp-partial"), 0);
+	cr_assert_eq(cp_store_open(&st, &lp, dirfd_, "held", CP_STORE_PARTIAL, on_done), 0);
+	cr_assert_eq(await(calls + 1), 0);
+	for (const char *const *n =
+		     (const char *const[]){".old.rrcp-partial", "sub/.old2.rrcp-partial",
+					   "old-file", ".l.rrcp-partial", ".held.rrcp-partial",
+					   NULL};
+	     *n; n++)
+		aged(*n, now - 8 * 86400);
+	aged(".new.rrcp-partial", now - 3600);
+	cr_assert_eq(cp_store_expire(dirfd_, 7 * 86400, now, &removed), 0);
+	cr_expect_eq(removed, 2);
+	cr_expect_neq(faccessat(dirfd_, ".old.rrcp-partial", F_OK, AT_SYMLINK_NOFOLLOW), 0);
+	cr_expect_neq(faccessat(dirfd_, "sub/.old2.rrcp-partial", F_OK, AT_SYMLINK_NOFOLLOW), 0);
+	cr_expect_eq(faccessat(dirfd_, ".new.rrcp-partial", F_OK, AT_SYMLINK_NOFOLLOW), 0);
+	cr_expect_eq(faccessat(dirfd_, "old-file", F_OK, AT_SYMLINK_NOFOLLOW), 0);
+	cr_expect_eq(faccessat(dirfd_, ".l.rrcp-partial", F_OK, AT_SYMLINK_NOFOLLOW), 0);
+	cr_expect_eq(faccessat(dirfd_, ".held.rrcp-partial", F_OK, AT_SYMLINK_NOFOLLOW), 0,
+		     "a partial being received went");
+	cp_store_abort(&st);
+	settle();
+}
