@@ -40,6 +40,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "rx_int.h"
 
 struct rx *rx_next(struct rx *r)
@@ -58,30 +59,33 @@ static void leave_unauth(struct rx *r)
 	cp_gate_leave(r->env->gate, &r->gt);
 }
 
-static bool token_ok(const struct rx *r, const struct cp_msg *m)
+/* A failed proof of the token (or none): counted against its source. */
+static void auth_failed(struct rx *r, const char *what)
 {
-	const struct cp_opts *o = r->env->o;
-	unsigned int diff = 0;
+	const struct sockaddr *src = (const struct sockaddr *)&r->src;
+	unsigned int held = cp_gate_failed(r->env->gate, src, cp_now_ns());
 
-	if (!o->have_token)
-		return true;
-	/* Same time whatever the content, given the length. */
-	for (unsigned int i = 0; i < CP_TOKEN_MAX; i++)
-		diff |= (unsigned int)(m->hello.token[i] ^ o->token[i]);
-	return !diff && m->hello.token_len == o->token_len;
+	if (held)
+		rx_fail(r, CP_E_AUTH, CP_EXIT_REFUSED, "refused: %s token; %s held back for %u s",
+			what, r->peer, held);
+	else
+		rx_fail(r, CP_E_AUTH, CP_EXIT_REFUSED, "refused: %s token", what);
 }
+
+static void admit_peer(struct rx *r);
 
 /*
  * The token first: a stranger learns nothing, not even "busy", and never
- * counts toward --max-conns or --count. Only then is it admitted.
+ * counts toward --max-conns or --count. Only then is it admitted. With a
+ * token, HELLO's nonce gets a CHALLENGE of ours and the AUTH that answers
+ * it must prove the token (cp/auth.h); the token itself never crosses.
  */
 static void on_hello(struct rx *r, const struct cp_msg *m)
 {
 	struct rx_env *env = r->env;
 	const struct cp_opts *o = env->o;
-	struct cp_msg w = {.type = CP_WELCOME};
+	struct cp_msg c = {.type = CP_CHALLENGE};
 	const struct sockaddr *src = (const struct sockaddr *)&r->src;
-	char why[128];
 	unsigned int held;
 	int rc;
 
@@ -93,27 +97,61 @@ static void on_hello(struct rx *r, const struct cp_msg *m)
 			"refused: too many wrong tokens from %s, try again in %u s", r->peer, held);
 		return;
 	}
-	if (!token_ok(r, m)) {
-		held = cp_gate_failed(env->gate, src, cp_now_ns());
-		if (held)
-			rx_fail(r, CP_E_AUTH, CP_EXIT_REFUSED,
-				"refused: %s token; %s held back for %u s",
-				m->hello.token_len ? "wrong" : "no", r->peer, held);
-		else
-			rx_fail(r, CP_E_AUTH, CP_EXIT_REFUSED, "refused: %s token",
-				m->hello.token_len ? "wrong" : "no");
+	r->want_chunk = m->hello.chunk;
+	r->want_window = m->hello.window;
+	if (!o->have_token) {
+		admit_peer(r);
 		return;
 	}
-	if (o->have_token)
-		cp_gate_passed(env->gate, src);
+	if (m->hello.nonce_len != CP_NONCE_LEN) {
+		auth_failed(r, "no");
+		return;
+	}
+	memcpy(r->client_nonce, m->hello.nonce, CP_NONCE_LEN);
+	rc = cp_auth_nonce(r->server_nonce);
+	if (rc) {
+		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "no random nonce: %s", strerror(-rc));
+		return;
+	}
+	memcpy(c.challenge.nonce, r->server_nonce, CP_NONCE_LEN);
+	r->state = RX_AUTH;
+	rc = rx_send(r, &c);
+	if (rx_send_failed(rc))
+		rx_fail(r, 0, CP_EXIT_NET, "cannot send CHALLENGE");
+}
+
+/* AUTH: the sender's proof, over both nonces. */
+static void on_auth(struct rx *r, const struct cp_msg *m)
+{
+	const struct cp_opts *o = r->env->o;
+
+	if (!cp_auth_check(o->token, o->token_len, CP_AUTH_CLIENT, r->client_nonce, r->server_nonce,
+			   m->auth.proof)) {
+		auth_failed(r, "wrong");
+		return;
+	}
+	cp_gate_passed(r->env->gate, (const struct sockaddr *)&r->src);
+	admit_peer(r);
+}
+
+/* The token proved (or none asked for): admitted, its window set up, and
+ * WELCOME with our own proof. */
+static void admit_peer(struct rx *r)
+{
+	struct rx_env *env = r->env;
+	const struct cp_opts *o = env->o;
+	struct cp_msg w = {.type = CP_WELCOME};
+	char why[128];
+	int rc;
+
 	if (env->admit(env->data, why, sizeof(why))) {
 		rx_fail(r, CP_E_BUSY, CP_EXIT_REFUSED, "%s", why);
 		return;
 	}
 	leave_unauth(r);
 	r->authed = true;
-	r->w.chunk = m->hello.chunk < o->chunk ? m->hello.chunk : o->chunk;
-	r->w.window = m->hello.window < o->window ? m->hello.window : o->window;
+	r->w.chunk = r->want_chunk < o->chunk ? r->want_chunk : o->chunk;
+	r->w.window = r->want_window < o->window ? r->want_window : o->window;
 	if (rx_win_setup(r))
 		return;
 	rc = cp_hasher_init(&r->hs, env->lp, rx_hashed);
@@ -126,6 +164,11 @@ static void on_hello(struct rx *r, const struct cp_msg *m)
 	w.welcome.chunk = r->w.chunk;
 	w.welcome.window = r->w.window;
 	w.welcome.addr = (uintptr_t)r->win;
+	if (o->have_token && cp_auth_proof(o->token, o->token_len, CP_AUTH_SERVER, r->client_nonce,
+					   r->server_nonce, w.welcome.proof)) {
+		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "cannot compute our proof of the token");
+		return;
+	}
 	r->state = RX_IDLE;
 	rc = rx_send(r, &w);
 	if (rc) {
@@ -157,6 +200,8 @@ static void on_message(struct rx *r, const uint8_t *buf, uint32_t len)
 	}
 	if (m.type == CP_HELLO && r->state == RX_HELLO) {
 		on_hello(r, &m);
+	} else if (m.type == CP_AUTH && r->state == RX_AUTH) {
+		on_auth(r, &m);
 	} else if (m.type == CP_FILE_START &&
 		   (r->state == RX_IDLE || (rx_in_file(r) && r->end_seen && !r->q.on))) {
 		rx_on_start(r, &m);
@@ -495,7 +540,8 @@ enum rx_poll_res rx_poll(struct rx *r, int *result)
 		r->down_at = now;
 	}
 	if (!r->down) {
-		if (r->state == RX_HELLO && now - r->born_at > (uint64_t)hello * 1000000000ull) {
+		if ((r->state == RX_HELLO || r->state == RX_AUTH) &&
+		    now - r->born_at > (uint64_t)hello * 1000000000ull) {
 			rx_fail(r, CP_E_PROTO, CP_EXIT_NET, "no HELLO within %u s, dropped", hello);
 			return RX_ALIVE;
 		}
@@ -527,7 +573,7 @@ enum rx_poll_res rx_poll(struct rx *r, int *result)
 								 : r->w_off + r->w.got),
 				r->st.partial ? "the partial is kept, to resume from"
 					      : "nothing stored");
-		else if (r->state == RX_HELLO)
+		else if (r->state == RX_HELLO || r->state == RX_AUTH)
 			rx_fail(r, 0, CP_EXIT_NET, "connection closed before HELLO");
 		r->state = RX_CLOSING;
 	}

@@ -45,6 +45,7 @@
  * synced. */
 enum rx_state {
 	RX_HELLO,
+	RX_AUTH, /* CHALLENGE sent, the sender's AUTH is due */
 	RX_IDLE,
 	RX_OPEN,
 	RX_SCAN,
@@ -97,6 +98,8 @@ struct rx {
 	int lost_status;
 	uint64_t lost_at;
 	bool authed;		  /* the token was good and it was admitted */
+	uint8_t client_nonce[CP_NONCE_LEN], server_nonce[CP_NONCE_LEN];
+	uint32_t want_chunk, want_window; /* HELLO's */
 	bool error_out;		  /* an ERROR is being sent */
 	struct cp_gate_ticket gt; /* in env->gate until admitted or freed */
 	uint64_t born_at;	  /* its connect request: the HELLO deadline runs from here */

@@ -54,6 +54,7 @@
 
 #include <xxhash.h>
 
+#include "auth.h"
 #include "fake_cm.h"
 #include "gate.h"
 #include "loop.h"
@@ -158,7 +159,14 @@ struct harness {
 	unsigned int haves;
 	uint64_t have_bytes, have_sum;
 	uint8_t have_flags;
+	/* the handshake: our nonce, the receiver's, the proof we sent */
+	uint8_t client_nonce[CP_NONCE_LEN], server_nonce[CP_NONCE_LEN];
+	uint8_t sent_auth[CP_PROOF_LEN];
+	bool challenged;
 };
+
+/* Set: op_hello answers CHALLENGE with this proof, recorded before. */
+static const uint8_t *replay_auth;
 
 /* A scenario of the replay (RX_REPLAY): what is in DIR before the
  * receiver starts, and what must hold after the script (before
@@ -352,9 +360,22 @@ static void on_message(const uint8_t *buf, uint32_t len)
 	if (cp_decode(buf, len, &m, why, sizeof(why)))
 		fail("the receiver sent a malformed message: %s", why);
 	switch (m.type) {
+	case CP_CHALLENGE:
+		if (H->challenged || !H->o.have_token)
+			fail("a CHALLENGE %s", H->challenged ? "again" : "without a token");
+		H->challenged = true;
+		memcpy(H->server_nonce, m.challenge.nonce, CP_NONCE_LEN);
+		break;
 	case CP_WELCOME:
 		if (H->welcomed)
 			fail("a second WELCOME");
+		/* With a token, only after our proof checked, and with the
+		 * receiver's own. */
+		if (H->o.have_token &&
+		    (!H->challenged ||
+		     !cp_auth_check((const uint8_t *)TOKEN, sizeof(TOKEN) - 1, CP_AUTH_SERVER,
+				    H->client_nonce, H->server_nonce, m.welcome.proof)))
+			fail("WELCOME without the receiver's proof of the token");
 		H->welcomed = true;
 		H->addr = m.welcome.addr;
 		H->chunk = m.welcome.chunk;
@@ -580,18 +601,31 @@ static void op_hello(struct script *s)
 
 	m.hello.chunk = chunks[p & 3];
 	m.hello.window = windows[(p >> 2) & 7];
-	switch ((p >> 5) & 3) {
-	case 0:
-	case 3:
-		m.hello.token_len = sizeof(TOKEN) - 1;
-		memcpy(m.hello.token, TOKEN, m.hello.token_len);
-		break;
-	case 1:
-		m.hello.token_len = 5;
-		memcpy(m.hello.token, "wrong", 5);
-		break;
+	/* A nonce of its own (the same for the same byte: runs repeat),
+	 * then, if challenged, the proof of the right token or a wrong one,
+	 * or a recorded one (replay_auth), or no token at all. */
+	if (((p >> 5) & 3) != 2) {
+		memset(H->client_nonce, p, CP_NONCE_LEN);
+		H->client_nonce[0] ^= 0x5a;
+		m.hello.nonce_len = CP_NONCE_LEN;
+		memcpy(m.hello.nonce, H->client_nonce, CP_NONCE_LEN);
 	}
 	send_msg(&m);
+	if (!m.hello.nonce_len)
+		return;
+	settle();
+	if (H->challenged) {
+		struct cp_msg a = {.type = CP_AUTH};
+		const char *key = ((p >> 5) & 3) == 1 ? "wrong-token" : TOKEN;
+
+		if (replay_auth)
+			memcpy(a.auth.proof, replay_auth, CP_PROOF_LEN);
+		else if (cp_auth_proof((const uint8_t *)key, strlen(key), CP_AUTH_CLIENT,
+				       H->client_nonce, H->server_nonce, a.auth.proof))
+			fail("cp_auth_proof");
+		memcpy(H->sent_auth, a.auth.proof, CP_PROOF_LEN);
+		send_msg(&a);
+	}
 }
 
 static void op_start(struct script *s)
@@ -1223,6 +1257,56 @@ static void verify_taken(struct harness *h)
 		scenario_bad = "an ERROR";
 }
 
+/* ---- a fake server's recording, replayed to the real one ---- */
+
+static uint8_t recorded[CP_PROOF_LEN];
+
+static void verify_record(struct harness *h)
+{
+	memcpy(recorded, h->sent_auth, CP_PROOF_LEN);
+	if (!h->welcomed)
+		scenario_bad = "the token's proof was refused";
+}
+
+static void verify_replay(struct harness *h)
+{
+	if (h->welcomed)
+		scenario_bad = "a recorded AUTH logged in";
+	else if (!h->errors)
+		scenario_bad = "no ERROR for a recorded AUTH";
+}
+
+/*
+ * Issue 40: the token was shown to whoever answered, so a server that is
+ * not the real one could replay it to the real one. What a sender sends
+ * (HELLO's nonce, AUTH's proof over both nonces) is recorded from one
+ * login and replayed, the same HELLO and that AUTH: the receiver's fresh
+ * nonce makes it worthless. (Protocol 5's HELLO carried the token: its
+ * replay logged in.)
+ */
+static int replayed_login(unsigned int *n)
+{
+	static const uint8_t script[] = {16, 0, 0, 8, 1}; /* token; HELLO; wait */
+	int bad = 0;
+
+	scenario_bad = NULL;
+	scenario_verify = verify_record;
+	LLVMFuzzerTestOneInput(script, sizeof(script));
+	printf("%s %u - the token's proof logs in%s%s\n", scenario_bad ? "not ok" : "ok", ++*n,
+	       scenario_bad ? ": " : "", scenario_bad ? scenario_bad : "");
+	bad |= scenario_bad != NULL;
+	scenario_bad = NULL;
+	scenario_verify = verify_replay;
+	replay_auth = recorded;
+	LLVMFuzzerTestOneInput(script, sizeof(script));
+	replay_auth = NULL;
+	scenario_verify = NULL;
+	printf("%s %u - a recorded login, replayed, is refused%s%s\n",
+	       scenario_bad ? "not ok" : "ok", ++*n, scenario_bad ? ": " : "",
+	       scenario_bad ? scenario_bad : "");
+	return bad | (scenario_bad != NULL);
+}
+
 /* Issue 40: no disk bounds. --max-size and --min-free refuse a file at
  * its FILE_START. */
 static int bounds(unsigned int *n)
@@ -1286,6 +1370,7 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	bad |= scenarios(&n);
 	bad |= bounds(&n);
+	bad |= replayed_login(&n);
 	for (int i = 1; i < argc; i++) {
 		struct dirent **list;
 		int k = scandir(argv[i], &list, NULL, alphasort);
