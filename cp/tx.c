@@ -29,8 +29,10 @@
 #include "proto.h"
 #include "tx.h"
 
-/* HELLO or the last file's FILE_END, FILE_START, FILE_END, ERROR */
-#define TX_SENDS       4
+/* HELLO and AUTH (their completions may not be reaped yet), or the last
+ * file's FILE_END, FILE_START, FILE_END, ERROR: one more than the four
+ * at most at once, for that. */
+#define TX_SENDS       5
 #define TX_SPARE_RECVS 4
 #define FLUSH_MS       3000
 #define CLOSE_MS       5000
