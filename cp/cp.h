@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "proto.h"
 
@@ -39,6 +40,10 @@ struct cp_opts {
 	unsigned int threads;	      /* poll groups the connections are spread over */
 	bool no_auth;		      /* no token: said so, loudly */
 	bool require_mw;	      /* refuse to run without memory windows */
+	bool any_links;		      /* --any-links: store link targets as sent */
+	uint64_t partial_age_s;	      /* --partial-age: at start, older partials go */
+	uint64_t max_size;	      /* --max-size: 0, none */
+	uint64_t min_free;	      /* --min-free: bytes DIR's file system keeps */
 	/* send */
 	char **files;
 	int nfiles;
@@ -101,6 +106,16 @@ int cp_err_exit(unsigned int code);
 
 /* Split "HOST:PORT" or "[V6]:PORT"; returns 0 or -EINVAL. */
 int cp_parse_hostport(const char *s, char *host, size_t host_len, uint16_t *port);
+
+/*
+ * cp_open_walked() - open @path for reading as the file a walk found:
+ * (@dev, @ino). Never through a link as its last component with
+ * @nofollow, never blocking (a FIFO put there is no regular file), and
+ * only if what opened is that very file, whatever the path led through.
+ * The fd, or -errno: -ELOOP a link, -EINVAL not a regular file, -ESTALE
+ * another file.
+ */
+int cp_open_walked(const char *path, dev_t dev, ino_t ino, bool nofollow);
 
 uint64_t cp_now_ns(void);
 double cp_cpu_seconds(void);

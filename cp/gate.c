@@ -121,7 +121,13 @@ unsigned int cp_gate_pending(struct cp_gate *g)
 	return n;
 }
 
-/* @sa as 16 bytes (IPv4 mapped); false for another family. */
+/*
+ * @sa's source as 16 bytes; false for another family. IPv4 (or IPv4
+ * mapped into IPv6): its address, mapped. IPv6: its /64, what one host
+ * or link commonly holds and rotates through (privacy addresses), so
+ * that each new address is no new source with free tries; byte 8 marks
+ * it apart from the mapped ones.
+ */
 static bool key_of(const struct sockaddr *sa, uint8_t key[16])
 {
 	if (sa && sa->sa_family == AF_INET) {
@@ -131,7 +137,15 @@ static bool key_of(const struct sockaddr *sa, uint8_t key[16])
 		return true;
 	}
 	if (sa && sa->sa_family == AF_INET6) {
-		memcpy(key, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
+		const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+
+		if (IN6_IS_ADDR_V4MAPPED(a)) {
+			memcpy(key, a, 16);
+			return true;
+		}
+		memcpy(key, a, 8);
+		memset(key + 8, 0, 8);
+		key[8] = 64;
 		return true;
 	}
 	return false;

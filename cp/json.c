@@ -1,9 +1,13 @@
 // SPDX-License-Identifier: MIT
 /* ringrdma-cp --json FILE: the run's summary, written when it ends. */
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cp.h"
 #include "json.h"
@@ -50,15 +54,12 @@ member(FILE *f, const char *key, const char *fmt, ...)
 	fputs(",\n", f);
 }
 
-static int write_summary(const char *path, const struct cp_opts *o, const struct cp_summary *s)
+static int write_summary(FILE *f, const struct cp_opts *o, const struct cp_summary *s)
 {
 	const struct cp_tally *n = &s->n;
 	double secs = (double)(cp_now_ns() - s->start_ns) / 1e9;
-	FILE *f = fopen(path, "w");
 	int rc = 0;
 
-	if (!f)
-		return -errno;
 	fputs("{\n", f);
 	member(f, "mode", "\"%s\"", s->mode);
 	member(f, "exit_code", "%d", s->exit_code);
@@ -106,13 +107,44 @@ static int write_summary(const char *path, const struct cp_opts *o, const struct
 	return rc;
 }
 
+/*
+ * Written to a new file of its own next to @path (O_EXCL, mode 0600),
+ * then renamed over @path: whatever @path is, a symbolic link planted
+ * there included, it is replaced, never followed or written through.
+ */
+static int write_file(const char *path, const struct cp_opts *o, const struct cp_summary *s)
+{
+	char tmp[PATH_MAX];
+	FILE *f;
+	int fd, rc;
+
+	if (snprintf(tmp, sizeof(tmp), "%s.XXXXXX", path) >= (int)sizeof(tmp))
+		return -ENAMETOOLONG;
+	fd = mkostemp(tmp, O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	f = fdopen(fd, "w");
+	if (!f) {
+		rc = -errno;
+		close(fd);
+		unlink(tmp);
+		return rc;
+	}
+	rc = write_summary(f, o, s);
+	if (!rc && rename(tmp, path))
+		rc = -errno;
+	if (rc)
+		unlink(tmp);
+	return rc;
+}
+
 void cp_json_report(const struct cp_opts *o, const struct cp_summary *s)
 {
 	int rc;
 
 	if (!o->json)
 		return;
-	rc = write_summary(o->json, o, s);
+	rc = write_file(o->json, o, s);
 	if (rc)
 		cp_log("%s: writing %s: %s", s->mode, o->json, strerror(-rc));
 }

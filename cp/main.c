@@ -27,6 +27,7 @@
 #define DEFAULT_HELLO	5u
 #define DEFAULT_CLIENTS 16u
 #define DEFAULT_MIN_RATE 1024u
+#define DEFAULT_PARTIAL_AGE (7u * 86400) /* a week */
 #define CP_THREADS_MAX	64
 #define CP_STR_(x)	#x
 #define CP_STR(x)	CP_STR_(x)
@@ -53,6 +54,12 @@ static void usage(FILE *f)
 	      "  --no-auth            check no token: any host that reaches ADDR:PORT may\n"
 	      "                       store files (serve needs this or --token-file)\n"
 	      "  --require-mw         refuse to run on a device without memory windows\n"
+	      "  --any-links          store link targets as sent: absolute ones and those\n"
+	      "                       leading out of DIR too (refused by default)\n"
+	      "  --max-size BYTES     refuse a file (or stream) larger than BYTES\n"
+	      "  --min-free BYTES     refuse a file that would leave less than BYTES free\n"
+	      "  --partial-age SECS   at start, remove partials unchanged for SECS (default\n"
+	      "                       604800, a week; 0 keeps them)\n"
 	      "send: copy FILEs to a serve peer\n"
 	      "  -r, --recursive      a FILE that is a directory goes as a tree: its\n"
 	      "                       subdirectories, files, modes and mtimes\n"
@@ -139,6 +146,14 @@ static int load_token(struct cp_opts *o, const char *path)
 		close(fd);
 		return -1;
 	}
+	if (st.st_uid != geteuid()) {
+		fprintf(stderr,
+			CP_PROG ": --token-file %s: owned by uid %u, not by the user running "
+				"(uid %u): its owner may read and change it\n",
+			path, (unsigned int)st.st_uid, (unsigned int)geteuid());
+		close(fd);
+		return -1;
+	}
 	if (st.st_mode & (S_IRWXG | S_IRWXO)) {
 		fprintf(stderr,
 			CP_PROG ": --token-file %s: permissions %04o are too open: the token "
@@ -157,9 +172,13 @@ static int load_token(struct cp_opts *o, const char *path)
 	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' ||
 			 buf[n - 1] == '\t'))
 		n--;
-	if (n == 0 || n > CP_TOKEN_MAX) {
-		fprintf(stderr, CP_PROG ": --token-file %s: the token must be 1 to %d bytes\n", path,
-			CP_TOKEN_MAX);
+	/* A guessable secret is none: 16 bytes at least, as from
+	 * "head -c 24 /dev/urandom | base64". */
+	if (n < CP_TOKEN_MIN || n > CP_TOKEN_MAX) {
+		fprintf(stderr,
+			CP_PROG ": --token-file %s: the token must be at least %d bytes (and at "
+				"most %d); make one with: head -c 24 /dev/urandom | base64 > %s\n",
+			path, CP_TOKEN_MIN, CP_TOKEN_MAX, path);
 		return -1;
 	}
 	memcpy(o->token, buf, (size_t)n);
@@ -174,10 +193,11 @@ enum {
 	OPT_TOKEN, OPT_TIMEOUT, OPT_JSON, OPT_QUIET, OPT_MAX_PENDING, OPT_HELLO_TIMEOUT,
 	OPT_MAX_CLIENTS, OPT_DIRECT, OPT_THREADS, OPT_CONNS, OPT_NO_AUTH, OPT_TCP_ALLOW,
 	OPT_MIN_RATE, OPT_MAX_TIME, OPT_RECURSIVE, OPT_LINKS, OPT_REQUIRE_MW, OPT_NO_RESUME,
+	OPT_ANY_LINKS, OPT_PARTIAL_AGE, OPT_MAX_SIZE, OPT_MIN_FREE,
 };
 
 /* Each option is a bit of the "seen" mask. */
-_Static_assert(OPT_NO_RESUME - OPT_LISTEN < 32, "too many options for the seen mask");
+_Static_assert(OPT_MIN_FREE - OPT_LISTEN < 64, "too many options for the seen mask");
 
 static const struct option long_opts[] = {
 	{"listen", required_argument, NULL, OPT_LISTEN},
@@ -211,6 +231,10 @@ static const struct option long_opts[] = {
 	{"recursive", no_argument, NULL, OPT_RECURSIVE},
 	{"links", no_argument, NULL, OPT_LINKS},
 	{"require-mw", no_argument, NULL, OPT_REQUIRE_MW},
+	{"any-links", no_argument, NULL, OPT_ANY_LINKS},
+	{"partial-age", required_argument, NULL, OPT_PARTIAL_AGE},
+	{"max-size", required_argument, NULL, OPT_MAX_SIZE},
+	{"min-free", required_argument, NULL, OPT_MIN_FREE},
 	{"no-resume", no_argument, NULL, OPT_NO_RESUME},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
@@ -222,7 +246,7 @@ static int bad_value(const char *opt, const char *val, const char *want)
 	return -1;
 }
 
-static int parse_opts(int argc, char **argv, struct cp_opts *o, unsigned int *seen)
+static int parse_opts(int argc, char **argv, struct cp_opts *o, uint64_t *seen)
 {
 	uint64_t v;
 	int opt;
@@ -231,7 +255,7 @@ static int parse_opts(int argc, char **argv, struct cp_opts *o, unsigned int *se
 		if (opt == 'r')
 			opt = OPT_RECURSIVE;
 		if (opt >= OPT_LISTEN)
-			*seen |= 1u << (opt - OPT_LISTEN);
+			*seen |= 1ull << (opt - OPT_LISTEN);
 		switch (opt) {
 		case OPT_LISTEN: o->listen = optarg; break;
 		case OPT_DIR: o->dir = optarg; break;
@@ -255,6 +279,7 @@ static int parse_opts(int argc, char **argv, struct cp_opts *o, unsigned int *se
 			o->max_time_s = (unsigned int)v;
 			break;
 		case OPT_REQUIRE_MW: o->require_mw = true; break;
+		case OPT_ANY_LINKS: o->any_links = true; break;
 		case OPT_NO_RESUME: o->no_resume = true; break;
 		case OPT_AS: o->as = optarg; break;
 		case OPT_TCP_LISTEN: o->tcp_listen = optarg; break;
@@ -302,6 +327,21 @@ static int parse_opts(int argc, char **argv, struct cp_opts *o, unsigned int *se
 				return bad_value("max-clients", optarg, "want 1 to 4096");
 			o->max_clients = (unsigned int)v;
 			break;
+		case OPT_PARTIAL_AGE:
+			if (parse_u64(optarg, 0, UINT32_MAX, &v))
+				return bad_value("partial-age", optarg, "want seconds, 0 to keep them");
+			o->partial_age_s = v;
+			break;
+		case OPT_MAX_SIZE:
+			if (parse_u64(optarg, 1, UINT64_MAX, &v))
+				return bad_value("max-size", optarg, "want a positive byte count");
+			o->max_size = v;
+			break;
+		case OPT_MIN_FREE:
+			if (parse_u64(optarg, 0, UINT64_MAX, &v))
+				return bad_value("min-free", optarg, "want a byte count");
+			o->min_free = v;
+			break;
 		case OPT_RATE:
 			if (parse_u64(optarg, 1, UINT64_MAX, &v))
 				return bad_value("limit-rate", optarg, "want a positive byte count");
@@ -337,14 +377,14 @@ static int parse_opts(int argc, char **argv, struct cp_opts *o, unsigned int *se
 }
 
 /* Options that make no sense in a mode are refused rather than ignored. */
-static int only(unsigned int seen, unsigned int allowed, const char *mode)
+static int only(uint64_t seen, uint64_t allowed, const char *mode)
 {
-	unsigned int extra = seen & ~allowed;
+	uint64_t extra = seen & ~allowed;
 
 	if (!extra)
 		return 0;
 	for (unsigned int i = 0; long_opts[i].name; i++)
-		if (long_opts[i].val >= OPT_LISTEN && (extra & (1u << (long_opts[i].val - OPT_LISTEN)))) {
+		if (long_opts[i].val >= OPT_LISTEN && (extra & (1ull << (long_opts[i].val - OPT_LISTEN)))) {
 			fprintf(stderr, CP_PROG ": --%s does not apply to %s\n", long_opts[i].name,
 				mode);
 			break;
@@ -352,7 +392,7 @@ static int only(unsigned int seen, unsigned int allowed, const char *mode)
 	return -1;
 }
 
-#define B(x) (1u << ((x) - OPT_LISTEN))
+#define B(x) (1ull << ((x) - OPT_LISTEN))
 #define COMMON (B(OPT_CHUNK) | B(OPT_WINDOW) | B(OPT_TOKEN) | B(OPT_TIMEOUT) | B(OPT_JSON) | B(OPT_QUIET))
 
 int main(int argc, char **argv)
@@ -364,13 +404,14 @@ int main(int argc, char **argv)
 		.max_conns = DEFAULT_CONNS,
 		.max_pending = DEFAULT_PENDING,
 		.hello_timeout_s = DEFAULT_HELLO,
+		.partial_age_s = DEFAULT_PARTIAL_AGE,
 		.threads = 1,
 		.max_clients = DEFAULT_CLIENTS,
 		.min_rate = DEFAULT_MIN_RATE,
 		.progress = -1,
 		.prefix = "stream",
 	};
-	unsigned int seen = 0;
+	uint64_t seen = 0;
 	const char *mode;
 
 	if (argc < 2) {
@@ -389,7 +430,8 @@ int main(int argc, char **argv)
 	if (!strcmp(mode, "serve")) {
 		if (only(seen, COMMON | B(OPT_LISTEN) | B(OPT_DIR) | B(OPT_FORCE) | B(OPT_COUNT) |
 				       B(OPT_DIRECT) | B(OPT_MAX_CONNS) | B(OPT_MAX_PENDING) | B(OPT_HELLO_TIMEOUT) |
-				       B(OPT_THREADS) | B(OPT_NO_AUTH) | B(OPT_REQUIRE_MW),
+				       B(OPT_THREADS) | B(OPT_NO_AUTH) | B(OPT_REQUIRE_MW) | B(OPT_ANY_LINKS) |
+				       B(OPT_PARTIAL_AGE) | B(OPT_MAX_SIZE) | B(OPT_MIN_FREE),
 			 mode))
 			goto bad;
 		if (!o.listen || !o.dir || optind != argc) {

@@ -62,6 +62,7 @@ const char *cp_type_name(unsigned int type)
 		[CP_GRANT] = "GRANT", [CP_FILE_END] = "FILE_END", [CP_FILE_DONE] = "FILE_DONE",
 		[CP_ERROR] = "ERROR", [CP_MKDIR] = "MKDIR",	  [CP_SYMLINK] = "SYMLINK",
 		[CP_DIR_META] = "DIR_META", [CP_FILE_HAVE] = "FILE_HAVE", [CP_FILE_FROM] = "FILE_FROM",
+		[CP_CHALLENGE] = "CHALLENGE", [CP_AUTH] = "AUTH",
 	};
 
 	if (type < sizeof(names) / sizeof(names[0]) && names[type])
@@ -190,23 +191,36 @@ size_t cp_encode(const struct cp_msg *m, uint8_t *buf, size_t cap)
 
 	switch (m->type) {
 	case CP_HELLO:
-		if (m->hello.token_len > CP_TOKEN_MAX)
+		if (m->hello.nonce_len != 0 && m->hello.nonce_len != CP_NONCE_LEN)
 			return 0;
-		len = 10 + m->hello.token_len;
+		len = 10 + m->hello.nonce_len;
 		if (CP_HDR_LEN + len > cap)
 			return 0;
 		put32(p, m->hello.chunk);
 		put32(p + 4, m->hello.window);
-		put16(p + 8, m->hello.token_len);
-		memcpy(p + 10, m->hello.token, m->hello.token_len);
+		put16(p + 8, m->hello.nonce_len);
+		memcpy(p + 10, m->hello.nonce, m->hello.nonce_len);
 		break;
 	case CP_WELCOME:
-		len = 16;
+		len = 16 + CP_PROOF_LEN;
 		if (CP_HDR_LEN + len > cap)
 			return 0;
 		put32(p, m->welcome.chunk);
 		put32(p + 4, m->welcome.window);
 		put64(p + 8, m->welcome.addr);
+		memcpy(p + 16, m->welcome.proof, CP_PROOF_LEN);
+		break;
+	case CP_CHALLENGE:
+		len = CP_NONCE_LEN;
+		if (CP_HDR_LEN + len > cap)
+			return 0;
+		memcpy(p, m->challenge.nonce, CP_NONCE_LEN);
+		break;
+	case CP_AUTH:
+		len = CP_PROOF_LEN;
+		if (CP_HDR_LEN + len > cap)
+			return 0;
+		memcpy(p, m->auth.proof, CP_PROOF_LEN);
 		break;
 	case CP_FILE_START:
 		if (m->start.name_len > CP_NAME_MAX)
@@ -316,21 +330,33 @@ int cp_decode(const uint8_t *buf, size_t len, struct cp_msg *m, char *why, size_
 			break;
 		m->hello.chunk = get32(p);
 		m->hello.window = get32(p + 4);
-		m->hello.token_len = get16(p + 8);
-		if (m->hello.token_len > CP_TOKEN_MAX || plen != 10u + m->hello.token_len)
-			return bad(why, why_len, "HELLO with a token of %u bytes",
-				   m->hello.token_len);
+		m->hello.nonce_len = get16(p + 8);
+		if ((m->hello.nonce_len && m->hello.nonce_len != CP_NONCE_LEN) ||
+		    plen != 10u + m->hello.nonce_len)
+			return bad(why, why_len, "HELLO with a nonce of %u bytes",
+				   m->hello.nonce_len);
 		if (!geometry_ok(m->hello.chunk, m->hello.window))
 			return bad(why, why_len, "HELLO asks for chunk %u, window %u",
 				   m->hello.chunk, m->hello.window);
-		memcpy(m->hello.token, p + 10, m->hello.token_len);
+		memcpy(m->hello.nonce, p + 10, m->hello.nonce_len);
+		return 0;
+	case CP_CHALLENGE:
+		if (plen != CP_NONCE_LEN)
+			break;
+		memcpy(m->challenge.nonce, p, CP_NONCE_LEN);
+		return 0;
+	case CP_AUTH:
+		if (plen != CP_PROOF_LEN)
+			break;
+		memcpy(m->auth.proof, p, CP_PROOF_LEN);
 		return 0;
 	case CP_WELCOME:
-		if (plen != 16)
+		if (plen != 16 + CP_PROOF_LEN)
 			break;
 		m->welcome.chunk = get32(p);
 		m->welcome.window = get32(p + 4);
 		m->welcome.addr = get64(p + 8);
+		memcpy(m->welcome.proof, p + 16, CP_PROOF_LEN);
 		if (!geometry_ok(m->welcome.chunk, m->welcome.window))
 			return bad(why, why_len, "WELCOME with chunk %u, window %u",
 				   m->welcome.chunk, m->welcome.window);

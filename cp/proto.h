@@ -18,11 +18,14 @@
 #include <stdint.h>
 
 #define CP_MAGIC     0x50435252u /* "RRCP" on the wire */
-#define CP_VERSION   5
+#define CP_VERSION   6
 #define CP_HDR_LEN   8
 #define CP_MSG_MAX   512 /* every receive buffer holds this much */
 #define CP_NAME_MAX  255
 #define CP_TOKEN_MAX 128
+#define CP_TOKEN_MIN 16 /* what a --token-file must hold */
+#define CP_NONCE_LEN 32 /* HELLO's and CHALLENGE's random bytes */
+#define CP_PROOF_LEN 32 /* HMAC-SHA256 over both nonces, keyed by the token */
 #define CP_TEXT_MAX  200
 #define CP_TARGET_MAX 224 /* a symbolic link's target: SYMLINK fits CP_MSG_MAX */
 
@@ -47,6 +50,11 @@ enum cp_type {
 	CP_DIR_META = 11,  /* sender: the directory's mode and mtime, after its contents */
 	CP_FILE_HAVE = 12, /* receiver: what it holds of a CP_START_RESUME file */
 	CP_FILE_FROM = 13, /* sender: where that file's chunks begin */
+	/* Mutual authentication (version 6): the token never crosses the
+	 * wire. HELLO carries the sender's nonce; CHALLENGE the receiver's;
+	 * AUTH the sender's proof; WELCOME the receiver's (cp/auth.h). */
+	CP_CHALLENGE = 14, /* receiver: its nonce */
+	CP_AUTH = 15,	   /* sender: its proof of the token */
 };
 
 /* enum cp_err: what an ERROR message reports, and the exit code it means. */
@@ -85,13 +93,21 @@ struct cp_msg {
 	union {
 		struct {
 			uint32_t chunk, window;
-			uint16_t token_len;
-			uint8_t token[CP_TOKEN_MAX];
+			uint16_t nonce_len; /* 0 (no token) or CP_NONCE_LEN */
+			uint8_t nonce[CP_NONCE_LEN];
 		} hello;
 		struct {
 			uint32_t chunk, window;
 			uint64_t addr;
+			/* the receiver's proof of the token; zeros without one */
+			uint8_t proof[CP_PROOF_LEN];
 		} welcome; /* grants nothing yet: GRANTs follow */
+		struct {
+			uint8_t nonce[CP_NONCE_LEN];
+		} challenge;
+		struct {
+			uint8_t proof[CP_PROOF_LEN];
+		} auth;
 		struct {
 			uint64_t size;
 			uint32_t flags;

@@ -12,6 +12,7 @@
 #include "cp.h"
 #include "gate.h"
 #include "loop.h"
+#include "store.h"
 
 struct rx;
 
@@ -23,9 +24,12 @@ struct rx;
 struct rx_env {
 	struct cp_loop *lp;
 	const struct cp_opts *o;
-	int dirfd;	     /* where files are stored */
+	int dirfd;	      /* where files are stored */
 	struct cp_gate *gate; /* not yet admitted, source failures (every loop's) */
-	struct cp_tally *n;  /* the loop's: chunks and files_ahead counted here */
+	struct cp_tally *n;   /* the loop's: chunks and files_ahead counted here */
+	/* The directories MKDIRs made, every loop's: only those get their
+	 * DIR_META without --force (NULL: none do). */
+	struct cp_dirs *made;
 	/* The token passed: admit the connection (0), or say why not in @why
 	 * (-EBUSY). */
 	int (*admit)(void *data, char *why, size_t len);

@@ -46,6 +46,11 @@ struct entry {
 	int left; /* CP_MKDIR: entries beneath it not yet stored */
 	int conn; /* the connection it went on, -1: not yet */
 	bool done;
+	/* A file: what the walk found, the only file sent under its path;
+	 * in_tree: found by -r's walk (no link as its last component). */
+	dev_t dev;
+	ino_t ino;
+	bool in_tree;
 };
 
 /* One connection; its files go in turn, the connections' side by side. */
@@ -111,12 +116,24 @@ static int pick(struct sender *s, int c)
 static bool open_file(struct sconn *c, struct tx *t, struct tx_src *src, const char *path)
 {
 	struct sender *s = c->s;
+	const struct entry *e = &s->e[src->id];
 	struct stat sb = {0};
 
-	c->fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (c->fd < 0 || fstat(c->fd, &sb) || !S_ISREG(sb.st_mode)) {
+	/* The file the walk found, and nothing else: not what a link put at
+	 * its name (or at a directory's on its path) leads to since, and no
+	 * FIFO to block on. */
+	c->fd = cp_open_walked(path, e->dev, e->ino, e->in_tree);
+	if (c->fd < 0 || fstat(c->fd, &sb)) {
+		int err = c->fd < 0 ? -c->fd : errno;
+
 		snprintf(s->msg, sizeof(s->msg), "cannot open %s: %s", path,
-			 c->fd < 0 || !sb.st_mode ? strerror(errno) : "not a regular file");
+			 err == EINVAL	 ? "not a regular file"
+			 : err == ESTALE ? "not the file found before connecting (changed since)"
+			 : err == ELOOP	 ? "a symbolic link now (changed since)"
+					 : strerror(err));
+		if (c->fd >= 0)
+			close(c->fd);
+		c->fd = -1;
 		tx_abort(t, CP_EXIT_LOCAL_IO, s->msg);
 		return false;
 	}
@@ -299,15 +316,60 @@ static struct cp_time mtime_of(const struct stat *sb)
 	return (struct cp_time){sb->st_mtim.tv_sec, (uint32_t)sb->st_mtim.tv_nsec};
 }
 
-static int no_dots(const struct dirent *de)
+static int by_bytes(const void *a, const void *b)
 {
-	return strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
+	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Byte order, whatever the locale: the same tree goes the same way. */
-static int by_bytes(const struct dirent **a, const struct dirent **b)
+/* The names in the directory @dfd but "." and "..", in byte order (the
+ * same tree goes the same way, whatever the locale): their count in *n,
+ * or NULL (errno set). */
+static char **list_dir(int dfd, int *n)
 {
-	return strcmp((*a)->d_name, (*b)->d_name);
+	int fd = dup(dfd);
+	DIR *d = fd < 0 ? NULL : fdopendir(fd);
+	char **v = NULL;
+	int cap = 0;
+	struct dirent *de;
+
+	*n = 0;
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return NULL;
+	}
+	errno = 0;
+	while ((de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		if (*n == cap) {
+			char **g = realloc(v, (size_t)(cap = cap ? 2 * cap : 64) * sizeof(*v));
+
+			if (!g)
+				break;
+			v = g;
+		}
+		if (!(v[*n] = strdup(de->d_name)))
+			break;
+		++*n;
+		errno = 0;
+	}
+	if (errno) {
+		int err = errno;
+
+		while (*n > 0)
+			free(v[--*n]);
+		free(v);
+		closedir(d);
+		errno = err;
+		return NULL;
+	}
+	closedir(d);
+	if (!v)
+		v = malloc(sizeof(*v));
+	if (*n)
+		qsort(v, (size_t)*n, sizeof(*v), by_bytes);
+	return v;
 }
 
 static char *join(const char *a, const char *b)
@@ -318,34 +380,41 @@ static char *join(const char *a, const char *b)
 }
 
 /*
- * The directory @path (@sb) as @name, in directory entry @dir: MKDIR,
- * its files and links, its subdirectories' entries, DIR_META.
+ * The directory @path (@sb, open as @dfd) as @name, in directory entry
+ * @dir: MKDIR, its files and links, its subdirectories' entries,
+ * DIR_META. Everything beneath is looked at relative to @dfd, and each
+ * subdirectory opened beneath it with O_NOFOLLOW and checked to be the
+ * one just looked at: a directory swapped for a link while the walk runs
+ * leads it nowhere else. Each file's device and inode are kept: only
+ * that file is sent under its path (cp_open_walked()).
  */
 static int walk(struct sender *s, const char *path, const char *name, const struct stat *sb,
-		int dir)
+		int dir, int dfd)
 {
-	struct dirent **list = NULL;
+	char **list = NULL;
 	int me, n, ret = 0;
 
 	me = add(s, (struct entry){.kind = CP_MKDIR, .path = strdup(path), .name = strdup(name),
 				   .dir = dir});
 	if (me < 0)
 		return walk_fail(s, "out of memory");
-	n = scandir(path, &list, no_dots, by_bytes);
-	if (n < 0)
+	list = list_dir(dfd, &n);
+	if (!list)
 		return walk_fail(s, "%s: %s", path, strerror(errno));
 	/* Files and links first, then each subdirectory's tree. */
 	for (int pass = 0; pass < 2 && !ret; pass++) {
 		for (int i = 0; i < n && !ret; i++) {
-			char *cpath = join(path, list[i]->d_name);
-			char *cname = join(name, list[i]->d_name);
-			struct stat cb;
+			const char *base = list[i];
+			char *cpath = join(path, base);
+			char *cname = join(name, base);
+			struct stat cb, ob;
 			char target[CP_TARGET_MAX + 2];
 			ssize_t tl;
+			int cfd;
 
 			if (!cpath || !cname) {
 				ret = walk_fail(s, "out of memory");
-			} else if (lstat(cpath, &cb)) {
+			} else if (fstatat(dfd, base, &cb, AT_SYMLINK_NOFOLLOW)) {
 				ret = walk_fail(s, "%s: %s", cpath, strerror(errno));
 			} else if (S_ISDIR(cb.st_mode) != (pass == 1)) {
 				/* the other pass */
@@ -355,18 +424,33 @@ static int walk(struct sender *s, const char *path, const char *name, const stru
 					       "than %d bytes or has control characters",
 						cpath, cname, CP_NAME_MAX);
 			} else if (S_ISDIR(cb.st_mode)) {
-				ret = walk(s, cpath, cname, &cb, me);
-			} else if (S_ISREG(cb.st_mode)) {
-				if (access(cpath, R_OK))
+				cfd = openat(dfd, base,
+					     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+				if (cfd < 0)
 					ret = walk_fail(s, "%s: %s", cpath, strerror(errno));
-				else if (add(s, (struct entry){.path = cpath, .name = cname,
-							       .dir = me}) < 0)
+				else if (fstat(cfd, &ob) || ob.st_dev != cb.st_dev ||
+					 ob.st_ino != cb.st_ino)
+					ret = walk_fail(s, "%s: changed while the tree was walked",
+							cpath);
+				else
+					ret = walk(s, cpath, cname, &cb, me, cfd);
+				if (cfd >= 0)
+					close(cfd);
+			} else if (S_ISREG(cb.st_mode)) {
+				if (faccessat(dfd, base, R_OK, 0))
+					ret = walk_fail(s, "%s: %s", cpath, strerror(errno));
+				else if (add(s, (struct entry){.path = cpath,
+							       .name = cname,
+							       .dir = me,
+							       .dev = cb.st_dev,
+							       .ino = cb.st_ino,
+							       .in_tree = true}) < 0)
 					ret = walk_fail(s, "out of memory");
 				else
 					s->total += (uint64_t)cb.st_size;
 				cpath = cname = NULL;
 			} else if (S_ISLNK(cb.st_mode) && s->o->links) {
-				tl = readlink(cpath, target, sizeof(target));
+				tl = readlinkat(dfd, base, target, sizeof(target));
 				if (tl < 0)
 					ret = walk_fail(s, "%s: %s", cpath, strerror(errno));
 				else if (tl == 0 || tl > CP_TARGET_MAX)
@@ -434,6 +518,23 @@ static char *top_name(const char *path, const char *as)
 	return base;
 }
 
+/* A directory operand (@sb, as stat() found it: a link given as the
+ * operand is followed), opened and checked to be that one, then walked. */
+static int walk_top(struct sender *s, const char *path, const char *name, const struct stat *sb)
+{
+	int dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC), ret;
+	struct stat ob;
+
+	if (dfd < 0)
+		return walk_fail(s, "%s: %s", path, strerror(errno));
+	if (fstat(dfd, &ob) || ob.st_dev != sb->st_dev || ob.st_ino != sb->st_ino)
+		ret = walk_fail(s, "%s: changed while the tree was walked", path);
+	else
+		ret = walk(s, path, name, sb, -1, dfd);
+	close(dfd);
+	return ret;
+}
+
 /* Every operand, and with -r every entry beneath, before anything moves:
  * files readable, directories walked, names valid. */
 static int check_files(struct sender *s)
@@ -459,7 +560,7 @@ static int check_files(struct sender *s)
 				return ret;
 			}
 			dpath = trim_slashes(strdup(path));
-			ret = dpath ? walk(s, dpath, name, &sb, -1) : walk_fail(s, "out of memory");
+			ret = dpath ? walk_top(s, dpath, name, &sb) : walk_fail(s, "out of memory");
 			free(dpath);
 			free(name);
 			if (ret)
@@ -471,7 +572,10 @@ static int check_files(struct sender *s)
 		base = strrchr(path, '/');
 		base = base ? base + 1 : path;
 		if (add(s, (struct entry){.path = strdup(path),
-					  .name = strdup(s->o->as ? s->o->as : base), .dir = -1}) < 0)
+					  .name = strdup(s->o->as ? s->o->as : base),
+					  .dir = -1,
+					  .dev = sb.st_dev,
+					  .ino = sb.st_ino}) < 0)
 			return walk_fail(s, "out of memory");
 		s->total += (uint64_t)sb.st_size;
 	}

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "json.h"
@@ -80,6 +81,7 @@ static void serve_init(struct serve *s, struct serve_all *a)
 		.o = a->o,
 		.dirfd = a->dirfd,
 		.gate = &a->gate,
+		.made = &a->made,
 		.n = &s->n,
 		.admit = serve_admit,
 		.stored = serve_stored,
@@ -352,6 +354,7 @@ int cp_serve(const struct cp_opts *o)
 	}
 	pthread_mutex_init(&a->mu, NULL);
 	cp_gate_init(&a->gate, o->max_pending);
+	pthread_mutex_init(&a->made.mu, NULL);
 	a->o = o;
 	start_ns = cp_now_ns();
 	a->dirfd = open(o->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -361,6 +364,19 @@ int cp_serve(const struct cp_opts *o)
 		goto out_free;
 	}
 	serve_init(s, a);
+	if (o->partial_age_s) {
+		unsigned int removed = 0;
+		struct timespec now;
+
+		clock_gettime(CLOCK_REALTIME, &now);
+		rc = cp_store_expire(a->dirfd, o->partial_age_s, now.tv_sec, &removed);
+		if (rc)
+			cp_log("serve: looking for stale partials under %s: %s", o->dir,
+			       strerror(-rc));
+		if (removed && !o->quiet)
+			cp_log("serve: removed %u partials unchanged for %llu s (--partial-age)",
+			       removed, (unsigned long long)o->partial_age_s);
+	}
 	if (o->require_mw && cp_mw_check(mw_dev, sizeof(mw_dev))) {
 		cp_log("serve: --require-mw: %s has no memory windows", mw_dev);
 		ret = CP_EXIT_FAIL;
@@ -453,6 +469,7 @@ out_free:
 	free(a->groups);
 	pthread_mutex_destroy(&a->mu);
 	cp_gate_fini(&a->gate);
+	cp_dirs_free(&a->made);
 	free(thread_conns);
 	free(a);
 	free(s);

@@ -21,17 +21,18 @@ struct serve_all {
 	const struct cp_opts *o;
 	int dirfd;
 	struct cp_gate gate; /* not yet admitted: --max-pending, failures per source */
+	struct cp_dirs made; /* directories made by the run's MKDIRs */
 	/* Set once: every connection is aborted with why, and no new one
 	 * starts; each group's loop sees it at its next pass (a tick at the
 	 * latest, every 100 ms). */
 	atomic_bool closing;
 	const char *_Atomic why;
-	atomic_bool exit; /* the listener is gone: groups leave their loops */
-	pthread_mutex_t mu; /* the rest */
+	atomic_bool exit;      /* the listener is gone: groups leave their loops */
+	pthread_mutex_t mu;    /* the rest */
 	unsigned int active;   /* admitted (token checked) and not ended */
 	unsigned int admitted; /* ever admitted: what --count counts */
 	int result;	       /* first failure's exit code */
-	struct cp_tally n; /* files, bytes, checksum */
+	struct cp_tally n;     /* files, bytes, checksum */
 	uint64_t first_ns;
 	struct serve **groups; /* --threads N > 1: N groups */
 	unsigned int ngroups;

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 /* ringrdma-cp: safe creation of received files under the served directory. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
@@ -9,6 +10,7 @@
 #include <stdatomic.h>
 #include <sys/file.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -38,8 +40,29 @@ enum step {
 	S_STAT_TMP, /* pairs: res[0] of the first step, res[1] of the second */
 	S_LINK_SYNC,
 	S_RENAME_SYNC,
-	S_PARTIAL, /* second of S_STAT_TMP for CP_STORE_PARTIAL */
+	S_PARTIAL,     /* second of S_STAT_TMP for CP_STORE_PARTIAL, or alone */
+	S_PART_DROP,   /* what was in the partial's way */
+	S_PART_UNLINK, /* committed: the partial's name goes */
 };
+
+bool cp_store_reserved(const char *base)
+{
+	static const char part[] = ".rrcp-partial", tmp[] = ".rrcp-";
+	size_t n = strlen(base);
+
+	if (base[0] != '.')
+		return false;
+	if (n > sizeof(part) && !strcmp(base + n - (sizeof(part) - 1), part))
+		return true;
+	/* ".NAME.rrcp-%08x" */
+	if (n < 1 + sizeof(tmp) - 1 + 8 ||
+	    memcmp(base + n - 8 - (sizeof(tmp) - 1), tmp, sizeof(tmp) - 1))
+		return false;
+	for (size_t i = n - 8; i < n; i++)
+		if (!strchr("0123456789abcdef", base[i]))
+			return false;
+	return true;
+}
 
 bool cp_store_supported(struct cp_loop *lp)
 {
@@ -105,13 +128,22 @@ static void prep(struct cp_store *st, struct io_uring_sqe *sqe, int step)
 		 * readable by others on the way.
 		 * Its own name in DIR, kept across connections: no symbolic
 		 * link anywhere on the way, none as the name itself, and
-		 * O_NONBLOCK so that a FIFO put there cannot hold a worker. */
-		snprintf(st->tmp, sizeof(st->tmp), ".%.200s.rrcp-partial", st->base);
+		 * O_NONBLOCK so that a FIFO put there cannot hold a worker;
+		 * after what was in the way went, only a new file. */
+		snprintf(st->part, sizeof(st->part), ".%.*s.rrcp-partial", CP_STORE_PART_MAX,
+			 st->base);
 		st->how = (struct open_how){.flags = O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK |
-						     O_CLOEXEC | direct,
+						     O_CLOEXEC | direct |
+						     (st->part_fresh ? O_EXCL : 0),
 					    .mode = 0600,
 					    .resolve = RESOLVE | RESOLVE_NO_SYMLINKS};
-		io_uring_prep_openat2(sqe, st->parentfd, st->tmp, &st->how);
+		io_uring_prep_openat2(sqe, st->parentfd, st->part, &st->how);
+		break;
+	case S_PART_DROP:
+		io_uring_prep_unlinkat(sqe, st->parentfd, st->part, st->drop_flags);
+		break;
+	case S_PART_UNLINK:
+		io_uring_prep_unlinkat(sqe, st->parentfd, st->part, 0);
 		break;
 	case S_TMPFILE:
 		st->how = (struct open_how){.flags = O_WRONLY | O_TMPFILE | O_CLOEXEC | direct,
@@ -239,22 +271,22 @@ static void drop_named_done(struct cp_op *op, int res)
 		free(d);
 }
 
-/* Unlink st->tmp, then close st->parentfd (it names the directory until the
+/* Unlink @name, then close st->parentfd (it names the directory until the
  * unlink ran); the name is copied: @st may be gone before the submit. */
-static void drop_named(struct cp_store *st)
+static void drop_named(struct cp_store *st, const char *name)
 {
 	struct drop_named *d = malloc(sizeof(*d));
 	struct io_uring_sqe *sqe;
 
 	if (!d || !room_for_two(&st->lp->ring)) {
 		free(d);
-		unlinkat(st->parentfd, st->tmp, 0);
+		unlinkat(st->parentfd, name, 0);
 		close(st->parentfd);
 		return;
 	}
 	d->op.done = drop_named_done;
 	d->left = 2;
-	snprintf(d->name, sizeof(d->name), "%s", st->tmp);
+	snprintf(d->name, sizeof(d->name), "%s", name);
 	sqe = cp_loop_sqe(st->lp, &d->op);
 	io_uring_prep_unlinkat(sqe, st->parentfd, d->name, 0);
 	/* A hard link: the directory is closed even if the unlink fails. */
@@ -272,12 +304,30 @@ static void finish(struct cp_store *st, int code)
 	st->done(st, code);
 }
 
+/* Is the partial's name still the file we hold? */
+static bool part_is_ours(struct cp_store *st)
+{
+	struct stat a, b;
+
+	return !fstat(st->fd, &a) && !fstatat(st->parentfd, st->part, &b, AT_SYMLINK_NOFOLLOW) &&
+	       a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+static int queue(struct cp_store *st, int step);
+
 /* The name exists; the directory's fsync ended with @res. */
 static int synced(struct cp_store *st, int res)
 {
 	if (res < 0 && res != -EINVAL)
 		return fail(st, CP_E_IO, "fsync of the directory (the file has its name) of",
 			    st->base, -res);
+	if (st->part_named) {
+		/* The file has its name; the partial's goes too, if it still
+		 * is this file (the unlink's own fsync follows). */
+		st->part_named = false;
+		if (part_is_ours(st))
+			return queue(st, S_PART_UNLINK);
+	}
 	close(st->fd);
 	st->fd = -1;
 	close(st->parentfd);
@@ -286,31 +336,49 @@ static int synced(struct cp_store *st, int res)
 	return 0;
 }
 
-/* The partial's open ended with @res: a regular file of ours, one link,
- * no other connection writing it. */
+/* Not a partial of ours, whatever it holds: remove it (what it leads to
+ * stays), then create the partial anew. */
+static int part_replace(struct cp_store *st, bool dir)
+{
+	if (st->part_fresh)
+		return fail(st, CP_E_NAME, "something keeps coming back at the partial of",
+			    st->base, EEXIST);
+	st->drop_flags = dir ? AT_REMOVEDIR : 0;
+	return queue(st, S_PART_DROP);
+}
+
+/* The partial's open ended with @res: a private regular file of ours,
+ * one link, no other connection writing it; or replaced. */
 static int partial_opened(struct cp_store *st, int res)
 {
 	struct stat sb;
 
 	if (res == -EINVAL && st->direct)
 		return fail(st, CP_E_IO, "no O_DIRECT (--direct) for", st->base, -res);
+	/* A symbolic link (O_NOFOLLOW), a directory. */
+	if (res == -ELOOP || res == -EISDIR)
+		return part_replace(st, res == -EISDIR);
 	if (res < 0)
 		return fail(st, io_err(-res), "cannot open the partial of", st->base, -res);
 	st->fd = res;
 	if (fstat(st->fd, &sb))
 		return fail(st, CP_E_IO, "fstat of the partial of", st->base, errno);
-	if (!S_ISREG(sb.st_mode) || sb.st_nlink != 1) {
+	/* Locked first: a partial being committed has two links for a moment. */
+	if (S_ISREG(sb.st_mode) && flock(st->fd, LOCK_EX | LOCK_NB)) {
+		int err = errno;
+
 		close(st->fd);
 		st->fd = -1;
-		return fail(st, CP_E_NAME, "the partial of", st->base, EPERM);
+		return fail(st, err == EWOULDBLOCK ? CP_E_BUSY : CP_E_IO,
+			    "another connection receives", st->base, err);
 	}
-	if (flock(st->fd, LOCK_EX | LOCK_NB)) {
+	if (!S_ISREG(sb.st_mode) || sb.st_nlink != 1 || sb.st_uid != geteuid() ||
+	    (sb.st_mode & 07777) != 0600) {
 		close(st->fd);
 		st->fd = -1;
-		return fail(st, errno == EWOULDBLOCK ? CP_E_BUSY : CP_E_IO,
-			    "another connection receives", st->base, errno);
+		return part_replace(st, false);
 	}
-	st->tmp_named = true; /* commit renames it */
+	st->part_named = true; /* commit removes it */
 	st->partial_size = (uint64_t)sb.st_size;
 	finish(st, 0);
 	return 0;
@@ -380,6 +448,17 @@ static int next(struct cp_store *st)
 		return queue(st, S_SYNC_DIR);
 	case S_SYNC_DIR:
 		return synced(st, res);
+	case S_PARTIAL:
+		return partial_opened(st, res);
+	case S_PART_DROP:
+		if (res < 0)
+			return fail(st, io_err(-res),
+				    "cannot remove what is in the way of the partial of", st->base,
+				    -res);
+		st->part_fresh = true;
+		return queue(st, S_PARTIAL);
+	case S_PART_UNLINK:
+		return queue(st, S_SYNC_DIR);
 	}
 	/* The end of open: S_TMPFILE or S_NAMED. */
 	if (res == -EINVAL && st->direct)
@@ -435,6 +514,12 @@ int cp_store_open(struct cp_store *st, struct cp_loop *lp, int dirfd, const char
 	st->dirfd = dirfd;
 	st->opening = true;
 	snprintf(st->base, sizeof(st->base), "%s", slash ? slash + 1 : name);
+	if (cp_store_reserved(st->base))
+		return fail(st, CP_E_NAME, "refusing", name, EPERM);
+	/* No partial name can hold it: received as if not to resume, so
+	 * that no two names ever share one. */
+	if (strlen(st->base) > CP_STORE_PART_MAX)
+		st->partial = false;
 	if (slash) {
 		snprintf(st->parent, sizeof(st->parent), "%.*s", (int)(slash - name), name);
 		code = queue(st, S_PARENT);
@@ -457,7 +542,9 @@ int cp_store_commit(struct cp_store *st, cp_store_fn done)
 {
 	st->done = done;
 	st->tries = 0;
-	if (st->tmp_named)
+	/* A partial too is linked from the file we hold: its name may hold
+	 * another by now. */
+	if (st->tmp_named && !st->partial)
 		return queue_pair(st, S_RENAME_SYNC, S_RENAME, S_SYNC_DIR, true);
 	snprintf(st->path, sizeof(st->path), "/proc/self/fd/%d", st->fd);
 	/* Forced: link under a temp name, then rename over the old file. */
@@ -525,15 +612,23 @@ void cp_store_abort(struct cp_store *st)
 {
 	if (st->busy)
 		return;
-	if (st->partial && st->keep && st->tmp_named && st->fd >= 0) {
+	if (st->partial && st->keep && st->part_named && st->fd >= 0) {
 		keep_partial(st);
 		st->fd = -1;
+		st->part_named = false;
+	}
+	if (st->part_named && st->parentfd >= 0 && st->fd >= 0 && !part_is_ours(st))
+		st->part_named = false; /* not ours to remove */
+	if (st->part_named && st->tmp_named && st->parentfd >= 0) {
+		/* Both: the temp name first, on the loop thread (rare). */
+		unlinkat(st->parentfd, st->tmp, 0);
 		st->tmp_named = false;
 	}
-	if (st->tmp_named && st->parentfd >= 0) {
-		drop_named(st);
+	if ((st->tmp_named || st->part_named) && st->parentfd >= 0) {
+		drop_named(st, st->part_named ? st->part : st->tmp);
 		st->parentfd = -1;
 	}
+	st->part_named = false;
 	st->tmp_named = false;
 	if (st->fd >= 0)
 		drop_fd(st->lp, st->fd);
@@ -602,8 +697,7 @@ static int open_beneath(int dirfd, const char *path)
 	return fd < 0 ? -errno : (int)fd;
 }
 
-static int tree_fail(char *why, size_t len, int code, const char *what, const char *name,
-		     int err)
+static int tree_fail(char *why, size_t len, int code, const char *what, const char *name, int err)
 {
 	snprintf(why, len, "%s %s: %s", what, name, strerror(err));
 	return code;
@@ -611,8 +705,7 @@ static int tree_fail(char *why, size_t len, int code, const char *what, const ch
 
 /* The directory @name goes into, opened as above, and its last component
  * in @base; or a negative cp_err code. */
-static int open_parent(int dirfd, const char *name, char base[NAME_MAX + 1], char *why,
-		       size_t len)
+static int open_parent(int dirfd, const char *name, char base[NAME_MAX + 1], char *why, size_t len)
 {
 	const char *slash = strrchr(name, '/');
 	char parent[CP_NAME_MAX + 1];
@@ -627,7 +720,83 @@ static int open_parent(int dirfd, const char *name, char base[NAME_MAX + 1], cha
 	return fd;
 }
 
-int cp_store_mkdir(int dirfd, const char *name, int *syncfd, char *why, size_t why_len)
+/* A directory's key in a struct cp_dirs: never 0. */
+static uint64_t dir_key(const struct stat *sb)
+{
+	uint64_t k = ((uint64_t)sb->st_dev * 0x9e3779b97f4a7c15ull) ^ (uint64_t)sb->st_ino;
+
+	return k ? k : 1;
+}
+
+static bool dirs_has_locked(const struct cp_dirs *d, uint64_t k)
+{
+	if (!d->cap)
+		return false;
+	for (size_t i = k & (d->cap - 1);; i = (i + 1) & (d->cap - 1)) {
+		if (d->v[i] == k)
+			return true;
+		if (!d->v[i])
+			return false;
+	}
+}
+
+static bool dirs_has(struct cp_dirs *d, uint64_t k)
+{
+	bool has;
+
+	pthread_mutex_lock(&d->mu);
+	has = dirs_has_locked(d, k);
+	pthread_mutex_unlock(&d->mu);
+	return has;
+}
+
+static int dirs_add_locked(struct cp_dirs *d, uint64_t k)
+{
+	if (dirs_has_locked(d, k))
+		return 0;
+	if ((d->n + 1) * 2 > d->cap) {
+		struct cp_dirs g = {.cap = d->cap ? 2 * d->cap : 64};
+
+		g.v = calloc(g.cap, sizeof(*g.v));
+		if (!g.v)
+			return -ENOMEM;
+		for (size_t i = 0; i < d->cap; i++)
+			if (d->v[i])
+				dirs_add_locked(&g, d->v[i]);
+		free(d->v);
+		d->v = g.v;
+		d->cap = g.cap;
+		d->n = g.n;
+	}
+	for (size_t i = k & (d->cap - 1);; i = (i + 1) & (d->cap - 1))
+		if (!d->v[i]) {
+			d->v[i] = k;
+			d->n++;
+			return 0;
+		}
+}
+
+static int dirs_add(struct cp_dirs *d, uint64_t k)
+{
+	int rc;
+
+	pthread_mutex_lock(&d->mu);
+	rc = dirs_add_locked(d, k);
+	pthread_mutex_unlock(&d->mu);
+	return rc;
+}
+
+void cp_dirs_free(struct cp_dirs *d)
+{
+	pthread_mutex_lock(&d->mu);
+	free(d->v);
+	d->v = NULL;
+	d->cap = d->n = 0;
+	pthread_mutex_unlock(&d->mu);
+}
+
+int cp_store_mkdir(int dirfd, const char *name, struct cp_dirs *made, int *syncfd, char *why,
+		   size_t why_len)
 {
 	char base[NAME_MAX + 1];
 	int pfd = open_parent(dirfd, name, base, why, why_len);
@@ -636,9 +805,22 @@ int cp_store_mkdir(int dirfd, const char *name, int *syncfd, char *why, size_t w
 
 	if (pfd < 0)
 		return -pfd;
+	if (cp_store_reserved(base)) {
+		close(pfd);
+		return tree_fail(why, why_len, CP_E_NAME, "refusing", name, EPERM);
+	}
 	/* mkdirat() follows no link in @base: a link there is EEXIST. */
-	if (mkdirat(pfd, base, 0700) == 0)
+	if (mkdirat(pfd, base, 0700) == 0) {
+		err = !made ? 0
+		      : fstatat(pfd, base, &sb, AT_SYMLINK_NOFOLLOW)
+			      ? errno
+			      : -dirs_add(made, dir_key(&sb));
+		if (err) {
+			close(pfd);
+			return tree_fail(why, why_len, CP_E_IO, "cannot note directory", name, err);
+		}
 		goto made;
+	}
 	err = errno;
 	if (err == EEXIST && !fstatat(pfd, base, &sb, AT_SYMLINK_NOFOLLOW) && S_ISDIR(sb.st_mode))
 		goto made;
@@ -651,9 +833,32 @@ made:
 	return 0;
 }
 
-int cp_store_symlink(int dirfd, const char *name, const char *target,
-		     const struct cp_time *mtime, bool force, int *syncfd, char *why,
-		     size_t why_len)
+/* Does @target, from a link at @name (under DIR), stay under DIR? */
+static bool target_inside(const char *name, const char *target)
+{
+	int depth = 0;
+
+	if (target[0] == '/')
+		return false;
+	for (const char *p = name; (p = strchr(p, '/')); p++)
+		depth++; /* the directories the link lies in */
+	for (const char *p = target; *p;) {
+		size_t n = strcspn(p, "/");
+
+		if (n == 2 && p[0] == '.' && p[1] == '.') {
+			if (--depth < 0)
+				return false;
+		} else if (n && !(n == 1 && p[0] == '.')) {
+			depth++;
+		}
+		p += n;
+		p += *p == '/';
+	}
+	return true;
+}
+
+int cp_store_symlink(int dirfd, const char *name, const char *target, const struct cp_time *mtime,
+		     unsigned int flags, int *syncfd, char *why, size_t why_len)
 {
 	char base[NAME_MAX + 1], tmp[NAME_MAX + 1];
 	int pfd = open_parent(dirfd, name, base, why, why_len);
@@ -662,11 +867,27 @@ int cp_store_symlink(int dirfd, const char *name, const char *target,
 
 	if (pfd < 0)
 		return -pfd;
+	if (cp_store_reserved(base)) {
+		close(pfd);
+		return tree_fail(why, why_len, CP_E_NAME, "refusing", name, EPERM);
+	}
+	if (!(flags & CP_LINK_ANYWHERE) && !target_inside(name, target)) {
+		close(pfd);
+		snprintf(why, why_len, "refusing link %s: its target leads out of DIR", name);
+		return CP_E_NAME;
+	}
 	if (symlinkat(target, pfd, base) == 0)
 		goto made;
 	err = errno;
-	if (err != EEXIST || !force)
+	if (err != EEXIST || !(flags & CP_LINK_FORCE))
 		goto out;
+	/* Forced: over another link only, never a file or directory. */
+	{
+		struct stat sb;
+
+		if (fstatat(pfd, base, &sb, AT_SYMLINK_NOFOLLOW) || !S_ISLNK(sb.st_mode))
+			goto out;
+	}
 	/* Forced: made under a temp name and renamed over the old entry;
 	 * rename() never puts it over a directory. */
 	if (getrandom(&r, sizeof(r), 0) != sizeof(r))
@@ -697,13 +918,27 @@ out:
 }
 
 int cp_store_dir_meta(int dirfd, const char *name, uint32_t mode, const struct cp_time *mtime,
-		      int *syncfd, char *why, size_t why_len)
+		      struct cp_dirs *made, bool force, bool *left, int *syncfd, char *why,
+		      size_t why_len)
 {
 	int fd = open_beneath(dirfd, name);
+	struct stat sb;
 	int err;
 
+	*left = false;
 	if (fd < 0)
 		return tree_fail(why, why_len, io_err(-fd), "directory", name, -fd);
+	if (fstat(fd, &sb)) {
+		err = errno;
+		close(fd);
+		return tree_fail(why, why_len, CP_E_IO, "fstat of", name, err);
+	}
+	if (!force && !(made && dirs_has(made, dir_key(&sb)))) {
+		/* Not made by this transfer: an operator's, or another's. */
+		*left = true;
+		*syncfd = fd;
+		return 0;
+	}
 	if (fchmod(fd, perm(mode)) || set_mtime(fd, NULL, mtime)) {
 		err = errno;
 		close(fd);
@@ -711,4 +946,65 @@ int cp_store_dir_meta(int dirfd, const char *name, uint32_t mode, const struct c
 	}
 	*syncfd = fd;
 	return 0;
+}
+
+static bool is_partial_name(const char *n)
+{
+	static const char part[] = ".rrcp-partial";
+	size_t len = strlen(n);
+
+	return n[0] == '.' && len > sizeof(part) && !strcmp(n + len - (sizeof(part) - 1), part);
+}
+
+static int expire_in(int dfd, uint64_t max_age_s, int64_t now, unsigned int *removed,
+		     int depth)
+{
+	int fd = dup(dfd), rc = 0;
+	DIR *d = fd < 0 ? NULL : fdopendir(fd);
+	struct dirent *de;
+
+	if (!d) {
+		rc = -errno;
+		if (fd >= 0)
+			close(fd);
+		return rc;
+	}
+	while ((de = readdir(d))) {
+		struct stat sb;
+		int cfd;
+
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
+		    fstatat(dfd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW))
+			continue;
+		if (S_ISDIR(sb.st_mode) && depth < 128) {
+			cfd = openat(dfd, de->d_name,
+				     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (cfd >= 0) {
+				int r = expire_in(cfd, max_age_s, now, removed, depth + 1);
+
+				if (r && !rc)
+					rc = r;
+				close(cfd);
+			}
+			continue;
+		}
+		if (!S_ISREG(sb.st_mode) || !is_partial_name(de->d_name) || sb.st_nlink != 1 ||
+		    sb.st_uid != geteuid() || (int64_t)sb.st_mtim.tv_sec + (int64_t)max_age_s >= now)
+			continue;
+		/* Not one a connection (of another serve, say) holds. */
+		cfd = openat(dfd, de->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+		if (cfd < 0)
+			continue;
+		if (!flock(cfd, LOCK_EX | LOCK_NB) && !unlinkat(dfd, de->d_name, 0))
+			++*removed;
+		close(cfd);
+	}
+	closedir(d);
+	return rc;
+}
+
+int cp_store_expire(int dirfd, uint64_t max_age_s, int64_t now, unsigned int *removed)
+{
+	*removed = 0;
+	return expire_in(dirfd, max_age_s, now, removed, 0);
 }

@@ -13,6 +13,7 @@
 #define CP_STORE_H
 
 #include <limits.h>
+#include <pthread.h>
 #include <linux/openat2.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -36,11 +37,14 @@ struct cp_store {
 	bool busy;	       /* a step is in flight: abort must wait for done */
 	bool exists;	       /* CP_STORE_SAME: a regular file has the name already */
 	uint64_t exist_size;   /* its size */
-	bool partial;	       /* CP_STORE_PARTIAL: fd is the partial tmp[] */
+	bool partial;	       /* CP_STORE_PARTIAL: fd is the partial part[] */
+	bool part_named;       /* part[] names fd in parentfd (as far as we know) */
+	bool part_fresh;       /* what was in part[]'s way went: create it anew */
 	bool keep;	       /* abort keeps the partial, synced (default) */
 	uint64_t partial_size; /* what it held when opened */
 	char base[NAME_MAX + 1];
 	char tmp[NAME_MAX + 1];
+	char part[NAME_MAX + 1];
 	char why[400]; /* "what NAME: error", NAME up to NAME_MAX */
 	/* private: the step in flight and what it reads until its CQE */
 	struct cp_op op[2]; /* a step is one SQE or two */
@@ -48,13 +52,31 @@ struct cp_store {
 	struct cp_loop *lp;
 	cp_store_fn done;
 	int step, tries;
-	int dirfd;    /* DIR, borrowed while its subdirectory is opened */
-	bool opening; /* a failed open leaves nothing open */
+	int drop_flags; /* S_PART_DROP: 0 or AT_REMOVEDIR */
+	int dirfd;	/* DIR, borrowed while its subdirectory is opened */
+	bool opening;	/* a failed open leaves nothing open */
 	struct open_how how;
 	struct statx stx;
 	char parent[256]; /* CP_NAME_MAX + 1 */
 	char path[64];
 };
+
+/* The longest last component that has a partial: ".NAME.rrcp-partial"
+ * must fit in NAME_MAX. */
+#define CP_STORE_PART_MAX (NAME_MAX - 14)
+
+/* cp_store_reserved() - is @base (a last component) a name of the store's
+ * own, a partial's or a temp file's, which no sender may make? */
+bool cp_store_reserved(const char *base);
+
+/*
+ * cp_store_expire() - remove the partials under @dirfd, at any depth and
+ * through no symbolic link, last changed more than @max_age_s seconds
+ * before @now: regular files of this user's named ".NAME.rrcp-partial",
+ * one link, not locked by a connection. Their number in *removed. 0, or
+ * -errno of the first directory that could not be read (the rest done).
+ */
+int cp_store_expire(int dirfd, uint64_t max_age_s, int64_t now, unsigned int *removed);
 
 /* cp_store_supported() - does @lp's kernel have every opcode above? */
 bool cp_store_supported(struct cp_loop *lp);
@@ -67,10 +89,15 @@ enum {
 	CP_STORE_SAME = 1 << 2,
 	/*
 	 * Write into the named partial ".NAME.rrcp-partial" (created, or
-	 * opened with what it holds: partial_size), never through a symbolic
-	 * link, a regular file with one link, locked against a second
-	 * connection; commit renames it; abort keeps it, synced, unless keep
-	 * was cleared.
+	 * opened with what it holds: partial_size), locked against a second
+	 * connection. What is found there is adopted only if it is a regular
+	 * file of this user's, mode 0600, with one link; anything else (a
+	 * link, a directory, someone's file) is removed and the partial
+	 * created anew. Commit links the open file itself under NAME (never
+	 * whatever the partial's name holds by then), then removes the
+	 * partial's name if it still is that file; abort keeps it, synced,
+	 * unless keep was cleared. A NAME of over CP_STORE_PART_MAX bytes
+	 * has no partial: it is received as without this flag, holding 0.
 	 */
 	CP_STORE_PARTIAL = 1 << 3,
 };
@@ -121,18 +148,41 @@ int cp_store_meta(struct cp_store *st, uint32_t mode, const struct cp_time *mtim
  *
  * cp_store_mkdir() - create @name with mode 0700 (cp_store_dir_meta()
  * sets its own once its contents are in); an existing directory is used
- * as it is, anything else there is refused.
- * cp_store_symlink() - @name as a symbolic link to @target, stored
- * verbatim, with @mtime; an existing name is refused unless @force, and a
- * directory always.
+ * as it is, anything else there is refused. One it created is added to
+ * @made (if not NULL).
+ * cp_store_symlink() - @name as a symbolic link to @target with @mtime.
+ * Unless CP_LINK_ANYWHERE, a target that is absolute, or whose ".."
+ * lead out of the directory given to serve from where the link lies, is
+ * refused (CP_E_NAME): serve never follows a link, but others reading
+ * DIR would. An existing name is refused unless CP_LINK_FORCE, and then
+ * only another symbolic link is replaced, never a file or directory.
  * cp_store_dir_meta() - the directory @name's mode (less the umask) and
- * modification time.
+ * modification time; only for a directory in @made (serve keeps one set
+ * for the run: made by a transfer to this serve), or any with @force;
+ * another is left as it is, *left set.
  */
-int cp_store_mkdir(int dirfd, const char *name, int *syncfd, char *why, size_t why_len);
-int cp_store_symlink(int dirfd, const char *name, const char *target,
-		     const struct cp_time *mtime, bool force, int *syncfd, char *why,
-		     size_t why_len);
+struct cp_dirs {
+	pthread_mutex_t mu; /* serve's threads share one */
+	uint64_t *v;	    /* open addressing; 0 is empty */
+	size_t cap, n;
+};
+#define CP_DIRS_INIT                                                                               \
+	{                                                                                          \
+		.mu = PTHREAD_MUTEX_INITIALIZER                                                    \
+	}
+void cp_dirs_free(struct cp_dirs *d);
+
+enum {
+	CP_LINK_FORCE = 1 << 0,	   /* replace an existing symbolic link */
+	CP_LINK_ANYWHERE = 1 << 1, /* store any target, absolute ones too */
+};
+
+int cp_store_mkdir(int dirfd, const char *name, struct cp_dirs *made, int *syncfd, char *why,
+		   size_t why_len);
+int cp_store_symlink(int dirfd, const char *name, const char *target, const struct cp_time *mtime,
+		     unsigned int flags, int *syncfd, char *why, size_t why_len);
 int cp_store_dir_meta(int dirfd, const char *name, uint32_t mode, const struct cp_time *mtime,
-		      int *syncfd, char *why, size_t why_len);
+		      struct cp_dirs *made, bool force, bool *left, int *syncfd, char *why,
+		      size_t why_len);
 
 #endif

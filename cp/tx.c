@@ -23,13 +23,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "auth.h"
 #include "ctl.h"
 #include "hash.h"
 #include "proto.h"
 #include "tx.h"
 
-/* HELLO or the last file's FILE_END, FILE_START, FILE_END, ERROR */
-#define TX_SENDS       4
+/* HELLO and AUTH (their completions may not be reaped yet), or the last
+ * file's FILE_END, FILE_START, FILE_END, ERROR: one more than the four
+ * at most at once, for that. */
+#define TX_SENDS       5
 #define TX_SPARE_RECVS 4
 #define FLUSH_MS       3000
 #define CLOSE_MS       5000
@@ -69,6 +72,9 @@ struct tx_slot {
 struct tx {
 	struct cp_loop *lp;
 	const struct cp_opts *o;
+	/* HELLO's nonce and CHALLENGE's (cp/auth.h) */
+	uint8_t client_nonce[CP_NONCE_LEN], server_nonce[CP_NONCE_LEN];
+	bool challenged;
 	struct tx_hooks h;
 	rr_ep *ep;
 	enum tx_state state;
@@ -640,6 +646,27 @@ static void send_start(struct tx *t)
 	pump(t);
 }
 
+/* CHALLENGE: our proof of the token over both nonces, never the token. */
+static void on_challenge(struct tx *t, const struct cp_msg *m)
+{
+	struct cp_msg a = {.type = CP_AUTH};
+
+	if (!t->o->have_token) {
+		tx_fail(t, CP_EXIT_REFUSED, CP_E_AUTH,
+			"%s asks for a token (--token-file): none given", t->peer);
+		return;
+	}
+	t->challenged = true;
+	memcpy(t->server_nonce, m->challenge.nonce, CP_NONCE_LEN);
+	if (cp_auth_proof(t->o->token, t->o->token_len, CP_AUTH_CLIENT, t->client_nonce,
+			  t->server_nonce, a.auth.proof)) {
+		tx_fail(t, CP_EXIT_FAIL, CP_E_ABORT, "cannot compute the proof of the token");
+		return;
+	}
+	if (tx_send(t, &a))
+		tx_fail(t, CP_EXIT_NET, 0, "cannot send AUTH");
+}
+
 static void on_welcome(struct tx *t, const struct cp_msg *m)
 {
 	if (m->welcome.chunk > t->o->chunk || m->welcome.window > t->o->window) {
@@ -669,9 +696,26 @@ static void on_message(struct tx *t, const uint8_t *buf, uint32_t len)
 		tx_fail(t, cp_err_exit(m.error.code), 0, "receiver %s: %s: %s", t->peer,
 			cp_err_name(m.error.code), m.error.text);
 		return;
+	case CP_CHALLENGE:
+		if (t->state != TX_HELLO || t->challenged)
+			break;
+		on_challenge(t, &m);
+		return;
 	case CP_WELCOME:
 		if (t->state != TX_HELLO)
 			break;
+		/* With a token, only a receiver that proved it holds it too:
+		 * one that is not the real one learns nothing from us. */
+		if (t->o->have_token &&
+		    (!t->challenged ||
+		     !cp_auth_check(t->o->token, t->o->token_len, CP_AUTH_SERVER, t->client_nonce,
+				    t->server_nonce, m.welcome.proof))) {
+			tx_fail(t, CP_EXIT_REFUSED, CP_E_AUTH,
+				"%s did not prove it holds the token (%s): not the receiver "
+				"meant, or it runs --no-auth",
+				t->peer, t->challenged ? "wrong proof" : "no CHALLENGE");
+			return;
+		}
 		on_welcome(t, &m);
 		return;
 	case CP_FILE_HAVE:
@@ -825,8 +869,14 @@ static void on_connect(rr_ep *ep, int status, void *data)
 	m.hello.chunk = t->o->chunk;
 	m.hello.window = t->o->window;
 	if (t->o->have_token) {
-		m.hello.token_len = t->o->token_len;
-		memcpy(m.hello.token, t->o->token, t->o->token_len);
+		int rc = cp_auth_nonce(t->client_nonce);
+
+		if (rc) {
+			tx_fail(t, CP_EXIT_FAIL, CP_E_ABORT, "no random nonce: %s", strerror(-rc));
+			return;
+		}
+		m.hello.nonce_len = CP_NONCE_LEN;
+		memcpy(m.hello.nonce, t->client_nonce, CP_NONCE_LEN);
 	}
 	t->state = TX_HELLO;
 	if (tx_send(t, &m))

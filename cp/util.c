@@ -5,8 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cp.h"
 
@@ -133,4 +136,24 @@ uint64_t cp_peak_rss_bytes(void)
 
 	getrusage(RUSAGE_SELF, &ru);
 	return (uint64_t)ru.ru_maxrss * 1024; /* Linux reports KiB */
+}
+
+int cp_open_walked(const char *path, dev_t dev, ino_t ino, bool nofollow)
+{
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | (nofollow ? O_NOFOLLOW : 0));
+	struct stat sb;
+	int err;
+
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &sb)) {
+		err = -errno;
+		close(fd);
+		return err;
+	}
+	if (!S_ISREG(sb.st_mode) || sb.st_dev != dev || sb.st_ino != ino) {
+		close(fd);
+		return !S_ISREG(sb.st_mode) ? -EINVAL : -ESTALE;
+	}
+	return fd;
 }

@@ -45,8 +45,8 @@ result $ok "unwritable DIR: sender exits 7, serve 3, both say why (exit $crc/$sr
 [ $ok = 1 ] || show "$T/ro.c.err" "$T/ro.err"
 
 # --- tokens
-tok "$T/good.tok" right-secret
-tok "$T/bad.tok" wrong-secret
+tok "$T/good.tok" right-secret-0123456789
+tok "$T/bad.tok" wrong-secret-0123456789
 mkdir -p "$T/tok"
 # Strangers do not count toward --count, nor change serve's exit status.
 start_serve tok $((PORT + 2)) --dir "$T/tok" --count 1 --token-file "$T/good.tok"

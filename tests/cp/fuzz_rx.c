@@ -54,6 +54,7 @@
 
 #include <xxhash.h>
 
+#include "auth.h"
 #include "fake_cm.h"
 #include "gate.h"
 #include "loop.h"
@@ -154,7 +155,26 @@ struct harness {
 	struct write writes[MAX_WRITES];
 	unsigned int nwrites;
 	uint64_t broke_ns; /* a write of the peer's was refused: both QPs in error */
+	/* FILE_HAVE: how many, and the last one */
+	unsigned int haves;
+	uint64_t have_bytes, have_sum;
+	uint8_t have_flags;
+	/* the handshake: our nonce, the receiver's, the proof we sent */
+	uint8_t client_nonce[CP_NONCE_LEN], server_nonce[CP_NONCE_LEN];
+	uint8_t sent_auth[CP_PROOF_LEN];
+	bool challenged;
 };
+
+/* Set: op_hello answers CHALLENGE with this proof, recorded before. */
+static const uint8_t *replay_auth;
+
+/* A scenario of the replay (RX_REPLAY): what is in DIR before the
+ * receiver starts, and what must hold after the script (before
+ * teardown's own checks, which see only the receiver's files: it
+ * removes what it planted). */
+static void (*scenario_plant)(int dirfd);
+static void (*scenario_opts)(struct cp_opts *o);
+static void (*scenario_verify)(struct harness *h);
 
 static struct harness *H;
 
@@ -340,9 +360,22 @@ static void on_message(const uint8_t *buf, uint32_t len)
 	if (cp_decode(buf, len, &m, why, sizeof(why)))
 		fail("the receiver sent a malformed message: %s", why);
 	switch (m.type) {
+	case CP_CHALLENGE:
+		if (H->challenged || !H->o.have_token)
+			fail("a CHALLENGE %s", H->challenged ? "again" : "without a token");
+		H->challenged = true;
+		memcpy(H->server_nonce, m.challenge.nonce, CP_NONCE_LEN);
+		break;
 	case CP_WELCOME:
 		if (H->welcomed)
 			fail("a second WELCOME");
+		/* With a token, only after our proof checked, and with the
+		 * receiver's own. */
+		if (H->o.have_token &&
+		    (!H->challenged ||
+		     !cp_auth_check((const uint8_t *)TOKEN, sizeof(TOKEN) - 1, CP_AUTH_SERVER,
+				    H->client_nonce, H->server_nonce, m.welcome.proof)))
+			fail("WELCOME without the receiver's proof of the token");
 		H->welcomed = true;
 		H->addr = m.welcome.addr;
 		H->chunk = m.welcome.chunk;
@@ -369,6 +402,12 @@ static void on_message(const uint8_t *buf, uint32_t len)
 		break;
 	case CP_ERROR:
 		H->errors++;
+		break;
+	case CP_FILE_HAVE:
+		H->haves++;
+		H->have_bytes = m.have.bytes;
+		H->have_sum = m.have.checksum;
+		H->have_flags = m.have.flags;
 		break;
 	default:
 		fail("the receiver sent %s", cp_type_name(m.type));
@@ -562,18 +601,31 @@ static void op_hello(struct script *s)
 
 	m.hello.chunk = chunks[p & 3];
 	m.hello.window = windows[(p >> 2) & 7];
-	switch ((p >> 5) & 3) {
-	case 0:
-	case 3:
-		m.hello.token_len = sizeof(TOKEN) - 1;
-		memcpy(m.hello.token, TOKEN, m.hello.token_len);
-		break;
-	case 1:
-		m.hello.token_len = 5;
-		memcpy(m.hello.token, "wrong", 5);
-		break;
+	/* A nonce of its own (the same for the same byte: runs repeat),
+	 * then, if challenged, the proof of the right token or a wrong one,
+	 * or a recorded one (replay_auth), or no token at all. */
+	if (((p >> 5) & 3) != 2) {
+		memset(H->client_nonce, p, CP_NONCE_LEN);
+		H->client_nonce[0] ^= 0x5a;
+		m.hello.nonce_len = CP_NONCE_LEN;
+		memcpy(m.hello.nonce, H->client_nonce, CP_NONCE_LEN);
 	}
 	send_msg(&m);
+	if (!m.hello.nonce_len)
+		return;
+	settle();
+	if (H->challenged) {
+		struct cp_msg a = {.type = CP_AUTH};
+		const char *key = ((p >> 5) & 3) == 1 ? "wrong-token" : TOKEN;
+
+		if (replay_auth)
+			memcpy(a.auth.proof, replay_auth, CP_PROOF_LEN);
+		else if (cp_auth_proof((const uint8_t *)key, strlen(key), CP_AUTH_CLIENT,
+				       H->client_nonce, H->server_nonce, a.auth.proof))
+			fail("cp_auth_proof");
+		memcpy(H->sent_auth, a.auth.proof, CP_PROOF_LEN);
+		send_msg(&a);
+	}
 }
 
 static void op_start(struct script *s)
@@ -870,6 +922,10 @@ static void setup(struct harness *h, uint8_t cfg)
 	h->dirfd = open(h->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (h->dirfd < 0 || mkdirat(h->dirfd, "dir", 0700))
 		fail("cannot make %s", h->dir);
+	if (scenario_plant)
+		scenario_plant(h->dirfd);
+	if (scenario_opts)
+		scenario_opts(&h->o);
 	h->mem = aligned_alloc(4096, (size_t)(NRECV + NSEND) * CP_MSG_MAX + DATA_MAX);
 	h->content = calloc(1, FILE_MAX);
 	if (!h->mem || !h->content)
@@ -986,6 +1042,8 @@ static void teardown(struct harness *h)
 	io_uring_queue_exit(&h->ring);
 	cp_loop_fini(&h->lp);
 	cp_gate_fini(&h->gate);
+	if (scenario_verify)
+		scenario_verify(h);
 	if (check_dir(h->dirfd, "") > h->stored)
 		fail("more files stored than the receiver reported");
 	remove_tree(h->dirfd);
@@ -1079,12 +1137,240 @@ static int replay(const char *path, unsigned int *n)
 	return 0;
 }
 
+/* ---- scenarios: hand-written sessions with what they must leave ---- */
+
+static const char *scenario_bad; /* why the last scenario failed, or NULL */
+
+static void plant_file(int dirfd, const char *name, const char *text)
+{
+	int fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+
+	if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text))
+		fail("cannot plant %s", name);
+	close(fd);
+}
+
+static uint64_t size_of(int dirfd, const char *name)
+{
+	struct stat sb;
+
+	return fstatat(dirfd, name, &sb, AT_SYMLINK_NOFOLLOW) ? UINT64_MAX : (uint64_t)sb.st_size;
+}
+
+/* An operator's file "a" of 4 bytes, a PIN. */
+static void plant_pin(int dirfd)
+{
+	plant_file(dirfd, "a", "1234");
+}
+
+/* A partial of "b" another transfer left, 8 bytes. */
+static void plant_partial(int dirfd)
+{
+	plant_file(dirfd, ".b.rrcp-partial", "abcdefgh");
+}
+
+static struct {
+	unsigned int haves, errors;
+	uint64_t have_bytes;
+} seen;
+
+static void verify_pin(struct harness *h)
+{
+	seen.haves = h->haves;
+	seen.errors = h->errors;
+	seen.have_bytes = h->have_bytes;
+	if (h->haves && (h->have_bytes || h->have_flags || h->have_sum == XXH3_64bits("1234", 4)))
+		scenario_bad = "FILE_HAVE told of the file under the name";
+	if (size_of(h->dirfd, "a") != 4)
+		scenario_bad = "the file under the name changed";
+	unlinkat(h->dirfd, "a", 0);
+	unlinkat(h->dirfd, ".a.rrcp-partial", 0);
+}
+
+static void verify_partial(struct harness *h)
+{
+	if (size_of(h->dirfd, ".b.rrcp-partial") != 8)
+		scenario_bad = "a smaller declared size emptied another transfer's partial";
+	else if (!h->errors)
+		scenario_bad = "no ERROR for a partial longer than the file";
+	unlinkat(h->dirfd, ".b.rrcp-partial", 0);
+}
+
+/* HELLO (token, chunk 4096, window 1), then FILE_START of @name, @size,
+ * to resume; run with a token, window 1, memory windows, no --force. */
+static void run_start(const char *name, uint64_t size, uint32_t flags)
+{
+	struct cp_msg m = {.type = CP_FILE_START};
+	uint8_t script[8 + CP_MSG_MAX];
+	size_t n = 0, len;
+
+	script[n++] = 16; /* cfg: token */
+	script[n++] = 0;  /* HELLO */
+	script[n++] = 0;  /* right token, chunk 4096, window 1 */
+	m.start.flags = flags;
+	m.start.size = size;
+	m.start.name_len = (uint16_t)strlen(name);
+	memcpy(m.start.name, name, m.start.name_len);
+	len = cp_encode(&m, script + n + 3, CP_MSG_MAX);
+	script[n++] = 5; /* raw SEND */
+	script[n++] = (uint8_t)len;
+	script[n++] = (uint8_t)(len >> 8);
+	n += len;
+	script[n++] = 8; /* wait */
+	script[n++] = 4;
+	LLVMFuzzerTestOneInput(script, n);
+}
+
+static int scenario(unsigned int *n, const char *what, void (*plant)(int),
+		    void (*verify)(struct harness *), const char *name, uint64_t size)
+{
+	scenario_bad = NULL;
+	scenario_plant = plant;
+	scenario_verify = verify;
+	run_start(name, size, CP_START_RESUME);
+	scenario_plant = NULL;
+	scenario_verify = NULL;
+	printf("%s %u - %s%s%s\n", scenario_bad ? "not ok" : "ok", ++*n, what,
+	       scenario_bad ? ": " : "", scenario_bad ? scenario_bad : "");
+	return scenario_bad != NULL;
+}
+
+static void opts_max_size(struct cp_opts *o)
+{
+	o->max_size = 1000;
+}
+
+static void opts_min_free(struct cp_opts *o)
+{
+	o->min_free = UINT64_MAX / 2;
+}
+
+static void verify_refused(struct harness *h)
+{
+	if (!h->errors)
+		scenario_bad = "no ERROR";
+}
+
+static void verify_taken(struct harness *h)
+{
+	if (h->errors)
+		scenario_bad = "an ERROR";
+}
+
+/* ---- a fake server's recording, replayed to the real one ---- */
+
+static uint8_t recorded[CP_PROOF_LEN];
+
+static void verify_record(struct harness *h)
+{
+	memcpy(recorded, h->sent_auth, CP_PROOF_LEN);
+	if (!h->welcomed)
+		scenario_bad = "the token's proof was refused";
+}
+
+static void verify_replay(struct harness *h)
+{
+	if (h->welcomed)
+		scenario_bad = "a recorded AUTH logged in";
+	else if (!h->errors)
+		scenario_bad = "no ERROR for a recorded AUTH";
+}
+
+/*
+ * Issue 40: the token was shown to whoever answered, so a server that is
+ * not the real one could replay it to the real one. What a sender sends
+ * (HELLO's nonce, AUTH's proof over both nonces) is recorded from one
+ * login and replayed, the same HELLO and that AUTH: the receiver's fresh
+ * nonce makes it worthless. (Protocol 5's HELLO carried the token: its
+ * replay logged in.)
+ */
+static int replayed_login(unsigned int *n)
+{
+	static const uint8_t script[] = {16, 0, 0, 8, 1}; /* token; HELLO; wait */
+	int bad = 0;
+
+	scenario_bad = NULL;
+	scenario_verify = verify_record;
+	LLVMFuzzerTestOneInput(script, sizeof(script));
+	printf("%s %u - the token's proof logs in%s%s\n", scenario_bad ? "not ok" : "ok", ++*n,
+	       scenario_bad ? ": " : "", scenario_bad ? scenario_bad : "");
+	bad |= scenario_bad != NULL;
+	scenario_bad = NULL;
+	scenario_verify = verify_replay;
+	replay_auth = recorded;
+	LLVMFuzzerTestOneInput(script, sizeof(script));
+	replay_auth = NULL;
+	scenario_verify = NULL;
+	printf("%s %u - a recorded login, replayed, is refused%s%s\n",
+	       scenario_bad ? "not ok" : "ok", ++*n, scenario_bad ? ": " : "",
+	       scenario_bad ? scenario_bad : "");
+	return bad | (scenario_bad != NULL);
+}
+
+/* Issue 40: no disk bounds. --max-size and --min-free refuse a file at
+ * its FILE_START. */
+static int bounds(unsigned int *n)
+{
+	static const struct {
+		const char *what;
+		void (*opts)(struct cp_opts *);
+		void (*verify)(struct harness *);
+		uint64_t size;
+	} t[] = {
+		{"--max-size refuses a larger file", opts_max_size, verify_refused, 4096},
+		{"--max-size takes a smaller one", opts_max_size, verify_taken, 100},
+		{"--min-free refuses what would leave less free", opts_min_free, verify_refused, 1},
+	};
+	int bad = 0;
+
+	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+		scenario_bad = NULL;
+		scenario_opts = t[i].opts;
+		scenario_verify = t[i].verify;
+		run_start("a", t[i].size, 0);
+		scenario_opts = NULL;
+		scenario_verify = NULL;
+		printf("%s %u - %s%s%s\n", scenario_bad ? "not ok" : "ok", ++*n, t[i].what,
+		       scenario_bad ? ": " : "", scenario_bad ? scenario_bad : "");
+		bad |= scenario_bad != NULL;
+	}
+	return bad;
+}
+
+/* Issue 40, proven 4 and 5: resume answers of what a sender may not
+ * learn or undo. */
+static int scenarios(unsigned int *n)
+{
+	unsigned int haves;
+	uint64_t bytes;
+	int bad = 0;
+
+	bad |= scenario(n, "resume is no hash oracle on a file under its name", plant_pin,
+			verify_pin, "a", 4);
+	haves = seen.haves + 10 * seen.errors;
+	bytes = seen.have_bytes;
+	bad |= scenario(n, "resume is no size oracle on a file under its name", plant_pin,
+			verify_pin, "a", 5);
+	if (haves != seen.haves + 10 * seen.errors || bytes != seen.have_bytes) {
+		printf("not ok %u - sizes 4 and 5 were answered differently\n", ++*n);
+		bad = 1;
+	} else {
+		printf("ok %u - sizes 4 and 5 answered alike\n", ++*n);
+	}
+	bad |= scenario(n, "a smaller size leaves another transfer's partial", plant_partial,
+			verify_partial, "b", 4);
+	return bad;
+}
+
 int main(int argc, char **argv)
 {
 	unsigned int n = 0;
 	int bad = 0;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	bad |= scenarios(&n);
+	bad |= bounds(&n);
+	bad |= replayed_login(&n);
 	for (int i = 1; i < argc; i++) {
 		struct dirent **list;
 		int k = scandir(argv[i], &list, NULL, alphasort);

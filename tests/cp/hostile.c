@@ -16,12 +16,12 @@
  *	"requested N" once every request was sent.
  *
  *   cp-hostile guess ADDR PORT N TOKEN_FILE
- *	N connections one after the other, each a HELLO with a wrong token,
- *	then one with the token of TOKEN_FILE; prints the answer to each:
+ *	N connections one after the other, each proving a wrong token,
+ *	then one proving the token of TOKEN_FILE; prints the answer to each:
  *	"try I: refused CODE TEXT" or "try I: welcome", the last as "good: ...".
  *
  *   cp-hostile churn ADDR PORT SECS
- *	For SECS seconds: connect, send a HELLO with a wrong token, and keep
+ *	For SECS seconds: connect, send a HELLO (never the AUTH), and keep
  *	the connection without ever answering the receiver's disconnect,
  *	as a reconnect loop would (200 kept at most, the oldest let go).
  *	Prints "connections N".
@@ -61,7 +61,8 @@
  *	work completion), then holds the connection SECS seconds without
  *	ever disconnecting.
  *
- * Where a peer says HELLO, it sends the token in $CP_HOSTILE_TOKEN, if set.
+ * Where a peer says HELLO, it proves the token in $CP_HOSTILE_TOKEN, if set
+ * (a nonce, and AUTH for the CHALLENGE: cp/auth.h).
  *
  * Exit 0 when the peer did its part, 1 on a network failure, 2 on usage.
  */
@@ -78,6 +79,7 @@
 #include <rdma/rdma_verbs.h>
 #include <xxhash.h>
 
+#include "auth.h"
 #include "proto.h"
 
 struct conn {
@@ -317,24 +319,50 @@ static int rw_attack(struct rw *c, uint32_t len)
 	return 0;
 }
 
-/* HELLO, the WELCOME in @w, then the first GRANT for the key of seq 0:
- * 0, 1 refused (printed), -1 failed. */
-static int rw_hello(struct rw *c, uint32_t chunk, struct cp_msg *w)
+/*
+ * HELLO (a nonce with @token, none without), and with @token the AUTH
+ * that answers the receiver's CHALLENGE with a proof of it (cp/auth.h);
+ * then its answer in @w: WELCOME 0, refused 1 (printed), failed -1.
+ */
+static int rw_login(struct rw *c, const char *token, size_t len, uint32_t chunk, struct cp_msg *w)
 {
-	struct cp_msg m = {.type = CP_HELLO};
-	const char *token = getenv("CP_HOSTILE_TOKEN");
+	struct cp_msg m = {.type = CP_HELLO}, a = {.type = CP_AUTH};
+	uint8_t cn[CP_NONCE_LEN];
 	int rc;
 
 	m.hello.chunk = chunk;
 	m.hello.window = 1;
-	/* A receiver that checks a token gets it: the attack comes after. */
-	if (token && strlen(token) <= CP_TOKEN_MAX) {
-		m.hello.token_len = (uint16_t)strlen(token);
-		memcpy(m.hello.token, token, m.hello.token_len);
+	if (token) {
+		if (cp_auth_nonce(cn))
+			return -1;
+		m.hello.nonce_len = CP_NONCE_LEN;
+		memcpy(m.hello.nonce, cn, CP_NONCE_LEN);
 	}
 	if (rw_send(c, &m))
 		return -1;
-	rc = rw_expect(c, w, CP_WELCOME);
+	if (!token)
+		return rw_expect(c, w, CP_WELCOME);
+	rc = rw_expect(c, &m, CP_CHALLENGE);
+	if (rc)
+		return rc;
+	if (cp_auth_proof((const uint8_t *)token, len, CP_AUTH_CLIENT, cn, m.challenge.nonce,
+			  a.auth.proof) ||
+	    rw_send(c, &a))
+		return -1;
+	return rw_expect(c, w, CP_WELCOME);
+}
+
+/* HELLO, the WELCOME in @w, then the first GRANT for the key of seq 0:
+ * 0, 1 refused (printed), -1 failed. */
+static int rw_hello(struct rw *c, uint32_t chunk, struct cp_msg *w)
+{
+	struct cp_msg m;
+	const char *token = getenv("CP_HOSTILE_TOKEN");
+	int rc;
+
+	/* A receiver that checks a token gets its proof: the attack comes
+	 * after. */
+	rc = rw_login(c, token, token ? strlen(token) : 0, chunk, w);
 	if (!rc)
 		rc = rw_expect(c, &m, CP_GRANT);
 	if (rc)
@@ -578,18 +606,14 @@ static int halfopen(int argc, char **argv)
 /* HELLO with @token, then the answer, printed after @label. */
 static int try_token(struct rdma_addrinfo *ai, const char *label, const char *token, size_t len)
 {
-	struct cp_msg m = {.type = CP_HELLO}, w;
+	struct cp_msg w;
 	struct rw *c = rw_open(ai);
 	int rc;
 
 	if (!c)
 		return -1;
-	m.hello.chunk = 4096;
-	m.hello.window = 1;
-	m.hello.token_len = (uint16_t)len;
-	memcpy(m.hello.token, token, len);
 	printf("%s: ", label);
-	rc = rw_send(c, &m) ? -1 : rw_expect(c, &w, CP_WELCOME);
+	rc = rw_login(c, token, len, 4096, &w);
 	if (rc == 0)
 		printf("welcome\n");
 	else if (rc < 0)
@@ -650,10 +674,13 @@ static int churn(int argc, char **argv)
 	ai = resolve(argv[2], argv[3]);
 	if (!ai)
 		return 1;
+	/* A nonce, and never the AUTH the receiver's CHALLENGE asks for:
+	 * each waits in the gate, evicted by the next ones (a sender that
+	 * proves nothing is never admitted). */
 	m.hello.chunk = 4096;
 	m.hello.window = 1;
-	m.hello.token_len = 5;
-	memcpy(m.hello.token, "wrong", 5);
+	m.hello.nonce_len = CP_NONCE_LEN;
+	memset(m.hello.nonce, 0x5a, CP_NONCE_LEN);
 	end = now_ms() + (uint64_t)atoi(argv[4]) * 1000;
 	while (now_ms() < end) {
 		struct rw *c = rw_open(ai);

@@ -19,8 +19,8 @@ mkdir -p "$T/src"
 head -c $((8 << 20)) /dev/urandom >"$T/src/eight"
 head -c $((16 << 20)) /dev/urandom >"$T/src/sixteen"
 printf 'hello\n' >"$T/src/small"
-tok "$T/good.tok" right-secret
-tok "$T/bad.tok" wrong-secret
+tok "$T/good.tok" right-secret-0123456789
+tok "$T/bad.tok" wrong-secret-0123456789
 
 # Is every byte of FILE... printable ASCII or a newline?
 printable() { python3 -c 'import sys
@@ -181,8 +181,8 @@ result $ok "half-open requests are dropped --hello-timeout (2 s) after the reque
 [ $ok = 1 ] || show "$T/dl.h.out" "$T/dl.h.err" "$T/dl.err" "$T/dl.json"
 
 echo "# $SECONDS s"
-# --- a reconnect loop: each connection sends a wrong token and never
-# answers the disconnect; then a flood of half-open requests, many within
+# --- a reconnect loop: each connection sends HELLO, never the AUTH its
+# CHALLENGE asks for (protocol 6), and never answers the disconnect; then a flood of half-open requests, many within
 # one loop pass. Refused connections give back their QP at once and count
 # toward --max-pending until then, and a request that finds the gate full
 # drops its victim (on this one thread) inside its own callback: serve
@@ -241,7 +241,11 @@ ok=0
 result $ok "a reconnect loop of $conns refused connections, then half-open requests: serve held at most $most QPs (--max-pending 4, bound 5, checked 8; samples serve/peer:$samples)"
 [ $ok = 1 ] || show "$T/churn.h.out" "$T/churn.h.err" "$T/flood.h.err" "$T/rdma.err" "$T/churn.err"
 ok=0
-[ -n "$conns" ] && [ "$lines" -lt 25 ] && [ "$lines" -lt "$conns" ] &&
+# 5 at once, then one a second: about 25 over this section's 20 s. With
+# protocol 6 the loop's connections wait in the gate to be evicted (no
+# AUTH) instead of being refused at once, and the last of them go with
+# the flood: the lab logged exactly 25, so the bound is 30.
+[ -n "$conns" ] && [ "$lines" -le 30 ] && [ "$lines" -lt "$conns" ] &&
 	grep -q "more refusals not logged" "$T/churn.err" && ok=1
 result $ok "refusals are logged a few a second with a count of the rest ($lines lines for $conns)"
 [ $ok = 1 ] || show "$T/churn.err"

@@ -70,7 +70,7 @@ await_line() {
 # A token file as ringrdma-cp wants it (no one else may read it), for the
 # tests that authenticate: serve --token-file "$TOKEN", send likewise.
 TOKEN=$T/token
-(umask 077 && printf 'lab-secret-%s\n' "$RANDOM$RANDOM" >"$TOKEN") || exit 1
+(umask 077 && printf 'lab-secret-%05d%05d%05d\n' "$RANDOM" "$RANDOM" "$RANDOM" >"$TOKEN") || exit 1
 # tok FILE TEXT: a token file with TEXT, mode 0600.
 tok() { (umask 077 && printf '%s\n' "$2" >"$1"); }
 

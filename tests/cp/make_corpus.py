@@ -9,7 +9,7 @@ import os
 import struct
 import sys
 
-MAGIC, VERSION = 0x50435252, 5
+MAGIC, VERSION = 0x50435252, 6
 
 
 def msg(t, payload, version=VERSION, magic=MAGIC, plen=None):
@@ -31,9 +31,14 @@ def entry(t, name, target=b"", mode=0, sec=0, nsec=0):
 def main(out):
     os.makedirs(out, exist_ok=True)
     seeds = [
-        msg(1, struct.pack("<IIH", 1 << 20, 16, 5) + b"token"),
+        msg(1, struct.pack("<IIH", 1 << 20, 16, 32) + bytes(range(32))),  # a nonce
+        msg(1, struct.pack("<IIH", 1 << 20, 16, 5) + b"token"),  # version 5's token
         msg(1, struct.pack("<IIH", 4096, 1, 0)),
-        msg(2, struct.pack("<IIQ", 65536, 8, 0x7F0000001000)),
+        msg(2, struct.pack("<IIQ", 65536, 8, 0x7F0000001000) + b"p" * 32),
+        msg(2, struct.pack("<IIQ", 65536, 8, 0x7F0000001000)),  # version 5's WELCOME
+        msg(14, b"n" * 32),  # CHALLENGE
+        msg(15, b"a" * 32),  # AUTH
+        msg(15, b"a" * 31),
         msg(3, struct.pack("<QIH", 1 << 30, 0, 8) + b"data.bin" + meta()),
         msg(3, struct.pack("<QIH", 0, 1, 10) + b"sub/stream" + meta()),
         msg(3, struct.pack("<QIH", 5, 8, 5) + b"a/b/c" + meta(0o755, 1700000000, 999999999)),
@@ -78,7 +83,8 @@ def main(out):
         msg(1, struct.pack("<IIH", 4096, 3, 0), version=2),
         msg(1, struct.pack("<IIH", 4096, 3, 0), version=3),
         msg(1, struct.pack("<IIH", 4096, 3, 0), version=4),
-        msg(1, struct.pack("<IIH", 4096, 3, 0), version=6),
+        msg(1, struct.pack("<IIH", 4096, 3, 0), version=5),
+        msg(1, struct.pack("<IIH", 4096, 3, 0), version=7),
         msg(6, struct.pack("<QQ", 1, 2), plen=200),
         b"\x00" * 17,
         b"\xff" * 40,

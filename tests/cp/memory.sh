@@ -14,8 +14,8 @@ HOSTILE=${2:?usage: memory.sh PATH/TO/ringrdma-cp PATH/TO/cp-hostile}
 . "$(dirname "$0")/lib.sh" 6
 PORT=7560
 
-(umask 077 && printf 'memory-secret\n' >"$T/tok")
-export CP_HOSTILE_TOKEN=memory-secret
+(umask 077 && printf 'memory-secret-0123456789\n' >"$T/tok")
+export CP_HOSTILE_TOKEN=memory-secret-0123456789
 head -c 300000 /dev/urandom >"$T/small"
 
 # --- no memory windows: --require-mw refuses to start

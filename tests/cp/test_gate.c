@@ -125,6 +125,50 @@ Test(gate, table_is_bounded_and_keeps_a_persistent_guesser)
 	cp_gate_fini(&g);
 }
 
+/* One host of IPv6 has a /64 to rotate through: its addresses share a
+ * hold (issue 40); another /64 does not. An IPv4-mapped address counts
+ * as the IPv4 address it is. */
+Test(gate, ipv6_sources_are_held_back_by_their_64)
+{
+	struct cp_gate g;
+	struct sockaddr_in6 a = {.sin6_family = AF_INET6}, b, other;
+	uint64_t now = 10 * S;
+
+	cp_gate_init(&g, 16);
+	a.sin6_addr.s6_addr[0] = 0x20;
+	a.sin6_addr.s6_addr[1] = 0x01;
+	b = a;
+	other = a;
+	other.sin6_addr.s6_addr[7] = 1;
+	for (int i = 0; i < GATE_FREE_FAILS + 1; i++) {
+		a.sin6_addr.s6_addr[15] = (uint8_t)i;
+		a.sin6_addr.s6_addr[9] = (uint8_t)(i * 7);
+		cp_gate_failed(&g, SA(a), now);
+	}
+	b.sin6_addr.s6_addr[15] = 0xee;
+	b.sin6_addr.s6_addr[8] = 0x55;
+	cr_expect_gt(cp_gate_held(&g, SA(b), now), 0, "a fresh address of the /64 got free tries");
+	cr_expect_eq(cp_gate_held(&g, SA(other), now), 0, "another /64 is held back");
+	cp_gate_fini(&g);
+}
+
+Test(gate, mapped_ipv4_is_its_ipv4)
+{
+	struct cp_gate g;
+	struct sockaddr_in a = v4(0x0a000001), c = v4(0x0a000002);
+	struct sockaddr_in6 m = {.sin6_family = AF_INET6};
+	uint64_t now = 10 * S;
+
+	cp_gate_init(&g, 16);
+	m.sin6_addr.s6_addr[10] = m.sin6_addr.s6_addr[11] = 0xff;
+	memcpy(&m.sin6_addr.s6_addr[12], &a.sin_addr, 4);
+	for (int i = 0; i < GATE_FREE_FAILS + 1; i++)
+		cp_gate_failed(&g, SA(m), now);
+	cr_expect_gt(cp_gate_held(&g, SA(a), now), 0);
+	cr_expect_eq(cp_gate_held(&g, SA(c), now), 0, "its /64 is not a bucket");
+	cp_gate_fini(&g);
+}
+
 Test(gate, log_lines_burst_then_one_a_second)
 {
 	struct cp_gate g;

@@ -19,6 +19,9 @@
 static struct cp_loop lp;
 static char dir[64];
 static int dirfd_, calls, last_code;
+/* The directories "this transfer" made, as a receiver keeps them. */
+static struct cp_dirs made = CP_DIRS_INIT;
+static bool left;
 
 static void setup(void)
 {
@@ -37,6 +40,7 @@ static void teardown(void)
 	char cmd[128];
 
 	cp_loop_fini(&lp);
+	cp_dirs_free(&made);
 	close(dirfd_);
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
 	cr_expect_eq(system(cmd), 0);
@@ -215,25 +219,37 @@ static int mkdir_(const char *name)
 	char why[256];
 	int fd = -1;
 
-	return entry(cp_store_mkdir(dirfd_, name, &fd, why, sizeof(why)), &fd);
+	return entry(cp_store_mkdir(dirfd_, name, &made, &fd, why, sizeof(why)), &fd);
 }
 
-static int symlink_(const char *name, const char *target, bool force)
+static int link_(const char *name, const char *target, unsigned int flags)
 {
 	struct cp_time t = {1000000000, 5};
 	char why[256];
 	int fd = -1;
 
-	return entry(cp_store_symlink(dirfd_, name, target, &t, force, &fd, why, sizeof(why)), &fd);
+	return entry(cp_store_symlink(dirfd_, name, target, &t, flags, &fd, why, sizeof(why)), &fd);
 }
 
-static int dir_meta(const char *name, uint32_t mode, int64_t sec)
+static int symlink_(const char *name, const char *target, bool force)
+{
+	return link_(name, target, force ? CP_LINK_FORCE : 0);
+}
+
+static int dir_meta_(const char *name, uint32_t mode, int64_t sec, bool force)
 {
 	struct cp_time t = {sec, 123456789};
 	char why[256];
 	int fd = -1;
 
-	return entry(cp_store_dir_meta(dirfd_, name, mode, &t, &fd, why, sizeof(why)), &fd);
+	return entry(cp_store_dir_meta(dirfd_, name, mode, &t, &made, force, &left, &fd, why,
+				       sizeof(why)),
+		     &fd);
+}
+
+static int dir_meta(const char *name, uint32_t mode, int64_t sec)
+{
+	return dir_meta_(name, mode, sec, false);
 }
 
 Test(store, a_tree_is_made_with_its_modes_times_and_links)
@@ -247,9 +263,9 @@ Test(store, a_tree_is_made_with_its_modes_times_and_links)
 	cr_expect_eq(lstat_in("top").st_mode & 07777, 0700);
 	cr_assert_eq(mkdir_("top"), 0, "an existing directory is used as it is");
 	cr_assert_eq(mkdir_("top/sub"), 0);
-	cr_assert_eq(symlink_("top/l", "../../etc/passwd", false), 0);
-	cr_assert_eq(readlinkat(dirfd_, "top/l", target, sizeof(target) - 1), 16);
-	cr_expect_str_eq(target, "../../etc/passwd", "the target is stored verbatim");
+	cr_assert_eq(symlink_("top/l", "sub/../../top/./f", false), 0);
+	cr_assert_eq(readlinkat(dirfd_, "top/l", target, sizeof(target) - 1), 17);
+	cr_expect_str_eq(target, "sub/../../top/./f", "the target is stored verbatim");
 	sb = lstat_in("top/l");
 	cr_expect(S_ISLNK(sb.st_mode));
 	cr_expect_eq(sb.st_mtim.tv_sec, 1000000000);
@@ -421,9 +437,10 @@ Test(store, a_file_is_private_until_its_mode_is_set)
 	cr_expect_eq(mode_of("q"), 0600, "no mode given: the file stayed private");
 }
 
-/* A partial that failed its check goes (keep cleared); one that is a
- * symbolic link, or a file with a second link, is never written. */
-Test(store, a_partial_is_dropped_or_refused)
+/* A partial that failed its check goes (keep cleared); a symbolic link,
+ * or a file with a second link, at its name is never written through:
+ * the link goes and a new partial takes its place. */
+Test(store, a_partial_is_dropped_or_replaced)
 {
 	struct cp_store st;
 	char path[256], other[256];
@@ -440,14 +457,239 @@ Test(store, a_partial_is_dropped_or_refused)
 	snprintf(other, sizeof(other), "%s/victim", dir);
 	cr_assert_eq(symlink(other, path), 0);
 	cr_assert_eq(cp_store_open(&st, &lp, dirfd_, "q", CP_STORE_PARTIAL, on_done), 0);
-	cr_expect_eq(await(calls + 1), CP_E_NAME);
+	cr_expect_eq(await(calls + 1), 0);
+	cr_assert_eq(pwrite(st.fd, "x", 1, 0), 1);
+	st.keep = false;
+	cp_store_abort(&st);
+	settle();
 	cr_expect_neq(lstat(other, &sb), 0, "created through the symbolic link");
-	cr_assert_eq(unlink(path), 0);
+	cr_expect_neq(lstat(path, &sb), 0);
 
 	cr_assert_eq(close(open(other, O_WRONLY | O_CREAT, 0600)), 0);
 	cr_assert_eq(link(other, path), 0);
 	cr_assert_eq(cp_store_open(&st, &lp, dirfd_, "q", CP_STORE_PARTIAL, on_done), 0);
-	cr_expect_eq(await(calls + 1), CP_E_NAME);
+	cr_expect_eq(await(calls + 1), 0);
+	cr_assert_eq(pwrite(st.fd, "x", 1, 0), 1);
+	cp_store_abort(&st);
+	settle();
 	cr_assert_eq(stat(other, &sb), 0);
 	cr_expect_eq(sb.st_size, 0);
+	cr_expect_eq(sb.st_nlink, 1);
+}
+
+/* The names of partials and temp files are the store's own: no sender
+ * may make one, as a file, a directory or a link (issue 40: a partial
+ * planted under such a name was adopted, or renamed over another's). */
+Test(store, the_store_s_own_names_are_refused)
+{
+	cr_expect_eq(store(".big.rrcp-partial", "planted\n", false), CP_E_NAME);
+	cr_expect_eq(store(".big.rrcp-0badf00d", "planted\n", true), CP_E_NAME);
+	cr_expect_eq(mkdir_(".big.rrcp-partial"), CP_E_NAME);
+	cr_expect_eq(symlink_(".big.rrcp-partial", "elsewhere", false), CP_E_NAME);
+	cr_assert_eq(mkdir_("sub"), 0);
+	cr_expect_eq(store("sub/.x.rrcp-partial", "planted\n", false), CP_E_NAME);
+	expect_entries("", 1);
+	/* Names that only look alike are anybody's. */
+	cr_expect_eq(store("big.rrcp-partial", "fine\n", false), 0);
+	cr_expect_eq(store(".big.rrcp-partial2", "fine\n", false), 0);
+}
+
+static void plant(const char *name, const char *text, mode_t mode)
+{
+	int fd = openat(dirfd_, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+
+	cr_assert_geq(fd, 0, "%s: %s", name, strerror(errno));
+	cr_assert_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	cr_assert_eq(fchmod(fd, mode), 0);
+	close(fd);
+}
+
+/* Whatever is found under a partial's name and is not a private regular
+ * file of ours with one link is replaced by a fresh one, never adopted,
+ * written through or left in the way. */
+Test(store, a_planted_partial_is_replaced_never_adopted)
+{
+	struct cp_store st;
+	char other[256];
+	struct stat sb;
+
+	plant(".big.rrcp-partial", "planted", 0644);
+	cr_assert_eq(cp_store_open(&st, &lp, dirfd_, "big", CP_STORE_PARTIAL, on_done), 0);
+	cr_assert_eq(await(calls + 1), 0);
+	cr_expect_eq(st.partial_size, 0, "a world-readable partial was adopted");
+	cr_expect_eq(mode_of(".big.rrcp-partial"), 0600);
+	cp_store_abort(&st);
+	settle();
+
+	/* An empty directory there: removed, not in the way for good. */
+	cr_assert_eq(mkdirat(dirfd_, ".d.rrcp-partial", 0755), 0);
+	cr_assert_eq(cp_store_open(&st, &lp, dirfd_, "d", CP_STORE_PARTIAL, on_done), 0);
+	cr_assert_eq(await(calls + 1), 0);
+	cr_expect_eq(st.partial_size, 0);
+	cr_expect_eq(mode_of(".d.rrcp-partial"), 0600);
+	cp_store_abort(&st);
+	settle();
+
+	/* A link, symbolic or hard: the link goes, what it leads to stays. */
+	snprintf(other, sizeof(other), "%s/victim", dir);
+	plant("victim", "victim", 0644);
+	cr_assert_eq(symlinkat(other, dirfd_, ".s.rrcp-partial"), 0);
+	cr_assert_eq(cp_store_open(&st, &lp, dirfd_, "s", CP_STORE_PARTIAL, on_done), 0);
+	cr_assert_eq(await(calls + 1), 0);
+	cr_expect_eq(st.partial_size, 0);
+	cr_expect_eq(mode_of(".s.rrcp-partial"), 0600);
+	cp_store_abort(&st);
+	settle();
+	cr_assert_eq(linkat(dirfd_, "victim", dirfd_, ".h.rrcp-partial", 0), 0);
+	cr_assert_eq(cp_store_open(&st, &lp, dirfd_, "h", CP_STORE_PARTIAL, on_done), 0);
+	cr_assert_eq(await(calls + 1), 0);
+	cr_expect_eq(st.partial_size, 0);
+	cp_store_abort(&st);
+	settle();
+	cr_assert_eq(stat(other, &sb), 0);
+	cr_expect_eq(sb.st_nlink, 1);
+	expect_file("victim", "victim");
+}
+
+/* Commit names the file it wrote, whatever lies under the partial's
+ * name by then. */
+Test(store, commit_names_the_file_written_not_the_partial_s_name)
+{
+	struct cp_store st;
+
+	for (int force = 0; force < 2; force++) {
+		const char *name = force ? "y" : "x";
+		char part[64], moved[64];
+
+		snprintf(part, sizeof(part), ".%s.rrcp-partial", name);
+		snprintf(moved, sizeof(moved), "moved-%s", name);
+		cr_assert_eq(cp_store_open(&st, &lp, dirfd_, name,
+					   CP_STORE_PARTIAL | (force ? CP_STORE_FORCE : 0),
+					   on_done),
+			     0);
+		cr_assert_eq(await(calls + 1), 0);
+		cr_assert_eq(pwrite(st.fd, "mine", 4, 0), 4);
+		cr_assert_eq(renameat(dirfd_, part, dirfd_, moved), 0);
+		plant(part, "theirs", 0600);
+		cr_assert_eq(cp_store_commit(&st, on_done), 0);
+		cr_assert_eq(await(calls + 1), 0);
+		cp_store_abort(&st);
+		settle();
+		expect_file(name, "mine");
+		expect_file(part, "theirs");
+	}
+}
+
+/* Names longer than a partial's name can hold share no partial. */
+Test(store, long_names_share_no_partial)
+{
+	char a[256], b[256];
+	struct cp_store st;
+
+	memset(a, 'n', 250);
+	a[250] = 0;
+	memcpy(b, a, sizeof(b));
+	a[249] = 'a';
+	b[249] = 'b';
+	cr_assert_eq(cp_store_open(&st, &lp, dirfd_, a, CP_STORE_PARTIAL, on_done), 0);
+	cr_assert_eq(await(calls + 1), 0);
+	cr_assert_eq(pwrite(st.fd, "aaa", 3, 0), 3);
+	cp_store_abort(&st);
+	settle();
+	cr_assert_eq(cp_store_open(&st, &lp, dirfd_, b, CP_STORE_PARTIAL, on_done), 0);
+	cr_assert_eq(await(calls + 1), 0);
+	cr_expect_eq(st.partial_size, 0, "%s resumed %s's bytes", "b", "a");
+	cp_store_abort(&st);
+	settle();
+}
+
+/* Issue 40, proven 6: DIR_META set the mode and time of any directory
+ * under DIR, an operator's included, without --force. */
+Test(store, dir_meta_changes_only_directories_this_transfer_made)
+{
+	struct stat before;
+
+	cr_assert_eq(mkdirat(dirfd_, "ops", 0755), 0);
+	before = lstat_in("ops");
+	cr_assert_eq(dir_meta("ops", 0777, 1), 0);
+	cr_expect(left, "an operator's directory was changed");
+	cr_expect_eq(lstat_in("ops").st_mode, before.st_mode);
+	cr_expect_eq(lstat_in("ops").st_mtim.tv_sec, before.st_mtim.tv_sec);
+	/* Used by a MKDIR, it still is not this transfer's. */
+	cr_assert_eq(mkdir_("ops"), 0);
+	cr_assert_eq(dir_meta("ops", 0, 1), 0);
+	cr_expect_eq(lstat_in("ops").st_mode, before.st_mode);
+	/* One it made: set. --force: any. */
+	cr_assert_eq(mkdir_("new"), 0);
+	cr_assert_eq(dir_meta("new", 0750, 7), 0);
+	cr_expect_not(left);
+	cr_expect_eq(lstat_in("new").st_mode & 07777, 0750 & ~umask_now());
+	cr_assert_eq(dir_meta_("ops", 0700, 7, true), 0);
+	cr_expect_eq(lstat_in("ops").st_mode & 07777, 0700);
+}
+
+/* Issue 40, proven 7: link targets were stored as sent, absolute ones
+ * included, and with --force a link replaced a file. */
+Test(store, links_stay_inside_dir_and_never_replace_a_file)
+{
+	char target[64] = "";
+
+	cr_assert_eq(mkdir_("top"), 0);
+	cr_expect_eq(link_("abs", "/etc/passwd", 0), CP_E_NAME);
+	cr_expect_eq(link_("top/up2", "../../x", 0), CP_E_NAME);
+	cr_expect_eq(link_("dd", "a/../../x", 0), CP_E_NAME);
+	cr_expect_eq(link_("top/deep", "./../top/../../x", 0), CP_E_NAME);
+	expect_entries("", 1);
+	cr_expect_eq(link_("top/up1", "../x", 0), 0, "top/../x is in DIR");
+	cr_expect_eq(link_("top/in", "a/b/../c", 0), 0);
+	cr_expect_eq(link_("abs", "/etc/passwd", CP_LINK_ANYWHERE), 0, "unless asked for");
+	cr_assert_eq(readlinkat(dirfd_, "abs", target, sizeof(target) - 1), 11);
+	/* Forced: over a link, never over a file. */
+	cr_assert_eq(store("f", "file\n", false), 0);
+	cr_expect_eq(link_("f", "top", CP_LINK_FORCE), CP_E_EXISTS);
+	expect_file("f", "file\n");
+	cr_expect_eq(link_("top/in", "c", CP_LINK_FORCE), 0);
+}
+
+static void aged(const char *name, int64_t sec)
+{
+	struct timespec ts[2] = {{.tv_sec = sec}, {.tv_sec = sec}};
+
+	cr_assert_eq(utimensat(dirfd_, name, ts, AT_SYMLINK_NOFOLLOW), 0, "%s", name);
+}
+
+/* Issue 40: partials never expired. Old ones of ours go at serve's
+ * start; new ones, other files, links and locked ones stay. */
+Test(store, stale_partials_expire)
+{
+	struct cp_store st;
+	unsigned int removed = 9;
+	int64_t now = 2000000000;
+
+	cr_assert_eq(mkdir_("sub"), 0);
+	plant(".old.rrcp-partial", "x", 0600);
+	plant("sub/.old2.rrcp-partial", "x", 0600);
+	plant(".new.rrcp-partial", "x", 0600);
+	plant("old-file", "x", 0600);
+	cr_assert_eq(symlinkat("old-file", dirfd_, ".l.rrcp-partial"), 0);
+	cr_assert_eq(cp_store_open(&st, &lp, dirfd_, "held", CP_STORE_PARTIAL, on_done), 0);
+	cr_assert_eq(await(calls + 1), 0);
+	for (const char *const *n =
+		     (const char *const[]){".old.rrcp-partial", "sub/.old2.rrcp-partial",
+					   "old-file", ".l.rrcp-partial", ".held.rrcp-partial",
+					   NULL};
+	     *n; n++)
+		aged(*n, now - 8 * 86400);
+	aged(".new.rrcp-partial", now - 3600);
+	cr_assert_eq(cp_store_expire(dirfd_, 7 * 86400, now, &removed), 0);
+	cr_expect_eq(removed, 2);
+	cr_expect_neq(faccessat(dirfd_, ".old.rrcp-partial", F_OK, AT_SYMLINK_NOFOLLOW), 0);
+	cr_expect_neq(faccessat(dirfd_, "sub/.old2.rrcp-partial", F_OK, AT_SYMLINK_NOFOLLOW), 0);
+	cr_expect_eq(faccessat(dirfd_, ".new.rrcp-partial", F_OK, AT_SYMLINK_NOFOLLOW), 0);
+	cr_expect_eq(faccessat(dirfd_, "old-file", F_OK, AT_SYMLINK_NOFOLLOW), 0);
+	cr_expect_eq(faccessat(dirfd_, ".l.rrcp-partial", F_OK, AT_SYMLINK_NOFOLLOW), 0);
+	cr_expect_eq(faccessat(dirfd_, ".held.rrcp-partial", F_OK, AT_SYMLINK_NOFOLLOW), 0,
+		     "a partial being received went");
+	cp_store_abort(&st);
+	settle();
 }

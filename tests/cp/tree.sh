@@ -10,7 +10,7 @@ CP=${1:?usage: tree.sh PATH/TO/ringrdma-cp}
 . "$(dirname "$0")/lib.sh" 11
 PORT=7600
 umask 022
-(umask 077 && echo tree-test-token >"$T/token")
+(umask 077 && echo tree-test-token-0123456789 >"$T/token")
 TOK=(--token-file "$T/token")
 
 # The source tree: every mtime set bottom-up, after the contents, and
@@ -117,7 +117,7 @@ result $ok "each link and the FIFO skipped with a message"
 [ $ok = 1 ] || show "$T/c1.err"
 
 # 2. --links over one connection: links as links, the pipeline full.
-start_serve s2 $((PORT + 1)) --dir "$T/d2" --count 1 "${TOK[@]}" --json "$T/s2.json"
+start_serve s2 $((PORT + 1)) --dir "$T/d2" --count 1 --any-links "${TOK[@]}" --json "$T/s2.json"
 timeout 300 "$CP" send -r --links "${TOK[@]}" --json "$T/c2.json" "$T/src/top/" \
 	"$ADDR:$((PORT + 1))" >"$T/c2.out" 2>"$T/c2.err"
 crc=$?

@@ -1,0 +1,457 @@
+// SPDX-License-Identifier: MIT
+/*
+ * ringrdma-cp serve, one receiving connection: its files and tree
+ * entries. FILE_START opens the file (cp/store.c), FILE_END checks its
+ * length, and once every chunk is written and hashed it is verified,
+ * synced and named, or found to be the file already under that name;
+ * MKDIR, SYMLINK and DIR_META are made between files. Called by rx.c;
+ * calls down into rx_resume.c, rx_win.c and rx_conn.c.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "rx_int.h"
+
+static void finish_file(struct rx *r);
+static void open_file(struct rx *r, const char *name);
+static void entry_done(struct rx *r, const struct cp_msg *done);
+
+/* FILE_END came, the file is open and every chunk left the window,
+ * reached the file and was hashed: on to verifying it. */
+void rx_maybe_finish(struct rx *r)
+{
+	if (r->state == RX_FILE && r->end_seen && !r->writes && r->released == r->end_seq &&
+	    cp_hasher_caught_up(&r->hs))
+		finish_file(r);
+}
+static void same_done(struct rx *r);
+
+/* The hashing thread got further: the stages it is done with are free. */
+void rx_hashed(struct cp_hasher *h)
+{
+	struct rx *r = (struct rx *)((char *)h - offsetof(struct rx, hs));
+	uint64_t done = cp_hasher_done(h);
+
+	for (unsigned int i = 0; i < r->nstages; i++)
+		if (r->stages[i].busy && r->stages[i].written && r->stages[i].job < done)
+			r->stages[i].busy = false;
+	r->last_activity = cp_now_ns(); /* a long file read is progress too */
+	if (r->state == RX_SCAN && cp_hasher_caught_up(h))
+		rx_scan_done(r);
+	else if (r->state == RX_SAME && cp_hasher_caught_up(h))
+		same_done(r);
+	rx_stage_chunks(r);
+	rx_maybe_finish(r);
+}
+static struct rx *rx_of_store(struct cp_store *st)
+{
+	return (struct rx *)((char *)st - offsetof(struct rx, st));
+}
+
+static void file_stored(struct rx *r, const char *how);
+
+/* The file has its name (or could not get it). */
+static void commit_done(struct cp_store *st, int code)
+{
+	struct rx *r = rx_of_store(st);
+
+	r->io_inflight--;
+	r->committing = false;
+	if (r->state == RX_CLOSING)
+		return;
+	if (code) {
+		rx_store_failed(r, code);
+		return;
+	}
+	file_stored(r, "received");
+}
+
+/* The file is stored (or was already, with the same content): FILE_DONE,
+ * and the next file, if it began meanwhile. */
+static void file_stored(struct rx *r, const char *how)
+{
+	struct cp_msg m = {.type = CP_FILE_DONE};
+
+	r->file_active = false;
+	m.end.bytes = r->end_bytes;
+	m.end.checksum = r->end_sum;
+	r->env->stored(r->env->data, r->end_bytes, r->end_sum);
+	if (!rx_quiet(r))
+		cp_log("serve: %s: %s %s (%llu bytes, xxh3 %016llx)", r->peer, how, r->name,
+		       (unsigned long long)r->end_bytes, (unsigned long long)r->end_sum);
+	entry_done(r, &m);
+}
+
+static void entry_done(struct rx *r, const struct cp_msg *done)
+{
+	int rc;
+
+	r->state = RX_IDLE;
+	r->end_seen = false;
+	rc = rx_send(r, done);
+	if (rc) {
+		if (rx_send_failed(rc))
+			rx_fail(r, 0, CP_EXIT_NET, "cannot send FILE_DONE");
+		return;
+	}
+	if (r->q.on) {
+		/* The next file began meanwhile: its chunks (and maybe its
+		 * FILE_END) are in; now it gets its file. */
+		r->q.on = false;
+		r->end_seen = r->q.end_seen;
+		r->end_seq = r->q.end_seq;
+		r->end_bytes = r->q.bytes;
+		r->end_sum = r->q.sum;
+		r->meta = r->q.meta;
+		r->mode = r->q.mode;
+		r->mtime = r->q.mtime;
+		r->cur_resume = r->q.resume;
+		r->cur_stream = r->q.stream;
+		r->cur_size = r->q.size;
+		open_file(r, r->q.name);
+	}
+}
+
+void rx_sync_done(struct cp_op *op, int res)
+{
+	struct rx *r = (struct rx *)((char *)op - offsetof(struct rx, sync_op));
+	int code;
+
+	r->io_inflight--;
+	if (r->state == RX_CLOSING)
+		return;
+	if (res < 0) {
+		rx_fail(r, res == -ENOSPC ? CP_E_NOSPC : CP_E_IO, CP_EXIT_LOCAL_IO, "fsync %s: %s",
+			r->name, strerror(-res));
+		return;
+	}
+	code = cp_store_commit(&r->st, commit_done);
+	if (code) {
+		rx_store_failed(r, code);
+		return;
+	}
+	r->io_inflight++;
+	r->committing = true; /* past this point, no going back */
+}
+
+/* Nothing of the file being stored is wanted any more (a partial neither). */
+static void drop_file(struct rx *r)
+{
+	r->st.keep = false;
+	cp_store_abort(&r->st);
+	r->file_active = false;
+}
+/* The name exists (no --force): received in full and verified, the file
+ * is a success if the one under the name has the same length and hash. */
+static void same_check(struct rx *r)
+{
+	if (r->st.exist_size != r->end_bytes || rx_open_named(r))
+		goto differs;
+	if (r->st.exist_size != r->end_bytes)
+		goto differs;
+	cp_hasher_reset(&r->hs);
+	if (cp_hasher_add_fd(&r->hs, r->same_fd, 0, r->end_bytes) < 0) {
+		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "cannot queue a hash");
+		return;
+	}
+	r->state = RX_SAME;
+	return;
+differs:
+	if (r->state != RX_CLOSING)
+		rx_fail(r, CP_E_EXISTS, CP_EXIT_REFUSED,
+			"refusing to replace %s: it exists with other content", r->name);
+}
+
+static void same_done(struct rx *r)
+{
+	int err = cp_hasher_error(&r->hs);
+	uint64_t sum = cp_hasher_digest(&r->hs);
+
+	rx_close_named(r);
+	if (err || sum != r->end_sum) {
+		rx_fail(r, CP_E_EXISTS, CP_EXIT_REFUSED,
+			"refusing to replace %s: it exists with other content%s%s", r->name,
+			err ? ": " : "", err ? strerror(-err) : "");
+		return;
+	}
+	drop_file(r);
+	file_stored(r, "already had");
+}
+
+/* Every chunk is on disk and FILE_END arrived: verify, fsync, name it. */
+static void finish_file(struct rx *r)
+{
+	uint64_t sum = cp_hasher_digest(&r->hs);
+	int code;
+	struct io_uring_sqe *sqe;
+
+	if (sum != r->end_sum) {
+		/* What was received is hashed here and logged, never sent: a
+		 * peer learns nothing of bytes it did not write itself. */
+		cp_log("serve: %s: %s: received bytes hash to %016llx", r->peer, r->name,
+		       (unsigned long long)sum);
+		rx_fail(r, CP_E_CHECKSUM, CP_EXIT_INTEGRITY,
+			"%s: checksum mismatch (sender %016llx)", r->name,
+			(unsigned long long)r->end_sum);
+		return;
+	}
+	if (r->st.exists) {
+		same_check(r);
+		return;
+	}
+	/* Mode and mtime before the fsync, which makes them last too.
+	 * Without the sender's: what a new file gets (0644 less umask). */
+	code = r->meta ? cp_store_meta(&r->st, r->mode, &r->mtime)
+		       : cp_store_meta(&r->st, 0644, NULL);
+	if (code) {
+		rx_store_failed(r, code);
+		return;
+	}
+	r->state = RX_SYNC;
+	sqe = cp_loop_sqe(r->env->lp, &r->sync_op);
+	if (!sqe) {
+		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "cannot queue fsync");
+		return;
+	}
+	io_uring_prep_fsync(sqe, r->st.fd, 0);
+	r->io_inflight++;
+}
+
+/* The file of FILE_START is open (or could not be): the chunks that came
+ * meanwhile go to it. */
+static void open_done(struct cp_store *st, int code)
+{
+	struct rx *r = rx_of_store(st);
+
+	r->io_inflight--;
+	if (!code)
+		r->file_active = true;
+	if (r->state == RX_CLOSING) {
+		/* rx_fail() left the file to us: nothing of ours is in flight now. */
+		if (r->file_active && !r->io_inflight) {
+			cp_store_abort(st);
+			r->file_active = false;
+		}
+		return;
+	}
+	if (code) {
+		rx_store_failed(r, code);
+		return;
+	}
+	/* Another file has the name (no --force): the content decides, at
+	 * the end, whatever the length declared; refused at once for another
+	 * length, it would tell a token holder the file's size. */
+	if (r->cur_resume) {
+		rx_start_scan(r);
+		return;
+	}
+	r->state = RX_FILE;
+	rx_stage_chunks(r);
+	rx_maybe_finish(r);
+}
+/* Open @name, written from offset 0 and hashed anew; its chunks wait in
+ * their slots meanwhile (a file to resume has none before FILE_FROM). */
+static void open_file(struct rx *r, const char *name)
+{
+	int code;
+
+	memcpy(r->name, name, sizeof(r->name));
+	r->file_off = 0;
+	r->have = 0;
+	rx_close_named(r);
+	cp_hasher_reset(&r->hs);
+	code = cp_store_open(&r->st, r->env->lp, r->env->dirfd, r->name,
+			     CP_STORE_SAME | (r->env->o->force ? CP_STORE_FORCE : 0) |
+				     (r->env->o->direct ? CP_STORE_DIRECT : 0) |
+				     (r->cur_resume ? CP_STORE_PARTIAL : 0),
+			     open_done);
+
+	if (code) {
+		rx_store_failed(r, code);
+		return;
+	}
+	r->io_inflight++;
+	r->state = RX_OPEN;
+}
+
+/* FILE_START: the window admits the file's chunks from now on. Between
+ * files it is opened at once; after the last file's FILE_END it waits in
+ * r->q until that one is named. */
+/* --max-size and --min-free: may a file of @size (a stream: 0) begin?
+ * 0, or failed (said). */
+static int room_for(struct rx *r, const struct cp_msg *m)
+{
+	const struct cp_opts *o = r->env->o;
+	bool stream = m->start.flags & CP_START_STREAM;
+	struct statvfs vfs;
+	uint64_t avail;
+
+	if (o->max_size && !stream && m->start.size > o->max_size) {
+		rx_fail(r, CP_E_NOSPC, CP_EXIT_REFUSED, "%s: %llu bytes, over --max-size %llu",
+			m->start.name, (unsigned long long)m->start.size,
+			(unsigned long long)o->max_size);
+		return -1;
+	}
+	if (!o->min_free)
+		return 0;
+	/* One call on the loop thread, answered from the super block. */
+	if (fstatvfs(r->env->dirfd, &vfs))
+		return 0; /* the writes will say */
+	avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+	if (avail < o->min_free || avail - o->min_free < (stream ? 0 : m->start.size)) {
+		rx_fail(r, CP_E_NOSPC, CP_EXIT_REFUSED,
+			"%s: %llu bytes would leave less than --min-free %llu free",
+			m->start.name, (unsigned long long)m->start.size,
+			(unsigned long long)o->min_free);
+		return -1;
+	}
+	return 0;
+}
+
+void rx_on_start(struct rx *r, const struct cp_msg *m)
+{
+	bool resume = m->start.flags & CP_START_RESUME;
+
+	if (room_for(r, m))
+		return;
+
+	/* Its chunks may come before its file is open; those of a file to
+	 * resume wait for FILE_FROM. */
+	r->w.file_open = !resume;
+	r->w.stream = m->start.flags & CP_START_STREAM;
+	r->w.size = m->start.size;
+	r->w.got = 0;
+	r->w_off = 0;
+	if (r->state != RX_IDLE) {
+		r->env->n->files_ahead++;
+		r->q.on = true;
+		r->q.end_seen = false;
+		r->q.resume = resume;
+		r->q.stream = r->w.stream;
+		r->q.size = m->start.size;
+		memcpy(r->q.name, m->start.name, sizeof(r->q.name));
+		r->q.meta = m->start.flags & CP_START_META;
+		r->q.mode = m->start.mode;
+		r->q.mtime = m->start.mtime;
+		return;
+	}
+	r->end_seen = false;
+	r->meta = m->start.flags & CP_START_META;
+	r->mode = m->start.mode;
+	r->mtime = m->start.mtime;
+	r->cur_resume = resume;
+	r->cur_stream = r->w.stream;
+	r->cur_size = m->start.size;
+	open_file(r, m->start.name);
+}
+
+/* FILE_END of the file the window admits: every chunk of it came before
+ * (RC keeps the order), so its length is checked now and the window is
+ * free for the next file. */
+void rx_on_end(struct rx *r, const struct cp_msg *m)
+{
+	const char *name = r->q.on ? r->q.name : r->name;
+
+	/* A resumed file's FILE_END counts what we held too. */
+	if (m->end.bytes != r->w_off + r->w.got || (!r->w.stream && r->w.got != r->w.size)) {
+		rx_fail(r, CP_E_CHECKSUM, CP_EXIT_INTEGRITY,
+			"%s: length mismatch (sender says %llu, received %llu)", name,
+			(unsigned long long)m->end.bytes,
+			(unsigned long long)(r->w_off + r->w.got));
+		return;
+	}
+	r->w.file_open = false;
+	if (r->q.on) {
+		r->q.end_seen = true;
+		r->q.end_seq = r->w.next_seq;
+		r->q.bytes = m->end.bytes;
+		r->q.sum = m->end.checksum;
+		return;
+	}
+	r->end_seen = true;
+	r->end_seq = r->w.next_seq;
+	r->end_bytes = m->end.bytes;
+	r->end_sum = m->end.checksum;
+	rx_maybe_finish(r);
+}
+
+/* The entry's directory was synced: answered like a file, with 0 bytes
+ * and checksum 0, and the next file, if it began, goes on. */
+void rx_entry_synced(struct cp_op *op, int res)
+{
+	struct rx *r = (struct rx *)((char *)op - offsetof(struct rx, entry_op));
+	struct cp_msg m = {.type = CP_FILE_DONE};
+
+	r->io_inflight--;
+	close(r->entry_fd);
+	r->entry_fd = -1;
+	if (r->state == RX_CLOSING)
+		return;
+	if (res < 0 && res != -EINVAL) {
+		rx_fail(r, res == -ENOSPC ? CP_E_NOSPC : CP_E_IO, CP_EXIT_LOCAL_IO,
+			"fsync of the directory of %s: %s", r->name, strerror(-res));
+		return;
+	}
+	entry_done(r, &m);
+}
+
+/*
+ * MKDIR, SYMLINK, DIR_META: made at once (cp/store.c, beneath DIR and
+ * through no link), then the directory they changed is synced through
+ * the ring. They come only between files (the sender waits for the last
+ * FILE_DONE), and the next file may begin meanwhile, as after a FILE_END.
+ */
+void rx_on_entry(struct rx *r, const struct cp_msg *m)
+{
+	const char *what = m->type == CP_MKDIR ? "made directory" : "made link";
+	struct io_uring_sqe *sqe;
+	const struct cp_opts *o = r->env->o;
+	char why[sizeof(r->st.why)];
+	int code, fd = -1;
+	bool left = false;
+
+	memcpy(r->name, m->entry.name, sizeof(r->name));
+	if (m->type == CP_MKDIR)
+		code = cp_store_mkdir(r->env->dirfd, r->name, r->env->made, &fd, why, sizeof(why));
+	else if (m->type == CP_SYMLINK)
+		code = cp_store_symlink(r->env->dirfd, r->name, m->entry.target, &m->entry.mtime,
+					(o->force ? CP_LINK_FORCE : 0) |
+						(o->any_links ? CP_LINK_ANYWHERE : 0),
+					&fd, why, sizeof(why));
+	else
+		code = cp_store_dir_meta(r->env->dirfd, r->name, m->entry.mode, &m->entry.mtime,
+					 r->env->made, o->force, &left, &fd, why, sizeof(why));
+	if (code) {
+		rx_fail(r, (unsigned int)code, rx_err_result((unsigned int)code), "%s", why);
+		return;
+	}
+	if (left && !rx_quiet(r))
+		cp_log("serve: %s: %s: not made by this transfer, its mode and time left as they "
+		       "are (--force sets them)",
+		       r->peer, r->name);
+	if (!rx_quiet(r) && m->type != CP_DIR_META)
+		cp_log("serve: %s: %s %s%s%s", r->peer, what, r->name,
+		       m->type == CP_SYMLINK ? " -> " : "",
+		       m->type == CP_SYMLINK ? m->entry.target : "");
+	r->entry_fd = fd;
+	sqe = cp_loop_sqe(r->env->lp, &r->entry_op);
+	if (!sqe) {
+		close(fd);
+		r->entry_fd = -1;
+		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "cannot queue fsync");
+		return;
+	}
+	io_uring_prep_fsync(sqe, fd, 0);
+	r->io_inflight++;
+	/* Nothing of it passes through the window: the next file's chunks
+	 * wait for it as for a file whose FILE_END came. */
+	r->state = RX_ENTRY;
+	r->end_seen = true;
+	r->end_seq = r->w.next_seq;
+	r->end_bytes = r->end_sum = 0;
+}

@@ -1,0 +1,135 @@
+// SPDX-License-Identifier: MIT
+/*
+ * ringrdma-cp serve, one receiving connection: resuming a file. What we
+ * hold of it (its partial, or the file under its name) is hashed and
+ * offered in FILE_HAVE; FILE_FROM says where the chunks begin. Called by
+ * rx_file.c; calls down into rx_win.c and rx_conn.c, and up only through
+ * the hook of struct rx (progress).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rx_int.h"
+
+/* Open the file under its name, to hash it: 0, or failed (said). */
+int rx_open_named(struct rx *r)
+{
+	struct stat sb;
+
+	/* The store found a regular file there; read-only, never through a
+	 * symbolic link put there since, and a FIFO cannot block. */
+	r->same_fd =
+		openat(r->st.parentfd, r->st.base, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	if (r->same_fd < 0 || fstat(r->same_fd, &sb) || !S_ISREG(sb.st_mode)) {
+		rx_fail(r, CP_E_EXISTS, CP_EXIT_REFUSED, "refusing to replace %s: %s", r->name,
+			r->same_fd < 0 ? strerror(errno) : "not a regular file");
+		return -1;
+	}
+	r->st.exist_size = (uint64_t)sb.st_size;
+	return 0;
+}
+
+void rx_close_named(struct rx *r)
+{
+	if (r->same_fd >= 0)
+		close(r->same_fd);
+	r->same_fd = -1;
+}
+/*
+ * A file to resume is open: hash what its partial holds on the hashing
+ * thread, then say so (rx_scan_done()). Only the partial, never a file
+ * under the name: its hash (and whether its size is the one declared)
+ * would be an oracle on an operator's file for anyone holding the token.
+ * A partial longer than the file is not a beginning of it: another
+ * transfer of that name left it, and it stays for that one.
+ */
+void rx_start_scan(struct rx *r)
+{
+	int fd = r->st.fd;
+
+	r->state = RX_SCAN;
+	r->have = r->st.partial_size;
+	if (r->have > r->cur_size) {
+		rx_fail(r, CP_E_BUSY, CP_EXIT_REFUSED,
+			"%s: its partial holds more than the %llu bytes declared, left by another "
+			"transfer: kept, not resumed",
+			r->name, (unsigned long long)r->cur_size);
+		return;
+	}
+	if (r->st.direct && r->have) {
+		/* O_DIRECT reads want aligned buffers: read it through a
+		 * descriptor of its own, the page cache's. */
+		char path[64];
+
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", r->st.fd);
+		r->same_fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (r->same_fd < 0) {
+			rx_fail(r, CP_E_IO, CP_EXIT_LOCAL_IO, "reopening the partial of %s: %s",
+				r->name, strerror(errno));
+			return;
+		}
+		fd = r->same_fd;
+	}
+	if (!r->have) {
+		rx_scan_done(r);
+		return;
+	}
+	if (cp_hasher_add_fd(&r->hs, fd, 0, r->have) < 0)
+		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "cannot queue a hash");
+}
+
+/* What we hold is hashed: FILE_HAVE, and the sender's FILE_FROM is due. */
+void rx_scan_done(struct rx *r)
+{
+	struct cp_msg m = {.type = CP_FILE_HAVE};
+	int err = cp_hasher_error(&r->hs);
+
+	rx_close_named(r);
+	if (err) {
+		rx_fail(r, CP_E_IO, CP_EXIT_LOCAL_IO, "reading what we hold of %s: %s", r->name,
+			strerror(-err));
+		return;
+	}
+	m.have.bytes = r->have;
+	m.have.checksum = cp_hasher_digest(&r->hs);
+	r->state = RX_FROM;
+	if (rx_send_failed(rx_send(r, &m)))
+		rx_fail(r, 0, CP_EXIT_NET, "cannot send FILE_HAVE");
+}
+
+/* FILE_FROM: the chunks begin here, after what we hold or at 0; the hash
+ * goes on from what we hold, or starts again. */
+void rx_on_from(struct rx *r, const struct cp_msg *m)
+{
+	uint64_t off = m->from.offset;
+
+	if (off && off != r->have) {
+		rx_fail(r, CP_E_PROTO, CP_EXIT_INTEGRITY, "%s: FILE_FROM %llu, we hold %llu",
+			r->name, (unsigned long long)off, (unsigned long long)r->have);
+		return;
+	}
+	if (!off && r->have) {
+		if (ftruncate(r->st.fd, 0)) {
+			rx_fail(r, CP_E_IO, CP_EXIT_LOCAL_IO, "truncating the partial of %s: %s",
+				r->name, strerror(errno));
+			return;
+		}
+		cp_hasher_reset(&r->hs);
+	}
+	if (off && !rx_quiet(r))
+		cp_log("serve: %s: resuming %s at %llu of %llu bytes", r->peer, r->name,
+		       (unsigned long long)off, (unsigned long long)r->cur_size);
+	r->file_off = off;
+	r->w_off = off;
+	r->w.size = r->cur_size - off;
+	r->w.got = 0;
+	r->w.stream = false;
+	r->w.file_open = true;
+	r->state = RX_FILE;
+	rx_stage_chunks(r);
+	r->progress(r);
+}

@@ -1,0 +1,55 @@
+#!/bin/bash
+# ringrdma-cp's command line on the host (TAP): what it refuses before it
+# looks for a device. Usage: cli.sh RINGRDMA_CP
+set -u
+exe=$1
+t=$(mktemp -d)
+trap 'rm -rf "$t"' EXIT
+n=0 bad=0
+say() { # ok|not-ok description
+	n=$((n + 1))
+	if [ "$1" = ok ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; bad=1; fi
+}
+# token TEXT: a private token file holding TEXT
+token() {
+	printf '%s\n' "$1" >"$t/tok"
+	chmod 600 "$t/tok"
+}
+# run: send a file to a port nothing listens on, with $t/tok; its stderr
+# in $t/err, its status in $rc (never 0: nothing is there).
+run() {
+	echo data >"$t/f"
+	timeout 20 "$exe" send --token-file "$t/tok" "$t/f" 127.0.0.1:9 2>"$t/err" >/dev/null
+	rc=$?
+}
+
+# Issue 40: a 1-byte token was accepted; a secret wants at least 16 bytes.
+token 0123456789abcde
+run
+if [ "$rc" = 2 ] && grep -q 'at least 16 bytes' "$t/err"; then
+	say ok "a 15-byte token is refused"
+else
+	say not-ok "a 15-byte token is refused (status $rc: $(head -1 "$t/err"))"
+fi
+token 0123456789abcdef
+run
+if ! grep -q 'token-file' "$t/err"; then
+	say ok "a 16-byte token is taken"
+else
+	say not-ok "a 16-byte token is taken ($(head -1 "$t/err"))"
+fi
+# A token file of another user's: theirs to read and change.
+if [ "$(id -u)" = 0 ] && id nobody >/dev/null 2>&1; then
+	chown nobody "$t/tok"
+	run
+	if [ "$rc" = 2 ] && grep -q 'owned by' "$t/err"; then
+		say ok "a token file of another user's is refused"
+	else
+		say not-ok "a token file of another user's is refused (status $rc: $(head -1 "$t/err"))"
+	fi
+else
+	n=$((n + 1))
+	echo "ok $n - a token file of another user's is refused # SKIP not root"
+fi
+echo "1..$n"
+exit $bad
