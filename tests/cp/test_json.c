@@ -9,21 +9,18 @@
 #include <unistd.h>
 
 #include "json.h"
+#include "scratch.h"
 
 static char dir[64];
 
 static void setup(void)
 {
-	strcpy(dir, "/tmp/rr-json.XXXXXX");
-	cr_assert_not_null(mkdtemp(dir));
+	scratch_make(dir, "json");
 }
 
 static void teardown(void)
 {
-	char cmd[128];
-
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	cr_expect_eq(system(cmd), 0);
+	scratch_remove(dir);
 }
 
 TestSuite(json, .init = setup, .fini = teardown, .timeout = 30);

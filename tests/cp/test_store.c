@@ -14,6 +14,7 @@
 
 #include "loop.h"
 #include "proto.h"
+#include "scratch.h"
 #include "store.h"
 
 static struct cp_loop lp;
@@ -25,8 +26,7 @@ static bool left;
 
 static void setup(void)
 {
-	strcpy(dir, "/tmp/rr-store.XXXXXX");
-	cr_assert_not_null(mkdtemp(dir));
+	scratch_make(dir, "store");
 	dirfd_ = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	cr_assert_geq(dirfd_, 0);
 	cr_assert_eq(cp_loop_init(&lp, 64), 0);
@@ -37,13 +37,10 @@ static void setup(void)
 
 static void teardown(void)
 {
-	char cmd[128];
-
 	cp_loop_fini(&lp);
 	cp_dirs_free(&made);
 	close(dirfd_);
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	cr_expect_eq(system(cmd), 0);
+	scratch_remove(dir);
 }
 
 static void on_done(struct cp_store *st, int code)

@@ -16,21 +16,18 @@
 #include <unistd.h>
 
 #include "cp.h"
+#include "scratch.h"
 
 static char dir[64];
 
 static void setup(void)
 {
-	strcpy(dir, "/tmp/rr-walk.XXXXXX");
-	cr_assert_not_null(mkdtemp(dir));
+	scratch_make(dir, "walk");
 }
 
 static void teardown(void)
 {
-	char cmd[128];
-
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	cr_expect_eq(system(cmd), 0);
+	scratch_remove(dir);
 }
 
 TestSuite(walk, .init = setup, .fini = teardown, .timeout = 10);
