@@ -248,6 +248,16 @@ enum rr_bridge_flags {
  *             process on one device read its one async fd; each event
  *             reaches the bridge it is for (see rr_async_event_cb).
  * @data:      application data passed to the callbacks above.
+ * @min_wait_us: rr_bridge_run_once() only, where the kernel has min-wait
+ *             (Linux 6.12+, IORING_FEAT_MIN_TIMEOUT): a pass that waits
+ *             asks for @wait_nr CQEs, but returns once @min_wait_us has
+ *             passed with at least one there (or at its timeout), so CQEs
+ *             that arrive close together are handled by one wake-up.
+ *             Trades up to @min_wait_us of latency for fewer wake-ups
+ *             under load. 0 (default) or an older kernel: the pass wakes
+ *             at its first CQE, as before (since 0.10).
+ * @wait_nr:   CQEs a min-wait pass waits for (default 16; with
+ *             @min_wait_us only).
  */
 struct rr_bridge_opts {
 	unsigned int cq_batch;
@@ -257,6 +267,8 @@ struct rr_bridge_opts {
 	rr_app_cqe_cb on_app_cqe;
 	rr_async_event_cb on_async_event;
 	void *data;
+	unsigned int min_wait_us;
+	unsigned int wait_nr;
 };
 
 /**
@@ -436,6 +448,9 @@ struct io_uring *rr_bridge_ring(rr_bridge *b);
  *               to ESTABLISHED: it was being destroyed, the QP or
  *               rdma_accept() failed, or the peer left first. The
  *               listener counted them placed (since 0.10).
+ * @min_waits:   waits of rr_bridge_run_once() made with the kernel's
+ *               min-wait (rr_bridge_opts.min_wait_us; 0 where the kernel
+ *               lacks it) (since 0.10).
  */
 struct rr_bridge_stats {
 	uint64_t cqes;
@@ -456,6 +471,7 @@ struct rr_bridge_stats {
 	uint64_t chains;
 	uint64_t wrs;
 	uint64_t placed_dropped;
+	uint64_t min_waits;
 };
 
 /**

@@ -17,6 +17,7 @@
 #define MAX_CQ_BATCH	    256
 #define DEFAULT_BUDGET	    256
 #define DEFAULT_ACK_BATCH   32
+#define DEFAULT_WAIT_NR	    16
 #define DESTROY_WATCHDOG_MS 10000
 
 static void tell_app(void *ctx, const struct ibv_async_event *ev)
@@ -75,6 +76,8 @@ int rr_bridge_create(rr_bridge **out, struct io_uring *ring, const struct rr_bri
 		b->opts.budget = DEFAULT_BUDGET;
 	if (!b->opts.ack_batch)
 		b->opts.ack_batch = DEFAULT_ACK_BATCH;
+	if (!b->opts.wait_nr)
+		b->opts.wait_nr = DEFAULT_WAIT_NR;
 	/* Multishot poll came with 5.13, as did IORING_FEAT_RSRC_TAGS; a
 	 * kernel that still refuses it gets single-shot polls (see ring.c). */
 	multishot =
@@ -284,15 +287,8 @@ int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 	if (timeout_ms == 0) {
 		rc = events_need_enter(b) ? io_uring_submit_and_get_events(b->io)
 					  : io_uring_submit(b->io);
-	} else if (timeout_ms < 0) {
-		rc = io_uring_submit_and_wait(b->io, 1);
 	} else {
-		struct __kernel_timespec ts = {.tv_sec = timeout_ms / 1000,
-					       .tv_nsec = (timeout_ms % 1000) * 1000000LL};
-
-		rc = io_uring_submit_and_wait_timeout(b->io, &cqe, 1, &ts, NULL);
-		if (rc == -ETIME)
-			rc = 0;
+		rc = rr__ring_wait(&b->ring, b->opts.wait_nr, b->opts.min_wait_us, timeout_ms);
 	}
 	rr__cqs_new_gen(&b->cqs);
 	if (rc < 0 && rc != -EINTR && rc != -EBUSY) {

@@ -47,6 +47,25 @@
 
 enum { WANT_ARM = 1, WANT_CANCEL = 2 };
 
+/*
+ * Linux 6.12's min-wait (IORING_FEAT_MIN_TIMEOUT): the one place this uapi
+ * is named. liburing 2.3's headers (and Debian 12's linux/io_uring.h)
+ * predate it: min_wait_usec took the place of io_uring_getevents_arg's
+ * pad, so the struct keeps its size and older kernels, which never see
+ * the argument (no feature bit), are unaffected.
+ */
+#ifndef IORING_FEAT_MIN_TIMEOUT
+#define IORING_FEAT_MIN_TIMEOUT (1U << 15)
+#endif
+struct rr__getevents_arg {
+	__u64 sigmask;
+	__u32 sigmask_sz;
+	__u32 min_wait_usec;
+	__u64 ts;
+};
+_Static_assert(sizeof(struct rr__getevents_arg) == sizeof(struct io_uring_getevents_arg),
+	       "the 6.12 layout of io_uring_getevents_arg");
+
 struct rr__poll {
 	int fd;
 	uint32_t gen;
@@ -555,6 +574,85 @@ static struct io_uring_sqe *our_sqe(struct rr__ring *r)
 	}
 	r->own_tail = sq->sqe_tail;
 	return sqe;
+}
+
+bool rr__ring_has_min_wait(const struct rr__ring *r)
+{
+	return (r->io->features & IORING_FEAT_MIN_TIMEOUT) && r->io->ring_fd >= 0;
+}
+
+/*
+ * io_uring_submit()'s flush of the SQ (liburing 2.3's __io_uring_flush_sq(),
+ * not exported): the SQEs prepared are published by the tail, and what the
+ * kernel has not consumed is to be submitted. sqe_head then equals
+ * sqe_tail, as after any submit, which may_write() and our_sqe() rely on.
+ */
+static unsigned int flush_sq(struct io_uring *io)
+{
+	struct io_uring_sq *sq = &io->sq;
+
+	if (sq->sqe_head != sq->sqe_tail) {
+		sq->sqe_head = sq->sqe_tail;
+		io_uring_smp_store_release(sq->ktail, sq->sqe_tail);
+	}
+	return sq->sqe_tail - io_uring_smp_load_acquire(sq->khead);
+}
+
+/*
+ * An io_uring_enter() that submits and waits for wait_nr CQEs, but returns
+ * once min_wait_us has passed with at least one CQE posted (6.12). Waits
+ * without a timeout get a very long one: with none, the kernel ends the
+ * whole wait when min_wait_us expires, CQE or not, and an idle loop would
+ * wake every min_wait_us.
+ */
+#define FOREVER_S (1ll << 30)
+
+static int enter_min_wait(struct rr__ring *r, unsigned int wait_nr, unsigned int min_wait_us,
+			  int timeout_ms)
+{
+	struct io_uring *io = r->io;
+	unsigned int flags = IORING_ENTER_GETEVENTS | IORING_ENTER_EXT_ARG;
+	unsigned int submit = flush_sq(io);
+	struct __kernel_timespec ts = {.tv_sec = FOREVER_S};
+	struct rr__getevents_arg arg = {.min_wait_usec = min_wait_us};
+
+	if (timeout_ms >= 0) {
+		ts.tv_sec = timeout_ms / 1000;
+		ts.tv_nsec = (timeout_ms % 1000) * 1000000LL;
+		/* Not past the pass's own timeout. */
+		if ((uint64_t)timeout_ms * 1000 < min_wait_us)
+			arg.min_wait_usec = (unsigned int)timeout_ms * 1000;
+	}
+	arg.ts = (uint64_t)(uintptr_t)&ts;
+	/* SQPOLL: the thread consumes the SQ; wake it if it sleeps, as
+	 * liburing does (the store of the tail comes before the load). */
+	if (submit && (io->flags & IORING_SETUP_SQPOLL)) {
+		io_uring_smp_mb();
+		if (IO_URING_READ_ONCE(*io->sq.kflags) & IORING_SQ_NEED_WAKEUP)
+			flags |= IORING_ENTER_SQ_WAKEUP;
+	}
+	r->stats->min_waits++;
+	return io_uring_enter2((unsigned int)io->ring_fd, submit, wait_nr, flags, (sigset_t *)&arg,
+			       sizeof(arg));
+}
+
+int rr__ring_wait(struct rr__ring *r, unsigned int wait_nr, unsigned int min_wait_us,
+		  int timeout_ms)
+{
+	struct io_uring_cqe *cqe;
+	int rc;
+
+	if (wait_nr > 1 && min_wait_us && rr__ring_has_min_wait(r)) {
+		rc = enter_min_wait(r, wait_nr, min_wait_us, timeout_ms);
+	} else if (timeout_ms < 0) {
+		rc = io_uring_submit_and_wait(r->io, 1);
+	} else {
+		struct __kernel_timespec ts = {.tv_sec = timeout_ms / 1000,
+					       .tv_nsec = (timeout_ms % 1000) * 1000000LL};
+
+		rc = io_uring_submit_and_wait_timeout(r->io, &cqe, 1, &ts, NULL);
+	}
+	return rc == -ETIME ? 0 : rc;
 }
 
 static unsigned int owed(const struct rr__ring *r)

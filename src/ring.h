@@ -200,6 +200,19 @@ int rr__ring_peer_queue(struct rr__ring *r, uint32_t peer);
 /* Force the eventfd path (tests, and kernels where MSG_RING misbehaves). */
 void rr__ring_no_msg_ring(struct rr__ring *r);
 
+/*
+ * Submit the SQ and wait for a CQE, at most timeout_ms (< 0: no limit).
+ * With wait_nr > 1 and min_wait_us, where the kernel has min-wait (6.12,
+ * IORING_FEAT_MIN_TIMEOUT): wait for wait_nr CQEs, but return once
+ * min_wait_us has passed with one there; else exactly
+ * io_uring_submit_and_wait(_timeout)() for one. Returns >= 0, or a
+ * negative errno (a timeout is 0).
+ */
+int rr__ring_wait(struct rr__ring *r, unsigned int wait_nr, unsigned int min_wait_us,
+		  int timeout_ms);
+/* Does this ring's kernel have min-wait (and may we enter it ourselves)? */
+bool rr__ring_has_min_wait(const struct rr__ring *r);
+
 /* Ask for a NOP kick so an embedding loop comes back to the bridge. */
 void rr__ring_want_kick(struct rr__ring *r);
 

@@ -2027,3 +2027,22 @@ int __wrap_io_uring_submit_and_wait_timeout(struct io_uring *ring, struct io_uri
 		fake_before_wait();
 	return __real_io_uring_submit_and_wait_timeout(ring, cqe_ptr, wait_nr, ts, sigmask);
 }
+
+/* The library's own min-wait io_uring_enter() (6.12): a wait like the two
+ * above; with IORING_ENTER_GETEVENTS only, as the library makes no other
+ * io_uring_enter2() call. */
+int __real_io_uring_enter2(unsigned int fd, unsigned int to_submit, unsigned int min_complete,
+			   unsigned int flags, sigset_t *sig, size_t sz);
+int __wrap_io_uring_enter2(unsigned int fd, unsigned int to_submit, unsigned int min_complete,
+			   unsigned int flags, sigset_t *sig, size_t sz);
+
+int __wrap_io_uring_enter2(unsigned int fd, unsigned int to_submit, unsigned int min_complete,
+			   unsigned int flags, sigset_t *sig, size_t sz)
+{
+	if (flags & IORING_ENTER_GETEVENTS) {
+		__atomic_fetch_add(&fake_waits, 1, __ATOMIC_RELAXED);
+		if (fake_before_wait)
+			fake_before_wait();
+	}
+	return __real_io_uring_enter2(fd, to_submit, min_complete, flags, sig, sz);
+}

@@ -126,7 +126,8 @@ void fake_clock_advance(uint64_t ns);
 /* io_uring_submit_and_get_events() calls: a pass that does not wait
  * entering the kernel only to collect deferred completions. */
 extern unsigned int fake_get_events;
-/* io_uring_submit_and_wait() and _wait_timeout() calls: passes that may sleep. */
+/* io_uring_submit_and_wait() and _wait_timeout() calls, and the library's
+ * min-wait io_uring_enter2(): passes that may sleep. */
 extern unsigned int fake_waits;
 /* Called by those two just before they enter the kernel: what happens
  * there happens while the loop sleeps (tests/cost injects completions). */

@@ -64,7 +64,8 @@ Test(abi, a_struct_older_than_the_soname_is_refused)
 	rr_ep *ep = NULL;
 	rr_listener *l = NULL;
 
-	cr_expect_eq(rr_bridge_create(&b, &ring, &o, sizeof(o) - sizeof(void *)), -EINVAL);
+	cr_expect_eq(rr_bridge_create(&b, &ring, &o, RR__BRIDGE_OPTS_SIZE_0_8 - sizeof(void *)),
+		     -EINVAL);
 	cr_expect_eq(rr_bridge_create(&b, &ring, &o, 0), -EINVAL);
 	cr_assert_null(b);
 	cr_assert_eq(rr_bridge_create(&b, &ring, NULL, 0), 0);
@@ -179,6 +180,11 @@ Test(abi, stats_fill_exactly_the_callers_size)
 		     0);
 	cr_expect_eq(st.wrs, 0);
 	cr_expect_eq(st.placed_dropped, UINT64_MAX, "written past a 0.9.0 caller's size");
+	/* One built before min_waits, which ends at placed_dropped. */
+	memset(&st, 0xff, sizeof(st));
+	cr_assert_eq(rr_bridge_get_stats(b, &st, offsetof(struct rr_bridge_stats, min_waits)), 0);
+	cr_expect_eq(st.placed_dropped, 0);
+	cr_expect_eq(st.min_waits, UINT64_MAX, "written past a pre-min_waits caller's size");
 	cr_expect_eq(rr_bridge_get_stats(b, NULL, sizeof(st)), -EINVAL);
 	cr_expect_eq(rr_bridge_get_stats(NULL, &st, sizeof(st)), -EINVAL);
 	cr_assert_eq(rr_bridge_destroy(b), 0);
@@ -201,4 +207,25 @@ Test(abi, members_past_an_older_callers_size_are_defaults)
 	cr_expect_eq(rr__opts_in(&dst, sizeof(dst), &src, head - 1, head), -EINVAL);
 	cr_expect_eq(rr__opts_in(&dst, sizeof(dst), NULL, 12345, head), 0);
 	cr_expect_eq(dst.max_send_wr, 0);
+}
+
+/* rr_bridge_opts before min_wait_us (0.9.0's): taken, and min-wait is off. */
+Test(abi, bridge_opts_without_min_wait_take_the_default)
+{
+	struct rr_bridge_opts dst, src;
+	rr_bridge *b = NULL;
+
+	memset(&src, 0xab, sizeof(src));
+	cr_assert_eq(rr__opts_in(&dst, sizeof(dst), &src, RR__BRIDGE_OPTS_SIZE_0_8,
+				 RR__BRIDGE_OPTS_SIZE_0_8),
+		     0);
+	cr_expect_eq(dst.min_wait_us, 0);
+	cr_expect_eq(dst.wait_nr, 0);
+	cr_expect_eq(dst.cq_batch, src.cq_batch);
+	memset(&src, 0, sizeof(src));
+	src.min_wait_us = 100;
+	cr_assert_eq(rr_bridge_create(&b, &ring, &src, RR__BRIDGE_OPTS_SIZE_0_8), 0);
+	cr_assert_eq(rr_bridge_destroy(b), 0);
+	cr_assert_eq(rr_bridge_create(&b, &ring, &src, sizeof(src)), 0);
+	cr_assert_eq(rr_bridge_destroy(b), 0);
 }

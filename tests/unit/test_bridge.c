@@ -9,9 +9,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <criterion/criterion.h>
@@ -1340,6 +1342,127 @@ Test(loop, run_once_times_out_and_reports_orphans)
 	cr_assert_eq(rr_bridge_run_once(b, 100), -EPROTO);
 	cr_assert_eq(rr_bridge_destroy(b), 0);
 	io_uring_queue_exit(&ring);
+}
+
+/* ---- min-wait (Linux 6.12): one wake-up for CQEs close together ---- */
+
+#define FEAT_MIN_TIMEOUT (1u << 15) /* IORING_FEAT_MIN_TIMEOUT, 6.12 */
+
+static struct fixture *min_fx;
+
+static void complete_at_wait(void)
+{
+	fake_before_wait = NULL;
+	fake_complete(fcq(min_fx, 0), 1, 7);
+}
+
+static uint64_t min_waits(struct fixture *f)
+{
+	struct rr_bridge_stats st;
+
+	cr_assert_eq(rr_bridge_get_stats(f->b, &st, sizeof(st)), 0);
+	return st.min_waits;
+}
+
+static uint64_t ms_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* A pass that asks for 8 CQEs and gets one returns with it after the
+ * min-wait; the kernel's min-wait is used where it has it. */
+Test(min_wait, a_pass_returns_the_one_completion_it_got)
+{
+	struct rr_bridge_opts o = {.min_wait_us = 20000, .wait_nr = 8};
+	struct fixture f;
+
+	setup_fx(&f, &o, RR_WAIT_EVENT);
+	pass(&f, 1);
+	min_fx = &f;
+	fake_before_wait = complete_at_wait;
+	for (int i = 0; i < 50 && !L.wcs[0]; i++)
+		cr_assert_geq(rr_bridge_run_once(f.b, 5000), 0);
+	cr_assert_eq(L.wcs[0], 1);
+	if (f.ring.features & FEAT_MIN_TIMEOUT)
+		cr_expect_gt(min_waits(&f), 0, "the kernel has min-wait and it went unused");
+	else
+		cr_expect_eq(min_waits(&f), 0);
+	teardown_fx(&f);
+}
+
+/* As on 6.1: the feature bit masked, a pass wakes at its first CQE (a
+ * min-wait of 10 s and 8 CQEs asked would hold it for 10 s). */
+Test(min_wait, without_the_kernel_feature_a_pass_wakes_at_its_first_cqe)
+{
+	struct rr_bridge_opts o = {.min_wait_us = 10000000, .wait_nr = 8};
+	struct fixture f;
+	uint64_t t0;
+
+	setup_fx(&f, &o, RR_WAIT_EVENT);
+	f.ring.features &= ~FEAT_MIN_TIMEOUT;
+	pass(&f, 1);
+	min_fx = &f;
+	fake_before_wait = complete_at_wait;
+	t0 = ms_now();
+	for (int i = 0; i < 50 && !L.wcs[0]; i++)
+		cr_assert_geq(rr_bridge_run_once(f.b, 20000), 0);
+	cr_assert_eq(L.wcs[0], 1);
+	cr_expect_eq(min_waits(&f), 0, "min-wait used on a kernel said to lack it");
+	cr_expect_lt(ms_now() - t0, 5000, "the pass waited for the min-wait");
+	teardown_fx(&f);
+}
+
+/* A min-wait longer than the pass's timeout ends at the timeout, with a
+ * CQE or without. */
+Test(min_wait, a_pass_waits_no_longer_than_its_timeout)
+{
+	struct rr_bridge_opts o = {.min_wait_us = 10000000, .wait_nr = 8};
+	struct fixture f;
+	uint64_t t0;
+
+	setup_fx(&f, &o, RR_WAIT_EVENT);
+	pass(&f, 1);
+	t0 = ms_now();
+	cr_assert_eq(rr_bridge_run_once(f.b, 50), 0);
+	cr_expect_lt(ms_now() - t0, 5000, "an idle pass of 50 ms waited for the min-wait");
+	min_fx = &f;
+	fake_before_wait = complete_at_wait;
+	t0 = ms_now();
+	for (int i = 0; i < 50 && !L.wcs[0]; i++)
+		cr_assert_geq(rr_bridge_run_once(f.b, 100), 0);
+	cr_assert_eq(L.wcs[0], 1);
+	cr_expect_lt(ms_now() - t0, 5000, "a pass of 100 ms with a CQE waited for the min-wait");
+	teardown_fx(&f);
+}
+
+static void *complete_later(void *arg)
+{
+	usleep(200000);
+	fake_complete(fcq(arg, 0), 1, 9);
+	return NULL;
+}
+
+/* Waiting without a timeout: the min-wait passing with no CQE does not
+ * end the wait (a kernel wait without a timeout would end there). */
+Test(min_wait, a_pass_without_timeout_sleeps_past_the_min_wait)
+{
+	struct rr_bridge_opts o = {.min_wait_us = 1000, .wait_nr = 8};
+	struct fixture f;
+	pthread_t t;
+	int rc;
+
+	setup_fx(&f, &o, RR_WAIT_EVENT);
+	pass(&f, 1);
+	cr_assert_eq(pthread_create(&t, NULL, complete_later, &f), 0);
+	rc = rr_bridge_run_once(f.b, -1);
+	pthread_join(t, NULL);
+	cr_expect_gt(rc, 0, "the pass returned %d", rc);
+	cr_expect_eq(L.wcs[0], 1, "the wait ended at the min-wait, with nothing");
+	pass_until(&f, &L.wcs[0], 1);
+	teardown_fx(&f);
 }
 
 Test(teardown, destroy_with_polls_and_app_io_in_flight)
