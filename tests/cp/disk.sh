@@ -52,7 +52,7 @@ mount -t tmpfs -o size=1m tmpfs "$T/ram" && MOUNTS+=("$T/ram")
 timeout 30 "$CP" serve --listen "$ADDR:$((PORT + 1))" --no-auth --dir "$T/ram" --direct \
 	>"$T/ram.out" 2>"$T/ram.err"
 src=$?
-if python3 -c 'import os, sys; os.close(os.open(sys.argv[1], os.O_WRONLY | os.O_TMPFILE | os.O_DIRECT))' \
+if python3 -S -c 'import os, sys; os.close(os.open(sys.argv[1], os.O_WRONLY | os.O_TMPFILE | os.O_DIRECT))' \
 	"$T/ram" 2>/dev/null; then
 	n=$((n + 1))
 	echo "ok $n # SKIP this kernel's tmpfs takes O_DIRECT: nothing to refuse"

@@ -209,7 +209,7 @@ force_case ft "$T/ft/d" $((PORT + 6))
 result $ok "--force replaces a file and one in a subdirectory, O_TMPFILE (exit 0)"
 NT=$(dirname "$CP")/.rrcp-notmpfile.$$
 mkdir -p "$NT"
-if python3 -c 'import os, sys; os.open(sys.argv[1], os.O_WRONLY | os.O_TMPFILE)' "$NT" 2>/dev/null; then
+if python3 -S -c 'import os, sys; os.open(sys.argv[1], os.O_WRONLY | os.O_TMPFILE)' "$NT" 2>/dev/null; then
 	n=$((n + 1))
 	echo "ok $n # SKIP $(dirname "$CP") supports O_TMPFILE: no named-temp path to test"
 else

@@ -26,7 +26,7 @@ for _ in $(seq 300); do
 done
 
 # Each client: send everything, half-close, read the one-line answer.
-python3 - "$T" "$TCP" "$CLIENTS" "$ppid" <<'PY' >"$T/clients.out" 2>&1
+python3 -S - "$T" "$TCP" "$CLIENTS" "$ppid" <<'PY' >"$T/clients.out" 2>&1
 import os, signal, socket, sys, threading, time
 tmp, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 def client(i):
@@ -108,7 +108,7 @@ start_serve s2 $((PORT + 4)) --dir "$T/dst2" --max-conns 1 --chunk 64K
 gpid=$!
 PIDS+=("$gpid")
 await_line "$T/g.out" listening "$gpid" 300
-python3 - "$T" $((TCP + 2)) "$ADDR" <<'PY' >"$T/gate.out" 2>&1
+python3 -S - "$T" $((TCP + 2)) "$ADDR" <<'PY' >"$T/gate.out" 2>&1
 import os, select, socket, sys, time
 tmp, port, addr = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 def reply_of(s):

@@ -58,7 +58,7 @@ ok=0
 result $ok "all $((SENDERS * 3)) files arrived byte for byte, no temp file${bad:+ (differ or missing:$bad)}"
 [ $ok = 1 ] || ls -la "$T/dst" | sed 's/^/# /'
 # threads 3, thread_conns summing to the connections, more than one used.
-check=$(python3 - "$T/th.json" $SENDERS <<'PY' 2>&1
+check=$(python3 -S - "$T/th.json" $SENDERS <<'PY' 2>&1
 import json, sys
 j = json.load(open(sys.argv[1]))
 n = int(sys.argv[2])

@@ -168,7 +168,7 @@ cpu=$(json_field "$T/rlarge.c.json" cpu_seconds)
 result $ok "128 MiB send summary has rate and CPU: ${mbs:-?} MB/s, ${cpu:-?} CPU s"
 # The data phase (first WELCOME to last FILE_DONE) lies inside the run.
 ok=0
-python3 - "$T/rlarge.c.json" "$T/rlarge.s.json" <<'PY' && ok=1
+python3 -S - "$T/rlarge.c.json" "$T/rlarge.s.json" <<'PY' && ok=1
 import json, sys
 c, s = (json.load(open(p)) for p in sys.argv[1:3])
 assert 0 < c["data_seconds"] <= c["seconds"], c

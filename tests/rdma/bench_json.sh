@@ -53,7 +53,7 @@ refused_rc=$?
 "$bench" --addr "$addr" --iters 2000000 --strategies busy --workloads pingpong --ops send \
 	--timeout 3 >"$out/stuck" 2>&1
 stuck_rc=$?
-python3 - "$out/b.json" "$rc" "$out/table" "$out/b.csv" "$iters" "$out/f.json" "$out/stuck" "$stuck_rc" \
+python3 -S - "$out/b.json" "$rc" "$out/table" "$out/b.csv" "$iters" "$out/f.json" "$out/stuck" "$stuck_rc" \
 	"$out/g.json" "$out/g.csv" "$out/refused" "$refused_rc" "$out/c.json" "$out/r.json" \
 	"$out/n.json" "$out/q.json" <<'PY'
 import csv, json, os, re, sys
