@@ -57,11 +57,13 @@ int main(int argc, char **argv)
 	}
 	pd = ibv_alloc_pd(ctx);
 	cq = pd ? ibv_create_cq(ctx, 4, NULL, NULL, 0) : NULL;
-	srq = cq ? ibv_create_srq(pd, &(struct ibv_srq_init_attr){
-					      .attr = {.max_wr = 4, .max_sge = 1}})
+	srq = cq ? ibv_create_srq(pd,
+				  &(struct ibv_srq_init_attr){.attr = {.max_wr = 4, .max_sge = 1}})
 		 : NULL;
 	if (srq) {
-		struct ibv_qp_init_attr qa = {.send_cq = cq, .recv_cq = cq, .srq = srq,
+		struct ibv_qp_init_attr qa = {.send_cq = cq,
+					      .recv_cq = cq,
+					      .srq = srq,
 					      .qp_type = IBV_QPT_RC,
 					      .cap = {.max_send_wr = 1, .max_send_sge = 1}};
 
