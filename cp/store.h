@@ -137,6 +137,13 @@ void cp_store_abort(struct cp_store *st);
  */
 int cp_store_meta(struct cp_store *st, uint32_t mode, const struct cp_time *mtime);
 
+/* Shared with cp/tree.c: the cp_err code of a failed call's errno; a
+ * sender's mode as stored (permission bits less the umask); @fd's mtime,
+ * or that of @name in it (not followed), atime untouched: 0 or -1. */
+int cp_store_io_err(int err);
+mode_t cp_store_perm(uint32_t mode);
+int cp_store_set_mtime(int fd, const char *name, const struct cp_time *t);
+
 /*
  * The entries of a directory tree, each under @dirfd and never through a
  * symbolic link: the directory an entry goes into is opened with
