@@ -26,6 +26,7 @@
 #include "hash.h"
 #include "rx.h"
 #include "store.h"
+#include "tree.h"
 
 #define RX_GRANTS_OUT 2
 #define RX_STAGES     4 /* file writes in flight per connection */
@@ -143,7 +144,9 @@ struct rx {
 	struct cp_hasher hs;
 	uint64_t file_off, end_bytes, end_sum;
 	struct cp_op sync_op;
-	struct cp_op entry_op; /* RX_ENTRY: the fsync of entry_fd */
+	struct cp_entry ent;   /* RX_ENTRY: the entry being made */
+	uint8_t entry_type;    /* its message: CP_MKDIR, CP_SYMLINK, CP_DIR_META */
+	struct cp_op entry_op; /* RX_ENTRY: then the fsync of entry_fd */
 	int entry_fd;
 	/* The next file, begun after end_seen: the window admits its chunks,
 	 * opened once this one is named (commit_done) */

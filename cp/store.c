@@ -68,7 +68,7 @@ bool cp_store_supported(struct cp_loop *lp)
 {
 	static const int ops[] = {IORING_OP_OPENAT2,  IORING_OP_STATX,	  IORING_OP_LINKAT,
 				  IORING_OP_RENAMEAT, IORING_OP_UNLINKAT, IORING_OP_FSYNC,
-				  IORING_OP_CLOSE};
+				  IORING_OP_CLOSE,   IORING_OP_MKDIRAT,	  IORING_OP_SYMLINKAT};
 	struct io_uring_probe *p = io_uring_get_probe_ring(&lp->ring);
 	bool ok = p != NULL;
 
