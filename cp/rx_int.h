@@ -51,6 +51,7 @@ enum rx_state {
 	RX_OPEN,
 	RX_SCAN,
 	RX_FROM,
+	RX_TRUNC, /* FILE_FROM 0: the partial is being emptied */
 	RX_FILE,
 	RX_SAME,
 	RX_SYNC,
@@ -141,6 +142,8 @@ struct rx {
 	uint64_t have;	/* FILE_HAVE: bytes the partial holds */
 	int same_fd;	/* RX_SCAN of a named file, RX_SAME: its fd */
 	uint64_t w_off; /* where the chunks the window admits begin */
+	struct cp_work trunc; /* RX_TRUNC: ftruncate(trunc_fd), on the worker */
+	int trunc_fd;
 	struct cp_hasher hs;
 	uint64_t file_off, end_bytes, end_sum;
 	struct cp_op sync_op;
