@@ -183,12 +183,40 @@ static void same_done(struct rx *r)
 	file_stored(r, "already had");
 }
 
-/* Every chunk is on disk and FILE_END arrived: verify, fsync, name it. */
+/* The file has its mode and time (RX_SYNC): its fsync. */
+static void meta_done(struct cp_store *st, int code)
+{
+	struct rx *r = rx_of_store(st);
+	struct io_uring_sqe *sqe;
+
+	r->io_inflight--;
+	if (r->state == RX_CLOSING) {
+		/* rx_fail() left the file to us: nothing of ours is in flight now. */
+		if (r->file_active && !r->io_inflight) {
+			cp_store_abort(st);
+			r->file_active = false;
+		}
+		return;
+	}
+	if (code) {
+		rx_store_failed(r, code);
+		return;
+	}
+	sqe = cp_loop_sqe(r->env->lp, &r->sync_op);
+	if (!sqe) {
+		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "cannot queue fsync");
+		return;
+	}
+	io_uring_prep_fsync(sqe, r->st.fd, 0);
+	r->io_inflight++;
+}
+
+/* Every chunk is on disk and FILE_END arrived: verify, set the mode and
+ * time, fsync, name it. */
 static void finish_file(struct rx *r)
 {
 	uint64_t sum = cp_hasher_digest(&r->hs);
 	int code;
-	struct io_uring_sqe *sqe;
 
 	if (sum != r->end_sum) {
 		/* What was received is hashed here and logged, never sent: a
@@ -206,20 +234,14 @@ static void finish_file(struct rx *r)
 	}
 	/* Mode and mtime before the fsync, which makes them last too.
 	 * Without the sender's: what a new file gets (0644 less umask). */
-	code = r->meta ? cp_store_meta(&r->st, r->mode, &r->mtime)
-		       : cp_store_meta(&r->st, 0644, NULL);
+	code = r->meta ? cp_store_meta(&r->st, r->mode, &r->mtime, meta_done)
+		       : cp_store_meta(&r->st, 0644, NULL, meta_done);
 	if (code) {
 		rx_store_failed(r, code);
 		return;
 	}
-	r->state = RX_SYNC;
-	sqe = cp_loop_sqe(r->env->lp, &r->sync_op);
-	if (!sqe) {
-		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "cannot queue fsync");
-		return;
-	}
-	io_uring_prep_fsync(sqe, r->st.fd, 0);
 	r->io_inflight++;
+	r->state = RX_SYNC;
 }
 
 /* The file of FILE_START is open (or could not be): the chunks that came

@@ -68,7 +68,7 @@ bool cp_store_supported(struct cp_loop *lp)
 {
 	static const int ops[] = {IORING_OP_OPENAT2,  IORING_OP_STATX,	  IORING_OP_LINKAT,
 				  IORING_OP_RENAMEAT, IORING_OP_UNLINKAT, IORING_OP_FSYNC,
-				  IORING_OP_CLOSE,   IORING_OP_MKDIRAT,	  IORING_OP_SYMLINKAT};
+				  IORING_OP_CLOSE,    IORING_OP_MKDIRAT,  IORING_OP_SYMLINKAT};
 	struct io_uring_probe *p = io_uring_get_probe_ring(&lp->ring);
 	bool ok = p != NULL;
 
@@ -359,7 +359,8 @@ static int partial_opened(struct cp_store *st, int res)
 	if (res == -ELOOP || res == -EISDIR)
 		return part_replace(st, res == -EISDIR);
 	if (res < 0)
-		return fail(st, cp_store_io_err(-res), "cannot open the partial of", st->base, -res);
+		return fail(st, cp_store_io_err(-res), "cannot open the partial of", st->base,
+			    -res);
 	st->fd = res;
 	if (fstat(st->fd, &sb))
 		return fail(st, CP_E_IO, "fstat of the partial of", st->base, errno);
@@ -668,19 +669,42 @@ mode_t cp_store_perm(uint32_t mode)
 	return (mode_t)(mode & 0777) & ~cur_umask();
 }
 
-/* @fd's mtime, or that of @name in it, not followed; atime untouched. */
-int cp_store_set_mtime(int fd, const char *name, const struct cp_time *t)
+/* On the loop's worker: io_uring has no fchmod or futimens. */
+static int meta_fn(struct cp_work *w)
 {
-	struct timespec ts[2] = {{.tv_nsec = UTIME_OMIT},
-				 {.tv_sec = (time_t)t->sec, .tv_nsec = (long)t->nsec}};
+	struct cp_store *st = (struct cp_store *)((char *)w - offsetof(struct cp_store, work));
 
-	return name ? utimensat(fd, name, ts, AT_SYMLINK_NOFOLLOW) : futimens(fd, ts);
+	if (fchmod(st->fd, st->meta_mode) || (st->meta_time && futimens(st->fd, st->meta_ts)))
+		return -errno;
+	return 0;
 }
 
-int cp_store_meta(struct cp_store *st, uint32_t mode, const struct cp_time *mtime)
+static void meta_done(struct cp_op *op, int res)
 {
-	if (fchmod(st->fd, cp_store_perm(mode)) || (mtime && cp_store_set_mtime(st->fd, NULL, mtime)))
-		return fail(st, CP_E_IO, "mode or time of", st->base, errno);
+	struct cp_store *st = (struct cp_store *)((char *)op - offsetof(struct cp_store, work.op));
+
+	st->busy = false;
+	st->done(st, res < 0 ? fail(st, CP_E_IO, "mode or time of", st->base, -res) : 0);
+}
+
+int cp_store_meta(struct cp_store *st, uint32_t mode, const struct cp_time *mtime, cp_store_fn done)
+{
+	int rc;
+
+	st->done = done;
+	st->meta_mode = cp_store_perm(mode);
+	st->meta_time = mtime != NULL;
+	if (mtime) {
+		st->meta_ts[0] = (struct timespec){.tv_nsec = UTIME_OMIT}; /* atime untouched */
+		st->meta_ts[1] = (struct timespec){.tv_sec = (time_t)mtime->sec,
+						   .tv_nsec = (long)mtime->nsec};
+	}
+	st->work.fn = meta_fn;
+	st->work.op.done = meta_done;
+	rc = cp_loop_work(st->lp, &st->work);
+	if (rc)
+		return fail(st, CP_E_IO, "cannot queue a file system call for", st->base, -rc);
+	st->busy = true;
 	return 0;
 }
 

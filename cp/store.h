@@ -7,7 +7,8 @@
  * --force was given; with --direct it is written with O_DIRECT. Every file
  * system call goes through the loop's ring
  * (IORING_OP_OPENAT2, _STATX, _LINKAT, _RENAMEAT, _UNLINKAT, _FSYNC), one
- * step at a time, so a slow directory stalls only its own connection.
+ * step at a time, and the mode and time on the loop's worker, so a slow
+ * directory stalls only its own connection.
  */
 #ifndef CP_STORE_H
 #define CP_STORE_H
@@ -19,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "loop.h"
 
@@ -58,6 +60,10 @@ struct cp_store {
 	bool opening;	/* a failed open leaves nothing open */
 	struct open_how how;
 	struct statx stx;
+	struct cp_work work; /* cp_store_meta() */
+	mode_t meta_mode;
+	bool meta_time;
+	struct timespec meta_ts[2];
 	char parent[256]; /* CP_NAME_MAX + 1 */
 	char path[64];
 };
@@ -134,16 +140,16 @@ void cp_store_abort(struct cp_store *st);
 /*
  * cp_store_meta() - the open file's mode (its permission bits, less the
  * process's umask: never setuid, setgid or sticky) and modification time
- * (@mtime NULL: left as it is), set before its fsync. Until then the file
- * is 0600. 0, or a cp_err code (reason in why[]).
+ * (@mtime NULL: left as it is), set before its fsync, on the loop's
+ * worker (io_uring has no fchmod or futimens). Until then the file is
+ * 0600. As cp_store_open(): 0 and @done later, or a cp_err code.
  */
-int cp_store_meta(struct cp_store *st, uint32_t mode, const struct cp_time *mtime);
+int cp_store_meta(struct cp_store *st, uint32_t mode, const struct cp_time *mtime,
+		  cp_store_fn done);
 
 /* Shared with cp/tree.c: the cp_err code of a failed call's errno; a
- * sender's mode as stored (permission bits less the umask); @fd's mtime,
- * or that of @name in it (not followed), atime untouched: 0 or -1. */
+ * sender's mode as stored (permission bits less the umask). */
 int cp_store_io_err(int err);
 mode_t cp_store_perm(uint32_t mode);
-int cp_store_set_mtime(int fd, const char *name, const struct cp_time *t);
 
 #endif

@@ -1653,6 +1653,16 @@ static const char *verify_link(struct harness *h)
 	return NULL;
 }
 
+static const char *verify_file(struct harness *h)
+{
+	struct stat sb;
+
+	if (fstatat(h->dirfd, "z", &sb, AT_SYMLINK_NOFOLLOW) || !S_ISREG(sb.st_mode) ||
+	    (sb.st_mode & 07777) != (0640 & ~umask_now) || sb.st_mtim.tv_sec != 1500000000)
+		return "no file z with the mode 0640 and the time sent";
+	return NULL;
+}
+
 static const char *verify_truncated(struct harness *h)
 {
 	if (size_of(h->dirfd, ".c.rrcp-partial") != 0)
@@ -1689,6 +1699,24 @@ static int stalls(unsigned int *n)
 	m = entry_msg(CP_SYMLINK, "l", "dir", 0);
 	bad = stall_run(h, "utimensat", true, &m, true, verify_link);
 	rc |= stall_end(h, n, "a hung SYMLINK holds its connection, not the loop", bad);
+
+	/* A file's mode: its fchmod() hangs on the worker. */
+	h = stall_begin();
+	{
+		struct cp_msg st = {.type = CP_FILE_START}, end = {.type = CP_FILE_END};
+
+		st.start.flags = CP_START_META;
+		st.start.mode = 0640;
+		st.start.mtime = (struct cp_time){1500000000, 5};
+		st.start.name_len = 1;
+		st.start.name[0] = 'z';
+		end.end.checksum = XXH3_64bits("", 0);
+		h->decl[h->ndecl++] =
+			(struct decl){.name = "z", .bytes = 0, .sum = end.end.checksum};
+		send_msg(&st);
+		bad = stall_run(h, "fchmod", true, &end, true, verify_file);
+	}
+	rc |= stall_end(h, n, "a hung file mode holds its connection, not the loop", bad);
 
 	/* FILE_FROM 0: the partial's ftruncate() hangs on the worker. */
 	scenario_plant = plant_resume;

@@ -288,7 +288,8 @@ Test(store, a_tree_is_made_with_its_modes_times_and_links)
 	/* A file's mode: permission bits less the umask, never setuid. */
 	cr_assert_eq(cp_store_open(&st, &lp, dirfd_, "top/f", 0, on_done), 0);
 	cr_assert_eq(await(calls + 1), 0);
-	cr_assert_eq(cp_store_meta(&st, 04777, &t), 0);
+	cr_assert_eq(cp_store_meta(&st, 04777, &t, on_done), 0);
+	cr_assert_eq(await(calls + 1), 0);
 	cr_assert_eq(cp_store_commit(&st, on_done), 0);
 	cr_assert_eq(await(calls + 1), 0);
 	sb = lstat_in("top/f");
@@ -431,7 +432,8 @@ Test(store, a_file_is_private_until_its_mode_is_set)
 
 	cr_assert_eq(cp_store_open(&st, &lp, dirfd_, "p", CP_STORE_PARTIAL, on_done), 0);
 	cr_assert_eq(await(calls + 1), 0);
-	cr_assert_eq(cp_store_meta(&st, 0644, NULL), 0);
+	cr_assert_eq(cp_store_meta(&st, 0644, NULL, on_done), 0);
+	cr_assert_eq(await(calls + 1), 0);
 	cr_assert_eq(cp_store_commit(&st, on_done), 0);
 	cr_assert_eq(await(calls + 1), 0);
 	cp_store_abort(&st);
