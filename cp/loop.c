@@ -169,19 +169,24 @@ int cp_loop_init_group(struct cp_loop *lp, unsigned int entries)
 }
 
 /*
- * The loop's worker: calls with no io_uring op run here, one at a time,
- * so that a stuck file system holds this thread and the connections
- * that wait on it, never the loop. Done work is handed back on a list;
- * an eventfd read on the ring tells the loop (libuv's thread pool does
- * the same with its async handle).
+ * The loop's worker: calls with no io_uring op run here, so that a stuck
+ * file system holds a thread of it and the connections that wait on it,
+ * never the loop. A small pool (libuv's is 4 threads too), a thread
+ * started whenever work would otherwise wait: a call hung on one file
+ * system does not hold up one on another until all are hung. Done work
+ * is handed back on a list; an eventfd read on the ring tells the loop
+ * (libuv does the same with its async handle).
  */
+#define CP_WORKERS 4
+
 struct cp_worker {
-	pthread_t th;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	struct cp_work *todo, **todo_end; /* under mu */
-	struct cp_work *done, **done_end; /* under mu */
-	bool quit;			  /* under mu */
+	pthread_t th[CP_WORKERS];
+	unsigned int nth, running, queued; /* under mu */
+	struct cp_work *todo, **todo_end;  /* under mu */
+	struct cp_work *done, **done_end;  /* under mu */
+	bool quit;			   /* under mu */
 	int efd;
 	/* the loop thread's */
 	unsigned int jobs; /* queued, running, or done and not yet handed back */
@@ -207,9 +212,12 @@ static void *worker_main(void *arg)
 		wk->todo = w->next;
 		if (!wk->todo)
 			wk->todo_end = &wk->todo;
+		wk->queued--;
+		wk->running++;
 		pthread_mutex_unlock(&wk->mu);
 		w->res = w->fn(w);
 		pthread_mutex_lock(&wk->mu);
+		wk->running--;
 		w->next = NULL;
 		*wk->done_end = w;
 		wk->done_end = &w->next;
@@ -281,16 +289,8 @@ static int worker_start(struct cp_loop *lp)
 	}
 	pthread_mutex_init(&wk->mu, NULL);
 	pthread_cond_init(&wk->cv, NULL);
-	/* It inherits this thread's blocked SIGINT and SIGTERM. */
-	rc = -pthread_create(&wk->th, NULL, worker_main, wk);
-	if (rc)
-		goto err_sync;
 	lp->wk = wk;
 	return 0;
-err_sync:
-	pthread_cond_destroy(&wk->cv);
-	pthread_mutex_destroy(&wk->mu);
-	close(wk->efd);
 err_free:
 	free(wk);
 	return rc;
@@ -311,8 +311,21 @@ int cp_loop_work(struct cp_loop *lp, struct cp_work *w)
 	wk = lp->wk;
 	w->next = NULL;
 	pthread_mutex_lock(&wk->mu);
+	/* Every thread not running a call takes one: more work than those,
+	 * one more thread. It inherits this one's blocked SIGINT, SIGTERM. */
+	if (wk->nth - wk->running <= wk->queued && wk->nth < CP_WORKERS) {
+		rc = -pthread_create(&wk->th[wk->nth], NULL, worker_main, wk);
+		if (!rc)
+			wk->nth++;
+		else if (!wk->nth) {
+			pthread_mutex_unlock(&wk->mu);
+			cp_log("cannot start the file system worker: %s", strerror(-rc));
+			return rc;
+		}
+	}
 	*wk->todo_end = w;
 	wk->todo_end = &w->next;
+	wk->queued++;
 	pthread_cond_signal(&wk->cv);
 	pthread_mutex_unlock(&wk->mu);
 	wk->jobs++;
@@ -321,8 +334,8 @@ int cp_loop_work(struct cp_loop *lp, struct cp_work *w)
 	return 0;
 }
 
-/* Join the worker once it ran all it was given (however long a stuck
- * file system holds it), hand back what it did, free it. */
+/* Join the worker's threads once they ran all they were given (however
+ * long a stuck file system holds one), hand back what they did. */
 static void worker_stop(struct cp_loop *lp)
 {
 	struct cp_worker *wk = lp->wk;
@@ -333,9 +346,10 @@ static void worker_stop(struct cp_loop *lp)
 		cp_log("waiting for %u file system calls to return", wk->jobs);
 	pthread_mutex_lock(&wk->mu);
 	wk->quit = true;
-	pthread_cond_signal(&wk->cv);
+	pthread_cond_broadcast(&wk->cv);
 	pthread_mutex_unlock(&wk->mu);
-	pthread_join(wk->th, NULL);
+	for (unsigned int i = 0; i < wk->nth; i++)
+		pthread_join(wk->th[i], NULL);
 	work_deliver(wk);
 }
 

@@ -20,8 +20,8 @@ struct cp_op {
 
 /*
  * A call with no io_uring op that may block on its file system (chmod,
- * utimes, ftruncate on 6.1): run on the loop's worker thread, never on
- * the loop's. @fn runs there and returns its result (0 or -errno); then
+ * utimes, ftruncate on 6.1): run on a thread of the loop's worker, never
+ * on the loop's. @fn runs there and returns its result (0 or -errno); then
  * op.done(&op, result) runs on the loop thread, told through the ring.
  * The caller keeps @w, and what @fn reads, until op.done ran.
  */
@@ -60,8 +60,9 @@ int cp_loop_init_group(struct cp_loop *lp, unsigned int entries);
 struct io_uring_sqe *cp_loop_sqe(struct cp_loop *lp, struct cp_op *op);
 /* Ask the kernel to cancel @op; its own CQE still comes. */
 void cp_loop_cancel(struct cp_loop *lp, struct cp_op *op);
-/* Queue @w on the loop's worker (started here the first time): 0 or
- * -errno, and then op.done comes once, later. Counts in lp->inflight. */
+/* Queue @w on the loop's worker, a pool of up to 4 threads (one started
+ * here whenever @w would otherwise wait): 0 or -errno, and then op.done
+ * comes once, later. Counts in lp->inflight. */
 int cp_loop_work(struct cp_loop *lp, struct cp_work *w);
 /* Run until lp->stop; returns 0 or a negative errno from io_uring. */
 int cp_loop_run(struct cp_loop *lp);

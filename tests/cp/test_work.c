@@ -113,6 +113,26 @@ Test(work, the_loop_goes_on_while_a_call_is_stuck)
 	cr_expect_eq(stuck.out, 1);
 }
 
+/* A call stuck on one file system holds one thread of the pool: the
+ * next call runs on another meanwhile. */
+Test(work, a_stuck_call_does_not_hold_the_next_one)
+{
+	struct job stuck = {.w.fn = job_fn, .w.op.done = job_done, .in = -1};
+	struct job next = {.w.fn = job_fn, .w.op.done = job_done, .in = 5};
+
+	cr_assert_eq(cp_loop_work(&lp, &stuck.w), 0);
+	cr_assert_eq(cp_loop_work(&lp, &next.w), 0);
+	for (int k = 0; k < 100 && !next.calls; k++)
+		cr_assert_geq(cp_loop_pass(&lp, 100), 0);
+	cr_expect_eq(next.calls, 1, "the next call waited for the stuck one");
+	cr_expect_eq(next.out, -5);
+	cr_expect_eq(stuck.calls, 0);
+	atomic_store(&release, true);
+	for (int k = 0; k < 100 && !stuck.calls; k++)
+		cr_assert_geq(cp_loop_pass(&lp, 100), 0);
+	cr_expect_eq(stuck.calls, 1);
+}
+
 /* Teardown joins the worker: work still queued runs and is handed back. */
 Test(work, fini_waits_for_the_worker)
 {
