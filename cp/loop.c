@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: MIT
 /* ringrdma-cp's event loop: our CQEs and the bridge's from one ring. */
 #include <errno.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
@@ -129,6 +132,7 @@ static int loop_init(struct cp_loop *lp, unsigned int entries, unsigned int brid
 	lp->sig.done = sig_done;
 	lp->ignore.done = ignore_done;
 	lp->sigfd = -1;
+	lp->wk = NULL;
 	rc = io_uring_queue_init(entries, &lp->ring, 0);
 	if (rc < 0) {
 		cp_log("io_uring_queue_init: %s", strerror(-rc));
@@ -164,6 +168,191 @@ int cp_loop_init_group(struct cp_loop *lp, unsigned int entries)
 	return loop_init(lp, entries, RR_BRIDGE_GROUP, false);
 }
 
+/*
+ * The loop's worker: calls with no io_uring op run here, so that a stuck
+ * file system holds a thread of it and the connections that wait on it,
+ * never the loop. A small pool (libuv's is 4 threads too), a thread
+ * started whenever work would otherwise wait: a call hung on one file
+ * system does not hold up one on another until all are hung. Done work
+ * is handed back on a list; an eventfd read on the ring tells the loop
+ * (libuv does the same with its async handle).
+ */
+#define CP_WORKERS 4
+
+struct cp_worker {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	pthread_t th[CP_WORKERS];
+	unsigned int nth, running, queued; /* under mu */
+	struct cp_work *todo, **todo_end;  /* under mu */
+	struct cp_work *done, **done_end;  /* under mu */
+	bool quit;			   /* under mu */
+	int efd;
+	/* the loop thread's */
+	unsigned int jobs; /* queued, running, or done and not yet handed back */
+	bool rd_on;
+	uint64_t val;
+	struct cp_op rd;
+	struct cp_loop *lp;
+};
+
+static void *worker_main(void *arg)
+{
+	struct cp_worker *wk = arg;
+	const uint64_t one = 1;
+	struct cp_work *w;
+
+	pthread_mutex_lock(&wk->mu);
+	for (;;) {
+		while (!wk->todo && !wk->quit)
+			pthread_cond_wait(&wk->cv, &wk->mu);
+		w = wk->todo;
+		if (!w)
+			break; /* quit, and nothing left to run */
+		wk->todo = w->next;
+		if (!wk->todo)
+			wk->todo_end = &wk->todo;
+		wk->queued--;
+		wk->running++;
+		pthread_mutex_unlock(&wk->mu);
+		w->res = w->fn(w);
+		pthread_mutex_lock(&wk->mu);
+		wk->running--;
+		w->next = NULL;
+		*wk->done_end = w;
+		wk->done_end = &w->next;
+		/* Cannot fail short of a counter at 2^64 - 2. */
+		if (write(wk->efd, &one, sizeof(one)) < 0)
+			w->res = w->res ? w->res : -errno;
+	}
+	pthread_mutex_unlock(&wk->mu);
+	return NULL;
+}
+
+static void work_arm(struct cp_loop *lp)
+{
+	struct cp_worker *wk = lp->wk;
+	struct io_uring_sqe *sqe;
+
+	if (wk->rd_on || !wk->jobs)
+		return;
+	sqe = cp_loop_sqe(lp, &wk->rd);
+	if (!sqe)
+		return; /* armed by the next cp_loop_pass() */
+	io_uring_prep_read(sqe, wk->efd, &wk->val, sizeof(wk->val), 0);
+	wk->rd_on = true;
+}
+
+/* Hand back what the worker finished: each op.done once, here. */
+static void work_deliver(struct cp_worker *wk)
+{
+	struct cp_work *w, *next;
+
+	pthread_mutex_lock(&wk->mu);
+	w = wk->done;
+	wk->done = NULL;
+	wk->done_end = &wk->done;
+	pthread_mutex_unlock(&wk->mu);
+	for (; w; w = next) {
+		next = w->next; /* op.done may reuse @w */
+		wk->jobs--;
+		wk->lp->inflight--;
+		w->op.done(&w->op, w->res);
+	}
+}
+
+static void work_told(struct cp_op *op, int res)
+{
+	struct cp_worker *wk = (struct cp_worker *)((char *)op - offsetof(struct cp_worker, rd));
+
+	(void)res; /* the list says what is done */
+	wk->rd_on = false;
+	work_deliver(wk);
+	work_arm(wk->lp);
+}
+
+static int worker_start(struct cp_loop *lp)
+{
+	struct cp_worker *wk = calloc(1, sizeof(*wk));
+	int rc;
+
+	if (!wk)
+		return -ENOMEM;
+	wk->todo_end = &wk->todo;
+	wk->done_end = &wk->done;
+	wk->rd.done = work_told;
+	wk->lp = lp;
+	wk->efd = eventfd(0, EFD_CLOEXEC);
+	if (wk->efd < 0) {
+		rc = -errno;
+		goto err_free;
+	}
+	pthread_mutex_init(&wk->mu, NULL);
+	pthread_cond_init(&wk->cv, NULL);
+	lp->wk = wk;
+	return 0;
+err_free:
+	free(wk);
+	return rc;
+}
+
+int cp_loop_work(struct cp_loop *lp, struct cp_work *w)
+{
+	struct cp_worker *wk;
+	int rc;
+
+	if (!lp->wk) {
+		rc = worker_start(lp);
+		if (rc) {
+			cp_log("cannot start the file system worker: %s", strerror(-rc));
+			return rc;
+		}
+	}
+	wk = lp->wk;
+	w->next = NULL;
+	pthread_mutex_lock(&wk->mu);
+	/* Every thread not running a call takes one: more work than those,
+	 * one more thread. It inherits this one's blocked SIGINT, SIGTERM. */
+	if (wk->nth - wk->running <= wk->queued && wk->nth < CP_WORKERS) {
+		rc = -pthread_create(&wk->th[wk->nth], NULL, worker_main, wk);
+		if (!rc)
+			wk->nth++;
+		else if (!wk->nth) {
+			pthread_mutex_unlock(&wk->mu);
+			cp_log("cannot start the file system worker: %s", strerror(-rc));
+			return rc;
+		}
+	}
+	*wk->todo_end = w;
+	wk->todo_end = &w->next;
+	wk->queued++;
+	pthread_cond_signal(&wk->cv);
+	pthread_mutex_unlock(&wk->mu);
+	wk->jobs++;
+	lp->inflight++;
+	work_arm(lp);
+	return 0;
+}
+
+/* Join the worker's threads once they ran all they were given (however
+ * long a stuck file system holds one), hand back what they did. */
+static void worker_stop(struct cp_loop *lp)
+{
+	struct cp_worker *wk = lp->wk;
+
+	if (!wk)
+		return;
+	if (wk->jobs)
+		cp_log("waiting for %u file system calls to return", wk->jobs);
+	pthread_mutex_lock(&wk->mu);
+	wk->quit = true;
+	pthread_cond_broadcast(&wk->cv);
+	pthread_mutex_unlock(&wk->mu);
+	for (unsigned int i = 0; i < wk->nth; i++)
+		pthread_join(wk->th[i], NULL);
+	work_deliver(wk);
+}
+
 int cp_loop_pass(struct cp_loop *lp, unsigned int wait_ms)
 {
 	struct __kernel_timespec ts = {.tv_sec = wait_ms / 1000,
@@ -172,6 +361,8 @@ int cp_loop_pass(struct cp_loop *lp, unsigned int wait_ms)
 	unsigned int n = 0;
 	int rc;
 
+	if (lp->wk)
+		work_arm(lp);	/* if the SQ was full when it was due */
 	rr_bridge_flush(lp->b); /* SQEs the bridge still owes (a full SQ) */
 	rc = io_uring_submit_and_wait_timeout(&lp->ring, &cqe, 1, &ts, NULL);
 	if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EBUSY)
@@ -221,6 +412,7 @@ void cp_loop_fini(struct cp_loop *lp)
 	while (lp->inflight && cp_now_ns() < end)
 		if (cp_loop_pass(lp, 100) < 0)
 			break;
+	worker_stop(lp);
 	if (lp->inflight)
 		cp_log("%u I/O requests still in flight at exit", lp->inflight);
 	rc = rr_bridge_destroy(lp->b);
@@ -229,4 +421,12 @@ void cp_loop_fini(struct cp_loop *lp)
 	io_uring_queue_exit(&lp->ring);
 	if (lp->sigfd >= 0)
 		close(lp->sigfd);
+	if (lp->wk) {
+		/* After the ring: its eventfd read is gone with it. */
+		close(lp->wk->efd);
+		pthread_cond_destroy(&lp->wk->cv);
+		pthread_mutex_destroy(&lp->wk->mu);
+		free(lp->wk);
+		lp->wk = NULL;
+	}
 }

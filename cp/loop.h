@@ -18,6 +18,22 @@ struct cp_op {
 	cp_op_fn done;
 };
 
+/*
+ * A call with no io_uring op that may block on its file system (chmod,
+ * utimes, ftruncate on 6.1): run on a thread of the loop's worker, never
+ * on the loop's. @fn runs there and returns its result (0 or -errno); then
+ * op.done(&op, result) runs on the loop thread, told through the ring.
+ * The caller keeps @w, and what @fn reads, until op.done ran.
+ */
+struct cp_work {
+	struct cp_op op;
+	int (*fn)(struct cp_work *w);
+	/* private */
+	struct cp_work *next;
+	int res;
+};
+struct cp_worker;
+
 struct cp_loop {
 	struct io_uring ring;
 	rr_bridge *b;
@@ -29,6 +45,7 @@ struct cp_loop {
 	void (*on_signal)(struct cp_loop *lp, int signo);
 	/* private */
 	struct cp_op tick, sig, ignore;
+	struct cp_worker *wk; /* started by the first cp_loop_work() */
 	bool tick_on, sig_on;
 	int sigfd;
 	struct __kernel_timespec tick_ts;
@@ -43,11 +60,16 @@ int cp_loop_init_group(struct cp_loop *lp, unsigned int entries);
 struct io_uring_sqe *cp_loop_sqe(struct cp_loop *lp, struct cp_op *op);
 /* Ask the kernel to cancel @op; its own CQE still comes. */
 void cp_loop_cancel(struct cp_loop *lp, struct cp_op *op);
+/* Queue @w on the loop's worker, a pool of up to 4 threads (one started
+ * here whenever @w would otherwise wait): 0 or -errno, and then op.done
+ * comes once, later. Counts in lp->inflight. */
+int cp_loop_work(struct cp_loop *lp, struct cp_work *w);
 /* Run until lp->stop; returns 0 or a negative errno from io_uring. */
 int cp_loop_run(struct cp_loop *lp);
 /* One pass: submit, wait up to @wait_ms, dispatch; CQEs handled or -errno. */
 int cp_loop_pass(struct cp_loop *lp, unsigned int wait_ms);
-/* After run: stop timers, reap until none of our SQEs is in flight. */
+/* After run: stop timers, reap until none of our SQEs (nor work) is in
+ * flight, then join the worker. */
 void cp_loop_fini(struct cp_loop *lp);
 
 #endif

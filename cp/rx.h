@@ -13,6 +13,7 @@
 #include "gate.h"
 #include "loop.h"
 #include "store.h"
+#include "tree.h"
 
 struct rx;
 

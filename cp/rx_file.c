@@ -183,12 +183,40 @@ static void same_done(struct rx *r)
 	file_stored(r, "already had");
 }
 
-/* Every chunk is on disk and FILE_END arrived: verify, fsync, name it. */
+/* The file has its mode and time (RX_SYNC): its fsync. */
+static void meta_done(struct cp_store *st, int code)
+{
+	struct rx *r = rx_of_store(st);
+	struct io_uring_sqe *sqe;
+
+	r->io_inflight--;
+	if (r->state == RX_CLOSING) {
+		/* rx_fail() left the file to us: nothing of ours is in flight now. */
+		if (r->file_active && !r->io_inflight) {
+			cp_store_abort(st);
+			r->file_active = false;
+		}
+		return;
+	}
+	if (code) {
+		rx_store_failed(r, code);
+		return;
+	}
+	sqe = cp_loop_sqe(r->env->lp, &r->sync_op);
+	if (!sqe) {
+		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "cannot queue fsync");
+		return;
+	}
+	io_uring_prep_fsync(sqe, r->st.fd, 0);
+	r->io_inflight++;
+}
+
+/* Every chunk is on disk and FILE_END arrived: verify, set the mode and
+ * time, fsync, name it. */
 static void finish_file(struct rx *r)
 {
 	uint64_t sum = cp_hasher_digest(&r->hs);
 	int code;
-	struct io_uring_sqe *sqe;
 
 	if (sum != r->end_sum) {
 		/* What was received is hashed here and logged, never sent: a
@@ -206,20 +234,14 @@ static void finish_file(struct rx *r)
 	}
 	/* Mode and mtime before the fsync, which makes them last too.
 	 * Without the sender's: what a new file gets (0644 less umask). */
-	code = r->meta ? cp_store_meta(&r->st, r->mode, &r->mtime)
-		       : cp_store_meta(&r->st, 0644, NULL);
+	code = r->meta ? cp_store_meta(&r->st, r->mode, &r->mtime, meta_done)
+		       : cp_store_meta(&r->st, 0644, NULL, meta_done);
 	if (code) {
 		rx_store_failed(r, code);
 		return;
 	}
-	r->state = RX_SYNC;
-	sqe = cp_loop_sqe(r->env->lp, &r->sync_op);
-	if (!sqe) {
-		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "cannot queue fsync");
-		return;
-	}
-	io_uring_prep_fsync(sqe, r->st.fd, 0);
 	r->io_inflight++;
+	r->state = RX_SYNC;
 }
 
 /* The file of FILE_START is open (or could not be): the chunks that came
@@ -400,53 +422,73 @@ void rx_entry_synced(struct cp_op *op, int res)
 	entry_done(r, &m);
 }
 
-/*
- * MKDIR, SYMLINK, DIR_META: made at once (cp/store.c, beneath DIR and
- * through no link), then the directory they changed is synced through
- * the ring. They come only between files (the sender waits for the last
- * FILE_DONE), and the next file may begin meanwhile, as after a FILE_END.
- */
-void rx_on_entry(struct rx *r, const struct cp_msg *m)
+/* The entry is made (or refused): its directory is synced through the
+ * ring, then it is answered. */
+static void entry_made(struct cp_entry *e, int code)
 {
-	const char *what = m->type == CP_MKDIR ? "made directory" : "made link";
+	struct rx *r = (struct rx *)((char *)e - offsetof(struct rx, ent));
 	struct io_uring_sqe *sqe;
-	const struct cp_opts *o = r->env->o;
-	char why[sizeof(r->st.why)];
-	int code, fd = -1;
-	bool left = false;
 
-	memcpy(r->name, m->entry.name, sizeof(r->name));
-	if (m->type == CP_MKDIR)
-		code = cp_store_mkdir(r->env->dirfd, r->name, r->env->made, &fd, why, sizeof(why));
-	else if (m->type == CP_SYMLINK)
-		code = cp_store_symlink(r->env->dirfd, r->name, m->entry.target, &m->entry.mtime,
-					(o->force ? CP_LINK_FORCE : 0) |
-						(o->any_links ? CP_LINK_ANYWHERE : 0),
-					&fd, why, sizeof(why));
-	else
-		code = cp_store_dir_meta(r->env->dirfd, r->name, m->entry.mode, &m->entry.mtime,
-					 r->env->made, o->force, &left, &fd, why, sizeof(why));
-	if (code) {
-		rx_fail(r, (unsigned int)code, rx_err_result((unsigned int)code), "%s", why);
+	r->io_inflight--;
+	if (r->state == RX_CLOSING) {
+		if (!code)
+			close(e->syncfd);
 		return;
 	}
-	if (left && !rx_quiet(r))
+	if (code) {
+		rx_fail(r, (unsigned int)code, rx_err_result((unsigned int)code), "%s", e->why);
+		return;
+	}
+	if (e->left && !rx_quiet(r))
 		cp_log("serve: %s: %s: not made by this transfer, its mode and time left as they "
 		       "are (--force sets them)",
 		       r->peer, r->name);
-	if (!rx_quiet(r) && m->type != CP_DIR_META)
-		cp_log("serve: %s: %s %s%s%s", r->peer, what, r->name,
-		       m->type == CP_SYMLINK ? " -> " : "",
-		       m->type == CP_SYMLINK ? m->entry.target : "");
-	r->entry_fd = fd;
+	if (!rx_quiet(r) && r->entry_type != CP_DIR_META)
+		cp_log("serve: %s: %s %s%s%s", r->peer,
+		       r->entry_type == CP_MKDIR ? "made directory" : "made link", r->name,
+		       r->entry_type == CP_SYMLINK ? " -> " : "",
+		       r->entry_type == CP_SYMLINK ? e->target : "");
+	r->entry_fd = e->syncfd;
 	sqe = cp_loop_sqe(r->env->lp, &r->entry_op);
 	if (!sqe) {
-		close(fd);
+		close(r->entry_fd);
 		r->entry_fd = -1;
 		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "cannot queue fsync");
 		return;
 	}
-	io_uring_prep_fsync(sqe, fd, 0);
+	io_uring_prep_fsync(sqe, r->entry_fd, 0);
+	r->io_inflight++;
+}
+
+/*
+ * MKDIR, SYMLINK, DIR_META: made through the ring (cp/tree.c, beneath
+ * DIR and through no link; a mode or a time on the loop's worker), then
+ * the directory they changed is synced through the ring. They come only
+ * between files (the sender waits for the last FILE_DONE), and the next
+ * file may begin meanwhile, as after a FILE_END.
+ */
+void rx_on_entry(struct rx *r, const struct cp_msg *m)
+{
+	const struct cp_opts *o = r->env->o;
+	struct rx_env *env = r->env;
+	int code;
+
+	memcpy(r->name, m->entry.name, sizeof(r->name));
+	r->entry_type = m->type;
+	if (m->type == CP_MKDIR)
+		code = cp_entry_mkdir(&r->ent, env->lp, env->dirfd, r->name, env->made, entry_made);
+	else if (m->type == CP_SYMLINK)
+		code = cp_entry_symlink(
+			&r->ent, env->lp, env->dirfd, r->name, m->entry.target, &m->entry.mtime,
+			(o->force ? CP_LINK_FORCE : 0) | (o->any_links ? CP_LINK_ANYWHERE : 0),
+			entry_made);
+	else
+		code = cp_entry_dir_meta(&r->ent, env->lp, env->dirfd, r->name, m->entry.mode,
+					 &m->entry.mtime, env->made, o->force, entry_made);
+	if (code) {
+		rx_fail(r, (unsigned int)code, rx_err_result((unsigned int)code), "%s", r->ent.why);
+		return;
+	}
 	r->io_inflight++;
 	/* Nothing of it passes through the window: the next file's chunks
 	 * wait for it as for a file whose FILE_END came. */

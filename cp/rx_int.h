@@ -26,6 +26,7 @@
 #include "hash.h"
 #include "rx.h"
 #include "store.h"
+#include "tree.h"
 
 #define RX_GRANTS_OUT 2
 #define RX_STAGES     4 /* file writes in flight per connection */
@@ -50,6 +51,7 @@ enum rx_state {
 	RX_OPEN,
 	RX_SCAN,
 	RX_FROM,
+	RX_TRUNC, /* FILE_FROM 0: the partial is being emptied */
 	RX_FILE,
 	RX_SAME,
 	RX_SYNC,
@@ -140,10 +142,14 @@ struct rx {
 	uint64_t have;	/* FILE_HAVE: bytes the partial holds */
 	int same_fd;	/* RX_SCAN of a named file, RX_SAME: its fd */
 	uint64_t w_off; /* where the chunks the window admits begin */
+	struct cp_work trunc; /* RX_TRUNC: ftruncate(trunc_fd), on the worker */
+	int trunc_fd;
 	struct cp_hasher hs;
 	uint64_t file_off, end_bytes, end_sum;
 	struct cp_op sync_op;
-	struct cp_op entry_op; /* RX_ENTRY: the fsync of entry_fd */
+	struct cp_entry ent;   /* RX_ENTRY: the entry being made */
+	uint8_t entry_type;    /* its message: CP_MKDIR, CP_SYMLINK, CP_DIR_META */
+	struct cp_op entry_op; /* RX_ENTRY: then the fsync of entry_fd */
 	int entry_fd;
 	/* The next file, begun after end_seen: the window admits its chunks,
 	 * opened once this one is named (commit_done) */

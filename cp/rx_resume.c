@@ -101,23 +101,66 @@ void rx_scan_done(struct rx *r)
 		rx_fail(r, 0, CP_EXIT_NET, "cannot send FILE_HAVE");
 }
 
+/* The chunks of FILE_FROM go to the file from here on. */
+static void from_ready(struct rx *r)
+{
+	r->state = RX_FILE;
+	rx_stage_chunks(r);
+	r->progress(r);
+}
+
+/* On the loop's worker: no io_uring op truncates before Linux 6.9. */
+static int truncate_fn(struct cp_work *w)
+{
+	struct rx *r = (struct rx *)((char *)w - offsetof(struct rx, trunc));
+
+	return ftruncate(r->trunc_fd, 0) ? -errno : 0;
+}
+
+static void truncated(struct cp_op *op, int res)
+{
+	struct rx *r = (struct rx *)((char *)op - offsetof(struct rx, trunc.op));
+
+	r->io_inflight--;
+	if (r->state == RX_CLOSING) {
+		/* rx_fail() left the file to us: nothing of ours is in flight now. */
+		if (r->file_active && !r->io_inflight) {
+			cp_store_abort(&r->st);
+			r->file_active = false;
+		}
+		return;
+	}
+	if (res < 0) {
+		rx_fail(r, CP_E_IO, CP_EXIT_LOCAL_IO, "truncating the partial of %s: %s", r->name,
+			strerror(-res));
+		return;
+	}
+	from_ready(r);
+}
+
 /* FILE_FROM: the chunks begin here, after what we hold or at 0; the hash
- * goes on from what we hold, or starts again. */
+ * goes on from what we hold, or starts again. Chunks that come while the
+ * partial is being emptied (RX_TRUNC) wait in their slots. */
 void rx_on_from(struct rx *r, const struct cp_msg *m)
 {
 	uint64_t off = m->from.offset;
+	bool empty = !off && r->have;
 
 	if (off && off != r->have) {
 		rx_fail(r, CP_E_PROTO, CP_EXIT_INTEGRITY, "%s: FILE_FROM %llu, we hold %llu",
 			r->name, (unsigned long long)off, (unsigned long long)r->have);
 		return;
 	}
-	if (!off && r->have) {
-		if (ftruncate(r->st.fd, 0)) {
-			rx_fail(r, CP_E_IO, CP_EXIT_LOCAL_IO, "truncating the partial of %s: %s",
-				r->name, strerror(errno));
+	if (empty) {
+		r->trunc.fn = truncate_fn;
+		r->trunc.op.done = truncated;
+		r->trunc_fd = r->st.fd;
+		if (cp_loop_work(r->env->lp, &r->trunc)) {
+			rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "cannot queue the truncation of %s",
+				r->name);
 			return;
 		}
+		r->io_inflight++;
 		cp_hasher_reset(&r->hs);
 	}
 	if (off && !rx_quiet(r))
@@ -129,7 +172,9 @@ void rx_on_from(struct rx *r, const struct cp_msg *m)
 	r->w.got = 0;
 	r->w.stream = false;
 	r->w.file_open = true;
-	r->state = RX_FILE;
-	rx_stage_chunks(r);
-	r->progress(r);
+	if (empty) {
+		r->state = RX_TRUNC;
+		return;
+	}
+	from_ready(r);
 }

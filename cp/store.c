@@ -68,7 +68,7 @@ bool cp_store_supported(struct cp_loop *lp)
 {
 	static const int ops[] = {IORING_OP_OPENAT2,  IORING_OP_STATX,	  IORING_OP_LINKAT,
 				  IORING_OP_RENAMEAT, IORING_OP_UNLINKAT, IORING_OP_FSYNC,
-				  IORING_OP_CLOSE};
+				  IORING_OP_CLOSE,    IORING_OP_MKDIRAT,  IORING_OP_SYMLINKAT};
 	struct io_uring_probe *p = io_uring_get_probe_ring(&lp->ring);
 	bool ok = p != NULL;
 
@@ -79,7 +79,7 @@ bool cp_store_supported(struct cp_loop *lp)
 }
 
 /* The cp_err code for a failed file system call. */
-static int io_err(int err)
+int cp_store_io_err(int err)
 {
 	switch (err) {
 	case ENOSPC:
@@ -359,7 +359,8 @@ static int partial_opened(struct cp_store *st, int res)
 	if (res == -ELOOP || res == -EISDIR)
 		return part_replace(st, res == -EISDIR);
 	if (res < 0)
-		return fail(st, io_err(-res), "cannot open the partial of", st->base, -res);
+		return fail(st, cp_store_io_err(-res), "cannot open the partial of", st->base,
+			    -res);
 	st->fd = res;
 	if (fstat(st->fd, &sb))
 		return fail(st, CP_E_IO, "fstat of the partial of", st->base, errno);
@@ -393,7 +394,7 @@ static int next(struct cp_store *st)
 	switch (st->step) {
 	case S_PARENT:
 		if (res < 0)
-			return fail(st, io_err(-res), "directory", st->parent, -res);
+			return fail(st, cp_store_io_err(-res), "directory", st->parent, -res);
 		st->parentfd = res;
 		return queue_pair(st, S_STAT_TMP, S_STAT, st->partial ? S_PARTIAL : S_TMPFILE,
 				  false);
@@ -423,25 +424,25 @@ static int next(struct cp_store *st)
 		break;
 	case S_LINK_SYNC:
 		if (res < 0) /* the fsync linked behind it was cancelled */
-			return fail(st, io_err(-res), "cannot name", st->base, -res);
+			return fail(st, cp_store_io_err(-res), "cannot name", st->base, -res);
 		return synced(st, st->res[1]);
 	case S_LINK_TMP:
 		if (res == -EEXIST && ++st->tries < 16)
 			return queue(st, S_LINK_TMP);
 		if (res < 0)
-			return fail(st, io_err(-res), "cannot name", st->base, -res);
+			return fail(st, cp_store_io_err(-res), "cannot name", st->base, -res);
 		st->tmp_named = true;
 		return queue_pair(st, S_RENAME_SYNC, S_RENAME, S_SYNC_DIR, true);
 	case S_RENAME_SYNC:
 		if (res == -EINVAL && !st->force)
 			return queue(st, S_LINK_NAMED);
 		if (res < 0)
-			return fail(st, io_err(-res), "cannot name", st->base, -res);
+			return fail(st, cp_store_io_err(-res), "cannot name", st->base, -res);
 		st->tmp_named = false;
 		return synced(st, st->res[1]);
 	case S_LINK_NAMED:
 		if (res < 0)
-			return fail(st, io_err(-res), "cannot name", st->base, -res);
+			return fail(st, cp_store_io_err(-res), "cannot name", st->base, -res);
 		return queue(st, S_UNLINK);
 	case S_UNLINK:
 		st->tmp_named = false; /* named either way; a stale temp name is harmless */
@@ -452,7 +453,7 @@ static int next(struct cp_store *st)
 		return partial_opened(st, res);
 	case S_PART_DROP:
 		if (res < 0)
-			return fail(st, io_err(-res),
+			return fail(st, cp_store_io_err(-res),
 				    "cannot remove what is in the way of the partial of", st->base,
 				    -res);
 		st->part_fresh = true;
@@ -464,7 +465,7 @@ static int next(struct cp_store *st)
 	if (res == -EINVAL && st->direct)
 		return fail(st, CP_E_IO, "no O_DIRECT (--direct) for", st->base, -res);
 	if (res < 0)
-		return fail(st, io_err(-res), "cannot create", st->base, -res);
+		return fail(st, cp_store_io_err(-res), "cannot create", st->base, -res);
 	st->fd = res;
 	finish(st, 0);
 	return 0;
@@ -663,288 +664,47 @@ static mode_t cur_umask(void)
 	return (mode_t)m;
 }
 
-static mode_t perm(uint32_t mode)
+mode_t cp_store_perm(uint32_t mode)
 {
 	return (mode_t)(mode & 0777) & ~cur_umask();
 }
 
-/* @fd's mtime, or that of @name in it, not followed; atime untouched. */
-static int set_mtime(int fd, const char *name, const struct cp_time *t)
+/* On the loop's worker: io_uring has no fchmod or futimens. */
+static int meta_fn(struct cp_work *w)
 {
-	struct timespec ts[2] = {{.tv_nsec = UTIME_OMIT},
-				 {.tv_sec = (time_t)t->sec, .tv_nsec = (long)t->nsec}};
+	struct cp_store *st = (struct cp_store *)((char *)w - offsetof(struct cp_store, work));
 
-	return name ? utimensat(fd, name, ts, AT_SYMLINK_NOFOLLOW) : futimens(fd, ts);
-}
-
-int cp_store_meta(struct cp_store *st, uint32_t mode, const struct cp_time *mtime)
-{
-	if (fchmod(st->fd, perm(mode)) || (mtime && set_mtime(st->fd, NULL, mtime)))
-		return fail(st, CP_E_IO, "mode or time of", st->base, errno);
+	if (fchmod(st->fd, st->meta_mode) || (st->meta_time && futimens(st->fd, st->meta_ts)))
+		return -errno;
 	return 0;
 }
 
-#define RESOLVE_TREE (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)
-
-/* The directory @path under @dirfd, reached through no symbolic link;
- * or -errno. */
-static int open_beneath(int dirfd, const char *path)
+static void meta_done(struct cp_op *op, int res)
 {
-	struct open_how how = {.flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC,
-			       .resolve = RESOLVE_TREE};
-	long fd = syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
+	struct cp_store *st = (struct cp_store *)((char *)op - offsetof(struct cp_store, work.op));
 
-	return fd < 0 ? -errno : (int)fd;
+	st->busy = false;
+	st->done(st, res < 0 ? fail(st, CP_E_IO, "mode or time of", st->base, -res) : 0);
 }
 
-static int tree_fail(char *why, size_t len, int code, const char *what, const char *name, int err)
-{
-	snprintf(why, len, "%s %s: %s", what, name, strerror(err));
-	return code;
-}
-
-/* The directory @name goes into, opened as above, and its last component
- * in @base; or a negative cp_err code. */
-static int open_parent(int dirfd, const char *name, char base[NAME_MAX + 1], char *why, size_t len)
-{
-	const char *slash = strrchr(name, '/');
-	char parent[CP_NAME_MAX + 1];
-	int fd;
-
-	snprintf(base, NAME_MAX + 1, "%s", slash ? slash + 1 : name);
-	snprintf(parent, sizeof(parent), "%.*s", slash ? (int)(slash - name) : 1,
-		 slash ? name : ".");
-	fd = open_beneath(dirfd, parent);
-	if (fd < 0)
-		return -tree_fail(why, len, io_err(-fd), "directory", parent, -fd);
-	return fd;
-}
-
-/* A directory's key in a struct cp_dirs: never 0. */
-static uint64_t dir_key(const struct stat *sb)
-{
-	uint64_t k = ((uint64_t)sb->st_dev * 0x9e3779b97f4a7c15ull) ^ (uint64_t)sb->st_ino;
-
-	return k ? k : 1;
-}
-
-static bool dirs_has_locked(const struct cp_dirs *d, uint64_t k)
-{
-	if (!d->cap)
-		return false;
-	for (size_t i = k & (d->cap - 1);; i = (i + 1) & (d->cap - 1)) {
-		if (d->v[i] == k)
-			return true;
-		if (!d->v[i])
-			return false;
-	}
-}
-
-static bool dirs_has(struct cp_dirs *d, uint64_t k)
-{
-	bool has;
-
-	pthread_mutex_lock(&d->mu);
-	has = dirs_has_locked(d, k);
-	pthread_mutex_unlock(&d->mu);
-	return has;
-}
-
-static int dirs_add_locked(struct cp_dirs *d, uint64_t k)
-{
-	if (dirs_has_locked(d, k))
-		return 0;
-	if ((d->n + 1) * 2 > d->cap) {
-		struct cp_dirs g = {.cap = d->cap ? 2 * d->cap : 64};
-
-		g.v = calloc(g.cap, sizeof(*g.v));
-		if (!g.v)
-			return -ENOMEM;
-		for (size_t i = 0; i < d->cap; i++)
-			if (d->v[i])
-				dirs_add_locked(&g, d->v[i]);
-		free(d->v);
-		d->v = g.v;
-		d->cap = g.cap;
-		d->n = g.n;
-	}
-	for (size_t i = k & (d->cap - 1);; i = (i + 1) & (d->cap - 1))
-		if (!d->v[i]) {
-			d->v[i] = k;
-			d->n++;
-			return 0;
-		}
-}
-
-static int dirs_add(struct cp_dirs *d, uint64_t k)
+int cp_store_meta(struct cp_store *st, uint32_t mode, const struct cp_time *mtime, cp_store_fn done)
 {
 	int rc;
 
-	pthread_mutex_lock(&d->mu);
-	rc = dirs_add_locked(d, k);
-	pthread_mutex_unlock(&d->mu);
-	return rc;
-}
-
-void cp_dirs_free(struct cp_dirs *d)
-{
-	pthread_mutex_lock(&d->mu);
-	free(d->v);
-	d->v = NULL;
-	d->cap = d->n = 0;
-	pthread_mutex_unlock(&d->mu);
-}
-
-int cp_store_mkdir(int dirfd, const char *name, struct cp_dirs *made, int *syncfd, char *why,
-		   size_t why_len)
-{
-	char base[NAME_MAX + 1];
-	int pfd = open_parent(dirfd, name, base, why, why_len);
-	struct stat sb;
-	int err;
-
-	if (pfd < 0)
-		return -pfd;
-	if (cp_store_reserved(base)) {
-		close(pfd);
-		return tree_fail(why, why_len, CP_E_NAME, "refusing", name, EPERM);
+	st->done = done;
+	st->meta_mode = cp_store_perm(mode);
+	st->meta_time = mtime != NULL;
+	if (mtime) {
+		st->meta_ts[0] = (struct timespec){.tv_nsec = UTIME_OMIT}; /* atime untouched */
+		st->meta_ts[1] = (struct timespec){.tv_sec = (time_t)mtime->sec,
+						   .tv_nsec = (long)mtime->nsec};
 	}
-	/* mkdirat() follows no link in @base: a link there is EEXIST. */
-	if (mkdirat(pfd, base, 0700) == 0) {
-		err = !made ? 0
-		      : fstatat(pfd, base, &sb, AT_SYMLINK_NOFOLLOW)
-			      ? errno
-			      : -dirs_add(made, dir_key(&sb));
-		if (err) {
-			close(pfd);
-			return tree_fail(why, why_len, CP_E_IO, "cannot note directory", name, err);
-		}
-		goto made;
-	}
-	err = errno;
-	if (err == EEXIST && !fstatat(pfd, base, &sb, AT_SYMLINK_NOFOLLOW) && S_ISDIR(sb.st_mode))
-		goto made;
-	close(pfd);
-	if (err == EEXIST)
-		return tree_fail(why, why_len, CP_E_EXISTS, "refusing to replace", name, ENOTDIR);
-	return tree_fail(why, why_len, io_err(err), "cannot create directory", name, err);
-made:
-	*syncfd = pfd;
-	return 0;
-}
-
-/* Does @target, from a link at @name (under DIR), stay under DIR? */
-static bool target_inside(const char *name, const char *target)
-{
-	int depth = 0;
-
-	if (target[0] == '/')
-		return false;
-	for (const char *p = name; (p = strchr(p, '/')); p++)
-		depth++; /* the directories the link lies in */
-	for (const char *p = target; *p;) {
-		size_t n = strcspn(p, "/");
-
-		if (n == 2 && p[0] == '.' && p[1] == '.') {
-			if (--depth < 0)
-				return false;
-		} else if (n && !(n == 1 && p[0] == '.')) {
-			depth++;
-		}
-		p += n;
-		p += *p == '/';
-	}
-	return true;
-}
-
-int cp_store_symlink(int dirfd, const char *name, const char *target, const struct cp_time *mtime,
-		     unsigned int flags, int *syncfd, char *why, size_t why_len)
-{
-	char base[NAME_MAX + 1], tmp[NAME_MAX + 1];
-	int pfd = open_parent(dirfd, name, base, why, why_len);
-	unsigned int r = 0;
-	int err = 0;
-
-	if (pfd < 0)
-		return -pfd;
-	if (cp_store_reserved(base)) {
-		close(pfd);
-		return tree_fail(why, why_len, CP_E_NAME, "refusing", name, EPERM);
-	}
-	if (!(flags & CP_LINK_ANYWHERE) && !target_inside(name, target)) {
-		close(pfd);
-		snprintf(why, why_len, "refusing link %s: its target leads out of DIR", name);
-		return CP_E_NAME;
-	}
-	if (symlinkat(target, pfd, base) == 0)
-		goto made;
-	err = errno;
-	if (err != EEXIST || !(flags & CP_LINK_FORCE))
-		goto out;
-	/* Forced: over another link only, never a file or directory. */
-	{
-		struct stat sb;
-
-		if (fstatat(pfd, base, &sb, AT_SYMLINK_NOFOLLOW) || !S_ISLNK(sb.st_mode))
-			goto out;
-	}
-	/* Forced: made under a temp name and renamed over the old entry;
-	 * rename() never puts it over a directory. */
-	if (getrandom(&r, sizeof(r), 0) != sizeof(r))
-		r = (unsigned int)getpid() * 2654435761u;
-	snprintf(tmp, sizeof(tmp), ".%.200s.rrcp-%08x", base, r);
-	if (symlinkat(target, pfd, tmp)) {
-		err = errno;
-		goto out;
-	}
-	if (renameat(pfd, tmp, pfd, base)) {
-		err = errno == EISDIR || errno == ENOTEMPTY ? EEXIST : errno;
-		unlinkat(pfd, tmp, 0);
-		goto out;
-	}
-made:
-	if (set_mtime(pfd, base, mtime)) {
-		err = errno;
-		close(pfd);
-		return tree_fail(why, why_len, CP_E_IO, "time of link", name, err);
-	}
-	*syncfd = pfd;
-	return 0;
-out:
-	close(pfd);
-	if (err == EEXIST)
-		return tree_fail(why, why_len, CP_E_EXISTS, "refusing to replace", name, err);
-	return tree_fail(why, why_len, io_err(err), "cannot create link", name, err);
-}
-
-int cp_store_dir_meta(int dirfd, const char *name, uint32_t mode, const struct cp_time *mtime,
-		      struct cp_dirs *made, bool force, bool *left, int *syncfd, char *why,
-		      size_t why_len)
-{
-	int fd = open_beneath(dirfd, name);
-	struct stat sb;
-	int err;
-
-	*left = false;
-	if (fd < 0)
-		return tree_fail(why, why_len, io_err(-fd), "directory", name, -fd);
-	if (fstat(fd, &sb)) {
-		err = errno;
-		close(fd);
-		return tree_fail(why, why_len, CP_E_IO, "fstat of", name, err);
-	}
-	if (!force && !(made && dirs_has(made, dir_key(&sb)))) {
-		/* Not made by this transfer: an operator's, or another's. */
-		*left = true;
-		*syncfd = fd;
-		return 0;
-	}
-	if (fchmod(fd, perm(mode)) || set_mtime(fd, NULL, mtime)) {
-		err = errno;
-		close(fd);
-		return tree_fail(why, why_len, CP_E_IO, "mode or time of", name, err);
-	}
-	*syncfd = fd;
+	st->work.fn = meta_fn;
+	st->work.op.done = meta_done;
+	rc = cp_loop_work(st->lp, &st->work);
+	if (rc)
+		return fail(st, CP_E_IO, "cannot queue a file system call for", st->base, -rc);
+	st->busy = true;
 	return 0;
 }
 

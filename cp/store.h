@@ -7,7 +7,8 @@
  * --force was given; with --direct it is written with O_DIRECT. Every file
  * system call goes through the loop's ring
  * (IORING_OP_OPENAT2, _STATX, _LINKAT, _RENAMEAT, _UNLINKAT, _FSYNC), one
- * step at a time, so a slow directory stalls only its own connection.
+ * step at a time, and the mode and time on the loop's worker, so a slow
+ * directory stalls only its own connection.
  */
 #ifndef CP_STORE_H
 #define CP_STORE_H
@@ -19,10 +20,12 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "loop.h"
 
 struct cp_store;
+struct cp_time;
 /* The end of cp_store_open() or cp_store_commit(): 0 or an enum cp_err
  * code, the reason in why[]. */
 typedef void (*cp_store_fn)(struct cp_store *st, int code);
@@ -57,6 +60,10 @@ struct cp_store {
 	bool opening;	/* a failed open leaves nothing open */
 	struct open_how how;
 	struct statx stx;
+	struct cp_work work; /* cp_store_meta() */
+	mode_t meta_mode;
+	bool meta_time;
+	struct timespec meta_ts[2];
 	char parent[256]; /* CP_NAME_MAX + 1 */
 	char path[64];
 };
@@ -78,7 +85,8 @@ bool cp_store_reserved(const char *base);
  */
 int cp_store_expire(int dirfd, uint64_t max_age_s, int64_t now, unsigned int *removed);
 
-/* cp_store_supported() - does @lp's kernel have every opcode above? */
+/* cp_store_supported() - does @lp's kernel have every opcode above,
+ * and those of cp/tree.h? */
 bool cp_store_supported(struct cp_loop *lp);
 
 enum {
@@ -132,57 +140,16 @@ void cp_store_abort(struct cp_store *st);
 /*
  * cp_store_meta() - the open file's mode (its permission bits, less the
  * process's umask: never setuid, setgid or sticky) and modification time
- * (@mtime NULL: left as it is), set before its fsync. Until then the file
- * is 0600. 0, or a cp_err code (reason in why[]).
+ * (@mtime NULL: left as it is), set before its fsync, on the loop's
+ * worker (io_uring has no fchmod or futimens). Until then the file is
+ * 0600. As cp_store_open(): 0 and @done later, or a cp_err code.
  */
-int cp_store_meta(struct cp_store *st, uint32_t mode, const struct cp_time *mtime);
+int cp_store_meta(struct cp_store *st, uint32_t mode, const struct cp_time *mtime,
+		  cp_store_fn done);
 
-/*
- * The entries of a directory tree, each under @dirfd and never through a
- * symbolic link: the directory an entry goes into is opened with
- * openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS), the last component is
- * never followed. Unlike files they are made on the calling thread: each
- * is one lookup of an open directory and one call. Each returns 0 with,
- * in *syncfd, the directory to fsync and then close for the change to
- * last; or a cp_err code with the reason in @why.
- *
- * cp_store_mkdir() - create @name with mode 0700 (cp_store_dir_meta()
- * sets its own once its contents are in); an existing directory is used
- * as it is, anything else there is refused. One it created is added to
- * @made (if not NULL).
- * cp_store_symlink() - @name as a symbolic link to @target with @mtime.
- * Unless CP_LINK_ANYWHERE, a target that is absolute, or whose ".."
- * lead out of the directory given to serve from where the link lies, is
- * refused (CP_E_NAME): serve never follows a link, but others reading
- * DIR would. An existing name is refused unless CP_LINK_FORCE, and then
- * only another symbolic link is replaced, never a file or directory.
- * cp_store_dir_meta() - the directory @name's mode (less the umask) and
- * modification time; only for a directory in @made (serve keeps one set
- * for the run: made by a transfer to this serve), or any with @force;
- * another is left as it is, *left set.
- */
-struct cp_dirs {
-	pthread_mutex_t mu; /* serve's threads share one */
-	uint64_t *v;	    /* open addressing; 0 is empty */
-	size_t cap, n;
-};
-#define CP_DIRS_INIT                                                                               \
-	{                                                                                          \
-		.mu = PTHREAD_MUTEX_INITIALIZER                                                    \
-	}
-void cp_dirs_free(struct cp_dirs *d);
-
-enum {
-	CP_LINK_FORCE = 1 << 0,	   /* replace an existing symbolic link */
-	CP_LINK_ANYWHERE = 1 << 1, /* store any target, absolute ones too */
-};
-
-int cp_store_mkdir(int dirfd, const char *name, struct cp_dirs *made, int *syncfd, char *why,
-		   size_t why_len);
-int cp_store_symlink(int dirfd, const char *name, const char *target, const struct cp_time *mtime,
-		     unsigned int flags, int *syncfd, char *why, size_t why_len);
-int cp_store_dir_meta(int dirfd, const char *name, uint32_t mode, const struct cp_time *mtime,
-		      struct cp_dirs *made, bool force, bool *left, int *syncfd, char *why,
-		      size_t why_len);
+/* Shared with cp/tree.c: the cp_err code of a failed call's errno; a
+ * sender's mode as stored (permission bits less the umask). */
+int cp_store_io_err(int err);
+mode_t cp_store_perm(uint32_t mode);
 
 #endif

@@ -45,6 +45,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,6 +111,7 @@ struct harness {
 	struct rx_env env;
 	struct cp_tally n;
 	struct cp_gate gate;
+	struct cp_dirs made; /* what its MKDIRs made: DIR_META sets those */
 	int dirfd;
 	char dir[64];
 	rr_listener *l;
@@ -125,6 +127,7 @@ struct harness {
 	rr_ep *crowd_ep[CROWD];
 	struct rx *crowd_rx[CROWD];
 	unsigned int crowd_alive;
+	unsigned int crowd_made; /* receivers made for the crowd's requests */
 
 	/* the peer */
 	struct io_uring ring;
@@ -177,6 +180,84 @@ static void (*scenario_opts)(struct cp_opts *o);
 static void (*scenario_verify)(struct harness *h);
 
 static struct harness *H;
+
+/*
+ * A file system that hangs, for one call: the first call of stall.call
+ * (libc's, through -Wl,--wrap) after it is armed waits until the test
+ * releases it, or STALL_S seconds: a watchdog for a call that came on
+ * the loop's own thread, which the test drives and so cannot release it.
+ */
+#define STALL_S 30
+static struct {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	const char *call; /* armed for this call; NULL: none */
+	bool held;	  /* a call is waiting */
+	bool released, timed_out, on_loop;
+	pthread_t loop; /* the thread that runs both loops */
+} stall = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static void stall_if(const char *call)
+{
+	struct timespec end;
+
+	pthread_mutex_lock(&stall.mu);
+	if (!stall.call || strcmp(stall.call, call)) {
+		pthread_mutex_unlock(&stall.mu);
+		return;
+	}
+	stall.call = NULL; /* the first one only */
+	stall.held = true;
+	stall.on_loop = pthread_equal(pthread_self(), stall.loop);
+	clock_gettime(CLOCK_REALTIME, &end);
+	end.tv_sec += STALL_S;
+	while (!stall.released && !stall.timed_out)
+		stall.timed_out = pthread_cond_timedwait(&stall.cv, &stall.mu, &end) == ETIMEDOUT;
+	stall.held = false;
+	pthread_mutex_unlock(&stall.mu);
+}
+
+int __real_mkdirat(int dirfd, const char *path, mode_t mode);
+int __real_symlinkat(const char *target, int dirfd, const char *path);
+int __real_fchmod(int fd, mode_t mode);
+int __real_utimensat(int dirfd, const char *path, const struct timespec ts[2], int flags);
+int __real_ftruncate64(int fd, off_t len);
+int __wrap_mkdirat(int dirfd, const char *path, mode_t mode);
+int __wrap_symlinkat(const char *target, int dirfd, const char *path);
+int __wrap_fchmod(int fd, mode_t mode);
+int __wrap_utimensat(int dirfd, const char *path, const struct timespec ts[2], int flags);
+int __wrap_ftruncate64(int fd, off_t len);
+
+int __wrap_mkdirat(int dirfd, const char *path, mode_t mode)
+{
+	stall_if("mkdirat");
+	return __real_mkdirat(dirfd, path, mode);
+}
+
+int __wrap_symlinkat(const char *target, int dirfd, const char *path)
+{
+	stall_if("symlinkat");
+	return __real_symlinkat(target, dirfd, path);
+}
+
+int __wrap_fchmod(int fd, mode_t mode)
+{
+	stall_if("fchmod");
+	return __real_fchmod(fd, mode);
+}
+
+int __wrap_utimensat(int dirfd, const char *path, const struct timespec ts[2], int flags)
+{
+	stall_if("utimensat");
+	return __real_utimensat(dirfd, path, ts, flags);
+}
+
+/* ftruncate() is ftruncate64 with a 64-bit off_t (meson's default). */
+int __wrap_ftruncate64(int fd, off_t len)
+{
+	stall_if("ftruncate");
+	return __real_ftruncate64(fd, len);
+}
 
 static uint8_t *recv_buf(unsigned int i)
 {
@@ -267,6 +348,7 @@ static void rx_qp_ready(rr_ep *ep, int status, void *data)
 		if (!h->crowd_rx[i]) {
 			h->crowd_rx[i] = r;
 			h->crowd_alive++;
+			h->crowd_made++;
 			break;
 		}
 	/* Every one of them before its HELLO (--max-pending), and the
@@ -402,6 +484,9 @@ static void on_message(const uint8_t *buf, uint32_t len)
 		break;
 	case CP_ERROR:
 		H->errors++;
+		if (getenv("FUZZ_RX_VERBOSE"))
+			fprintf(stderr, "fuzz-rx: ERROR %u %.*s\n", m.error.code, (int)m.error.len,
+				m.error.text);
 		break;
 	case CP_FILE_HAVE:
 		H->haves++;
@@ -933,6 +1018,7 @@ static void setup(struct harness *h, uint8_t cfg)
 	memset(h->mem, 0, (size_t)(NRECV + NSEND) * CP_MSG_MAX + DATA_MAX);
 
 	cp_gate_init(&h->gate, h->o.max_pending);
+	h->made = (struct cp_dirs)CP_DIRS_INIT;
 	if (cp_loop_init_group(&h->lp, 256))
 		fail("cp_loop_init_group");
 	h->env = (struct rx_env){
@@ -940,6 +1026,7 @@ static void setup(struct harness *h, uint8_t cfg)
 		.o = &h->o,
 		.dirfd = h->dirfd,
 		.gate = &h->gate,
+		.made = &h->made,
 		.n = &h->n,
 		.admit = admit,
 		.stored = stored,
@@ -999,7 +1086,7 @@ static void teardown(struct harness *h)
 {
 	unsigned int ticks = 0;
 
-	if (h->crowd)
+	if (h->crowd && !h->crowd_ep[0])
 		crowd_comes(h);
 	h->tearing = true;
 	op_disconnect();
@@ -1042,6 +1129,7 @@ static void teardown(struct harness *h)
 	io_uring_queue_exit(&h->ring);
 	cp_loop_fini(&h->lp);
 	cp_gate_fini(&h->gate);
+	cp_dirs_free(&h->made);
 	if (scenario_verify)
 		scenario_verify(h);
 	if (check_dir(h->dirfd, "") > h->stored)
@@ -1161,6 +1249,12 @@ static uint64_t size_of(int dirfd, const char *name)
 static void plant_pin(int dirfd)
 {
 	plant_file(dirfd, "a", "1234");
+}
+
+/* A partial of "c" a transfer of ours left, 8 bytes. */
+static void plant_resume(int dirfd)
+{
+	plant_file(dirfd, ".c.rrcp-partial", "abcdefgh");
 }
 
 /* A partial of "b" another transfer left, 8 bytes. */
@@ -1362,6 +1456,292 @@ static int scenarios(unsigned int *n)
 	return bad;
 }
 
+/*
+ * Issue 40: a tree entry's calls, and the truncation of a partial, must
+ * never hold the loop. Each scenario arms a libc call to hang, has the
+ * receiver make it, and while it hangs lets the crowd's connection
+ * requests come to the same loop: their receivers must be made (the
+ * loop goes on). Then the call is released and the entry or file must
+ * end as it would have. A call made on the loop thread itself holds the
+ * loop: the stall's watchdog ends it after STALL_S seconds, a failure.
+ * MKDIR's mkdirat() is the ring's now: libc's is never called.
+ */
+static struct harness *stall_begin(void)
+{
+	struct harness *h = calloc(1, sizeof(*h));
+	struct script s = {.p = (const uint8_t[]){0}, .end = NULL};
+
+	if (!h)
+		fail("out of memory");
+	H = h;
+	stall.loop = pthread_self();
+	setup(h, 16 | 0x40); /* a token; the crowd, which the scenario calls */
+	h->o.quiet = !getenv("FUZZ_RX_VERBOSE");
+	s.end = s.p + 1;
+	op_hello(&s); /* the right token, chunk 4096, window 1 */
+	settle();
+	if (!h->welcomed)
+		fail("the scripted peer was not welcomed");
+	/* An entry is answered with 0 bytes, checksum 0. */
+	h->decl[h->ndecl++] = (struct decl){.name = "", .bytes = 0, .sum = 0};
+	return h;
+}
+
+/* Pump until @until holds, at most SETTLE_MAX passes; never settle():
+ * it waits for the receiver's I/O, which a hung call holds. */
+static bool pump_until(bool (*until)(struct harness *h), struct harness *h)
+{
+	for (unsigned int i = 0; i < SETTLE_MAX; i++) {
+		if (until(h))
+			return true;
+		pump(1);
+	}
+	return until(h);
+}
+
+static unsigned int dones_before;
+
+static bool held_or_done(struct harness *h)
+{
+	bool held;
+
+	pthread_mutex_lock(&stall.mu);
+	held = stall.held || stall.timed_out;
+	pthread_mutex_unlock(&stall.mu);
+	return held || h->dones > dones_before || h->errors;
+}
+
+static bool crowd_in(struct harness *h)
+{
+	return h->crowd_made > 0;
+}
+
+static bool answered(struct harness *h)
+{
+	return h->dones > dones_before || h->errors;
+}
+
+static bool have_seen(struct harness *h)
+{
+	return h->haves > 0 || h->errors;
+}
+
+/*
+ * @msg goes with @call armed (made off the loop if @hangs, else never by
+ * libc); the receiver must stay responsive while the call hangs, and
+ * answer @msg once released: FILE_DONE if @done, else (FILE_FROM)
+ * nothing, only no ERROR. Then @verify. NULL, or why not.
+ */
+static const char *stall_run(struct harness *h, const char *call, bool hangs,
+			     const struct cp_msg *msg, bool done,
+			     const char *(*verify)(struct harness *h))
+{
+	bool on_loop, timed_out, was_held;
+
+	dones_before = h->dones;
+	pthread_mutex_lock(&stall.mu);
+	stall.call = call;
+	stall.released = stall.timed_out = stall.held = stall.on_loop = false;
+	pthread_mutex_unlock(&stall.mu);
+	send_msg(msg);
+	pump_until(held_or_done, h);
+	pthread_mutex_lock(&stall.mu);
+	was_held = stall.held;
+	timed_out = stall.timed_out;
+	on_loop = stall.on_loop;
+	stall.call = NULL;
+	pthread_mutex_unlock(&stall.mu);
+	if (timed_out || on_loop)
+		return "the loop thread made the call and waited on it";
+	if (h->errors)
+		return "an ERROR";
+	if (was_held != hangs)
+		return hangs ? "the call was never made" : "libc's call was made";
+	if (was_held) {
+		/* Hung on the worker: another connection's requests meanwhile. */
+		for (unsigned int i = 0; i < CROWD; i++)
+			if (rr_connect(h->b, "127.0.0.1", rr_listener_port(h->l),
+				       &(struct rr_ep_opts){.max_send_wr = 1, .max_recv_wr = 1},
+				       sizeof(struct rr_ep_opts), crowd_connected, &h->crowd_ep[i]))
+				fail("rr_connect");
+		if (!pump_until(crowd_in, h))
+			return "no other connection was taken while the call hung";
+		if (h->dones > dones_before)
+			return "answered before the call returned";
+		pthread_mutex_lock(&stall.mu);
+		stall.released = true;
+		pthread_cond_broadcast(&stall.cv);
+		pthread_mutex_unlock(&stall.mu);
+	}
+	if (done && !pump_until(answered, h))
+		return "never answered";
+	settle();
+	if (h->errors)
+		return "an ERROR";
+	return verify ? verify(h) : NULL;
+}
+
+/* What the scenarios leave that check_dir() would take for a file. */
+static void stall_cleanup(struct harness *h)
+{
+	unlinkat(h->dirfd, "l", 0);
+	unlinkat(h->dirfd, ".c.rrcp-partial", 0);
+}
+
+static int stall_end(struct harness *h, unsigned int *n, const char *what, const char *bad)
+{
+	/* Released in any case: the worker must not hang teardown. */
+	pthread_mutex_lock(&stall.mu);
+	stall.released = true;
+	pthread_cond_broadcast(&stall.cv);
+	pthread_mutex_unlock(&stall.mu);
+	scenario_verify = stall_cleanup;
+	teardown(h);
+	scenario_verify = NULL;
+	H = NULL;
+	free(h);
+	printf("%s %u - %s%s%s\n", bad ? "not ok" : "ok", ++*n, what, bad ? ": " : "",
+	       bad ? bad : "");
+	return bad != NULL;
+}
+
+static struct cp_msg entry_msg(uint8_t type, const char *name, const char *target, uint32_t mode)
+{
+	struct cp_msg m = {.type = type};
+
+	m.entry.name_len = (uint16_t)strlen(name);
+	memcpy(m.entry.name, name, m.entry.name_len);
+	if (target) {
+		m.entry.target_len = (uint16_t)strlen(target);
+		memcpy(m.entry.target, target, m.entry.target_len);
+	}
+	m.entry.mode = mode;
+	if (type != CP_MKDIR) /* a name only */
+		m.entry.mtime = (struct cp_time){1500000000, 5};
+	return m;
+}
+
+static const char *verify_dir(struct harness *h)
+{
+	struct stat sb;
+
+	if (fstatat(h->dirfd, "d", &sb, AT_SYMLINK_NOFOLLOW) || !S_ISDIR(sb.st_mode))
+		return "no directory d";
+	return NULL;
+}
+
+static mode_t umask_now;
+
+static const char *verify_meta(struct harness *h)
+{
+	struct stat sb;
+
+	if (fstatat(h->dirfd, "d", &sb, AT_SYMLINK_NOFOLLOW) ||
+	    (sb.st_mode & 07777) != (0750 & ~umask_now) || sb.st_mtim.tv_sec != 1500000000)
+		return "d has not the mode 0750 and the time sent";
+	return NULL;
+}
+
+static const char *verify_link(struct harness *h)
+{
+	char buf[16] = "";
+	struct stat sb;
+
+	if (readlinkat(h->dirfd, "l", buf, sizeof(buf) - 1) < 0 || strcmp(buf, "dir") ||
+	    fstatat(h->dirfd, "l", &sb, AT_SYMLINK_NOFOLLOW) || sb.st_mtim.tv_sec != 1500000000)
+		return "no link l -> dir with the time sent";
+	return NULL;
+}
+
+static const char *verify_file(struct harness *h)
+{
+	struct stat sb;
+
+	if (fstatat(h->dirfd, "z", &sb, AT_SYMLINK_NOFOLLOW) || !S_ISREG(sb.st_mode) ||
+	    (sb.st_mode & 07777) != (0640 & ~umask_now) || sb.st_mtim.tv_sec != 1500000000)
+		return "no file z with the mode 0640 and the time sent";
+	return NULL;
+}
+
+static const char *verify_truncated(struct harness *h)
+{
+	if (size_of(h->dirfd, ".c.rrcp-partial") != 0)
+		return "the partial was not emptied";
+	return NULL;
+}
+
+static int stalls(unsigned int *n)
+{
+	struct harness *h;
+	struct cp_msg m;
+	const char *bad;
+	int rc = 0;
+
+	umask_now = umask(022);
+	umask(umask_now);
+	/* MKDIR: through the ring, libc's mkdirat() never called. */
+	h = stall_begin();
+	m = entry_msg(CP_MKDIR, "d", NULL, 0);
+	bad = stall_run(h, "mkdirat", false, &m, true, verify_dir);
+	rc |= stall_end(h, n, "MKDIR never holds the loop", bad);
+
+	/* DIR_META: its fchmod() hangs on the worker. */
+	h = stall_begin();
+	m = entry_msg(CP_MKDIR, "d", NULL, 0);
+	bad = stall_run(h, NULL, false, &m, true, verify_dir);
+	m = entry_msg(CP_DIR_META, "d", NULL, 0750);
+	if (!bad)
+		bad = stall_run(h, "fchmod", true, &m, true, verify_meta);
+	rc |= stall_end(h, n, "a hung DIR_META holds its connection, not the loop", bad);
+
+	/* SYMLINK: its utimensat() hangs on the worker. */
+	h = stall_begin();
+	m = entry_msg(CP_SYMLINK, "l", "dir", 0);
+	bad = stall_run(h, "utimensat", true, &m, true, verify_link);
+	rc |= stall_end(h, n, "a hung SYMLINK holds its connection, not the loop", bad);
+
+	/* A file's mode: its fchmod() hangs on the worker. */
+	h = stall_begin();
+	{
+		struct cp_msg st = {.type = CP_FILE_START}, end = {.type = CP_FILE_END};
+
+		st.start.flags = CP_START_META;
+		st.start.mode = 0640;
+		st.start.mtime = (struct cp_time){1500000000, 5};
+		st.start.name_len = 1;
+		st.start.name[0] = 'z';
+		end.end.checksum = XXH3_64bits("", 0);
+		h->decl[h->ndecl++] =
+			(struct decl){.name = "z", .bytes = 0, .sum = end.end.checksum};
+		send_msg(&st);
+		bad = stall_run(h, "fchmod", true, &end, true, verify_file);
+	}
+	rc |= stall_end(h, n, "a hung file mode holds its connection, not the loop", bad);
+
+	/* FILE_FROM 0: the partial's ftruncate() hangs on the worker. */
+	scenario_plant = plant_resume;
+	h = stall_begin();
+	scenario_plant = NULL;
+	bad = NULL;
+	{
+		struct cp_msg st = {.type = CP_FILE_START};
+
+		st.start.flags = CP_START_RESUME;
+		st.start.size = 16;
+		st.start.name_len = 1;
+		st.start.name[0] = 'c';
+		send_msg(&st);
+		if (!pump_until(have_seen, h) || h->errors || h->have_bytes != 8)
+			bad = "no FILE_HAVE of the 8 bytes held";
+	}
+	m = (struct cp_msg){.type = CP_FILE_FROM};
+	m.from.offset = 0;
+	if (!bad)
+		bad = stall_run(h, "ftruncate", true, &m, false, verify_truncated);
+	rc |= stall_end(h, n, "a hung truncation holds its connection, not the loop", bad);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	unsigned int n = 0;
@@ -1369,6 +1749,7 @@ int main(int argc, char **argv)
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	bad |= scenarios(&n);
+	bad |= stalls(&n);
 	bad |= bounds(&n);
 	bad |= replayed_login(&n);
 	for (int i = 1; i < argc; i++) {

@@ -29,6 +29,23 @@ for f in sys.argv[1:]:
     if any(not (0x20 <= c < 0x7f or c == 10) for c in b):
         sys.exit(1)' "$@"; }
 
+# await_count FILE TEXT N TENTHS: until TEXT is in FILE N times, at most
+# TENTHS tenths of a second (shell builtins only, as await_line).
+await_count() {
+	local i k text
+	for ((i = 0; i <= $4; i++)); do
+		text=
+		[ -e "$1" ] && IFS= read -r -d '' text <"$1"
+		for ((k = 0; k < $3; k++)); do
+			[[ $text == *"$2"* ]] || break
+			text=${text#*"$2"}
+		done
+		[ "$k" = "$3" ] && return 0
+		nap 0.1
+	done
+	return 1
+}
+
 # hold_idle NAME PORT N SECS: N connections without HELLO held SECS seconds
 # in the background (pid in IDLE_PID); waits until every connect was tried.
 hold_idle() {
@@ -170,7 +187,7 @@ start_serve dl $((PORT + 9)) --dir "$T/dl" --hello-timeout 2 --max-pending 64 --
 hpid=$!
 PIDS+=("$hpid")
 await_line "$T/dl.h.out" requested "$hpid" 600
-nap 6
+await_count "$T/dl.err" "not established within 2 s of its request" 4 60
 dropped=$(grep -c "not established within 2 s of its request" "$T/dl.err")
 kill "$SERVE_PID" 2>/dev/null
 wait_pid "$SERVE_PID" 30
@@ -192,7 +209,10 @@ echo "# $SECONDS s"
 # disconnect timed out (5 s, then up to 3 s of flushing), and every
 # refusal had its line; then the victims went only at serve's next loop
 # pass, so a burst within one pass held one more QP per request: 95 at a
-# sample of the flood (197 under ASan).
+# sample of the flood (197 under ASan). What is counted: serve's QPs, each
+# a connection's (the listener and the rdma_cm's requests not yet taken
+# have none); a victim in the middle of its destroy (state ERR) is one of
+# the 5, the new request's QP (INIT) the one more.
 mkdir -p "$T/churn"
 start_serve churn $((PORT + 10)) --dir "$T/churn" --max-pending 4 --hello-timeout 30 \
 	--token-file "$T/good.tok"
@@ -200,12 +220,19 @@ start_serve churn $((PORT + 10)) --dir "$T/churn" --max-pending 4 --hello-timeou
 hpid=$!
 PIDS+=("$hpid")
 # sample: QPs of serve and of process $1 now, added to the samples (the
-# loop's show that the count works: it keeps up to 200).
+# loop's show that the count works: it keeps up to 200). serve is stopped
+# while rdma lists them: the list is a netlink dump of several messages
+# in QP number order, and a QP serve makes between two messages (a higher
+# number) is listed after the victim it destroyed was; unstopped, a
+# sample counted QPs never alive at once (6 in a lab run, with 177 of
+# the peer's QPs listed before serve's; hence the old check of 8).
 most=0 seen=0
 samples=
 sample() {
 	local q=0 h=0 l
+	kill -STOP "$SERVE_PID" 2>/dev/null
 	rdma res show qp >"$T/qp.txt" 2>"$T/rdma.err"
+	kill -CONT "$SERVE_PID" 2>/dev/null
 	while IFS= read -r l; do
 		[[ $l =~ pid\ $SERVE_PID( |$) ]] && q=$((q + 1))
 		[[ $l =~ pid\ $1( |$) ]] && h=$((h + 1))
@@ -234,11 +261,10 @@ wait_pid "$SERVE_PID" 30
 conns=$(sed -n 's/^connections //p' "$T/churn.h.out")
 lines=$(grep -c "serve: $ADDR: " "$T/churn.err")
 ok=0
-# 5 is the bound as designed; an ASan run once sampled 6, cause not yet
-# known (a refused one evicted while its ERROR was out goes only at the
-# next pass): 8 allows that and still fails the old binary's 95.
-[ -n "$conns" ] && [ "$conns" -ge 20 ] && [ "$seen" -ge 5 ] && [ "$most" -le 8 ] && ok=1
-result $ok "a reconnect loop of $conns refused connections, then half-open requests: serve held at most $most QPs (--max-pending 4, bound 5, checked 8; samples serve/peer:$samples)"
+# The bound as designed: --max-pending, one more while a request is
+# being set up.
+[ -n "$conns" ] && [ "$conns" -ge 20 ] && [ "$seen" -ge 5 ] && [ "$most" -le 5 ] && ok=1
+result $ok "a reconnect loop of $conns refused connections, then half-open requests: serve held at most $most QPs (--max-pending 4, bound 5; samples serve/peer:$samples)"
 [ $ok = 1 ] || show "$T/churn.h.out" "$T/churn.h.err" "$T/flood.h.err" "$T/rdma.err" "$T/churn.err"
 ok=0
 # 5 at once, then one a second: about 25 over this section's 20 s. With
@@ -265,7 +291,7 @@ PIDS+=("$hpid")
 await_line "$T/bad.h.out" attack "$hpid" 600
 start=$SECONDS
 freed=
-for ((i = 0; i < 60 && SECONDS - start < 60; i++)); do
+for ((i = 0; i < 300 && SECONDS - start < 60; i++)); do
 	text=
 	IFS= read -r -d '' text <"$T/bad.err"
 	if [[ $text == *"connection lost"* ]]; then
@@ -276,7 +302,7 @@ for ((i = 0; i < 60 && SECONDS - start < 60; i++)); do
 		done <"$T/bad.qp"
 		[ "$q" = 0 ] && freed=$((SECONDS - start)) && break
 	fi
-	nap 1
+	nap 0.2
 done
 held=0
 kill -0 "$hpid" 2>/dev/null && held=1

@@ -16,6 +16,7 @@
 #include "proto.h"
 #include "scratch.h"
 #include "store.h"
+#include "tree.h"
 
 static struct cp_loop lp;
 static char dir[64];
@@ -200,32 +201,45 @@ static struct stat lstat_in(const char *name)
 	return sb;
 }
 
-/* Make an entry, fsync and close what it hands back; its cp_err code. */
-static int entry(int code, const int *fd)
+static struct cp_entry ent;
+static int ent_calls, ent_code;
+
+static void ent_done(struct cp_entry *e, int code)
 {
+	(void)e;
+	ent_calls++;
+	ent_code = code;
+}
+
+/* Run the loop until the entry started with @code (0: it ends later)
+ * ended; fsync and close what it hands back; its cp_err code. */
+static int entry(int code)
+{
+	ent_calls = 0;
 	if (!code) {
-		cr_assert_geq(*fd, 0);
-		cr_expect_eq(fsync(*fd), 0);
-		close(*fd);
+		for (int i = 0; i < 100 && !ent_calls; i++)
+			cr_assert_geq(cp_loop_pass(&lp, 100), 0);
+		cr_assert_eq(ent_calls, 1, "the entry ended %d times", ent_calls);
+		code = ent_code;
+	}
+	if (!code) {
+		cr_assert_geq(ent.syncfd, 0);
+		cr_expect_eq(fsync(ent.syncfd), 0);
+		close(ent.syncfd);
 	}
 	return code;
 }
 
 static int mkdir_(const char *name)
 {
-	char why[256];
-	int fd = -1;
-
-	return entry(cp_store_mkdir(dirfd_, name, &made, &fd, why, sizeof(why)), &fd);
+	return entry(cp_entry_mkdir(&ent, &lp, dirfd_, name, &made, ent_done));
 }
 
 static int link_(const char *name, const char *target, unsigned int flags)
 {
 	struct cp_time t = {1000000000, 5};
-	char why[256];
-	int fd = -1;
 
-	return entry(cp_store_symlink(dirfd_, name, target, &t, flags, &fd, why, sizeof(why)), &fd);
+	return entry(cp_entry_symlink(&ent, &lp, dirfd_, name, target, &t, flags, ent_done));
 }
 
 static int symlink_(const char *name, const char *target, bool force)
@@ -236,12 +250,11 @@ static int symlink_(const char *name, const char *target, bool force)
 static int dir_meta_(const char *name, uint32_t mode, int64_t sec, bool force)
 {
 	struct cp_time t = {sec, 123456789};
-	char why[256];
-	int fd = -1;
+	int code =
+		entry(cp_entry_dir_meta(&ent, &lp, dirfd_, name, mode, &t, &made, force, ent_done));
 
-	return entry(cp_store_dir_meta(dirfd_, name, mode, &t, &made, force, &left, &fd, why,
-				       sizeof(why)),
-		     &fd);
+	left = ent.left;
+	return code;
 }
 
 static int dir_meta(const char *name, uint32_t mode, int64_t sec)
@@ -275,7 +288,8 @@ Test(store, a_tree_is_made_with_its_modes_times_and_links)
 	/* A file's mode: permission bits less the umask, never setuid. */
 	cr_assert_eq(cp_store_open(&st, &lp, dirfd_, "top/f", 0, on_done), 0);
 	cr_assert_eq(await(calls + 1), 0);
-	cr_assert_eq(cp_store_meta(&st, 04777, &t), 0);
+	cr_assert_eq(cp_store_meta(&st, 04777, &t, on_done), 0);
+	cr_assert_eq(await(calls + 1), 0);
 	cr_assert_eq(cp_store_commit(&st, on_done), 0);
 	cr_assert_eq(await(calls + 1), 0);
 	sb = lstat_in("top/f");
@@ -418,7 +432,8 @@ Test(store, a_file_is_private_until_its_mode_is_set)
 
 	cr_assert_eq(cp_store_open(&st, &lp, dirfd_, "p", CP_STORE_PARTIAL, on_done), 0);
 	cr_assert_eq(await(calls + 1), 0);
-	cr_assert_eq(cp_store_meta(&st, 0644, NULL), 0);
+	cr_assert_eq(cp_store_meta(&st, 0644, NULL, on_done), 0);
+	cr_assert_eq(await(calls + 1), 0);
 	cr_assert_eq(cp_store_commit(&st, on_done), 0);
 	cr_assert_eq(await(calls + 1), 0);
 	cp_store_abort(&st);
