@@ -23,7 +23,7 @@ tok "$T/good.tok" right-secret-0123456789
 tok "$T/bad.tok" wrong-secret-0123456789
 
 # Is every byte of FILE... printable ASCII or a newline?
-printable() { python3 -c 'import sys
+printable() { python3 -S -c 'import sys
 for f in sys.argv[1:]:
     b = open(f, "rb").read()
     if any(not (0x20 <= c < 0x7f or c == 10) for c in b):
@@ -353,7 +353,7 @@ grep -qF 'received n\x9b[31m\xff\xfe (6 bytes' "$T/names.err" &&
 result $ok "every log line shows the names escaped, no raw control or 8-bit byte"
 [ $ok = 1 ] || { show "$T/names.err" "$T/n1.out" "$T/n2.err" "$T/n3.err" | cat -v; }
 ok=0
-python3 - "$T/n2.json" "$T/n3.json" <<'PY' && printable "$T/n2.json" "$T/n3.json" && ok=1
+python3 -S - "$T/n2.json" "$T/n3.json" <<'PY' && printable "$T/n2.json" "$T/n3.json" && ok=1
 import json, sys
 e2 = json.load(open(sys.argv[1]))["error"]
 e3 = json.load(open(sys.argv[2]))["error"]
@@ -440,7 +440,7 @@ start_serve pxs $((PORT + 3)) --dir "$T/px" --count 3 --chunk 64K
 ppid=$!
 PIDS+=("$ppid")
 await_line "$T/px.out" listening "$ppid" 300
-python3 - "$T" $((PORT + 4)) <<'PY' >"$T/px.clients" 2>&1
+python3 -S - "$T" $((PORT + 4)) <<'PY' >"$T/px.clients" 2>&1
 import os, socket, sys, time
 tmp, port = sys.argv[1], int(sys.argv[2])
 data = [os.urandom(1 << 20) for _ in range(2)]
