@@ -53,6 +53,19 @@ static struct rx *rx_of_store(struct cp_store *st)
 	return (struct rx *)((char *)st - offsetof(struct rx, st));
 }
 
+/* A store call came back after rx_fail(): rx_fail() left the file to us,
+ * to abort once nothing of ours is in flight. */
+static bool closed_meanwhile(struct rx *r)
+{
+	if (r->state != RX_CLOSING)
+		return false;
+	if (r->file_active && !r->io_inflight) {
+		cp_store_abort(&r->st);
+		r->file_active = false;
+	}
+	return true;
+}
+
 static void file_stored(struct rx *r, const char *how);
 
 /* The file has its name (or could not get it). */
@@ -190,14 +203,8 @@ static void meta_done(struct cp_store *st, int code)
 	struct io_uring_sqe *sqe;
 
 	r->io_inflight--;
-	if (r->state == RX_CLOSING) {
-		/* rx_fail() left the file to us: nothing of ours is in flight now. */
-		if (r->file_active && !r->io_inflight) {
-			cp_store_abort(st);
-			r->file_active = false;
-		}
+	if (closed_meanwhile(r))
 		return;
-	}
 	if (code) {
 		rx_store_failed(r, code);
 		return;
@@ -253,14 +260,8 @@ static void open_done(struct cp_store *st, int code)
 	r->io_inflight--;
 	if (!code)
 		r->file_active = true;
-	if (r->state == RX_CLOSING) {
-		/* rx_fail() left the file to us: nothing of ours is in flight now. */
-		if (r->file_active && !r->io_inflight) {
-			cp_store_abort(st);
-			r->file_active = false;
-		}
+	if (closed_meanwhile(r))
 		return;
-	}
 	if (code) {
 		rx_store_failed(r, code);
 		return;
