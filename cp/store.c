@@ -108,7 +108,6 @@ static int fail(struct cp_store *st, int code, const char *what, const char *nam
 static void prep(struct cp_store *st, struct io_uring_sqe *sqe, int step)
 {
 	uint64_t direct = st->direct ? O_DIRECT : 0;
-	unsigned int r = 0;
 
 	switch (step) {
 	case S_PARENT:
@@ -153,9 +152,7 @@ static void prep(struct cp_store *st, struct io_uring_sqe *sqe, int step)
 		break;
 	case S_NAMED:
 	case S_LINK_TMP:
-		if (getrandom(&r, sizeof(r), 0) != sizeof(r))
-			r = (unsigned int)getpid() * 2654435761u + (unsigned int)st->tries;
-		snprintf(st->tmp, sizeof(st->tmp), ".%.200s.rrcp-%08x", st->base, r);
+		cp_store_tmp_name(st->tmp, st->base, (unsigned int)st->tries);
 		if (step == S_LINK_TMP) {
 			io_uring_prep_linkat(sqe, AT_FDCWD, st->path, st->parentfd, st->tmp,
 					     AT_SYMLINK_FOLLOW);
@@ -667,6 +664,15 @@ static mode_t cur_umask(void)
 mode_t cp_store_perm(uint32_t mode)
 {
 	return (mode_t)(mode & 0777) & ~cur_umask();
+}
+
+void cp_store_tmp_name(char *tmp, const char *base, unsigned int salt)
+{
+	unsigned int r;
+
+	if (getrandom(&r, sizeof(r), 0) != sizeof(r))
+		r = (unsigned int)getpid() * 2654435761u + salt;
+	snprintf(tmp, NAME_MAX + 1, ".%.200s.rrcp-%08x", base, r);
 }
 
 /* On the loop's worker: io_uring has no fchmod or futimens. */

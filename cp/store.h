@@ -148,8 +148,11 @@ int cp_store_meta(struct cp_store *st, uint32_t mode, const struct cp_time *mtim
 		  cp_store_fn done);
 
 /* Shared with cp/tree.c: the cp_err code of a failed call's errno; a
- * sender's mode as stored (permission bits less the umask). */
+ * sender's mode as stored (permission bits less the umask); a fresh temp
+ * name ".BASE.rrcp-XXXXXXXX" for @base in @tmp (NAME_MAX + 1 bytes),
+ * @salt varying it where getrandom() fails. */
 int cp_store_io_err(int err);
 mode_t cp_store_perm(uint32_t mode);
+void cp_store_tmp_name(char *tmp, const char *base, unsigned int salt);
 
 #endif

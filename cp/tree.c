@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -154,8 +153,6 @@ static int fail(struct cp_entry *e, int code, const char *what, const char *name
 /* Prepare @sqe for @step, from e's own buffers. */
 static void prep(struct cp_entry *e, struct io_uring_sqe *sqe, int step)
 {
-	unsigned int r = 0;
-
 	switch (step) {
 	case T_PARENT:
 		e->how = (struct open_how){.flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC,
@@ -177,9 +174,7 @@ static void prep(struct cp_entry *e, struct io_uring_sqe *sqe, int step)
 		io_uring_prep_symlinkat(sqe, e->target, e->fd, e->base);
 		break;
 	case T_SYMLINK_TMP:
-		if (getrandom(&r, sizeof(r), 0) != sizeof(r))
-			r = (unsigned int)getpid() * 2654435761u;
-		snprintf(e->tmp, sizeof(e->tmp), ".%.200s.rrcp-%08x", e->base, r);
+		cp_store_tmp_name(e->tmp, e->base, 0);
 		io_uring_prep_symlinkat(sqe, e->target, e->fd, e->tmp);
 		break;
 	case T_RENAME:
