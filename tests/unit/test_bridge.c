@@ -1356,6 +1356,17 @@ static void complete_at_wait(void)
 	fake_complete(fcq(min_fx, 0), 1, 7);
 }
 
+/* Passes of @timeout_ms until the one completion raised as the first of
+ * them waits has been handed out. */
+static void passes_with_a_completion_at_wait(struct fixture *f, int timeout_ms)
+{
+	min_fx = f;
+	fake_before_wait = complete_at_wait;
+	for (int i = 0; i < 50 && !L.wcs[0]; i++)
+		cr_assert_geq(rr_bridge_run_once(f->b, timeout_ms), 0);
+	cr_assert_eq(L.wcs[0], 1);
+}
+
 static uint64_t min_waits(struct fixture *f)
 {
 	struct rr_bridge_stats st;
@@ -1381,11 +1392,7 @@ Test(min_wait, a_pass_returns_the_one_completion_it_got)
 
 	setup_fx(&f, &o, RR_WAIT_EVENT);
 	pass(&f, 1);
-	min_fx = &f;
-	fake_before_wait = complete_at_wait;
-	for (int i = 0; i < 50 && !L.wcs[0]; i++)
-		cr_assert_geq(rr_bridge_run_once(f.b, 5000), 0);
-	cr_assert_eq(L.wcs[0], 1);
+	passes_with_a_completion_at_wait(&f, 5000);
 	if (f.ring.features & FEAT_MIN_TIMEOUT)
 		cr_expect_gt(min_waits(&f), 0, "the kernel has min-wait and it went unused");
 	else
@@ -1404,12 +1411,8 @@ Test(min_wait, without_the_kernel_feature_a_pass_wakes_at_its_first_cqe)
 	setup_fx(&f, &o, RR_WAIT_EVENT);
 	f.ring.features &= ~FEAT_MIN_TIMEOUT;
 	pass(&f, 1);
-	min_fx = &f;
-	fake_before_wait = complete_at_wait;
 	t0 = ms_now();
-	for (int i = 0; i < 50 && !L.wcs[0]; i++)
-		cr_assert_geq(rr_bridge_run_once(f.b, 20000), 0);
-	cr_assert_eq(L.wcs[0], 1);
+	passes_with_a_completion_at_wait(&f, 20000);
 	cr_expect_eq(min_waits(&f), 0, "min-wait used on a kernel said to lack it");
 	cr_expect_lt(ms_now() - t0, 5000, "the pass waited for the min-wait");
 	teardown_fx(&f);
@@ -1428,12 +1431,8 @@ Test(min_wait, a_pass_waits_no_longer_than_its_timeout)
 	t0 = ms_now();
 	cr_assert_eq(rr_bridge_run_once(f.b, 50), 0);
 	cr_expect_lt(ms_now() - t0, 5000, "an idle pass of 50 ms waited for the min-wait");
-	min_fx = &f;
-	fake_before_wait = complete_at_wait;
 	t0 = ms_now();
-	for (int i = 0; i < 50 && !L.wcs[0]; i++)
-		cr_assert_geq(rr_bridge_run_once(f.b, 100), 0);
-	cr_assert_eq(L.wcs[0], 1);
+	passes_with_a_completion_at_wait(&f, 100);
 	cr_expect_lt(ms_now() - t0, 5000, "a pass of 100 ms with a CQE waited for the min-wait");
 	teardown_fx(&f);
 }
