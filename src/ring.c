@@ -576,7 +576,8 @@ static struct io_uring_sqe *our_sqe(struct rr__ring *r)
 	return sqe;
 }
 
-bool rr__ring_has_min_wait(const struct rr__ring *r)
+/* Does this ring's kernel have min-wait (and may we enter it ourselves)? */
+static bool has_min_wait(const struct rr__ring *r)
 {
 	return (r->io->features & IORING_FEAT_MIN_TIMEOUT) && r->io->ring_fd >= 0;
 }
@@ -642,7 +643,7 @@ int rr__ring_wait(struct rr__ring *r, unsigned int wait_nr, unsigned int min_wai
 	struct io_uring_cqe *cqe;
 	int rc;
 
-	if (wait_nr > 1 && min_wait_us && rr__ring_has_min_wait(r)) {
+	if (wait_nr > 1 && min_wait_us && has_min_wait(r)) {
 		rc = enter_min_wait(r, wait_nr, min_wait_us, timeout_ms);
 	} else if (timeout_ms < 0) {
 		rc = io_uring_submit_and_wait(r->io, 1);

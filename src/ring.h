@@ -210,8 +210,6 @@ void rr__ring_no_msg_ring(struct rr__ring *r);
  */
 int rr__ring_wait(struct rr__ring *r, unsigned int wait_nr, unsigned int min_wait_us,
 		  int timeout_ms);
-/* Does this ring's kernel have min-wait (and may we enter it ourselves)? */
-bool rr__ring_has_min_wait(const struct rr__ring *r);
 
 /* Ask for a NOP kick so an embedding loop comes back to the bridge. */
 void rr__ring_want_kick(struct rr__ring *r);
