@@ -540,12 +540,25 @@ typedef struct rr_cq rr_cq;
 typedef void (*rr_wc_cb)(rr_cq *cq, const struct ibv_wc *wc, void *data);
 
 /**
+ * rr_wc_batch_cb - receives a CQ's work completions a batch at a time.
+ * @cq:   the CQ.
+ * @wc:   @n work completions, raw, in the order polled; the array is
+ *        valid during the call only.
+ * @n:    how many; at least 1, at most rr_bridge_opts.cq_batch.
+ * @data: rr_cq_opts.data.
+ */
+typedef void (*rr_wc_batch_cb)(rr_cq *cq, const struct ibv_wc *wc, int n, void *data);
+
+/**
  * struct rr_cq_opts - options for rr_cq_create(); passed with its size.
  * @cqe:     minimum number of entries (default 256).
  * @mode:    enum rr_wait_mode.
  * @spin_us: hybrid: the longest spin window in microseconds (default 200).
- * @on_wc:   callback for every work completion; required.
- * @data:    application data for on_wc.
+ * @on_wc:   callback for every work completion; this or on_wc_batch is
+ *           required, not both.
+ * @data:    application data for on_wc or on_wc_batch.
+ * @on_wc_batch: callback for the work completions of each poll, as one
+ *           array, instead of one on_wc call each (since 0.10).
  */
 struct rr_cq_opts {
 	int cqe;
@@ -553,6 +566,7 @@ struct rr_cq_opts {
 	unsigned int spin_us;
 	rr_wc_cb on_wc;
 	void *data;
+	rr_wc_batch_cb on_wc_batch;
 };
 
 /**
@@ -562,7 +576,7 @@ struct rr_cq_opts {
  *        the device of @ctx, and the device's async events naming the CQ
  *        (CQ_ERR) then reach this bridge alone (see rr_async_event_cb).
  * @ctx:  the device context (must match @ch's).
- * @opts: options; on_wc is required.
+ * @opts: options; exactly one of on_wc and on_wc_batch is required.
  * @opts_size: sizeof(*opts) as the caller was compiled.
  * @out:  the new CQ.
  *

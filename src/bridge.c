@@ -438,7 +438,8 @@ int rr_cq_create(rr_bridge *b, rr_channel *ch, struct ibv_context *ctx,
 	rc = rr__opts_in(&o, sizeof(o), opts, opts_size, RR__CQ_OPTS_SIZE_0_8);
 	if (rc)
 		return rc;
-	if (!o.on_wc || o.mode > RR_WAIT_HYBRID_FIXED)
+	/* One way to hand completions out: per WC or per batch. */
+	if (!o.on_wc == !o.on_wc_batch || o.mode > RR_WAIT_HYBRID_FIXED)
 		return -EINVAL;
 	if (ch && ch->ch->context != ctx)
 		return -EINVAL;

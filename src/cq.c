@@ -122,36 +122,71 @@ static void took_event(rr_cq *cq)
 }
 
 /*
- * Hand out the oldest completion the CQ keeps: the rest of the batch being
- * handed out, then what another QP's teardown took out of the CQ; both are
- * older than what is still in the CQ. False if none is kept.
+ * on_wc_batch: hand out up to @max of the batch, from batch_head on, as
+ * one array, in place. With the batch spent, the oldest stashed ones are
+ * moved into its buffer first and go as a batch does: take_qp may grow
+ * the stash under the callback, never the batch. Out of line: the
+ * per-WC loop of hand_out_batch() keeps its registers.
+ */
+static __attribute__((noinline)) unsigned int hand_out_array(rr_cq *cq, unsigned int max)
+{
+	uint32_t h = cq->batch_head, n;
+
+	if (h >= cq->nbatch) {
+		if (cq->stash_head >= cq->nstash)
+			return 0;
+		n = cq->nstash - cq->stash_head;
+		if (n > cq->set->cq_batch)
+			n = cq->set->cq_batch;
+		memcpy(cq->batch, &cq->stash[cq->stash_head], n * sizeof(*cq->batch));
+		cq->stash_head += n;
+		if (cq->stash_head == cq->nstash)
+			cq->stash_head = cq->nstash = 0;
+		h = cq->batch_head = 0;
+		cq->nbatch = n;
+	}
+	n = cq->nbatch - h;
+	if (n > max)
+		n = max;
+	cq->batch_head = h + n; /* handed out: take_qp leaves them alone */
+	cq->on_wc_batch(cq, &cq->batch[h], (int)n, cq->data);
+	return n;
+}
+
+/*
+ * Hand out the oldest of what the CQ keeps, at most @max: the rest of the
+ * batch being handed out, then what another QP's teardown took out of the
+ * CQ; both are older than what is still in the CQ. 0 if none is kept.
  *
  * A batch entry goes to the callback in place: rr__cq_take_qp() moves only
  * the entries after it, and no poll of this CQ refills the batch while
  * one of its callbacks runs. A stash entry is copied: take_qp may grow
  * the stash under it.
  */
-static inline bool hand_out_kept(rr_cq *cq)
+static inline unsigned int hand_out_kept(rr_cq *cq, unsigned int max)
 {
 	struct ibv_wc w;
 
+	if (cq->batch_head >= cq->nbatch && cq->stash_head >= cq->nstash)
+		return 0;
+	if (cq->on_wc_batch)
+		return hand_out_array(cq, max);
 	if (cq->batch_head < cq->nbatch) {
 		cq->on_wc(cq, &cq->batch[cq->batch_head++], cq->data);
-		return true;
+		return 1;
 	}
-	if (cq->stash_head >= cq->nstash)
-		return false;
 	w = cq->stash[cq->stash_head++];
 	if (cq->stash_head == cq->nstash)
 		cq->stash_head = cq->nstash = 0;
 	cq->on_wc(cq, &w, cq->data);
-	return true;
+	return 1;
 }
 
 /*
  * A batch just polled, handed out from registers while no callback takes
  * from it (rr__cq_take_qp()) or destroys the CQ; after one does, the rest
- * goes one at a time through hand_out_kept(). Returns how many went.
+ * goes one at a time through hand_out_kept(). Returns how many went. With
+ * on_wc_batch the whole batch goes in one call.
  */
 static unsigned int hand_out_batch(rr_cq *cq)
 {
@@ -160,6 +195,10 @@ static unsigned int hand_out_batch(rr_cq *cq)
 	void *data = cq->data;
 	uint32_t n = cq->nbatch, i = 0;
 
+	if (cq->on_wc_batch) {
+		cq->batch_head = 0;
+		return hand_out_array(cq, n);
+	}
 	cq->moved = false;
 	while (i < n) {
 		cq->batch_head = i + 1; /* where take_qp starts, if called */
@@ -189,8 +228,10 @@ static unsigned int cq_poll_slow(rr_cq *cq, unsigned int budget, bool *more)
 	*more = false;
 	cq->dispatch_depth++;
 	while (total < budget) {
-		if (hand_out_kept(cq)) {
-			total++;
+		unsigned int kept = hand_out_kept(cq, budget - total);
+
+		if (kept) {
+			total += kept;
 			/* Destroyed from its own callback: the rest of the
 			 * batch belonged to requests the destroy flushed. */
 			if (cq->destroy_deferred)
@@ -956,6 +997,7 @@ int rr__cq_create(struct rr__cqs *set, rr_channel *ch, struct ibv_context *ctx,
 	cq->spin_us = opts->spin_us ? opts->spin_us : 200;
 	cq->hit_share = SPIN_HITS_ONE;
 	cq->on_wc = opts->on_wc;
+	cq->on_wc_batch = opts->on_wc_batch;
 	cq->data = opts->data;
 	rr__list_init(&cq->active_link);
 	rr__list_init(&cq->lazy_link);

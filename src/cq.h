@@ -60,6 +60,7 @@ struct rr_cq {
 	enum rr_wait_mode mode;
 	unsigned int spin_us;
 	rr_wc_cb on_wc;
+	rr_wc_batch_cb on_wc_batch; /* instead of on_wc: a batch per call */
 	void *data;
 	struct rr__cq_hooks hooks;
 	unsigned int unacked;	/* events read, not yet acknowledged */

@@ -71,7 +71,7 @@ Test(abi, a_struct_older_than_the_soname_is_refused)
 	cr_assert_eq(rr_bridge_create(&b, &ring, NULL, 0), 0);
 	/* Every other argument is valid: the size is the only fault (the
 	 * -E2BIG control shows the size is judged before anything else). */
-	cr_expect_eq(rr_cq_create(b, NULL, ctx, &co, sizeof(co) - 1, &cq), -EINVAL);
+	cr_expect_eq(rr_cq_create(b, NULL, ctx, &co, RR__CQ_OPTS_SIZE_0_8 - 1, &cq), -EINVAL);
 	cr_expect_eq(rr_cq_create(b, NULL, ctx, &big.known, sizeof(big), &cq), -E2BIG);
 	cr_expect_eq(rr_connect(b, "127.0.0.1", 1, &eo, sizeof(eo) - sizeof(int), no_ep_cb, &ep),
 		     -EINVAL);

@@ -13,12 +13,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <criterion/criterion.h>
 
 #include "fake_verbs.h"
+#include "abi.h"
 #include "bridge.h"
 
 #define MAX_LOG 4096
@@ -1792,4 +1794,379 @@ Test(shared_cq, a_qp_leaving_mid_batch_takes_its_completions_in_order)
 	cr_assert_eq(rr_channel_destroy(ch), 0);
 	cr_assert_eq(rr_bridge_destroy(b), 0);
 	io_uring_queue_exit(&ring);
+}
+
+/* ---- on_wc_batch: a CQ's completions an array per poll ---- */
+
+#define MAX_CALLS 256
+
+/* What batch callbacks saw; the WCs themselves go to L, in order. */
+static struct {
+	unsigned int calls[3];
+	unsigned int size[MAX_CALLS]; /* n of each call, all CQs */
+	unsigned int ncalls;
+} BL;
+
+/* Called by on_batch after logging, where a test sets it. */
+static void (*batch_hook)(rr_cq *cq, int which, const struct ibv_wc *wc, int n);
+
+static void on_batch(rr_cq *cq, const struct ibv_wc *wc, int n, void *data)
+{
+	int which = (int)(uintptr_t)data;
+
+	cr_assert_gt(n, 0, "a batch of %d", n);
+	BL.calls[which]++;
+	if (BL.ncalls < MAX_CALLS)
+		BL.size[BL.ncalls] = (unsigned int)n;
+	BL.ncalls++;
+	for (int i = 0; i < n; i++) {
+		L.wcs[which < 2 ? which : 0]++;
+		log_it("ABC"[which], wc[i].wr_id, 0);
+	}
+	if (batch_hook)
+		batch_hook(cq, which, wc, n);
+}
+
+/* Two event CQs with on_wc_batch on one channel of ctx, cq_batch WCs a poll. */
+static void setup_batch_on(struct fixture *f, unsigned int cq_batch, unsigned int budget,
+			   struct ibv_context *ctx)
+{
+	struct rr_bridge_opts o = {.cq_batch = cq_batch, .budget = budget, .on_app_cqe = on_app};
+	struct rr_cq_opts co = {.mode = RR_WAIT_EVENT, .on_wc_batch = on_batch};
+
+	memset(&L, 0, sizeof(L));
+	memset(&BL, 0, sizeof(BL));
+	wc_hook = NULL;
+	batch_hook = NULL;
+	init_ring(&f->ring, 64);
+	cr_assert_eq(rr_bridge_create(&f->b, &f->ring, &o, sizeof(o)), 0);
+	cr_assert_eq(rr_channel_create(f->b, ctx, &f->ch), 0);
+	for (int i = 0; i < 2; i++) {
+		co.data = (void *)(uintptr_t)i;
+		cr_assert_eq(rr_cq_create(f->b, f->ch, ctx, &co, sizeof(co), &f->cq[i]), 0);
+	}
+	pass(f, 1);
+}
+
+/* CQ `who`'s work completions were first .. first + n - 1, once each, in order. */
+static void assert_ids(char who, uint64_t first, unsigned int n)
+{
+	unsigned int k = 0;
+
+	for (unsigned int i = 0; i < L.n && i < MAX_LOG; i++) {
+		if (L.who[i] != who)
+			continue;
+		cr_assert_lt(k, n, "CQ %c: more than %u work completions", who, n);
+		cr_assert_eq(L.id[i], first + k, "CQ %c: completion %u is %llu, not %llu", who, k,
+			     (unsigned long long)L.id[i], (unsigned long long)(first + k));
+		k++;
+	}
+	cr_assert_eq(k, n, "CQ %c: %u work completions, not %u", who, k, n);
+}
+
+static void batches_case(struct ibv_context *ctx)
+{
+	static const unsigned int want[] = {8, 8, 4};
+	struct fixture f;
+
+	setup_batch_on(&f, 8, 0, ctx);
+	fake_complete(fcq(&f, 0), 20, 1);
+	pass_until(&f, &L.wcs[0], 20);
+	pass(&f, 2);
+	assert_ids('A', 1, 20);
+	cr_assert_eq(BL.ncalls, 3, "%u calls for 20 completions in polls of 8", BL.ncalls);
+	for (unsigned int i = 0; i < 3; i++)
+		cr_assert_eq(BL.size[i], want[i], "call %u had %u", i, BL.size[i]);
+	/* One more on the other CQ: a batch of one, for that CQ. */
+	fake_complete(fcq(&f, 1), 1, 100);
+	pass_until(&f, &L.wcs[1], 1);
+	pass(&f, 2);
+	assert_ids('B', 100, 1);
+	cr_assert_eq(BL.calls[1], 1);
+	cr_assert_eq(BL.size[3], 1);
+	cr_assert_eq(BL.ncalls, 4, "%u calls", BL.ncalls);
+	assert_ids('A', 1, 20);
+	teardown_fx(&f);
+}
+
+Test(batch, each_poll_is_one_array_in_order)
+{
+	batches_case(&fake_ctx);
+}
+
+Test(batch, each_poll_is_one_array_in_order_rxe)
+{
+	batches_case(&fake_ctx_rr);
+}
+
+/* No batch above the budget; what it cut short comes on later passes. */
+Test(batch, a_batch_never_exceeds_the_budget)
+{
+	struct rr_bridge_stats st;
+	struct fixture f;
+	unsigned int sum = 0;
+
+	setup_batch_on(&f, 4, 5, &fake_ctx);
+	fake_complete(fcq(&f, 0), 12, 1);
+	pass_until(&f, &L.wcs[0], 12);
+	pass(&f, 2);
+	assert_ids('A', 1, 12);
+	for (unsigned int i = 0; i < BL.ncalls; i++) {
+		cr_assert_leq(BL.size[i], 4, "call %u had %u", i, BL.size[i]);
+		sum += BL.size[i];
+	}
+	cr_assert_eq(sum, 12);
+	rr_bridge_get_stats(f.b, &st, sizeof(st));
+	cr_assert_geq(st.budget_yields, 1, "a poll of 12 under a budget of 5 never yielded");
+	teardown_fx(&f);
+}
+
+static void no_batch(rr_cq *cq, const struct ibv_wc *wc, int n, void *data)
+{
+	cr_assert_fail("a CQ refused at creation handed out completions");
+}
+
+Test(batch, one_of_on_wc_and_on_wc_batch_is_required)
+{
+	struct rr_cq_opts both = {.on_wc = on_wc, .on_wc_batch = no_batch};
+	struct rr_cq_opts neither = {.mode = RR_WAIT_EVENT};
+	struct fixture f;
+	rr_cq *cq = NULL;
+	unsigned int live;
+
+	setup_batch_on(&f, 0, 0, &fake_ctx);
+	live = fake_cqs_live;
+	cr_assert_eq(rr_cq_create(f.b, f.ch, &fake_ctx, &both, sizeof(both), &cq), -EINVAL);
+	cr_assert_eq(rr_cq_create(f.b, f.ch, &fake_ctx, &neither, sizeof(neither), &cq), -EINVAL);
+	cr_assert_eq(rr_cq_create(f.b, NULL, &fake_ctx, &both, sizeof(both), &cq), -EINVAL);
+	cr_assert_null(cq);
+	cr_assert_eq(fake_cqs_live, live, "a refused CQ was created");
+	teardown_fx(&f);
+}
+
+/*
+ * A caller built before on_wc_batch passes the old size: nothing past it
+ * is read (the struct ends where an unreadable page begins, and in a
+ * second buffer what follows it is not zero), and on_wc gets every WC.
+ */
+Test(batch, a_caller_without_on_wc_batch_gets_on_wc)
+{
+	const size_t old = offsetof(struct rr_cq_opts, on_wc_batch);
+	struct rr_cq_opts co = {.mode = RR_WAIT_EVENT, .on_wc = on_wc, .data = (void *)0};
+	long page = sysconf(_SC_PAGESIZE);
+	char *map = mmap(NULL, 2 * (size_t)page, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	unsigned char dirty[sizeof(co)];
+	struct fixture f;
+	rr_cq *cq[2];
+
+	cr_assert_eq(old, RR__CQ_OPTS_SIZE_0_8);
+	cr_assert_neq(map, MAP_FAILED);
+	cr_assert_eq(mprotect(map + page, (size_t)page, PROT_NONE), 0);
+	memcpy(map + page - old, &co, old);
+	memset(dirty, 0xa5, sizeof(dirty));
+	memcpy(dirty, &co, old);
+	setup_batch_on(&f, 0, 0, &fake_ctx);
+	cr_assert_eq(rr_cq_create(f.b, f.ch, &fake_ctx, (void *)(map + page - old), old, &cq[0]),
+		     0);
+	cr_assert_eq(rr_cq_create(f.b, f.ch, &fake_ctx, (void *)dirty, old, &cq[1]), 0);
+	pass(&f, 1);
+	fake_complete(fake_cq_of(rr_cq_ibv(cq[0])), 3, 1);
+	fake_complete(fake_cq_of(rr_cq_ibv(cq[1])), 2, 4);
+	pass_until(&f, &L.wcs[0], 5);
+	pass(&f, 2);
+	assert_ids('A', 1, 5);
+	cr_assert_eq(BL.ncalls, 0, "the old-size CQs' completions went to a batch callback");
+	teardown_fx(&f);
+	munmap(map, 2 * (size_t)page);
+}
+
+/* A completion that lands between the last poll and the arm raises no
+ * event: the poll after the arm hands it out, once. */
+static void racing_arm_case(struct ibv_context *ctx)
+{
+	struct fixture f;
+
+	setup_batch_on(&f, 0, 0, ctx);
+	fcq(&f, 0)->inject_on_arm = 1;
+	fake_complete(fcq(&f, 0), 1, 7);
+	pass_until(&f, &L.wcs[0], 2);
+	pass(&f, 2);
+	cr_assert_eq(L.wcs[0], 2, "%u work completions", L.wcs[0]);
+	cr_assert_eq(fcq(&f, 0)->events, 1);
+	cr_assert_eq(L.id[0], 7);
+	cr_assert_neq(L.id[1], 7, "handed out twice");
+	teardown_fx(&f);
+}
+
+Test(batch, a_completion_racing_the_arm_is_handed_out_once)
+{
+	racing_arm_case(&fake_ctx);
+}
+
+Test(batch, a_completion_racing_the_arm_is_handed_out_once_rxe)
+{
+	racing_arm_case(&fake_ctx_rr);
+}
+
+/* Each batch of CQ 0 brings the next completion, as a peer's answers do. */
+static void trickle_batch(rr_cq *cq, int which, const struct ibv_wc *wc, int n)
+{
+	if (which == 0 && wc[n - 1].wr_id < TRICKLE)
+		fake_complete(fake_cq_of(rr_cq_ibv(cq)), 1, wc[n - 1].wr_id + 1);
+}
+
+/* The stream after the arm, batch by batch: taken until the CQ is empty,
+ * every completion once and in order, and the CQ armed at the end. */
+Test(batch, a_stream_after_the_arm_is_taken_once_each)
+{
+	struct fixture f;
+
+	setup_batch_on(&f, 0, 0, &fake_ctx);
+	batch_hook = trickle_batch;
+	fake_complete(fcq(&f, 0), 1, 1);
+	pass_until(&f, &L.wcs[0], TRICKLE);
+	batch_hook = NULL;
+	pass(&f, 2);
+	assert_ids('A', 1, TRICKLE);
+	cr_expect_leq(fcq(&f, 0)->events, 2, "%u events for one stream of %d completions",
+		      fcq(&f, 0)->events, TRICKLE);
+	cr_assert(fcq(&f, 0)->armed, "left unarmed at the end of the stream");
+	teardown_fx(&f);
+}
+
+/* The late event of a completion a pass already handed out (woken by an
+ * application CQE) hands nothing out twice. */
+Test(batch, a_late_event_hands_nothing_out_twice)
+{
+	struct fixture f;
+
+	setup_batch_on(&f, 0, 0, &fake_ctx);
+	fcq(&f, 0)->late_event = true;
+	fake_complete(fcq(&f, 0), 3, 1);
+	nop_ring = &f.ring;
+	queue_app_nop(42);
+	cr_assert_geq(rr_bridge_run_once(f.b, 20), 0);
+	cr_assert(logged_app(42));
+	cr_assert_eq(L.wcs[0], 3, "a pass woken by an application CQE left WCs in the CQ");
+	cr_assert_eq(BL.ncalls, 1);
+	fcq(&f, 0)->late_event = false;
+	fake_raise_late(fcq(&f, 0));
+	pass_until(&f, &fcq(&f, 0)->delivered, 1);
+	pass(&f, 2);
+	cr_assert_eq(fcq(&f, 0)->delivered, 1, "the late event was not read");
+	assert_ids('A', 1, 3);
+	cr_assert_eq(BL.ncalls, 1, "%u calls: the late event handed something out", BL.ncalls);
+	teardown_fx(&f);
+}
+
+static void batch_destroys_self(rr_cq *cq, int which, const struct ibv_wc *wc, int n)
+{
+	if (which == 2) {
+		cr_assert_eq(rr_cq_destroy(cq), 0);
+		victim_cq = NULL;
+	}
+}
+
+/* A batch callback that destroys its CQ: as from on_wc, the call returns
+ * and nothing more of that CQ is handed out; it is freed after. */
+Test(batch, cq_destroyed_from_its_batch_callback)
+{
+	struct rr_cq_opts co = {.on_wc_batch = on_batch, .data = (void *)2};
+	struct fixture f;
+
+	setup_batch_on(&f, 4, 0, &fake_ctx);
+	cr_assert_eq(rr_cq_create(f.b, f.ch, &fake_ctx, &co, sizeof(co), &victim_cq), 0);
+	batch_hook = batch_destroys_self;
+	fake_complete(fake_cq_of(rr_cq_ibv(victim_cq)), 10, 1);
+	fake_complete(fcq(&f, 0), 2, 50);
+	pass_until(&f, &L.wcs[0], 6);
+	pass(&f, 2);
+	cr_assert_null(victim_cq);
+	cr_assert_eq(BL.calls[2], 1, "%u calls after the CQ was destroyed", BL.calls[2]);
+	assert_ids('C', 1, 4);
+	assert_ids('A', 50, 2);
+	teardown_fx(&f);
+}
+
+static struct fixture *batch_fx;
+
+static void batch_destroys_other(rr_cq *cq, int which, const struct ibv_wc *wc, int n)
+{
+	if (which == 0 && batch_fx->cq[1]) {
+		cr_assert_eq(rr_cq_destroy(batch_fx->cq[1]), 0);
+		batch_fx->cq[1] = NULL;
+	}
+}
+
+/* Another CQ whose event the same wake-up read, destroyed from a batch
+ * callback: its completions never reach the application. */
+Test(batch, a_cq_destroyed_by_another_cqs_batch_hands_nothing_out)
+{
+	struct fixture f;
+
+	setup_batch_on(&f, 0, 0, &fake_ctx);
+	batch_fx = &f;
+	batch_hook = batch_destroys_other;
+	fake_complete(fcq(&f, 0), 2, 1);
+	fake_complete(fcq(&f, 1), 2, 10);
+	pass_until(&f, &L.wcs[0], 2);
+	pass(&f, 2);
+	cr_assert_null(f.cq[1]);
+	assert_ids('A', 1, 2);
+	cr_assert_eq(BL.calls[1], 0, "a destroyed CQ handed out %u batches", BL.calls[1]);
+	teardown_fx(&f);
+}
+
+/* The bridge destroyed with completions in its CQs: no callback runs
+ * during or after the destroy (the CQs go with what they hold, as with
+ * on_wc). */
+Test(batch, teardown_hands_nothing_out)
+{
+	struct fixture f;
+
+	setup_batch_on(&f, 0, 0, &fake_ctx);
+	fake_complete(fcq(&f, 0), 5, 1);
+	fake_complete(fcq(&f, 1), 5, 10);
+	teardown_fx(&f);
+	cr_assert_eq(BL.ncalls, 0, "%u batches during the destroy", BL.ncalls);
+}
+
+/*
+ * A QP leaving a shared CQ from a batch callback (an endpoint destroyed
+ * there): what the callback was handed is the application's already; the
+ * QP's completions still in the CQ go to the take, the others are kept
+ * and come as the next batch, once each, in order.
+ */
+static void take_a(rr_cq *cq, int which, const struct ibv_wc *wc, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (wc[i].wr_id == (QP_X | 1))
+			cr_assert_eq(rr__cq_take_qp(cq, 1, took_one, NULL), 0);
+}
+
+Test(batch, a_qp_leaving_mid_batch_takes_only_what_was_not_handed_out)
+{
+	struct fixture f;
+
+	memset(&T, 0, sizeof(T));
+	setup_batch_on(&f, 3, 0, &fake_ctx);
+	batch_hook = take_a;
+	/* The first poll takes X1 A1 A2; the CQ keeps A3 and X2. */
+	fake_complete(fcq(&f, 0), 1, QP_X | 1);
+	fake_complete(fcq(&f, 0), 3, QP_A | 1);
+	fake_complete(fcq(&f, 0), 1, QP_X | 2);
+	pass_until(&f, &L.wcs[0], 4);
+	pass(&f, 2);
+	cr_assert_eq(T.ntaken, 1, "%u taken", T.ntaken);
+	cr_assert_eq(T.taken[0], QP_A | 3);
+	cr_assert_eq(BL.ncalls, 2, "%u calls", BL.ncalls);
+	cr_assert_eq(BL.size[0], 3);
+	cr_assert_eq(BL.size[1], 1, "the kept completion came as a batch of %u", BL.size[1]);
+	cr_assert_eq(L.n, 4);
+	cr_assert_eq(L.id[0], QP_X | 1);
+	cr_assert_eq(L.id[1], QP_A | 1);
+	cr_assert_eq(L.id[2], QP_A | 2);
+	cr_assert_eq(L.id[3], QP_X | 2);
+	teardown_fx(&f);
 }
