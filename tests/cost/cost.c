@@ -173,6 +173,13 @@ static void bridge_wc(rr_cq *c, const struct ibv_wc *wc, void *data)
 	app_wc(wc);
 }
 
+/* on_wc_batch: the same callback per completion, a poll's worth a call. */
+static void bridge_wc_batch(rr_cq *c, const struct ibv_wc *wc, int n, void *data)
+{
+	for (int i = 0; i < n; i++)
+		app_wc(&wc[i]);
+}
+
 static void wake_bridge(void)
 {
 	rr_bridge_run_once(bridge, -1);
@@ -194,11 +201,15 @@ static void wake_embed(void)
 	io_uring_cq_advance(&ring, seen);
 }
 
-static int bridge_setup(unsigned int flags, enum rr_wait_mode mode, unsigned int spin_us)
+static int bridge_setup(unsigned int flags, enum rr_wait_mode mode, unsigned int spin_us,
+			bool batch)
 {
 	struct rr_bridge_opts bo = {.flags = flags};
-	struct rr_cq_opts co = {
-		.cqe = CQ_SIZE, .mode = mode, .spin_us = spin_us, .on_wc = bridge_wc};
+	struct rr_cq_opts co = {.cqe = CQ_SIZE,
+				.mode = mode,
+				.spin_us = spin_us,
+				.on_wc = batch ? NULL : bridge_wc,
+				.on_wc_batch = batch ? bridge_wc_batch : NULL};
 	rr_channel *ch;
 	int rc;
 
@@ -287,6 +298,7 @@ struct strategy {
 	bool spin;   /* measures empty passes: nothing is injected */
 	bool sleeps; /* polls before it sleeps: inject as it goes to sleep */
 	bool ep;     /* completions of requests posted through the endpoint layer */
+	bool batch;  /* the CQ hands its completions out with on_wc_batch */
 	unsigned int flags;
 	enum rr_wait_mode mode;
 };
@@ -315,6 +327,7 @@ static const struct strategy strategies[] = {
 	 .sleeps = true,
 	 .flags = RR_BRIDGE_LOOP_WAITS},
 	{.name = "bridge-embed", .wake = wake_embed},
+	{.name = "bridge-batch", .wake = wake_bridge, .batch = true},
 	{.name = "bridge-read", .wake = wake_bridge, .flags = RR_BRIDGE_RING_READ},
 	{.name = "bridge-read-waits",
 	 .wake = wake_bridge,
@@ -503,7 +516,7 @@ int main(int argc, char **argv)
 	else if (strncmp(s->name, "bridge", 6) && strcmp(s->name, "hybrid-spin"))
 		rc = plain_setup(s->name);
 	else
-		rc = bridge_setup(s->flags, s->mode, 100000000);
+		rc = bridge_setup(s->flags, s->mode, 100000000, s->batch);
 	if (rc) {
 		fprintf(stderr, "rr-cost: %s setup: %s\n", s->name, strerror(-rc));
 		return 1;
