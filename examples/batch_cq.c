@@ -10,7 +10,8 @@
  *
  *   batch_cq [DEVICE]
  *
- * Prints how many completions came in how many calls.
+ * Prints how many completions came in how many calls; exits 1 on any
+ * failure, a completion in error or one that never comes.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,7 @@
 #define MSG    64
 #define GRH    40 /* a UD receive starts with the Global Routing Header */
 #define QKEY   0x11111111
+#define IDLE_S 10 /* a round that gets no completion for this long failed */
 
 struct app {
 	unsigned long wcs, calls, errors;
@@ -35,8 +37,9 @@ static void on_wc_batch(rr_cq *cq, const struct ibv_wc *wc, int n, void *data)
 	struct app *a = data;
 
 	for (int i = 0; i < n; i++)
-		if (wc[i].status != IBV_WC_SUCCESS)
-			a->errors++;
+		if (wc[i].status != IBV_WC_SUCCESS && !a->errors++)
+			fprintf(stderr, "batch_cq: completion %s\n",
+				ibv_wc_status_str(wc[i].status));
 	a->wcs += (unsigned long)n;
 	a->calls++;
 	if (n > a->largest)
@@ -57,9 +60,36 @@ static int ud_up(struct ibv_qp *qp)
 	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN) ? -1 : 0;
 }
 
+/*
+ * The port's own address for the GRH: on RoCE its RoCE v2 GID of an IPv4
+ * address, which routes back to this host; on InfiniBand, GID 0.
+ */
+static int own_gid(struct ibv_context *ctx, union ibv_gid *gid)
+{
+	static const unsigned char v4mapped[12] = {[10] = 0xff, [11] = 0xff};
+	struct ibv_port_attr pa;
+	struct ibv_gid_entry e;
+
+	if (ibv_query_port(ctx, 1, &pa))
+		return -1;
+	if (pa.link_layer != IBV_LINK_LAYER_ETHERNET)
+		return ibv_query_gid(ctx, 1, 0, gid) ? -1 : 0;
+	for (int i = 0; i < pa.gid_tbl_len; i++)
+		if (!ibv_query_gid_ex(ctx, 1, i, &e, 0) && e.gid_type == IBV_GID_TYPE_ROCE_V2 &&
+		    !memcmp(e.gid.raw, v4mapped, sizeof(v4mapped))) {
+			*gid = e.gid;
+			return i;
+		}
+	return -1;
+}
+
 int main(int argc, char **argv)
 {
-	static char buf[DEPTH][GRH + MSG];
+	/* Receives land in rbuf, sends go out of sbuf: never the same bytes. */
+	static struct {
+		char rbuf[DEPTH][GRH + MSG];
+		char sbuf[MSG];
+	} buf;
 	struct app a = {0};
 	struct rr_cq_opts co = {.cqe = 4 * DEPTH, .on_wc_batch = on_wc_batch, .data = &a};
 	struct ibv_device **devs;
@@ -71,8 +101,10 @@ int main(int argc, char **argv)
 	struct io_uring ring;
 	rr_bridge *b = NULL;
 	rr_cq *cq = NULL;
+	struct ibv_ah_attr aa = {.is_global = 1, .port_num = 1};
 	union ibv_gid gid;
-	int n = 0, rc = 1;
+	const char *why = NULL;
+	int n = 0, gix;
 
 	devs = ibv_get_device_list(&n);
 	for (int i = 0; devs && i < n && !ctx; i++)
@@ -81,18 +113,22 @@ int main(int argc, char **argv)
 	if (devs)
 		ibv_free_device_list(devs);
 	if (!ctx) {
-		fprintf(stderr, "batch_cq: no RDMA device\n");
+		fprintf(stderr, "batch_cq: cannot open %s\n",
+			argc < 2 ? "an RDMA device" : argv[1]);
 		return 1;
 	}
 	if (io_uring_queue_init(64, &ring, 0)) {
 		ibv_close_device(ctx);
+		fprintf(stderr, "batch_cq: io_uring_queue_init failed\n");
 		return 1;
 	}
+	why = "creating the bridge and its CQ";
 	if (rr_bridge_create(&b, &ring, NULL, 0) ||
 	    rr_cq_create(b, NULL, ctx, &co, sizeof(co), &cq))
 		goto out;
+	why = "creating the UD QP";
 	pd = ibv_alloc_pd(ctx);
-	mr = pd ? ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE) : NULL;
+	mr = pd ? ibv_reg_mr(pd, &buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE) : NULL;
 	if (mr) {
 		struct ibv_qp_init_attr qa = {.send_cq = rr_cq_ibv(cq),
 					      .recv_cq = rr_cq_ibv(cq),
@@ -104,47 +140,58 @@ int main(int argc, char **argv)
 
 		qp = ibv_create_qp(pd, &qa);
 	}
-	/* The address of this very QP: a GRH to our own GID (RoCE needs one). */
-	if (!qp || ud_up(qp) || ibv_query_gid(ctx, 1, 0, &gid))
+	if (!qp || ud_up(qp))
 		goto out;
-	ah = ibv_create_ah(pd, &(struct ibv_ah_attr){.is_global = 1,
-						     .grh = {.dgid = gid, .hop_limit = 1},
-						     .port_num = 1});
+	/* The address of this very QP: a GRH to our own GID (RoCE needs one). */
+	why = "finding the port's GID";
+	gix = own_gid(ctx, &gid);
+	if (gix < 0)
+		goto out;
+	why = "creating the address handle";
+	aa.grh = (struct ibv_global_route){.dgid = gid, .sgid_index = (uint8_t)gix, .hop_limit = 1};
+	ah = ibv_create_ah(pd, &aa);
 	if (!ah)
 		goto out;
 	for (int r = 0; r < ROUNDS; r++) {
 		struct ibv_send_wr swr[DEPTH], *bad_s;
 		struct ibv_recv_wr rwr[DEPTH], *bad_r;
-		struct ibv_sge rsge[DEPTH], ssge[DEPTH];
+		struct ibv_sge rsge[DEPTH], ssge = {(uintptr_t)buf.sbuf, MSG, mr->lkey};
 		unsigned long want = a.wcs + 2 * DEPTH;
+		int idle = 0, got;
 
 		for (int i = 0; i < DEPTH; i++) {
-			rsge[i] = (struct ibv_sge){(uintptr_t)buf[i], GRH + MSG, mr->lkey};
+			rsge[i] = (struct ibv_sge){(uintptr_t)buf.rbuf[i], GRH + MSG, mr->lkey};
 			rwr[i] = (struct ibv_recv_wr){.wr_id = (uint64_t)i,
 						      .next = i + 1 < DEPTH ? &rwr[i + 1] : NULL,
 						      .sg_list = &rsge[i],
 						      .num_sge = 1};
-			ssge[i] = (struct ibv_sge){(uintptr_t)buf[i] + GRH, MSG, mr->lkey};
 			swr[i] = (struct ibv_send_wr){.wr_id = (uint64_t)i,
 						      .next = i + 1 < DEPTH ? &swr[i + 1] : NULL,
-						      .sg_list = &ssge[i],
+						      .sg_list = &ssge,
 						      .num_sge = 1,
 						      .opcode = IBV_WR_SEND,
 						      .send_flags = IBV_SEND_SIGNALED,
 						      .wr.ud = {ah, qp->qp_num, QKEY}};
 		}
+		why = "posting";
 		if (ibv_post_recv(qp, rwr, &bad_r) || ibv_post_send(qp, swr, &bad_s))
 			goto out;
-		while (a.wcs < want)
-			if (rr_bridge_run_once(b, 1000) < 0)
+		why = "waiting for completions";
+		while (a.wcs < want && !a.errors && idle < IDLE_S) {
+			got = rr_bridge_run_once(b, 1000);
+			if (got < 0)
 				goto out;
+			idle = got ? 0 : idle + 1;
+		}
+		if (a.errors || a.wcs != want)
+			goto out;
 	}
-	printf("batch_cq: %lu completions in %lu calls (largest %d), %lu errors\n", a.wcs, a.calls,
-	       a.largest, a.errors);
-	rc = a.errors ? 1 : 0;
+	why = NULL;
+	printf("batch_cq: %lu completions in %lu calls (largest %d)\n", a.wcs, a.calls, a.largest);
 out:
-	if (rc)
-		fprintf(stderr, "batch_cq: failed after %lu completions\n", a.wcs);
+	if (why)
+		fprintf(stderr, "batch_cq: failed %s: %lu of %d completions, %lu in error\n", why,
+			a.wcs, ROUNDS * 2 * DEPTH, a.errors);
 	if (ah)
 		ibv_destroy_ah(ah);
 	if (qp)
@@ -157,5 +204,5 @@ out:
 	rr_bridge_destroy(b);
 	io_uring_queue_exit(&ring);
 	ibv_close_device(ctx);
-	return rc;
+	return why ? 1 : 0;
 }

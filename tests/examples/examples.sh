@@ -2,16 +2,17 @@
 # The examples end to end, against each other, TAP output. Run inside the
 # RDMA lab (or with RR_TEST_ADDR on a real device): echo_server serves
 # client, embed and wait_modes, then leaves on SIGTERM; echo_groups serves
-# embed clients over several threads.
+# embed clients over several threads; batch_cq, on its own, counts its
+# completions.
 #
-#   examples.sh ECHO_SERVER CLIENT EMBED WAIT_MODES ECHO_GROUPS
+#   examples.sh ECHO_SERVER CLIENT EMBED WAIT_MODES ECHO_GROUPS BATCH_CQ
 #
 # Without an RDMA device it skips, unless RDMA_LAB or RR_REQUIRE_RDMA=1 is
 # set: then a missing device is a failure.
 set -u
-server=${1:?usage: examples.sh ECHO_SERVER CLIENT EMBED WAIT_MODES ECHO_GROUPS}
-client=${2:?} embed=${3:?} wait_modes=${4:?} groups=${5:?}
-port=7490 tests=11 clients=5 limit=60
+server=${1:?usage: examples.sh ECHO_SERVER CLIENT EMBED WAIT_MODES ECHO_GROUPS BATCH_CQ}
+client=${2:?} embed=${3:?} wait_modes=${4:?} groups=${5:?} batch_cq=${6:?}
+port=7490 tests=12 clients=5 limit=60
 threads=3 gclients=6
 
 . "$(dirname "${BASH_SOURCE[0]}")/../support/require.sh"
@@ -185,5 +186,21 @@ ok=0
 [ ${#c[@]} = "$threads" ] && [ $sum = "$gclients" ] && [ $((c[-1] - c[0])) -le 1 ] && ok=1
 result $ok "echo_groups spread $gclients connections over $threads threads: ${counts% }" \
 	"$tmp/groups.out"
+
+# batch_cq on the device that has $addr as a RoCE GID: 100 rounds of 32
+# sends and 32 receives, every completion in a batch of 1 to cq_batch (32).
+IFS=. read -r -a octet <<<"$addr"
+mapped=$(printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' "${octet[@]}")
+dev=$(grep -lx "$mapped" /sys/class/infiniband/*/ports/1/gids/* 2>/dev/null | head -1)
+dev=${dev#/sys/class/infiniband/} dev=${dev%%/*}
+timeout $limit "$batch_cq" "$dev" >"$tmp/batch.out" 2>"$tmp/batch.err"
+rc=$?
+ok=0
+re='^batch_cq: 6400 completions in ([0-9]+) calls \(largest ([0-9]+)\)$'
+[ $rc = 0 ] && [[ $(cat "$tmp/batch.out") =~ $re ]] &&
+	[ "${BASH_REMATCH[1]}" -le 6400 ] && [ "${BASH_REMATCH[2]}" -le 32 ] && ok=1
+result $ok "batch_cq on ${dev:-no device with $addr}: 6400 completions, batches of 1 to 32 (exit $rc)" \
+	"$tmp/batch.out" "$tmp/batch.err"
+sed 's/^/# /' "$tmp/batch.out"
 
 exit $failed
