@@ -1,8 +1,8 @@
 #!/bin/bash
 # tools/rdma-lab's own faults, on the host in seconds: a stand-in QEMU
 # (tests/lab/fake/qemu-system-x86_64) plays the guests. A peer that never
-# ends must not hold the run, and a QEMU that ignores SIGTERM is killed.
-# TAP output.
+# ends must not hold the run, a QEMU that ignores SIGTERM is killed, and
+# a kernel panic at any point of a boot fails the run. TAP output.
 set -u
 LAB=${1:?usage: fake.sh PATH/TO/rdma-lab}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -13,7 +13,7 @@ touch "$dir/cache/fake/ready"
 truncate -s 1M "$dir/cache/disk-1g.ext4"
 export PATH=$here/fake:$PATH RDMA_LAB_CACHE=$dir/cache RDMA_LAB_KVER=fake TMPDIR=$dir/tmp
 export FAKE_QEMU_PIDS=$dir/pids
-echo "1..6"
+echo "1..9"
 n=0 failed=0
 ok() {
 	n=$((n + 1))
@@ -43,6 +43,15 @@ ok $(qemus_gone; echo $?) "... and the peer's QEMU itself is stopped"
 
 FAKE_QEMU_H2=stubborn lab out2 --hosts 2 -- true
 ok $([ "$rc" = 0 ] && qemus_gone; echo $?) "a QEMU that ignores SIGTERM is killed (got $rc)"
+
+FAKE_QEMU_H1=panic-after lab out3 -- true
+ok $([ "$rc" = 125 ]; echo $?) "a panic after the command's status was written fails the run with 125 (got $rc)"
+ok $(grep -q "kernel panicked" "$dir/out3" && grep -q "^  VM 1: .*Kernel panic - not syncing: Attempted to kill init" "$dir/out3"; echo $?) \
+	"... saying so, quoting the kernel"
+
+FAKE_QEMU_H2=panic-after lab out4 --hosts 2 --peer-cmd true -- true
+ok $([ "$rc" = 125 ] && grep -q "^  VM 2: .*Kernel panic" "$dir/out4"; echo $?) \
+	"a panic of the peer VM fails the run too (got $rc)"
 
 lab out5 -- sh -c 'echo the-command-ran; exit 3'
 ok $([ "$rc" = 3 ] && grep -q the-command-ran "$dir/out5"; echo $?) "a clean run returns the command's status (3, got $rc) and its output"
