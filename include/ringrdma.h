@@ -482,7 +482,8 @@ struct rr_bridge_stats {
  *        an older header gets the counters it knows, a newer one zeros for
  *        those this library lacks.
  *
- * Return: 0, or -EINVAL (NULL argument).
+ * Return: 0, -EINVAL (NULL argument) or -E2BIG (@size over 4096; nothing
+ * written).
  */
 int rr_bridge_get_stats(const rr_bridge *b, struct rr_bridge_stats *out, size_t size);
 
@@ -987,7 +988,8 @@ struct rr_listener_stats {
  * @size: sizeof(*out) as the caller was compiled: a later library with
  *        more counters copies only that much.
  *
- * Return: 0, or -EINVAL (NULL argument).
+ * Return: 0, -EINVAL (NULL argument) or -E2BIG (@size over 4096; nothing
+ * written).
  */
 int rr_listener_get_stats(const rr_listener *l, struct rr_listener_stats *out, size_t size);
 

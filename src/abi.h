@@ -23,10 +23,11 @@
 #define RR__CQ_OPTS_SIZE_0_8	 rr__offsetofend(struct rr_cq_opts, data)
 #define RR__EP_OPTS_SIZE_0_8	 rr__offsetofend(struct rr_ep_opts, flags)
 
-/* No options struct will ever be larger than a page: a caller that says so
- * passed a wrong size, and scanning that far would read what it never
- * granted. (The kernel's copy_struct_from_user() says -E2BIG too.) */
-#define RR__OPTS_SIZE_MAX 4096
+/* No options or stats struct will ever be larger than a page: a caller that
+ * says so passed a wrong size, and scanning or zeroing that far would touch
+ * what it never granted. (The kernel's copy_struct_from_user() says -E2BIG
+ * too.) */
+#define RR__STRUCT_SIZE_MAX 4096
 
 /* The flags each release knows; asking for another is an error, as a
  * newer struct's members are. */
@@ -40,7 +41,7 @@
  * members the caller does not have read as "default"). @src NULL: all
  * defaults. A caller smaller than @min_size (the struct of the first
  * release of this soname) did not use this ABI: -EINVAL; one larger than
- * RR__OPTS_SIZE_MAX: -E2BIG, unread. Members beyond ours must be zero, so
+ * RR__STRUCT_SIZE_MAX: -E2BIG, unread. Members beyond ours must be zero, so
  * that asking for a feature this library lacks is an error rather than
  * silently ignored: -E2BIG, as the kernel's copy_struct_from_user()
  * answers.
@@ -55,7 +56,7 @@ static inline int rr__opts_in(void *dst, size_t dst_size, const void *src, size_
 		return 0;
 	if (src_size < min_size)
 		return -EINVAL;
-	if (src_size > RR__OPTS_SIZE_MAX)
+	if (src_size > RR__STRUCT_SIZE_MAX)
 		return -E2BIG;
 	tail = (const unsigned char *)src + dst_size;
 	for (size_t i = dst_size; i < src_size; i++, tail++)
@@ -68,12 +69,15 @@ static inline int rr__opts_in(void *dst, size_t dst_size, const void *src, size_
 /*
  * Fill a caller's struct of @out_size bytes from ours: a smaller caller gets
  * its prefix (counters are only ever added at the end, so any prefix is
- * whole counters), a larger one zeroes where we have nothing.
+ * whole counters), a larger one zeroes where we have nothing. One larger
+ * than RR__STRUCT_SIZE_MAX: -E2BIG, untouched, as for options.
  */
 static inline int rr__stats_out(void *out, size_t out_size, const void *src, size_t src_size)
 {
 	if (!out)
 		return -EINVAL;
+	if (out_size > RR__STRUCT_SIZE_MAX)
+		return -E2BIG;
 	memset(out, 0, out_size);
 	memcpy(out, src, out_size < src_size ? out_size : src_size);
 	return 0;

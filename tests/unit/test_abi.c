@@ -190,6 +190,53 @@ Test(abi, stats_fill_exactly_the_callers_size)
 	cr_assert_eq(rr_bridge_destroy(b), 0);
 }
 
+/* A stats size no struct will ever have (over a page, as for options) is
+ * refused with -E2BIG and nothing written; up to a page, what the caller
+ * has beyond our counters reads as zero. */
+Test(abi, stats_refuse_an_absurd_size_untouched)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	/* A page, then one the caller never granted. */
+	char *map = mmap(NULL, 2 * (size_t)page, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct rr_bridge_stats *st;
+	size_t old = offsetof(struct rr_bridge_stats, min_waits);
+	rr_bridge *b = NULL;
+
+	cr_assert_geq(page, RR__STRUCT_SIZE_MAX);
+	cr_assert_neq(map, MAP_FAILED);
+	cr_assert_eq(mprotect(map + page, (size_t)page, PROT_NONE), 0);
+	st = (struct rr_bridge_stats *)map;
+	cr_assert_eq(rr_bridge_create(&b, &ring, NULL, 0), 0);
+	/* An older caller's size: its prefix only. */
+	memset(map, 0xff, (size_t)page);
+	cr_assert_eq(rr_bridge_get_stats(b, st, old), 0);
+	cr_expect_eq(st->cqes, 0);
+	cr_expect_eq(st->min_waits, UINT64_MAX, "written past an older caller's size");
+	/* This header's size, exactly. */
+	memset(map, 0xff, (size_t)page);
+	cr_assert_eq(rr_bridge_get_stats(b, st, sizeof(*st)), 0);
+	cr_expect_eq(st->min_waits, 0);
+	cr_expect_eq((unsigned char)map[sizeof(*st)], 0xff, "written past the caller's size");
+	/* The most a newer caller may have: all of it filled, the rest zero. */
+	memset(map, 0xff, (size_t)page);
+	cr_assert_eq(rr_bridge_get_stats(b, st, RR__STRUCT_SIZE_MAX), 0);
+	for (long i = 0; i < RR__STRUCT_SIZE_MAX; i++)
+		if (map[i])
+			cr_assert_fail("byte %ld of a page-sized caller left %#x", i,
+				       (unsigned char)map[i]);
+	/* Over a page, up to absurd: refused, not one byte written. */
+	memset(map, 0xff, (size_t)page);
+	cr_expect_eq(rr_bridge_get_stats(b, st, RR__STRUCT_SIZE_MAX + 1), -E2BIG);
+	cr_expect_eq(rr_bridge_get_stats(b, st, (size_t)1 << 40), -E2BIG);
+	cr_expect_eq(rr_bridge_get_stats(b, st, SIZE_MAX), -E2BIG);
+	for (long i = 0; i < page; i++)
+		if ((unsigned char)map[i] != 0xff)
+			cr_assert_fail("byte %ld written by a refused call", i);
+	cr_assert_eq(rr_bridge_destroy(b), 0);
+	munmap(map, 2 * (size_t)page);
+}
+
 /* What a later library does with this release's callers: members past
  * their size take the default, and nothing past it is read. */
 Test(abi, members_past_an_older_callers_size_are_defaults)

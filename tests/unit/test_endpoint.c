@@ -2411,6 +2411,9 @@ Test(endpoint, a_removed_group_may_go_while_the_listener_lives)
 	cr_assert_eq(rr_listener_get_stats(L, &st, head), 0);
 	cr_expect_eq(st.requests, 4);
 	cr_expect_eq(st.placed, UINT64_MAX, "written past the caller's size");
+	/* A size over a page is refused as for options, nothing written. */
+	cr_expect_eq(rr_listener_get_stats(L, &st, (size_t)1 << 40), -E2BIG);
+	cr_expect_eq(st.requests, 4);
 	cr_expect_eq(rr_listener_get_stats(NULL, &st, sizeof(st)), -EINVAL);
 	teardown_all();
 }

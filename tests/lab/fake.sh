@@ -1,0 +1,62 @@
+#!/bin/bash
+# tools/rdma-lab's own faults, on the host in seconds: a stand-in QEMU
+# (tests/lab/fake/qemu-system-x86_64) plays the guests. A peer that never
+# ends must not hold the run, a QEMU that ignores SIGTERM is killed, and
+# a kernel panic at any point of a boot fails the run. TAP output.
+set -u
+LAB=${1:?usage: fake.sh PATH/TO/rdma-lab}
+here=$(cd "$(dirname "$0")" && pwd)
+dir=$(mktemp -d "${TMPDIR:-/tmp}/lab-fake.XXXXXX") || exit 1
+trap 'rm -rf "$dir"' EXIT
+mkdir -p "$dir/cache/fake" "$dir/tmp"
+touch "$dir/cache/fake/ready"
+truncate -s 1M "$dir/cache/disk-1g.ext4"
+export PATH=$here/fake:$PATH RDMA_LAB_CACHE=$dir/cache RDMA_LAB_KVER=fake TMPDIR=$dir/tmp
+export FAKE_QEMU_PIDS=$dir/pids
+echo "1..9"
+n=0 failed=0
+ok() {
+	n=$((n + 1))
+	if [ "$1" = 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; failed=1; fi
+}
+# lab OUT ARGS...: run the lab under a generous watchdog (124 past it).
+lab() {
+	local out=$1
+	shift
+	: >"$FAKE_QEMU_PIDS"
+	timeout -k 10 60 "$LAB" run "$@" >"$dir/$out" 2>&1
+	rc=$?
+	sed 's/^/# /' "$dir/$out" | tail -n 8
+}
+# Whether every stand-in QEMU of the last run is gone.
+qemus_gone() {
+	local p
+	for p in $(cat "$FAKE_QEMU_PIDS"); do
+		kill -0 "$p" 2>/dev/null && return 1
+	done
+	return 0
+}
+
+FAKE_QEMU_H2=silent lab out1 --hosts 2 --peer-cmd 'while :; do sleep 1; done' -- sh -c 'exit 7'
+ok $([ "$rc" = 7 ]; echo $?) "a peer that never ends, quietly: the command's status (7) once the first VM is done (got $rc)"
+ok $(qemus_gone; echo $?) "... and the peer's QEMU itself is stopped"
+
+FAKE_QEMU_H2=stubborn lab out2 --hosts 2 -- true
+ok $([ "$rc" = 0 ] && qemus_gone; echo $?) "a QEMU that ignores SIGTERM is killed (got $rc)"
+
+FAKE_QEMU_H1=panic-after lab out3 -- true
+ok $([ "$rc" = 125 ]; echo $?) "a panic after the command's status was written fails the run with 125 (got $rc)"
+ok $(grep -q "kernel panicked" "$dir/out3" && grep -q "^  VM 1: .*Kernel panic - not syncing: Attempted to kill init" "$dir/out3"; echo $?) \
+	"... saying so, quoting the kernel"
+
+FAKE_QEMU_H2=panic-after lab out4 --hosts 2 --peer-cmd true -- true
+ok $([ "$rc" = 125 ] && grep -q "^  VM 2: .*Kernel panic" "$dir/out4"; echo $?) \
+	"a panic of the peer VM fails the run too (got $rc)"
+
+lab out5 -- sh -c 'echo the-command-ran; exit 3'
+ok $([ "$rc" = 3 ] && grep -q the-command-ran "$dir/out5"; echo $?) "a clean run returns the command's status (3, got $rc) and its output"
+ok $(! grep -q "rdma-lab:" "$dir/out5"; echo $?) "... with no word from the lab"
+
+left=$(ls -A "$dir/tmp"; ls -A "$dir/cache" | grep -v -x -e fake -e disk-1g.ext4)
+ok $([ -z "$left" ]; echo $?) "every run's directory and disk copy removed (left: ${left:-none})"
+exit $failed
