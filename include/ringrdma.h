@@ -1047,6 +1047,10 @@ uint16_t rr_listener_port(const rr_listener *l);
  * are dropped; established endpoints are not affected.
  * @l: the listener, or NULL.
  *
+ * May be called from any callback but the request hook; again on a
+ * listener whose destroy is under way (from a flush of its dropped
+ * connections), it does nothing.
+ *
  * Return: 0, or -EBUSY from the listener's own request hook.
  */
 int rr_listener_destroy(rr_listener *l);
