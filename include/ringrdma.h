@@ -69,7 +69,11 @@
  *    io_uring_submit*() submits it. When the SQ is full, the bridge first
  *    submits what is in it (io_uring_submit(); on SQPOLL it also waits, at
  *    most a second, for the kernel's thread to make room), as liburing
- *    users do. It never writes an SQE into a linked
+ *    users do. If that submit fails (-EBUSY, -EAGAIN) or the SQPOLL
+ *    thread makes no room, the SQE is owed, and the bridge sets a timer
+ *    whose poll it keeps armed (a timerfd), so a CQE of the bridge's
+ *    comes back once the loop's own submit made room, even when nothing
+ *    else of the bridge's is in flight. It never writes an SQE into a linked
  *    chain the application is building, nor submits one: while the last
  *    SQE the application prepared carries IOSQE_IO_LINK or
  *    IOSQE_IO_HARDLINK, an SQE of the bridge stays owed and is written at

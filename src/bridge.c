@@ -362,6 +362,7 @@ static void close_all(rr_bridge *b)
 	rr__cqs_destroy_cqs(&b->cqs);
 	rr__devices_fini(&b->devs);
 	rr__cqs_fini(&b->cqs);
+	rr__ring_room_timer_close(&b->ring);
 }
 
 int rr_bridge_destroy(rr_bridge *b)

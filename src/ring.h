@@ -116,6 +116,12 @@ struct rr__ring {
 	 * would cost a failing io_uring_enter. */
 	bool room_failed;
 	unsigned int room_head;
+	/* A timerfd polled from the first slot on, which make_room() sets
+	 * when it fails: see rr__ring_room_timer(). */
+	int room_tfd;
+	uint32_t room_slot;
+	unsigned int room_delay_ms;
+	bool room_off;
 	/* The bell other threads ring (rr__ring_bell_open()), and who
 	 * listens to it: the layers above, one handler each. */
 	int bell_ring_fd, bell_efd;
@@ -197,6 +203,16 @@ int rr__ring_peer_ring(struct rr__ring *r, uint32_t peer);
  * ring (rr__ring_flush()) once it holds no lock, since writing it may
  * submit the SQ to make room (and on SQPOLL wait up to a second). */
 int rr__ring_peer_queue(struct rr__ring *r, uint32_t peer);
+/*
+ * Poll a timerfd of the ring's own, which it sets when an SQE is owed for
+ * want of room: its CQE reaches a loop that never calls rr_bridge_flush()
+ * and has nothing else of ours in flight, after that loop's own submit
+ * made room, and its hand-off writes what is owed. Opened with the first
+ * slot (its poll needs room once); closed before teardown waits for the
+ * ring, and not opened again.
+ */
+int rr__ring_room_timer(struct rr__ring *r);
+void rr__ring_room_timer_close(struct rr__ring *r);
 /* Force the eventfd path (tests, and kernels where MSG_RING misbehaves). */
 void rr__ring_no_msg_ring(struct rr__ring *r);
 
