@@ -354,7 +354,8 @@ int rr_bridge_flush(rr_bridge *b);
  * errno from io_uring; -EPROTO if an application CQE arrived and no
  * on_app_cqe was set: that CQE is left in the ring, not consumed, and the
  * pass ends before it; reap it (io_uring_peek_cqe(), io_uring_cqe_seen())
- * before the next pass.
+ * before the next pass. -EDEADLK, doing nothing, from a callback of a pass
+ * (of rr_bridge_run_once() or rr_bridge_handle_cqe()).
  */
 int rr_bridge_run_once(rr_bridge *b, int timeout_ms);
 

@@ -247,6 +247,10 @@ int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 	int handled = 0, rc = 0, err = 0;
 	unsigned int n = 0;
 
+	/* From a callback of a pass: it would refill the batch being
+	 * handed out under the caller. Outside the contract; say so. */
+	if (rr__eps_holding(&b->eps))
+		return -EDEADLK;
 	b->ring.loop_owned = true;
 	rr__cqs_new_gen(&b->cqs);
 	/* One pass: posts are held until it ends or, first, until it waits. */

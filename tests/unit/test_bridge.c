@@ -378,6 +378,41 @@ Test(poll, an_sqe_owed_for_room_reaches_a_loop_that_never_flushes)
 	close(pfd[0]);
 }
 
+/* A callback that runs the loop again: what the nested call returned. */
+static rr_bridge *nested_b;
+static int nested_rc = 1;
+
+static void run_from_callback(int which, uint64_t wr_id)
+{
+	if (nested_b)
+		nested_rc = rr_bridge_run_once(nested_b, 0);
+}
+
+/*
+ * rr_bridge_run_once() from a completion callback would refill the batch
+ * being handed out under it (outside the contract). It is refused with
+ * -EDEADLK and nothing else happens; every completion is still handed
+ * out once. Before, the nested pass ran (it returned >= 0).
+ */
+Test(poll, run_once_from_a_callback_is_refused)
+{
+	struct rr_bridge_opts o = {0};
+	struct fixture f;
+
+	setup_fx(&f, &o, RR_WAIT_EVENT);
+	pass(&f, 1);
+	nested_b = f.b;
+	wc_hook = run_from_callback;
+	fake_complete(fcq(&f, 0), 3, 1);
+	pass_until(&f, &L.wcs[0], 3);
+	wc_hook = NULL;
+	nested_b = NULL;
+	cr_expect_eq(nested_rc, -EDEADLK, "nested rr_bridge_run_once(): %d", nested_rc);
+	pass(&f, 3);
+	cr_expect_eq(L.wcs[0], 3, "%u completions for 3", L.wcs[0]);
+	teardown_fx(&f);
+}
+
 /* ---- fds that fail for good: POLLERR, POLLHUP ---- */
 
 /* What a ring-level poll's owner saw. */
