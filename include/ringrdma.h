@@ -295,14 +295,16 @@ struct rr_bridge_opts {
  * does not wait (busy or hybrid CQs) enters only when
  * IORING_SETUP_TASKRUN_FLAG says work waits (every 16th pass without that
  * flag, so set it on DEFER_TASKRUN and COOP_TASKRUN rings). IORING_SETUP_SQPOLL
- * works. An IORING_SETUP_IOPOLL ring cannot poll fds and is refused.
+ * works. An IORING_SETUP_IOPOLL ring cannot poll fds and is refused, as is
+ * a ring whose SQ array is not the identity (set up by liburing < 2.2;
+ * 2.3 is the oldest supported).
  *
  * The rdma_cm event channel is created on the first rr_connect() or
  * rr_listen(), so a bridge that only dispatches CQs needs no rdma_cm.
  *
  * Return: 0, -EINVAL (bad argument, @opts_size smaller than the 0.8.0
- * struct, a flag this library does not know, or an IORING_SETUP_IOPOLL
- * ring), -E2BIG (@opts sets members this library does not know, or
+ * struct, a flag this library does not know, an IORING_SETUP_IOPOLL
+ * ring or one of liburing < 2.2), -E2BIG (@opts sets members this library does not know, or
  * @opts_size is over 4096) or -ENOMEM.
  */
 int rr_bridge_create(rr_bridge **out, struct io_uring *ring, const struct rr_bridge_opts *opts,

@@ -63,6 +63,10 @@ int rr_bridge_create(rr_bridge **out, struct io_uring *ring, const struct rr_bri
 	 * refused there, so the bridge could never hear a channel. */
 	if (ring->flags & IORING_SETUP_IOPOLL)
 		return -EINVAL;
+	/* A ring of a liburing older than 2.2, whose SQ array the library
+	 * would publish SQEs through wrongly. */
+	if (!rr__ring_drivable(ring))
+		return -EINVAL;
 	b = calloc(1, sizeof(*b));
 	if (!b)
 		return -ENOMEM;

@@ -667,6 +667,22 @@ static bool has_min_wait(const struct rr__ring *r)
 	return (r->io->features & IORING_FEAT_MIN_TIMEOUT) && r->io->ring_fd >= 0;
 }
 
+#ifndef IORING_SETUP_NO_SQARRAY
+#define IORING_SETUP_NO_SQARRAY (1U << 16) /* 6.6; newer than liburing 2.3 */
+#endif
+
+bool rr__ring_drivable(const struct io_uring *io)
+{
+	const struct io_uring_sq *sq = &io->sq;
+
+	if ((io->flags & IORING_SETUP_NO_SQARRAY) || !sq->array)
+		return true; /* the kernel takes SQE i at tail i */
+	for (unsigned int i = 0; i < *sq->kring_entries; i++)
+		if (sq->array[i] != i)
+			return false;
+	return true;
+}
+
 /*
  * io_uring_submit()'s flush of the SQ (liburing 2.3's __io_uring_flush_sq(),
  * not exported): the SQEs prepared are published by the tail, and what the

@@ -140,6 +140,14 @@ struct rr__ring {
 	unsigned int msgs_inflight; /* MSG_RING SQEs whose CQE has not arrived */
 };
 
+/*
+ * Can the ring layer drive this ring? It publishes SQEs by the tail
+ * alone (see flush_sq()), as liburing >= 2.2 does, which sets the SQ
+ * array to the identity at io_uring_queue_init() and never writes it
+ * again; liburing < 2.2 wrote it at each submit, and a fresh ring of it
+ * holds zeros. The oldest liburing supported is 2.3 (meson.build).
+ */
+bool rr__ring_drivable(const struct io_uring *io);
 int rr__ring_init(struct rr__ring *r, struct io_uring *io, bool multishot,
 		  struct rr_bridge_stats *stats);
 void rr__ring_fini(struct rr__ring *r);
