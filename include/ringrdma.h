@@ -69,7 +69,11 @@
  *    io_uring_submit*() submits it. When the SQ is full, the bridge first
  *    submits what is in it (io_uring_submit(); on SQPOLL it also waits, at
  *    most a second, for the kernel's thread to make room), as liburing
- *    users do. It never writes an SQE into a linked
+ *    users do. If that submit fails (-EBUSY, -EAGAIN) or the SQPOLL
+ *    thread makes no room, the SQE is owed, and the bridge sets a timer
+ *    whose poll it keeps armed (a timerfd), so a CQE of the bridge's
+ *    comes back once the loop's own submit made room, even when nothing
+ *    else of the bridge's is in flight. It never writes an SQE into a linked
  *    chain the application is building, nor submits one: while the last
  *    SQE the application prepared carries IOSQE_IO_LINK or
  *    IOSQE_IO_HARDLINK, an SQE of the bridge stays owed and is written at
@@ -291,14 +295,16 @@ struct rr_bridge_opts {
  * does not wait (busy or hybrid CQs) enters only when
  * IORING_SETUP_TASKRUN_FLAG says work waits (every 16th pass without that
  * flag, so set it on DEFER_TASKRUN and COOP_TASKRUN rings). IORING_SETUP_SQPOLL
- * works. An IORING_SETUP_IOPOLL ring cannot poll fds and is refused.
+ * works. An IORING_SETUP_IOPOLL ring cannot poll fds and is refused, as is
+ * a ring whose SQ array is not the identity (set up by liburing < 2.2;
+ * 2.3 is the oldest supported).
  *
  * The rdma_cm event channel is created on the first rr_connect() or
  * rr_listen(), so a bridge that only dispatches CQs needs no rdma_cm.
  *
  * Return: 0, -EINVAL (bad argument, @opts_size smaller than the 0.8.0
- * struct, a flag this library does not know, or an IORING_SETUP_IOPOLL
- * ring), -E2BIG (@opts sets members this library does not know, or
+ * struct, a flag this library does not know, an IORING_SETUP_IOPOLL
+ * ring or one of liburing < 2.2), -E2BIG (@opts sets members this library does not know, or
  * @opts_size is over 4096) or -ENOMEM.
  */
 int rr_bridge_create(rr_bridge **out, struct io_uring *ring, const struct rr_bridge_opts *opts,
@@ -350,7 +356,8 @@ int rr_bridge_flush(rr_bridge *b);
  * errno from io_uring; -EPROTO if an application CQE arrived and no
  * on_app_cqe was set: that CQE is left in the ring, not consumed, and the
  * pass ends before it; reap it (io_uring_peek_cqe(), io_uring_cqe_seen())
- * before the next pass.
+ * before the next pass. -EDEADLK, doing nothing, from a callback of a pass
+ * (of rr_bridge_run_once() or rr_bridge_handle_cqe()).
  */
 int rr_bridge_run_once(rr_bridge *b, int timeout_ms);
 
@@ -1062,6 +1069,10 @@ uint16_t rr_listener_port(const rr_listener *l);
  * rr_listener_destroy() - stop listening; connections not yet established
  * are dropped; established endpoints are not affected.
  * @l: the listener, or NULL.
+ *
+ * May be called from any callback but the request hook; again on a
+ * listener whose destroy is under way (from a flush of its dropped
+ * connections), it does nothing.
  *
  * Return: 0, or -EBUSY from the listener's own request hook.
  */

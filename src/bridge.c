@@ -63,6 +63,10 @@ int rr_bridge_create(rr_bridge **out, struct io_uring *ring, const struct rr_bri
 	 * refused there, so the bridge could never hear a channel. */
 	if (ring->flags & IORING_SETUP_IOPOLL)
 		return -EINVAL;
+	/* A ring of a liburing older than 2.2, whose SQ array the library
+	 * would publish SQEs through wrongly. */
+	if (!rr__ring_drivable(ring))
+		return -EINVAL;
 	b = calloc(1, sizeof(*b));
 	if (!b)
 		return -ENOMEM;
@@ -247,6 +251,10 @@ int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 	int handled = 0, rc = 0, err = 0;
 	unsigned int n = 0;
 
+	/* From a callback of a pass: it would refill the batch being
+	 * handed out under the caller. Outside the contract; say so. */
+	if (rr__eps_holding(&b->eps))
+		return -EDEADLK;
 	b->ring.loop_owned = true;
 	rr__cqs_new_gen(&b->cqs);
 	/* One pass: posts are held until it ends or, first, until it waits. */
@@ -362,6 +370,7 @@ static void close_all(rr_bridge *b)
 	rr__cqs_destroy_cqs(&b->cqs);
 	rr__devices_fini(&b->devs);
 	rr__cqs_fini(&b->cqs);
+	rr__ring_room_timer_close(&b->ring);
 }
 
 int rr_bridge_destroy(rr_bridge *b)

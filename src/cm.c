@@ -486,32 +486,50 @@ static void ep_event(struct rr__cm *cm, rr_ep *ep, enum rdma_cm_event_type type,
 	}
 }
 
+/* Free a destroyed listener once no walk of the library holds it. */
+static void listener_put(rr_listener *l)
+{
+	if (!--l->busy && l->destroyed) {
+		free(l->groups);
+		free(l);
+	}
+}
+
 /* A listener that can no longer accept: its pending connections are
  * dropped, its id destroyed (a device removal waits for that), and the
- * application told once. It stays until rr_listener_destroy(). */
+ * application told once. It stays until rr_listener_destroy(). Held
+ * throughout: a flush callback of a dropped connection, or on_error,
+ * may destroy it. */
 static void listener_lost(rr_listener *l, int status)
 {
 	if (!l->id)
 		return;
+	l->busy++;
 	while (!rr__list_empty(&l->pending)) {
 		rr_ep *ep = rr__container_of(l->pending.next, rr_ep, pending_link);
 
 		l->stats.dropped++;
 		rr_ep_destroy(ep);
 	}
-	rdma_destroy_id(l->id);
-	l->id = NULL;
-	if (l->on_error)
-		l->on_error(l, status, l->data);
+	if (l->id) { /* not destroyed by a flush callback meanwhile */
+		rdma_destroy_id(l->id);
+		l->id = NULL;
+		if (l->on_error)
+			l->on_error(l, status, l->data);
+	}
+	listener_put(l);
 }
 
 static void listener_event(rr_listener *l, enum rdma_cm_event_type type)
 {
 	if (type == RDMA_CM_EVENT_DEVICE_REMOVAL) {
-		/* Nothing of this bridge may keep the device from going. */
+		/* Nothing of this bridge may keep the device from going.
+		 * Held: the kill's callbacks may destroy the listener. */
+		l->busy++;
 		if (l->id && l->id->verbs)
 			rr__devices_kill(l->cm->devs, l->id->verbs);
 		listener_lost(l, -ENODEV);
+		listener_put(l);
 	}
 	/* Listener ids get no other event worth acting on. */
 }
@@ -523,8 +541,23 @@ static void cm_lost(struct rr__cm *cm, int status)
 	struct rr__list *e;
 
 	cm->slot = RR__NO_SLOT;
-	for (e = cm->listeners.next; e != &cm->listeners; e = e->next)
-		listener_lost(rr__container_of(e, rr_listener, link), status);
+	for (e = cm->listeners.next; e != &cm->listeners; e = e->next) {
+		rr_listener *l = rr__container_of(e, rr_listener, link);
+
+		l->lost = l->id != NULL;
+	}
+again_listeners:
+	/* From the start each time: on_error may destroy any listener, or
+	 * listen again (a new one, which the poll made for it serves). */
+	for (e = cm->listeners.next; e != &cm->listeners; e = e->next) {
+		rr_listener *l = rr__container_of(e, rr_listener, link);
+
+		if (l->lost) {
+			l->lost = false;
+			listener_lost(l, status);
+			goto again_listeners;
+		}
+	}
 	for (e = cm->eps->eps.next; e != &cm->eps->eps; e = e->next) {
 		rr_ep *ep = rr__container_of(e, rr_ep, link);
 
@@ -827,13 +860,20 @@ int rr_listener_destroy(rr_listener *l)
 		return 0;
 	if (l->in_request)
 		return -EBUSY; /* from its own request hook */
-	/* Connections still being accepted die with their listener. */
+	if (l->destroyed)
+		return 0; /* from a flush callback of its own destroy */
+	l->destroyed = true;
+	l->lost = false;
+	l->on_error = NULL;
+	/* Connections still being accepted die with their listener; their
+	 * flush callbacks may destroy it again (a no-op, above). */
+	l->busy++;
 	while (!rr__list_empty(&l->pending))
 		rr_ep_destroy(rr__container_of(l->pending.next, rr_ep, pending_link));
 	rr__list_del(&l->link);
 	if (l->id)
 		rdma_destroy_id(l->id);
-	free(l->groups);
-	free(l);
+	l->id = NULL;
+	listener_put(l); /* freed here unless a walk of ours holds it */
 	return 0;
 }

@@ -49,6 +49,13 @@ struct rr_listener {
 	rr_listener_cb on_error;
 	rr_request_cb on_request;
 	bool in_request; /* its hook is running: it cannot be destroyed */
+	/* Held by a walk of the library that calls back (listener_lost()):
+	 * a destroy from a callback then leaves the free to the walk. */
+	unsigned int busy;
+	bool destroyed; /* rr_listener_destroy() ran: only the free is left */
+	/* Listening when the rdma_cm poll was lost: cm_lost() stops it (and
+	 * only those, not one a callback made meanwhile). */
+	bool lost;
 	void *data;
 	uint8_t pdata[RR_PRIVATE_DATA_ACCEPT_MAX]; /* ep_opts.private_data points here */
 	struct rr_listener_stats stats;

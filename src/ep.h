@@ -144,6 +144,12 @@ static inline void rr__eps_hold(struct rr__eps *set)
 	set->holding++;
 }
 
+/* Is a pass (rr_bridge_run_once(), rr_bridge_handle_cqe()) on the stack? */
+static inline bool rr__eps_holding(const struct rr__eps *set)
+{
+	return set->holding != 0;
+}
+
 static inline void rr__eps_release(struct rr__eps *set)
 {
 	if (!--set->holding)

@@ -25,8 +25,10 @@
  * written now (the application is building an SQE chain the SQE would
  * join) waits on a queue and is written at the next chance. A full SQ
  * with no chain open is submitted to make room (see make_room()), so an
- * SQE is owed for that reason only when the submit fails. A chain's own
- * completions bring the next rr_bridge_handle_cqe(), which writes it.
+ * SQE is owed for that reason only when the submit fails; then the room
+ * timer (room_timer()) brings a CQE back after the loop's own submit. A
+ * chain's own completions bring the next rr_bridge_handle_cqe(), which
+ * writes it.
  *
  * A slot is freed only when its terminal CQE arrived, so a late CQE never
  * reaches a reused slot; the generation catches the rest.
@@ -40,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -125,6 +128,8 @@ int rr__ring_init(struct rr__ring *r, struct io_uring *io, bool multishot,
 			       .bell_ring_fd = -1,
 			       .bell_efd = -1,
 			       .bell_slot = RR__NO_SLOT,
+			       .room_tfd = -1,
+			       .room_slot = RR__NO_SLOT,
 			       .msg_ring = -1,
 			       .sync_cancel = -1};
 	return 0;
@@ -212,6 +217,9 @@ void rr__ring_fini(struct rr__ring *r)
 		close(r->bell_efd);
 	}
 	r->bell_efd = -1;
+	if (r->room_tfd >= 0)
+		close(r->room_tfd);
+	r->room_tfd = -1;
 	for (uint32_t i = 0; i < r->nslots; i++) {
 		free(r->slots[i].ts);
 		/* A READ the teardown gave up waiting for may still write
@@ -308,6 +316,9 @@ int rr__poll_add(struct rr__ring *r, int fd, rr__poll_fn fn, void *ctx, uint32_t
 	uint32_t idx;
 	int rc;
 
+	/* With the first fd watched, while the SQ has room: best effort. */
+	if (r->room_tfd < 0 && !r->room_off)
+		rr__ring_room_timer(r);
 	if (r->free_slot == RR__NO_SLOT && (rc = grow(r)))
 		return rc;
 	idx = take_slot(r, fn, ctx, fd);
@@ -350,6 +361,8 @@ int rr__read_add(struct rr__ring *r, int fd, uint32_t len, rr__read_fn fn, void 
 
 	if (!len || len > RR__READ_MAX)
 		return -EINVAL;
+	if (r->room_tfd < 0 && !r->room_off)
+		rr__ring_room_timer(r);
 	buf = calloc(1, RR__READ_MAX);
 	if (!buf)
 		return -ENOMEM;
@@ -497,6 +510,72 @@ static void prep(struct rr__ring *r, struct io_uring_sqe *sqe, uint32_t idx, uin
 }
 
 /*
+ * An SQE is owed for want of room, and a loop that never calls
+ * rr_bridge_flush() may have nothing of ours in flight to bring it back
+ * once its own submit made room. The room timer's poll is armed already
+ * (rr__ring_room_timer()), so its CQE needs no SQE: a timerfd set to
+ * fire shortly, after the loop's next submit, whose hand-off writes what
+ * is owed. A timerfd rather than an eventfd: an eventfd's CQE is posted
+ * at once, and would be handed out in the same batch, before the loop
+ * submitted.
+ */
+#define ROOM_DELAY_MAX_MS 64
+
+static void room_timer(struct rr__ring *r)
+{
+	struct itimerspec its = {.it_value = {.tv_sec = r->room_delay_ms / 1000,
+					      .tv_nsec = (r->room_delay_ms % 1000) * 1000000L}};
+
+	if (r->room_slot != RR__NO_SLOT && r->slots[r->room_slot].armed)
+		timerfd_settime(r->room_tfd, 0, &its, NULL);
+}
+
+static void room_ready(void *ctx, int revents)
+{
+	struct rr__ring *r = ctx;
+	uint64_t n;
+
+	if (revents < 0) {
+		r->room_slot = RR__NO_SLOT; /* counted in stats.poll_failures */
+		return;
+	}
+	while (read(r->room_tfd, &n, sizeof(n)) > 0) {
+	}
+	/* Nobody submitted yet: come back later, less often each time.
+	 * Otherwise the hand-off of this CQE writes what is owed. */
+	if (r->room_failed && rr__ring_owes(r) &&
+	    io_uring_smp_load_acquire(r->io->sq.khead) == r->room_head) {
+		if (r->room_delay_ms < ROOM_DELAY_MAX_MS)
+			r->room_delay_ms *= 2;
+		room_timer(r);
+	}
+}
+
+int rr__ring_room_timer(struct rr__ring *r)
+{
+	int rc;
+
+	if (r->room_tfd >= 0 || r->room_off)
+		return 0;
+	r->room_tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	if (r->room_tfd < 0)
+		return -errno;
+	rc = rr__poll_add(r, r->room_tfd, room_ready, r, &r->room_slot);
+	if (rc) {
+		close(r->room_tfd);
+		r->room_tfd = -1;
+	}
+	return rc;
+}
+
+void rr__ring_room_timer_close(struct rr__ring *r)
+{
+	r->room_off = true; /* teardown: not opened again */
+	rr__poll_close(r, r->room_slot);
+	r->room_slot = RR__NO_SLOT;
+}
+
+/*
  * SQPOLL: a submit only hands the SQ to the kernel's thread, so room
  * appears as that thread consumes. Wait for it, but not for ever (a
  * thread that makes no progress must not hang the caller): the SQE then
@@ -534,18 +613,24 @@ static bool sqpoll_room(struct rr__ring *r)
 static bool make_room(struct rr__ring *r)
 {
 	unsigned int head = io_uring_smp_load_acquire(r->io->sq.khead);
+	bool room;
 	int rc;
 
 	if (r->room_failed && head == r->room_head)
 		return false;
 	rc = io_uring_submit(r->io);
-	r->room_failed = rc < 0;
+	room = rc >= 0 && (io_uring_sq_space_left(r->io) ||
+			   ((r->io->flags & IORING_SETUP_SQPOLL) && sqpoll_room(r)));
+	/* SQPOLL: a thread that made no progress is not waited for again
+	 * until it does (the head moves), as a failed submit is not tried
+	 * again. */
+	r->room_failed = !room;
 	r->room_head = head;
-	if (rc < 0)
-		return false;
-	if (io_uring_sq_space_left(r->io))
-		return true;
-	return (r->io->flags & IORING_SETUP_SQPOLL) && sqpoll_room(r);
+	if (!room) {
+		r->room_delay_ms = 1;
+		room_timer(r);
+	}
+	return room;
 }
 
 static struct io_uring_sqe *our_sqe(struct rr__ring *r)
@@ -580,6 +665,22 @@ static struct io_uring_sqe *our_sqe(struct rr__ring *r)
 static bool has_min_wait(const struct rr__ring *r)
 {
 	return (r->io->features & IORING_FEAT_MIN_TIMEOUT) && r->io->ring_fd >= 0;
+}
+
+#ifndef IORING_SETUP_NO_SQARRAY
+#define IORING_SETUP_NO_SQARRAY (1U << 16) /* 6.6; newer than liburing 2.3 */
+#endif
+
+bool rr__ring_drivable(const struct io_uring *io)
+{
+	const struct io_uring_sq *sq = &io->sq;
+
+	if ((io->flags & IORING_SETUP_NO_SQARRAY) || !sq->array)
+		return true; /* the kernel takes SQE i at tail i */
+	for (unsigned int i = 0; i < *sq->kring_entries; i++)
+		if (sq->array[i] != i)
+			return false;
+	return true;
 }
 
 /*

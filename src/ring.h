@@ -116,6 +116,12 @@ struct rr__ring {
 	 * would cost a failing io_uring_enter. */
 	bool room_failed;
 	unsigned int room_head;
+	/* A timerfd polled from the first slot on, which make_room() sets
+	 * when it fails: see rr__ring_room_timer(). */
+	int room_tfd;
+	uint32_t room_slot;
+	unsigned int room_delay_ms;
+	bool room_off;
 	/* The bell other threads ring (rr__ring_bell_open()), and who
 	 * listens to it: the layers above, one handler each. */
 	int bell_ring_fd, bell_efd;
@@ -134,6 +140,14 @@ struct rr__ring {
 	unsigned int msgs_inflight; /* MSG_RING SQEs whose CQE has not arrived */
 };
 
+/*
+ * Can the ring layer drive this ring? It publishes SQEs by the tail
+ * alone (see flush_sq()), as liburing >= 2.2 does, which sets the SQ
+ * array to the identity at io_uring_queue_init() and never writes it
+ * again; liburing < 2.2 wrote it at each submit, and a fresh ring of it
+ * holds zeros. The oldest liburing supported is 2.3 (meson.build).
+ */
+bool rr__ring_drivable(const struct io_uring *io);
 int rr__ring_init(struct rr__ring *r, struct io_uring *io, bool multishot,
 		  struct rr_bridge_stats *stats);
 void rr__ring_fini(struct rr__ring *r);
@@ -197,6 +211,16 @@ int rr__ring_peer_ring(struct rr__ring *r, uint32_t peer);
  * ring (rr__ring_flush()) once it holds no lock, since writing it may
  * submit the SQ to make room (and on SQPOLL wait up to a second). */
 int rr__ring_peer_queue(struct rr__ring *r, uint32_t peer);
+/*
+ * Poll a timerfd of the ring's own, which it sets when an SQE is owed for
+ * want of room: its CQE reaches a loop that never calls rr_bridge_flush()
+ * and has nothing else of ours in flight, after that loop's own submit
+ * made room, and its hand-off writes what is owed. Opened with the first
+ * slot (its poll needs room once); closed before teardown waits for the
+ * ring, and not opened again.
+ */
+int rr__ring_room_timer(struct rr__ring *r);
+void rr__ring_room_timer_close(struct rr__ring *r);
 /* Force the eventfd path (tests, and kernels where MSG_RING misbehaves). */
 void rr__ring_no_msg_ring(struct rr__ring *r);
 

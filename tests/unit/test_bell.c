@@ -37,6 +37,7 @@ static void close_side(struct side *s)
 	struct __kernel_timespec ts = {.tv_nsec = 10000000};
 
 	rr__ring_bell_close(&s->r, rung, s);
+	rr__ring_room_timer_close(&s->r); /* opened with the first poll */
 	for (int i = 0; i < 100 && !rr__ring_idle(&s->r); i++) {
 		rr__ring_flush(&s->r);
 		io_uring_submit(&s->io);

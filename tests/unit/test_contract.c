@@ -426,6 +426,36 @@ Test(create, iopoll_ring_is_refused)
 	io_uring_queue_exit(&ring);
 }
 
+/*
+ * The library publishes SQEs by the tail alone, as liburing >= 2.2 does:
+ * the SQ array must map entry i to SQE i, which io_uring_queue_init()
+ * sets up there. An older liburing linked into the application wrote it
+ * at each submit instead, and a fresh ring of it holds zeros: its first
+ * SQEs published by the library would all run SQE 0. Such a ring is
+ * refused; before, rr_bridge_create() took it (returned 0).
+ */
+Test(create, ring_without_an_identity_sq_array_is_refused)
+{
+	struct io_uring ring;
+	rr_bridge *b = NULL;
+	unsigned int keep;
+
+	init_ring(&ring, 8, 0);
+	if (!ring.sq.array)
+		cr_skip_test("IORING_SETUP_NO_SQARRAY: no array to check");
+	keep = ring.sq.array[1];
+	ring.sq.array[1] = 0; /* as a ring of liburing < 2.2 starts */
+	cr_expect_eq(rr_bridge_create(&b, &ring, NULL, 0), -EINVAL);
+	cr_expect_null(b);
+	if (b)
+		rr_bridge_destroy(b);
+	b = NULL;
+	ring.sq.array[1] = keep;
+	cr_assert_eq(rr_bridge_create(&b, &ring, NULL, 0), 0);
+	cr_assert_eq(rr_bridge_destroy(b), 0);
+	io_uring_queue_exit(&ring);
+}
+
 Test(poll, channel_whose_poll_keeps_failing_is_surfaced_and_polled)
 {
 	struct rr_bridge_opts o = {.flags = RR_BRIDGE_SINGLESHOT};

@@ -2603,3 +2603,218 @@ Test(endpoint, device_removal_lets_go_of_the_listeners_device)
 	cr_expect_eq(listener_errors, 1);
 	teardown_all();
 }
+
+/* ---- listeners that go while the library walks them ---- */
+
+static rr_listener *L2;
+static int l2_errors;
+static uint64_t l_lost_at, l2_lost_at; /* srv's poll_failures then */
+static bool destroy_self_on_error, destroy_l2_on_error, relisten_on_error;
+static bool destroy_listener_on_flush;
+static int flushes_seen;
+
+static uint64_t srv_poll_failures(void)
+{
+	struct rr_bridge_stats st;
+
+	cr_assert_eq(rr_bridge_get_stats(srv, &st, sizeof(st)), 0);
+	return st.poll_failures;
+}
+
+static void on_l2_error(rr_listener *l, int status, void *data)
+{
+	l2_errors++;
+	l2_lost_at = srv_poll_failures();
+}
+
+static void on_l_error(rr_listener *l, int status, void *data)
+{
+	listener_errors++;
+	listener_error_status = status;
+	l_lost_at = srv_poll_failures();
+	if (destroy_l2_on_error && L2) {
+		cr_assert_eq(rr_listener_destroy(L2), 0);
+		L2 = NULL;
+	}
+	if (relisten_on_error) {
+		/* As an application does: listen again at once. */
+		cr_assert_eq(rr_listen(srv, "127.0.0.1", PORT, NULL, 0, on_accept, &srv_proto, &L2),
+			     0);
+		rr_listener_set_on_error(L2, on_l2_error);
+	}
+	if (destroy_self_on_error) {
+		cr_assert_eq(rr_listener_destroy(l), 0);
+		if (l == L)
+			L = NULL;
+	}
+}
+
+/* A receive posted in on_qp_ready of a pending endpoint: its flush
+ * destroys the listener, as an application tearing down would. */
+static void flush_destroys_listener(rr_ep *ep, const struct rr_completion *c, void *data)
+{
+	flushes_seen++;
+	if (c->status < 0 && destroy_listener_on_flush && L)
+		cr_assert_eq(rr_listener_destroy(L), 0);
+	if (c->status < 0 && destroy_listener_on_flush)
+		L = NULL;
+}
+
+static void pending_qp_ready(rr_ep *ep, int status, void *data)
+{
+	struct ep_state *st = &srv_st[nsrv++];
+
+	rr_ep_set_data(ep, st);
+	st->ep = ep;
+	st->qp_ready++;
+	cr_assert_eq(rr_ep_post_recv(ep, slot(128), SLOT, MR, flush_destroys_listener, NULL), 0);
+}
+
+static void listeners_reset(void)
+{
+	L2 = NULL;
+	l2_errors = listener_errors = 0;
+	l_lost_at = l2_lost_at = 0;
+	destroy_self_on_error = destroy_l2_on_error = relisten_on_error = false;
+	destroy_listener_on_flush = false;
+	flushes_seen = 0;
+}
+
+/* srv's rdma_cm channel, through an endpoint of it, hung up: its poll
+ * fails and is given up, and every listener of srv is lost. */
+static void lose_srv_cm_poll(rr_ep *srv_ep)
+{
+	uint64_t before = srv_poll_failures();
+
+	fake_cm_channel_hang_up(rr_ep_cm_id(srv_ep)->channel);
+	PUMP_UNTIL(srv_poll_failures() > before);
+}
+
+/*
+ * A listener destroyed from its own on_error while the lost rdma_cm poll
+ * walks the listeners: before, the walk read its link from freed memory
+ * (heap-use-after-free in cm_lost under ASan).
+ */
+Test(endpoint, a_listener_destroyed_in_its_on_error_of_a_lost_cm_poll)
+{
+	struct ep_state *c;
+
+	listeners_reset();
+	setup_with(0, 0, 0);
+	cr_assert_eq(rr_listen(srv, "127.0.0.1", 0, NULL, 0, on_accept, &srv_proto, &L2), 0);
+	rr_listener_set_on_error(L, on_l_error);
+	rr_listener_set_on_error(L2, on_l2_error);
+	destroy_self_on_error = true;
+	c = connect_one(0, 0);
+	lose_srv_cm_poll(server_of(c)->ep);
+	settle();
+	cr_expect_eq(listener_errors, 1);
+	cr_expect_null(L);
+	cr_expect_eq(l2_errors, 1, "the listener after it was not told");
+	cr_assert_eq(rr_listener_destroy(L2), 0);
+	teardown_all();
+}
+
+/* The same, destroying the listener the walk comes to next: that one is
+ * not told of the loss (it is gone), and nothing reads it. */
+Test(endpoint, a_listener_destroyed_in_another_ones_on_error_is_not_told)
+{
+	struct ep_state *c;
+
+	listeners_reset();
+	setup_with(0, 0, 0);
+	cr_assert_eq(rr_listen(srv, "127.0.0.1", 0, NULL, 0, on_accept, &srv_proto, &L2), 0);
+	rr_listener_set_on_error(L, on_l_error);
+	rr_listener_set_on_error(L2, on_l2_error);
+	destroy_l2_on_error = true;
+	c = connect_one(0, 0);
+	lose_srv_cm_poll(server_of(c)->ep);
+	settle();
+	cr_expect_eq(listener_errors, 1);
+	cr_expect_eq(l2_errors, 0, "on_error of a destroyed listener ran");
+	teardown_all();
+}
+
+/*
+ * A listener made in on_error (listening again) is a new user of the
+ * channel: the loss it reacted to does not stop it. Before, it was
+ * appended to the list being walked and its on_error ran in the same
+ * loss (the same poll failure).
+ */
+Test(endpoint, a_listener_made_in_on_error_is_not_stopped_by_the_same_loss)
+{
+	struct ep_state *c;
+
+	listeners_reset();
+	setup_with(0, 0, 0);
+	rr_listener_set_on_error(L, on_l_error);
+	relisten_on_error = true;
+	c = connect_one(0, 0);
+	lose_srv_cm_poll(server_of(c)->ep);
+	cr_expect_eq(listener_errors, 1);
+	cr_assert_not_null(L2);
+	/* The channel stays hung up: the poll made for the new listener
+	 * fails in turn, and that loss is its to hear. */
+	PUMP_UNTIL(l2_errors);
+	cr_expect_gt(l2_lost_at, l_lost_at, "stopped by the loss it reacted to (failure %llu)",
+		     (unsigned long long)l_lost_at);
+	cr_expect_eq(listener_errors, 1);
+	relisten_on_error = false;
+	cr_assert_eq(rr_listener_destroy(L2), 0);
+	teardown_all();
+}
+
+/* A passive endpoint pending on L (its RTU held), with a receive posted
+ * in its on_qp_ready whose flush destroys L. */
+static struct ep_state *pending_on_listener(void)
+{
+	struct rr_ep_opts lo = {.on_qp_ready = pending_qp_ready};
+	struct rr_ep_opts o = {.data = &cli_st[ncli++]};
+	rr_ep *cep;
+
+	open_bridges(0);
+	listen_on(&lo, NULL);
+	fake_cm_rtu_late(true);
+	cr_assert_eq(rr_connect(cli, "127.0.0.1", PORT, &o, sizeof(o), on_connect, &cep), 0);
+	PUMP_UNTIL(nsrv == 1);
+	destroy_listener_on_flush = true;
+	return &srv_st[0];
+}
+
+/*
+ * The lost rdma_cm poll drops the listener's pending endpoints; the flush
+ * of a receive one of them posted destroys the listener. Before, the
+ * listener was freed under listener_lost()'s loop (heap-use-after-free).
+ */
+Test(endpoint, a_pending_endpoints_flush_destroying_its_listener_on_a_lost_cm_poll)
+{
+	struct ep_state *s;
+
+	listeners_reset();
+	s = pending_on_listener();
+	rr_listener_set_on_error(L, on_l_error);
+	lose_srv_cm_poll(s->ep);
+	settle();
+	fake_cm_rtu_late(false);
+	cr_expect_eq(flushes_seen, 1);
+	cr_expect_null(L);
+	cr_expect_eq(listener_errors, 0, "on_error of a destroyed listener ran");
+	teardown_all();
+}
+
+/* The same from rr_listener_destroy(): the flush's own destroy of the
+ * listener being destroyed is a no-op, not a second free. */
+Test(endpoint, a_pending_endpoints_flush_destroying_its_listener_in_its_destroy)
+{
+	rr_listener *l;
+
+	listeners_reset();
+	pending_on_listener();
+	l = L;
+	cr_assert_eq(rr_listener_destroy(l), 0);
+	fake_cm_rtu_late(false);
+	cr_expect_eq(flushes_seen, 1);
+	L = NULL;
+	settle();
+	teardown_all();
+}
