@@ -25,8 +25,8 @@ enum kind { K_MKDIR, K_SYMLINK, K_META };
 /*
  * The steps: PARENT (DIR_META: the directory itself), then
  * MKDIR: MKDIR STAT_MADE? | MKDIR STAT_OLD (it exists: a directory?)
- * SYMLINK: SYMLINK LINK_TIME | SYMLINK STAT_LINK SYMLINK_TMP RENAME
- *          (UNLINK_TMP | LINK_TIME)
+ * SYMLINK: [CHECK] SYMLINK LINK_TIME | [CHECK] SYMLINK STAT_LINK SYMLINK_TMP
+ *          RENAME (UNLINK_TMP | LINK_TIME)
  * DIR_META: META
  * LINK_TIME and META run on the worker: io_uring has no op for a mode
  * or a time.
@@ -34,6 +34,7 @@ enum kind { K_MKDIR, K_SYMLINK, K_META };
 enum step {
 	T_PARENT,
 	T_MKDIR,
+	T_CHECK,
 	T_STAT_MADE,
 	T_STAT_OLD,
 	T_SYMLINK,
@@ -120,27 +121,35 @@ void cp_dirs_free(struct cp_dirs *d)
 	pthread_mutex_unlock(&d->mu);
 }
 
-/* Does @target, from a link at @name (under DIR), stay under DIR? */
-static bool target_inside(const char *name, const char *target)
+/*
+ * Where a link's target must resolve through directories only: the part
+ * of @target up to its last "..", from the link's directory @parent, into
+ * @out (for openat2() from DIR); false if @target has no "..".
+ *
+ * The kernel follows every part before a "..": one that is a link (or a
+ * name a later link may take) makes the ".." the parent of wherever that
+ * link leads, not of the name in the text (l1 -> ., l2 -> l1/.. is DIR's
+ * parent). The parts after the last ".." only go down; a link among them
+ * was stored under this same rule (or planted by the operator), so it
+ * resolves beneath DIR too, and so does the whole target. Directories
+ * are never replaced by links (no rename or link goes over one), so what
+ * was checked stays true for every link stored later.
+ */
+static bool climbs(const char *parent, const char *target, char *out, size_t len)
 {
-	int depth = 0;
+	const char *last = NULL;
 
-	if (target[0] == '/')
-		return false;
-	for (const char *p = name; (p = strchr(p, '/')); p++)
-		depth++; /* the directories the link lies in */
 	for (const char *p = target; *p;) {
 		size_t n = strcspn(p, "/");
 
-		if (n == 2 && p[0] == '.' && p[1] == '.') {
-			if (--depth < 0)
-				return false;
-		} else if (n && !(n == 1 && p[0] == '.')) {
-			depth++;
-		}
+		if (n == 2 && p[0] == '.' && p[1] == '.')
+			last = p + 2;
 		p += n;
 		p += *p == '/';
 	}
+	if (!last)
+		return false;
+	snprintf(out, len, "%s/%.*s", parent, (int)(last - target), target);
 	return true;
 }
 
@@ -159,6 +168,11 @@ static void prep(struct cp_entry *e, struct io_uring_sqe *sqe, int step)
 					   .resolve = RESOLVE_TREE};
 		io_uring_prep_openat2(sqe, e->dirfd, e->kind == K_META ? e->name : e->parent,
 				      &e->how);
+		break;
+	case T_CHECK:
+		e->how = (struct open_how){.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+					   .resolve = RESOLVE_TREE | RESOLVE_NO_MAGICLINKS};
+		io_uring_prep_openat2(sqe, e->dirfd, e->check, &e->how);
 		break;
 	case T_MKDIR:
 		/* mkdirat() follows no link in base: a link there is EEXIST. */
@@ -259,8 +273,25 @@ static int next(struct cp_entry *e, int res)
 		if (e->kind == K_MKDIR)
 			return queue(e, T_MKDIR);
 		if (e->kind == K_SYMLINK)
-			return queue(e, T_SYMLINK);
+			return queue(e, e->check[0] ? T_CHECK : T_SYMLINK);
 		return queue_work(e, T_META);
+	case T_CHECK:
+		if (res >= 0) {
+			close(res);
+			return queue(e, T_SYMLINK);
+		}
+		if (res == -EAGAIN && e->tries++ < 8)
+			return queue(e, T_CHECK); /* a rename raced the walk */
+		if (res == -EXDEV || res == -ELOOP || res == -ENOENT || res == -ENOTDIR) {
+			snprintf(
+				e->why, sizeof(e->why),
+				"refusing link %s: its target leads out of DIR, or climbs out of a "
+				"link or a name that is no directory: %s",
+				e->name, strerror(-res));
+			return CP_E_NAME;
+		}
+		return fail(e, cp_store_io_err(-res), "cannot resolve the target of", e->name,
+			    -res);
 	case T_MKDIR:
 		if (res == 0)
 			return e->made ? queue(e, T_STAT_MADE) : made(e);
@@ -383,10 +414,15 @@ int cp_entry_symlink(struct cp_entry *e, struct cp_loop *lp, int dirfd, const ch
 	snprintf(e->target, sizeof(e->target), "%s", target);
 	if (cp_store_reserved(e->base))
 		return fail(e, CP_E_NAME, "refusing", name, EPERM);
-	if (!(flags & CP_LINK_ANYWHERE) && !target_inside(name, target)) {
-		snprintf(e->why, sizeof(e->why), "refusing link %s: its target leads out of DIR",
-			 name);
-		return CP_E_NAME;
+	e->check[0] = 0;
+	e->tries = 0;
+	if (!(flags & CP_LINK_ANYWHERE)) {
+		if (target[0] == '/') {
+			snprintf(e->why, sizeof(e->why), "refusing link %s: its target is absolute",
+				 name);
+			return CP_E_NAME;
+		}
+		climbs(e->parent, target, e->check, sizeof(e->check));
 	}
 	return queue(e, T_PARENT);
 }

@@ -1742,6 +1742,94 @@ static int stalls(unsigned int *n)
 	return rc;
 }
 
+/*
+ * Issue 49, proven P1: a link's target was checked by counting its "..",
+ * but the kernel follows each part before them, and a token holder can
+ * make one a link it stored just before. Over the wire, each entry of
+ * @steps must be taken (FILE_DONE) and the last refused (an ERROR), and
+ * not be there.
+ */
+struct link_step {
+	uint8_t type;
+	const char *name, *target;
+};
+
+static char deep_dir[40];
+
+static void links_cleanup(struct harness *h)
+{
+	char path[CP_NAME_MAX + 8];
+	static const char *const links[] = {"l1", "l2", "later", "l4"};
+
+	for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++)
+		unlinkat(h->dirfd, links[i], 0);
+	snprintf(path, sizeof(path), "%s/up", deep_dir);
+	unlinkat(h->dirfd, path, 0);
+	snprintf(path, sizeof(path), "%s/esc", deep_dir);
+	unlinkat(h->dirfd, path, 0);
+}
+
+static int links_run(unsigned int *n, const char *what, const struct link_step *steps,
+		     size_t nsteps)
+{
+	struct harness *h = stall_begin();
+	const char *bad = NULL;
+
+	for (size_t i = 0; i < nsteps && !bad; i++) {
+		struct cp_msg m = entry_msg(steps[i].type, steps[i].name, steps[i].target, 0);
+		bool last = i + 1 == nsteps;
+
+		dones_before = h->dones;
+		send_msg(&m);
+		if (!pump_until(answered, h))
+			bad = "never answered";
+		else if (!last && h->errors)
+			bad = "an ERROR for an entry that stays in DIR";
+		else if (last && !h->errors)
+			bad = "no ERROR: the link was stored";
+		else if (last && !faccessat(h->dirfd, steps[i].name, F_OK, AT_SYMLINK_NOFOLLOW))
+			bad = "the link is there";
+	}
+	scenario_verify = links_cleanup;
+	teardown(h);
+	scenario_verify = NULL;
+	H = NULL;
+	free(h);
+	printf("%s %u - %s%s%s\n", bad ? "not ok" : "ok", ++*n, what, bad ? ": " : "",
+	       bad ? bad : "");
+	return bad != NULL;
+}
+
+static int links_out(unsigned int *n)
+{
+	static char up[64], esc[96], dirs[16][40], deep_up[48], deep_esc[48];
+	struct link_step deep[18];
+	int bad = 0;
+
+	bad |= links_run(
+		n, "l1 -> ., then l2 -> l1/.. is refused",
+		(const struct link_step[]){{CP_SYMLINK, "l1", "."}, {CP_SYMLINK, "l2", "l1/.."}},
+		2);
+	bad |= links_run(n, "l4 -> later/.. before later exists is refused",
+			 (const struct link_step[]){{CP_SYMLINK, "l4", "later/.."}}, 1);
+	strcpy(esc, "up");
+	for (int i = 0; i < 16; i++) {
+		snprintf(dirs[i], sizeof(dirs[i]), "%s%sd", i ? dirs[i - 1] : "", i ? "/" : "");
+		deep[i] = (struct link_step){CP_MKDIR, dirs[i], NULL};
+		strcat(up, i ? "/.." : "..");
+		strcat(esc, "/..");
+	}
+	strcat(esc, "/etc/passwd");
+	snprintf(deep_dir, sizeof(deep_dir), "%s", dirs[15]);
+	snprintf(deep_up, sizeof(deep_up), "%s/up", dirs[15]);
+	snprintf(deep_esc, sizeof(deep_esc), "%s/esc", dirs[15]);
+	deep[16] = (struct link_step){CP_SYMLINK, deep_up, up};
+	deep[17] = (struct link_step){CP_SYMLINK, deep_esc, esc};
+	bad |= links_run(n, "16 down, up -> 16 x .., then esc -> up/16 x ../etc/passwd is refused",
+			 deep, 18);
+	return bad;
+}
+
 int main(int argc, char **argv)
 {
 	unsigned int n = 0;
@@ -1750,6 +1838,7 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	bad |= scenarios(&n);
 	bad |= stalls(&n);
+	bad |= links_out(&n);
 	bad |= bounds(&n);
 	bad |= replayed_login(&n);
 	for (int i = 1; i < argc; i++) {

@@ -653,7 +653,10 @@ Test(store, links_stay_inside_dir_and_never_replace_a_file)
 	cr_expect_eq(link_("top/deep", "./../top/../../x", 0), CP_E_NAME);
 	expect_entries("", 1);
 	cr_expect_eq(link_("top/up1", "../x", 0), 0, "top/../x is in DIR");
-	cr_expect_eq(link_("top/in", "a/b/../c", 0), 0);
+	cr_expect_eq(link_("top/in", "a/b/../c", 0), CP_E_NAME, "top/a could be made a link");
+	cr_assert_eq(mkdir_("top/a"), 0);
+	cr_assert_eq(mkdir_("top/a/b"), 0);
+	cr_expect_eq(link_("top/in", "a/b/../c", 0), 0, "through directories only");
 	cr_expect_eq(link_("abs", "/etc/passwd", CP_LINK_ANYWHERE), 0, "unless asked for");
 	cr_assert_eq(readlinkat(dirfd_, "abs", target, sizeof(target) - 1), 11);
 	/* Forced: over a link, never over a file. */
@@ -661,6 +664,46 @@ Test(store, links_stay_inside_dir_and_never_replace_a_file)
 	cr_expect_eq(link_("f", "top", CP_LINK_FORCE), CP_E_EXISTS);
 	expect_file("f", "file\n");
 	cr_expect_eq(link_("top/in", "c", CP_LINK_FORCE), 0);
+}
+
+/*
+ * Issue 49, proven P1: the ".." of a target were counted in its text,
+ * but the kernel follows each part before them, which may be a link a
+ * token holder stored just before: l1 -> . passed, l2 -> l1/.. passed
+ * and was DIR's parent. Whatever a ".." follows must be a directory
+ * beneath DIR now, never a link or a name not there yet.
+ */
+Test(store, a_target_never_leaves_dir_through_another_link)
+{
+	char deep[256] = "", up[128] = "", esc[512] = "up";
+	int fd;
+
+	cr_expect_eq(link_("l1", ".", 0), 0, "l1 is DIR itself");
+	cr_expect_eq(link_("l2", "l1/..", 0), CP_E_NAME, "DIR's parent through l1");
+	cr_expect_eq(link_("l3", "l1/x", 0), 0, "no \"..\" after l1");
+	/* The other order: a name that is not there yet, made a link later. */
+	cr_expect_eq(link_("l4", "later/..", 0), CP_E_NAME);
+	cr_expect_eq(link_("later", ".", 0), 0);
+	/* 16 levels down: up is DIR, then esc climbs 16 more from it. */
+	for (int i = 0; i < 16; i++) {
+		snprintf(deep + strlen(deep), sizeof(deep) - strlen(deep), "%sd", i ? "/" : "");
+		cr_assert_eq(mkdir_(deep), 0);
+		snprintf(up + strlen(up), sizeof(up) - strlen(up), "%s..", i ? "/" : "");
+		strcat(esc, "/..");
+	}
+	strcat(esc, "/etc/passwd");
+	strcat(deep, "/up");
+	cr_expect_eq(link_(deep, up, 0), 0, "up is DIR");
+	strcpy(strrchr(deep, '/'), "/esc");
+	cr_expect_eq(link_(deep, esc, 0), CP_E_NAME, "esc leads out through up");
+	cr_expect_eq(link_(deep, "../../../../../../../../../../../../../../../../../x", 0),
+		     CP_E_NAME, "17 up from 16 down");
+	/* Whatever got stored resolves beneath DIR. */
+	fd = openat(dirfd_, "l2", O_RDONLY | O_PATH | O_CLOEXEC);
+	cr_expect_lt(fd, 0, "l2 was stored");
+	if (fd >= 0)
+		close(fd);
+	cr_expect_lt(faccessat(dirfd_, deep, F_OK, AT_SYMLINK_NOFOLLOW), 0, "esc was stored");
 }
 
 static void aged(const char *name, int64_t sec)
