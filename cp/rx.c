@@ -74,6 +74,18 @@ static void auth_failed(struct rx *r, const char *what)
 
 static void admit_peer(struct rx *r);
 
+/* Is r's source held back? Then it is refused, uncounted. */
+static bool refused_held(struct rx *r)
+{
+	unsigned int held =
+		cp_gate_held(r->env->gate, (const struct sockaddr *)&r->src, cp_now_ns());
+
+	if (held)
+		rx_fail(r, CP_E_AUTH, CP_EXIT_REFUSED,
+			"refused: too many wrong tokens from %s, try again in %u s", r->peer, held);
+	return held != 0;
+}
+
 /*
  * The token first: a stranger learns nothing, not even "busy", and never
  * counts toward --max-conns or --count. Only then is it admitted. With a
@@ -85,18 +97,12 @@ static void on_hello(struct rx *r, const struct cp_msg *m)
 	struct rx_env *env = r->env;
 	const struct cp_opts *o = env->o;
 	struct cp_msg c = {.type = CP_CHALLENGE};
-	const struct sockaddr *src = (const struct sockaddr *)&r->src;
-	unsigned int held;
 	int rc;
 
 	/* A source that failed too often is not even checked: a guesser
 	 * gets one try per hold, whatever it sends meanwhile. */
-	held = o->have_token ? cp_gate_held(env->gate, src, cp_now_ns()) : 0;
-	if (held) {
-		rx_fail(r, CP_E_AUTH, CP_EXIT_REFUSED,
-			"refused: too many wrong tokens from %s, try again in %u s", r->peer, held);
+	if (o->have_token && refused_held(r))
 		return;
-	}
 	r->want_chunk = m->hello.chunk;
 	r->want_window = m->hello.window;
 	if (!o->have_token) {
@@ -125,6 +131,11 @@ static void on_auth(struct rx *r, const struct cp_msg *m)
 {
 	const struct cp_opts *o = r->env->o;
 
+	/* Held back since its HELLO (its other connections failed): not
+	 * compared, not counted, the right proof included, or a guesser
+	 * would say HELLO on every connection first and AUTH on each. */
+	if (refused_held(r))
+		return;
 	if (!cp_auth_check(o->token, o->token_len, CP_AUTH_CLIENT, r->client_nonce, r->server_nonce,
 			   m->auth.proof)) {
 		auth_failed(r, "wrong");

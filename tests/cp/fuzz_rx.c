@@ -42,9 +42,11 @@
  * main() replays every file of the directories it is given: the cp-rx
  * host test replays tests/cp/corpus-rx so that every find stays covered.
  */
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -170,6 +172,11 @@ struct harness {
 
 /* Set: op_hello answers CHALLENGE with this proof, recorded before. */
 static const uint8_t *replay_auth;
+/* Set: op_hello calls it between CHALLENGE and its AUTH. */
+static void (*before_auth)(void);
+/* The receiver's compares of a sender's proof (cp_auth_check() is
+ * wrapped: -Wl,--wrap). */
+static unsigned int client_checks;
 
 /* A scenario of the replay (RX_REPLAY): what is in DIR before the
  * receiver starts, and what must hold after the script (before
@@ -257,6 +264,19 @@ int __wrap_ftruncate64(int fd, off_t len)
 {
 	stall_if("ftruncate");
 	return __real_ftruncate64(fd, len);
+}
+
+bool __real_cp_auth_check(const uint8_t *token, size_t len, enum cp_auth_role who, const uint8_t *c,
+			  const uint8_t *s, const uint8_t *proof);
+bool __wrap_cp_auth_check(const uint8_t *token, size_t len, enum cp_auth_role who, const uint8_t *c,
+			  const uint8_t *s, const uint8_t *proof);
+
+bool __wrap_cp_auth_check(const uint8_t *token, size_t len, enum cp_auth_role who, const uint8_t *c,
+			  const uint8_t *s, const uint8_t *proof)
+{
+	if (who == CP_AUTH_CLIENT)
+		client_checks++;
+	return __real_cp_auth_check(token, len, who, c, s, proof);
 }
 
 static uint8_t *recv_buf(unsigned int i)
@@ -699,6 +719,8 @@ static void op_hello(struct script *s)
 	if (!m.hello.nonce_len)
 		return;
 	settle();
+	if (H->challenged && before_auth)
+		before_auth();
 	if (H->challenged) {
 		struct cp_msg a = {.type = CP_AUTH};
 		const char *key = ((p >> 5) & 3) == 1 ? "wrong-token" : TOKEN;
@@ -1401,6 +1423,57 @@ static int replayed_login(unsigned int *n)
 	return bad | (scenario_bad != NULL);
 }
 
+/*
+ * Issue 49, proven P2: the hold was checked at HELLO only, and the token
+ * moved to AUTH: a guesser said HELLO on every connection while not held,
+ * then sent every AUTH, each compared and counted, a right one admitted.
+ * Here the source is held back between CHALLENGE and AUTH (as the other
+ * connections' failures would); the right proof then must be refused
+ * without being compared, and not count as another try.
+ */
+static unsigned int held_before, checks_before;
+
+static void hold_source(void)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+
+	for (int i = 0; i <= GATE_FREE_FAILS; i++)
+		held_before = cp_gate_failed(&H->gate, (const struct sockaddr *)&sa, cp_now_ns());
+	checks_before = client_checks;
+}
+
+static void verify_held(struct harness *h)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+
+	if (!held_before)
+		scenario_bad = "the source was not held back";
+	else if (h->welcomed)
+		scenario_bad = "a held source's right AUTH logged in";
+	else if (client_checks != checks_before)
+		scenario_bad = "a held source's AUTH was compared";
+	else if (!h->errors)
+		scenario_bad = "no ERROR for a held source's AUTH";
+	else if (cp_gate_held(&h->gate, (const struct sockaddr *)&sa, cp_now_ns()) > held_before)
+		scenario_bad = "a held source's AUTH counted as another try";
+}
+
+static int held_auth(unsigned int *n)
+{
+	static const uint8_t script[] = {16, 0, 0, 8, 1}; /* token; HELLO; wait */
+
+	scenario_bad = NULL;
+	scenario_verify = verify_held;
+	before_auth = hold_source;
+	LLVMFuzzerTestOneInput(script, sizeof(script));
+	before_auth = NULL;
+	scenario_verify = NULL;
+	printf("%s %u - an AUTH from a source held back since its HELLO is refused unread%s%s\n",
+	       scenario_bad ? "not ok" : "ok", ++*n, scenario_bad ? ": " : "",
+	       scenario_bad ? scenario_bad : "");
+	return scenario_bad != NULL;
+}
+
 /* Issue 40: no disk bounds. --max-size and --min-free refuse a file at
  * its FILE_START. */
 static int bounds(unsigned int *n)
@@ -1841,6 +1914,7 @@ int main(int argc, char **argv)
 	bad |= links_out(&n);
 	bad |= bounds(&n);
 	bad |= replayed_login(&n);
+	bad |= held_auth(&n);
 	for (int i = 1; i < argc; i++) {
 		struct dirent **list;
 		int k = scandir(argv[i], &list, NULL, alphasort);
