@@ -362,6 +362,7 @@ struct rx *rx_create(struct rx_env *env, rr_ep *ep)
 	r->entry_fd = -1;
 	r->st.fd = r->st.parentfd = -1;
 	r->same_fd = -1;
+	r->pad_fd = -1;
 	r->last_activity = r->born_at = cp_now_ns();
 	snprintf(r->peer, sizeof(r->peer), "peer");
 	if (sa && sa->sa_family == AF_INET) {

@@ -141,6 +141,7 @@ struct rx {
 	uint64_t cur_size;
 	uint64_t have;	/* FILE_HAVE: bytes the partial holds */
 	int same_fd;	/* RX_SCAN of a named file, RX_SAME: its fd */
+	int pad_fd;	/* RX_SAME: the received file, read past the named one's end */
 	uint64_t w_off; /* where the chunks the window admits begin */
 	struct cp_work trunc; /* RX_TRUNC: ftruncate(trunc_fd), on the worker */
 	int trunc_fd;

@@ -279,6 +279,21 @@ bool __wrap_cp_auth_check(const uint8_t *token, size_t len, enum cp_auth_role wh
 	return __real_cp_auth_check(token, len, who, c, s, proof);
 }
 
+/* Bytes the receiver's hashing thread read from files (pread() is
+ * wrapped: -Wl,--wrap; meson's 64-bit off_t makes it pread64). */
+static _Atomic unsigned long long pread_bytes;
+ssize_t __real_pread64(int fd, void *buf, size_t len, off_t off);
+ssize_t __wrap_pread64(int fd, void *buf, size_t len, off_t off);
+
+ssize_t __wrap_pread64(int fd, void *buf, size_t len, off_t off)
+{
+	ssize_t n = __real_pread64(fd, buf, len, off);
+
+	if (n > 0)
+		pread_bytes += (unsigned long long)n;
+	return n;
+}
+
 static uint8_t *recv_buf(unsigned int i)
 {
 	return H->mem + (size_t)i * CP_MSG_MAX;
@@ -1474,6 +1489,59 @@ static int held_auth(unsigned int *n)
 	return scenario_bad != NULL;
 }
 
+/*
+ * Issue 49, suspected: an existing name (no --force) was refused at once
+ * for another length, but read and hashed for an equal one: the delay
+ * told a token holder the file's size. Now both read the declared length
+ * (the named file as far as it goes, then the received bytes): what the
+ * hashing thread reads is counted, never timed. "a" holds 100 bytes.
+ */
+static void plant_100(int dirfd)
+{
+	char text[101];
+
+	memset(text, 'x', 100);
+	text[100] = 0;
+	plant_file(dirfd, "a", text);
+}
+
+static void verify_exists(struct harness *h)
+{
+	if (!h->errors)
+		scenario_bad = "no ERROR for another content under the name";
+	else if (size_of(h->dirfd, "a") != 100)
+		scenario_bad = "the file under the name changed";
+	unlinkat(h->dirfd, "a", 0);
+}
+
+static int same_reads(unsigned int *n)
+{
+	static const uint8_t sizes[] = {100, 50, 200};
+	int bad = 0;
+
+	for (size_t i = 0; i < sizeof(sizes); i++) {
+		/* token; HELLO; FILE_START "a" of sizes[i] bytes; its chunk;
+		 * FILE_END; wait */
+		const uint8_t script[] = {16, 0, 0, 1, 0, sizes[i], 2, 3, 0, 3, 0, 8, 4};
+		unsigned long long before = pread_bytes, read;
+
+		scenario_bad = NULL;
+		scenario_plant = plant_100;
+		scenario_verify = verify_exists;
+		LLVMFuzzerTestOneInput(script, sizeof(script));
+		scenario_plant = NULL;
+		scenario_verify = NULL;
+		read = pread_bytes - before;
+		if (!scenario_bad && read != sizes[i])
+			scenario_bad = "another amount was read than the declared length";
+		printf("%s %u - %u bytes sent over a file of 100: %llu bytes read to compare%s%s\n",
+		       scenario_bad ? "not ok" : "ok", ++*n, sizes[i], read,
+		       scenario_bad ? ": " : "", scenario_bad ? scenario_bad : "");
+		bad |= scenario_bad != NULL;
+	}
+	return bad;
+}
+
 /* Issue 40: no disk bounds. --max-size and --min-free refuse a file at
  * its FILE_START. */
 static int bounds(unsigned int *n)
@@ -1915,6 +1983,7 @@ int main(int argc, char **argv)
 	bad |= bounds(&n);
 	bad |= replayed_login(&n);
 	bad |= held_auth(&n);
+	bad |= same_reads(&n);
 	for (int i = 1; i < argc; i++) {
 		struct dirent **list;
 		int k = scandir(argv[i], &list, NULL, alphasort);
