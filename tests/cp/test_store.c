@@ -4,6 +4,7 @@
  * loop's ring, step by step, as serve does it. No RDMA needed.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -704,6 +705,67 @@ Test(store, a_target_never_leaves_dir_through_another_link)
 	if (fd >= 0)
 		close(fd);
 	cr_expect_lt(faccessat(dirfd_, deep, F_OK, AT_SYMLINK_NOFOLLOW), 0, "esc was stored");
+}
+
+/* Is a temporary name of the link @base's in DIR? */
+static bool tmp_of(const char *base)
+{
+	char pre[64];
+	struct dirent *de;
+	bool found = false;
+	DIR *d = opendir(dir);
+
+	cr_assert_not_null(d);
+	snprintf(pre, sizeof(pre), ".%s.rrcp-", base);
+	while ((de = readdir(d)))
+		found |= !strncmp(de->d_name, pre, strlen(pre));
+	closedir(d);
+	return found;
+}
+
+/*
+ * Issue 49: under --force a link replaced only another link, but the name
+ * was checked to be one and then renamed over without a second look: a
+ * file another token holder committed there in between was replaced by
+ * the link. Here that file comes (renamed over the old link, as a forced
+ * store commits) once the new link's temporary name exists, before its
+ * rename was submitted (one loop pass at a time). It must stay; the link
+ * is refused.
+ */
+Test(store, a_forced_link_never_replaces_a_file_committed_meanwhile)
+{
+	struct cp_time t = {1000000000, 5};
+	char path[128], tmp[128];
+	bool planted = false;
+	int code, fd;
+
+	cr_assert_eq(link_("l", "old", 0), 0);
+	ent_calls = 0;
+	code = cp_entry_symlink(&ent, &lp, dirfd_, "l", "new", &t, CP_LINK_FORCE, ent_done);
+	cr_assert_eq(code, 0);
+	for (int i = 0; i < 200 && !ent_calls; i++) {
+		cr_assert_geq(cp_loop_pass(&lp, 10), 0);
+		if (!planted && tmp_of("l")) {
+			snprintf(tmp, sizeof(tmp), "%s/l.theirs", dir);
+			snprintf(path, sizeof(path), "%s/l", dir);
+			fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+			cr_assert_geq(fd, 0);
+			cr_assert_eq(write(fd, "theirs\n", 7), 7);
+			close(fd);
+			cr_assert_eq(rename(tmp, path), 0);
+			planted = true;
+		}
+	}
+	cr_assert(planted, "the link never had a temporary name");
+	cr_assert_eq(ent_calls, 1);
+	if (!ent_code) {
+		fsync(ent.syncfd);
+		close(ent.syncfd);
+	}
+	cr_expect_eq(ent_code, CP_E_EXISTS, "code %d: %s", ent_code, ent.why);
+	cr_expect(S_ISREG(lstat_in("l").st_mode), "the file committed meanwhile was replaced");
+	expect_file("l", "theirs\n");
+	cr_expect(!tmp_of("l"), "a temporary name is left");
 }
 
 static void aged(const char *name, int64_t sec)
