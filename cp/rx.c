@@ -497,6 +497,12 @@ static void rx_lost(struct rx *r)
 		rx_fail(r, 0, CP_EXIT_NET, "connection lost (%s)", how);
 }
 
+bool rx_stuck(struct rx *r, uint64_t now)
+{
+	return r->state == RX_CLOSING && r->io_inflight &&
+	       now - r->closing_at > RX_STUCK_S * 1000000000ull;
+}
+
 enum rx_poll_res rx_poll(struct rx *r, int *result)
 {
 	uint64_t now = cp_now_ns();
@@ -562,8 +568,15 @@ enum rx_poll_res rx_poll(struct rx *r, int *result)
 			r->down_at = now;
 		} else if (r->state != RX_CLOSING && t &&
 			   now - r->last_activity > (uint64_t)t * 1000000000ull) {
-			rx_fail(r, CP_E_ABORT, CP_EXIT_NET, "nothing received for %u s, giving up",
-				t);
+			/* Waiting on our own file system is no silence of the peer. */
+			if (r->io_inflight)
+				rx_fail(r, CP_E_IO, CP_EXIT_LOCAL_IO,
+					"a file system call has not returned for %u s (is DIR's "
+					"file system hung?), giving up",
+					t);
+			else
+				rx_fail(r, CP_E_ABORT, CP_EXIT_NET,
+					"nothing received for %u s, giving up", t);
 			return RX_ALIVE;
 		} else {
 			return RX_ALIVE;

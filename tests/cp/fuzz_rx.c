@@ -168,6 +168,7 @@ struct harness {
 	uint8_t client_nonce[CP_NONCE_LEN], server_nonce[CP_NONCE_LEN];
 	uint8_t sent_auth[CP_PROOF_LEN];
 	bool challenged;
+	char last_error[CP_TEXT_MAX + 1]; /* the receiver's last ERROR text */
 };
 
 /* Set: op_hello answers CHALLENGE with this proof, recorded before. */
@@ -519,6 +520,8 @@ static void on_message(const uint8_t *buf, uint32_t len)
 		break;
 	case CP_ERROR:
 		H->errors++;
+		snprintf(H->last_error, sizeof(H->last_error), "%.*s", (int)m.error.len,
+			 m.error.text);
 		if (getenv("FUZZ_RX_VERBOSE"))
 			fprintf(stderr, "fuzz-rx: ERROR %u %.*s\n", m.error.code, (int)m.error.len,
 				m.error.text);
@@ -1858,6 +1861,34 @@ static int stalls(unsigned int *n)
 		bad = stall_run(h, "fchmod", true, &end, true, verify_file);
 	}
 	rc |= stall_end(h, n, "a hung file mode holds its connection, not the loop", bad);
+
+	/* Issue 49: a call that never returns fails its connection after
+	 * --timeout (30 s here), as the file system's fault, not the peer's
+	 * silence; the loop's worker does not hold the teardown. */
+	h = stall_begin();
+	m = entry_msg(CP_MKDIR, "d", NULL, 0);
+	bad = stall_run(h, NULL, false, &m, true, verify_dir);
+	if (!bad) {
+		pthread_mutex_lock(&stall.mu);
+		stall.call = "fchmod";
+		stall.released = stall.timed_out = stall.held = false;
+		pthread_mutex_unlock(&stall.mu);
+		m = entry_msg(CP_DIR_META, "d", NULL, 0750);
+		send_msg(&m);
+		dones_before = h->dones;
+		pump_until(held_or_done, h);
+		for (int i = 0; i < 40 && !h->errors; i++) {
+			fake_clock_advance(1000000000ull);
+			for (int k = 0; k < 50 && !h->errors; k++)
+				pump(1);
+		}
+		if (!h->errors)
+			bad = "no ERROR after --timeout while a call hung";
+		else if (!strstr(h->last_error, "file system call has not returned"))
+			bad = h->last_error;
+	}
+	rc |= stall_end(h, n, "a call that never returns fails its connection after --timeout",
+			bad);
 
 	/* FILE_FROM 0: the partial's ftruncate() hangs on the worker. */
 	scenario_plant = plant_resume;
