@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #define CP_MAGIC     0x50435252u /* "RRCP" on the wire */
-#define CP_VERSION   6
+#define CP_VERSION   7
 #define CP_HDR_LEN   8
 #define CP_MSG_MAX   512 /* every receive buffer holds this much */
 #define CP_NAME_MAX  255

@@ -114,6 +114,13 @@ static void on_hello(struct rx *r, const struct cp_msg *m)
 		return;
 	}
 	memcpy(r->client_nonce, m->hello.nonce, CP_NONCE_LEN);
+	/* The address the sender reached: its proof must name it. */
+	rc = cp_auth_server_id(rdma_get_local_addr(rr_ep_cm_id(r->ep)), r->server_id);
+	if (rc) {
+		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "no address of ours to prove the token on: %s",
+			strerror(-rc));
+		return;
+	}
 	rc = cp_auth_nonce(r->server_nonce);
 	if (rc) {
 		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "no random nonce: %s", strerror(-rc));
@@ -137,7 +144,7 @@ static void on_auth(struct rx *r, const struct cp_msg *m)
 	if (refused_held(r))
 		return;
 	if (!cp_auth_check(o->token, o->token_len, CP_AUTH_CLIENT, r->client_nonce, r->server_nonce,
-			   m->auth.proof)) {
+			   r->server_id, m->auth.proof)) {
 		auth_failed(r, "wrong");
 		return;
 	}
@@ -176,7 +183,7 @@ static void admit_peer(struct rx *r)
 	w.welcome.window = r->w.window;
 	w.welcome.addr = (uintptr_t)r->win;
 	if (o->have_token && cp_auth_proof(o->token, o->token_len, CP_AUTH_SERVER, r->client_nonce,
-					   r->server_nonce, w.welcome.proof)) {
+					   r->server_nonce, r->server_id, w.welcome.proof)) {
 		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "cannot compute our proof of the token");
 		return;
 	}

@@ -173,6 +173,9 @@ struct harness {
 
 /* Set: op_hello answers CHALLENGE with this proof, recorded before. */
 static const uint8_t *replay_auth;
+/* Set: op_hello's proofs name another address than the one dialled,
+ * as a sender's relayed by a server that is not the real one would. */
+static bool relayed;
 /* Set: op_hello calls it between CHALLENGE and its AUTH. */
 static void (*before_auth)(void);
 /* The receiver's compares of a sender's proof (cp_auth_check() is
@@ -268,16 +271,16 @@ int __wrap_ftruncate64(int fd, off_t len)
 }
 
 bool __real_cp_auth_check(const uint8_t *token, size_t len, enum cp_auth_role who, const uint8_t *c,
-			  const uint8_t *s, const uint8_t *proof);
+			  const uint8_t *s, const uint8_t *id, const uint8_t *proof);
 bool __wrap_cp_auth_check(const uint8_t *token, size_t len, enum cp_auth_role who, const uint8_t *c,
-			  const uint8_t *s, const uint8_t *proof);
+			  const uint8_t *s, const uint8_t *id, const uint8_t *proof);
 
 bool __wrap_cp_auth_check(const uint8_t *token, size_t len, enum cp_auth_role who, const uint8_t *c,
-			  const uint8_t *s, const uint8_t *proof)
+			  const uint8_t *s, const uint8_t *id, const uint8_t *proof)
 {
 	if (who == CP_AUTH_CLIENT)
 		client_checks++;
-	return __real_cp_auth_check(token, len, who, c, s, proof);
+	return __real_cp_auth_check(token, len, who, c, s, id, proof);
 }
 
 /* Bytes the receiver's hashing thread read from files (pread() is
@@ -293,6 +296,15 @@ ssize_t __wrap_pread64(int fd, void *buf, size_t len, off_t off)
 	if (n > 0)
 		pread_bytes += (unsigned long long)n;
 	return n;
+}
+
+/* The receiver's address as the peer dialled it (auth.h), or a rogue's. */
+static void server_id(uint8_t id[CP_SERVER_ID_LEN])
+{
+	if (cp_auth_server_id(rdma_get_peer_addr(rr_ep_cm_id(H->ep)), id))
+		fail("no address dialled");
+	if (relayed)
+		id[16] ^= 0x40; /* the same host, another port: another server */
 }
 
 static uint8_t *recv_buf(unsigned int i)
@@ -470,6 +482,15 @@ static void peer_post_recv(unsigned int i)
 		H->recvs++;
 }
 
+static bool welcome_proved(const uint8_t *proof)
+{
+	uint8_t id[CP_SERVER_ID_LEN];
+
+	server_id(id);
+	return cp_auth_check((const uint8_t *)TOKEN, sizeof(TOKEN) - 1, CP_AUTH_SERVER,
+			     H->client_nonce, H->server_nonce, id, proof);
+}
+
 static void on_message(const uint8_t *buf, uint32_t len)
 {
 	struct cp_msg m;
@@ -489,10 +510,7 @@ static void on_message(const uint8_t *buf, uint32_t len)
 			fail("a second WELCOME");
 		/* With a token, only after our proof checked, and with the
 		 * receiver's own. */
-		if (H->o.have_token &&
-		    (!H->challenged ||
-		     !cp_auth_check((const uint8_t *)TOKEN, sizeof(TOKEN) - 1, CP_AUTH_SERVER,
-				    H->client_nonce, H->server_nonce, m.welcome.proof)))
+		if (H->o.have_token && (!H->challenged || !welcome_proved(m.welcome.proof)))
 			fail("WELCOME without the receiver's proof of the token");
 		H->welcomed = true;
 		H->addr = m.welcome.addr;
@@ -742,11 +760,13 @@ static void op_hello(struct script *s)
 	if (H->challenged) {
 		struct cp_msg a = {.type = CP_AUTH};
 		const char *key = ((p >> 5) & 3) == 1 ? "wrong-token" : TOKEN;
+		uint8_t id[CP_SERVER_ID_LEN];
 
+		server_id(id);
 		if (replay_auth)
 			memcpy(a.auth.proof, replay_auth, CP_PROOF_LEN);
 		else if (cp_auth_proof((const uint8_t *)key, strlen(key), CP_AUTH_CLIENT,
-				       H->client_nonce, H->server_nonce, a.auth.proof))
+				       H->client_nonce, H->server_nonce, id, a.auth.proof))
 			fail("cp_auth_proof");
 		memcpy(H->sent_auth, a.auth.proof, CP_PROOF_LEN);
 		send_msg(&a);
@@ -1545,6 +1565,37 @@ static int same_reads(unsigned int *n)
 	return bad;
 }
 
+/*
+ * Issue 49: nothing of the server was in the proof, so a server that is
+ * not the real one could relay a live login to the real one: the sender's
+ * AUTH, over both nonces, passed there too. The proof now names the
+ * address the sender dialled; one that names another (the rogue's: here
+ * the same host, another port) is refused, the right token notwithstanding.
+ */
+static void verify_relayed(struct harness *h)
+{
+	if (h->welcomed)
+		scenario_bad = "a proof naming another server's address logged in";
+	else if (!h->errors)
+		scenario_bad = "no ERROR for a relayed proof";
+}
+
+static int relayed_login(unsigned int *n)
+{
+	static const uint8_t script[] = {16, 0, 0, 8, 1}; /* token; HELLO; wait */
+
+	scenario_bad = NULL;
+	scenario_verify = verify_relayed;
+	relayed = true;
+	LLVMFuzzerTestOneInput(script, sizeof(script));
+	relayed = false;
+	scenario_verify = NULL;
+	printf("%s %u - a login relayed from another server's address is refused%s%s\n",
+	       scenario_bad ? "not ok" : "ok", ++*n, scenario_bad ? ": " : "",
+	       scenario_bad ? scenario_bad : "");
+	return scenario_bad != NULL;
+}
+
 /* Issue 40: no disk bounds. --max-size and --min-free refuse a file at
  * its FILE_START. */
 static int bounds(unsigned int *n)
@@ -2014,6 +2065,7 @@ int main(int argc, char **argv)
 	bad |= bounds(&n);
 	bad |= replayed_login(&n);
 	bad |= held_auth(&n);
+	bad |= relayed_login(&n);
 	bad |= same_reads(&n);
 	for (int i = 1; i < argc; i++) {
 		struct dirent **list;
