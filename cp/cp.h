@@ -109,13 +109,16 @@ int cp_parse_hostport(const char *s, char *host, size_t host_len, uint16_t *port
 
 /*
  * cp_open_walked() - open @path for reading as the file a walk found:
- * (@dev, @ino). Never through a link as its last component with
- * @nofollow, never blocking (a FIFO put there is no regular file), and
- * only if what opened is that very file, whatever the path led through.
- * The fd, or -errno: -ELOOP a link, -EINVAL not a regular file, -ESTALE
- * another file.
+ * (@dev, @ino). With @top (>= 0, the walked tree's top directory), @path
+ * is relative to it and resolved beneath it through no link at all, so a
+ * directory part swapped for a link since leads to no open elsewhere;
+ * else @path is opened as it is, never through a link as its last
+ * component with @nofollow. Never blocking (a FIFO put there is no
+ * regular file), and only if what opened is that very file. The fd, or
+ * -errno: -ELOOP a link, -EXDEV out of @top, -EINVAL not a regular file,
+ * -ESTALE another file.
  */
-int cp_open_walked(const char *path, dev_t dev, ino_t ino, bool nofollow);
+int cp_open_walked(int top, const char *path, dev_t dev, ino_t ino, bool nofollow);
 
 uint64_t cp_now_ns(void);
 double cp_cpu_seconds(void);

@@ -133,6 +133,7 @@ static int loop_init(struct cp_loop *lp, unsigned int entries, unsigned int brid
 	lp->ignore.done = ignore_done;
 	lp->sigfd = -1;
 	lp->wk = NULL;
+	lp->inflight = 0;
 	rc = io_uring_queue_init(entries, &lp->ring, 0);
 	if (rc < 0) {
 		cp_log("io_uring_queue_init: %s", strerror(-rc));
@@ -173,17 +174,26 @@ int cp_loop_init_group(struct cp_loop *lp, unsigned int entries)
  * file system holds a thread of it and the connections that wait on it,
  * never the loop. A small pool (libuv's is 4 threads too), a thread
  * started whenever work would otherwise wait: a call hung on one file
- * system does not hold up one on another until all are hung. Done work
- * is handed back on a list; an eventfd read on the ring tells the loop
- * (libuv does the same with its async handle).
+ * system does not hold up one on another until all are hung. A call
+ * running for over WORK_STUCK_MS no longer counts toward the 4: a hung
+ * file system holds its threads, the next call gets a thread more, up to
+ * CP_WORKERS_MAX. Done work is handed back on a list; an eventfd read on
+ * the ring tells the loop (libuv does the same with its async handle).
+ * At the end, a call still stuck is left to its thread (never joined):
+ * the worker, its eventfd and the call's memory are then never freed.
  */
-#define CP_WORKERS 4
+#define CP_WORKERS     4
+#define CP_WORKERS_MAX 32
+#define WORK_STUCK_MS  1000
+#define WORK_LEAVE_MS  1000 /* at the end: how long a running call is waited for */
 
 struct cp_worker {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	pthread_t th[CP_WORKERS];
+	pthread_t th[CP_WORKERS_MAX];
+	uint64_t since[CP_WORKERS_MAX];	   /* under mu: its call's start, 0: idle */
 	unsigned int nth, running, queued; /* under mu */
+	unsigned int ids;		   /* under mu: threads that took their slot */
 	struct cp_work *todo, **todo_end;  /* under mu */
 	struct cp_work *done, **done_end;  /* under mu */
 	bool quit;			   /* under mu */
@@ -201,8 +211,10 @@ static void *worker_main(void *arg)
 	struct cp_worker *wk = arg;
 	const uint64_t one = 1;
 	struct cp_work *w;
+	unsigned int me;
 
 	pthread_mutex_lock(&wk->mu);
+	me = wk->ids++;
 	for (;;) {
 		while (!wk->todo && !wk->quit)
 			pthread_cond_wait(&wk->cv, &wk->mu);
@@ -214,9 +226,11 @@ static void *worker_main(void *arg)
 			wk->todo_end = &wk->todo;
 		wk->queued--;
 		wk->running++;
+		wk->since[me] = cp_now_ns();
 		pthread_mutex_unlock(&wk->mu);
 		w->res = w->fn(w);
 		pthread_mutex_lock(&wk->mu);
+		wk->since[me] = 0;
 		wk->running--;
 		w->next = NULL;
 		*wk->done_end = w;
@@ -227,6 +241,51 @@ static void *worker_main(void *arg)
 	}
 	pthread_mutex_unlock(&wk->mu);
 	return NULL;
+}
+
+/* Threads whose call has run for over WORK_STUCK_MS. Under mu. */
+static unsigned int stuck_locked(const struct cp_worker *wk, uint64_t now)
+{
+	unsigned int n = 0;
+
+	for (unsigned int i = 0; i < wk->ids; i++)
+		n += wk->since[i] && now - wk->since[i] > WORK_STUCK_MS * 1000000ull;
+	return n;
+}
+
+/* One thread more if @waiting calls wait for one and fewer than
+ * CP_WORKERS threads are not stuck. Under mu; false if it could not. */
+static bool grow_locked(struct cp_worker *wk, unsigned int waiting)
+{
+	if (wk->nth - wk->running >= waiting || wk->nth >= CP_WORKERS_MAX ||
+	    wk->nth - stuck_locked(wk, cp_now_ns()) >= CP_WORKERS)
+		return true;
+	/* It inherits the loop thread's blocked SIGINT, SIGTERM. */
+	if (pthread_create(&wk->th[wk->nth], NULL, worker_main, wk))
+		return false;
+	wk->nth++;
+	return true;
+}
+
+/* Calls queued behind stuck ones: a thread more (each pass). */
+static void work_grow(struct cp_worker *wk)
+{
+	pthread_mutex_lock(&wk->mu);
+	if (wk->queued)
+		grow_locked(wk, wk->queued);
+	pthread_mutex_unlock(&wk->mu);
+}
+
+static unsigned int work_stuck(struct cp_loop *lp)
+{
+	unsigned int n;
+
+	if (!lp->wk)
+		return 0;
+	pthread_mutex_lock(&lp->wk->mu);
+	n = stuck_locked(lp->wk, cp_now_ns());
+	pthread_mutex_unlock(&lp->wk->mu);
+	return n;
 }
 
 static void work_arm(struct cp_loop *lp)
@@ -312,16 +371,11 @@ int cp_loop_work(struct cp_loop *lp, struct cp_work *w)
 	w->next = NULL;
 	pthread_mutex_lock(&wk->mu);
 	/* Every thread not running a call takes one: more work than those,
-	 * one more thread. It inherits this one's blocked SIGINT, SIGTERM. */
-	if (wk->nth - wk->running <= wk->queued && wk->nth < CP_WORKERS) {
-		rc = -pthread_create(&wk->th[wk->nth], NULL, worker_main, wk);
-		if (!rc)
-			wk->nth++;
-		else if (!wk->nth) {
-			pthread_mutex_unlock(&wk->mu);
-			cp_log("cannot start the file system worker: %s", strerror(-rc));
-			return rc;
-		}
+	 * one more thread. */
+	if (!grow_locked(wk, wk->queued + 1) && !wk->nth) {
+		pthread_mutex_unlock(&wk->mu);
+		cp_log("cannot start the file system worker: %s", strerror(EAGAIN));
+		return -EAGAIN;
 	}
 	*wk->todo_end = w;
 	wk->todo_end = &w->next;
@@ -334,23 +388,36 @@ int cp_loop_work(struct cp_loop *lp, struct cp_work *w)
 	return 0;
 }
 
-/* Join the worker's threads once they ran all they were given (however
- * long a stuck file system holds one), hand back what they did. */
-static void worker_stop(struct cp_loop *lp)
+/* Join the worker's threads once they ran all they were given, hand
+ * back what they did; a thread whose call does not return within
+ * WORK_LEAVE_MS is left to it: true if one was. */
+static bool worker_stop(struct cp_loop *lp)
 {
 	struct cp_worker *wk = lp->wk;
+	unsigned int left = 0;
+	struct timespec end;
 
 	if (!wk)
-		return;
+		return false;
 	if (wk->jobs)
 		cp_log("waiting for %u file system calls to return", wk->jobs);
 	pthread_mutex_lock(&wk->mu);
 	wk->quit = true;
 	pthread_cond_broadcast(&wk->cv);
 	pthread_mutex_unlock(&wk->mu);
+	clock_gettime(CLOCK_REALTIME, &end);
+	end.tv_sec += WORK_LEAVE_MS / 1000;
 	for (unsigned int i = 0; i < wk->nth; i++)
-		pthread_join(wk->th[i], NULL);
+		if (pthread_timedjoin_np(wk->th[i], NULL, &end)) {
+			pthread_detach(wk->th[i]);
+			left++;
+		}
 	work_deliver(wk);
+	if (left)
+		cp_log("%u file system calls never returned: left to their threads (is a file "
+		       "system hung?)",
+		       left);
+	return left;
 }
 
 int cp_loop_pass(struct cp_loop *lp, unsigned int wait_ms)
@@ -361,8 +428,10 @@ int cp_loop_pass(struct cp_loop *lp, unsigned int wait_ms)
 	unsigned int n = 0;
 	int rc;
 
-	if (lp->wk)
-		work_arm(lp);	/* if the SQ was full when it was due */
+	if (lp->wk) {
+		work_grow(lp->wk);
+		work_arm(lp); /* if the SQ was full when it was due */
+	}
 	rr_bridge_flush(lp->b); /* SQEs the bridge still owes (a full SQ) */
 	rc = io_uring_submit_and_wait_timeout(&lp->ring, &cqe, 1, &ts, NULL);
 	if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EBUSY)
@@ -409,10 +478,12 @@ void cp_loop_fini(struct cp_loop *lp)
 	}
 	if (lp->sig_on)
 		cp_loop_cancel(lp, &lp->sig);
-	while (lp->inflight && cp_now_ns() < end)
+	/* Not for calls stuck on a file system: those may never return. */
+	while (lp->inflight > work_stuck(lp) && cp_now_ns() < end)
 		if (cp_loop_pass(lp, 100) < 0)
 			break;
-	worker_stop(lp);
+	if (worker_stop(lp))
+		lp->wk = NULL; /* its threads still use it, and its eventfd */
 	if (lp->inflight)
 		cp_log("%u I/O requests still in flight at exit", lp->inflight);
 	rc = rr_bridge_destroy(lp->b);

@@ -130,9 +130,9 @@ static int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
 /* The secret: the file's bytes without trailing white space. */
 static int load_token(struct cp_opts *o, const char *path)
 {
-	char buf[CP_TOKEN_MAX + 2];
+	char buf[CP_TOKEN_MAX + 64];
 	struct stat st;
-	ssize_t n;
+	ssize_t n = 0, got = 1;
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 
 	if (fd < 0) {
@@ -163,14 +163,22 @@ static int load_token(struct cp_opts *o, const char *path)
 		close(fd);
 		return -1;
 	}
-	n = read(fd, buf, sizeof(buf));
+	/* To its end: white space is stripped from the end of the file, not
+	 * of what one read brought (a longer file must not pass). */
+	while (got > 0 && n < (ssize_t)sizeof(buf)) {
+		got = read(fd, buf + n, sizeof(buf) - (size_t)n);
+		if (got > 0)
+			n += got;
+	}
 	close(fd);
-	if (n < 0) {
+	if (got < 0) {
 		fprintf(stderr, CP_PROG ": --token-file %s: %s\n", path, strerror(errno));
 		return -1;
 	}
-	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' ||
-			 buf[n - 1] == '\t'))
+	/* A full buffer is too long, whatever white space it ends with. */
+	while (n > 0 && n < (ssize_t)sizeof(buf) &&
+	       (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' ||
+		buf[n - 1] == '\t'))
 		n--;
 	/* A guessable secret is none: 16 bytes at least, as from
 	 * "head -c 24 /dev/urandom | base64". */

@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #define CP_MAGIC     0x50435252u /* "RRCP" on the wire */
-#define CP_VERSION   6
+#define CP_VERSION   7
 #define CP_HDR_LEN   8
 #define CP_MSG_MAX   512 /* every receive buffer holds this much */
 #define CP_NAME_MAX  255
@@ -35,7 +35,7 @@
 #define CP_GRANT_KEYS_MAX 120u /* keys in one GRANT: it fits CP_MSG_MAX */
 
 enum cp_type {
-	CP_HELLO = 1,	   /* sender: proposal and token */
+	CP_HELLO = 1,	   /* sender: proposal and nonce (the token never crosses) */
 	CP_WELCOME = 2,	   /* receiver: window address and geometry */
 	CP_FILE_START = 3, /* sender: name and size of the next file */
 	/* 4 was FILE_READY (version 2): chunks now follow FILE_START at once */
@@ -46,7 +46,7 @@ enum cp_type {
 	/* Tree entries (version 5): each answered by FILE_DONE with 0 bytes
 	 * and checksum 0, in order with the files. */
 	CP_MKDIR = 9,	   /* sender: create the directory name (mode 0700 until DIR_META) */
-	CP_SYMLINK = 10,   /* sender: a symbolic link, its target stored verbatim */
+	CP_SYMLINK = 10,   /* sender: a symbolic link, its target stored verbatim or refused */
 	CP_DIR_META = 11,  /* sender: the directory's mode and mtime, after its contents */
 	CP_FILE_HAVE = 12, /* receiver: what it holds of a CP_START_RESUME file */
 	CP_FILE_FROM = 13, /* sender: where that file's chunks begin */

@@ -74,6 +74,18 @@ static void auth_failed(struct rx *r, const char *what)
 
 static void admit_peer(struct rx *r);
 
+/* Is r's source held back? Then it is refused, uncounted. */
+static bool refused_held(struct rx *r)
+{
+	unsigned int held =
+		cp_gate_held(r->env->gate, (const struct sockaddr *)&r->src, cp_now_ns());
+
+	if (held)
+		rx_fail(r, CP_E_AUTH, CP_EXIT_REFUSED,
+			"refused: too many wrong tokens from %s, try again in %u s", r->peer, held);
+	return held != 0;
+}
+
 /*
  * The token first: a stranger learns nothing, not even "busy", and never
  * counts toward --max-conns or --count. Only then is it admitted. With a
@@ -85,18 +97,12 @@ static void on_hello(struct rx *r, const struct cp_msg *m)
 	struct rx_env *env = r->env;
 	const struct cp_opts *o = env->o;
 	struct cp_msg c = {.type = CP_CHALLENGE};
-	const struct sockaddr *src = (const struct sockaddr *)&r->src;
-	unsigned int held;
 	int rc;
 
 	/* A source that failed too often is not even checked: a guesser
 	 * gets one try per hold, whatever it sends meanwhile. */
-	held = o->have_token ? cp_gate_held(env->gate, src, cp_now_ns()) : 0;
-	if (held) {
-		rx_fail(r, CP_E_AUTH, CP_EXIT_REFUSED,
-			"refused: too many wrong tokens from %s, try again in %u s", r->peer, held);
+	if (o->have_token && refused_held(r))
 		return;
-	}
 	r->want_chunk = m->hello.chunk;
 	r->want_window = m->hello.window;
 	if (!o->have_token) {
@@ -108,6 +114,13 @@ static void on_hello(struct rx *r, const struct cp_msg *m)
 		return;
 	}
 	memcpy(r->client_nonce, m->hello.nonce, CP_NONCE_LEN);
+	/* The address the sender reached: its proof must name it. */
+	rc = cp_auth_server_id(rdma_get_local_addr(rr_ep_cm_id(r->ep)), r->server_id);
+	if (rc) {
+		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "no address of ours to prove the token on: %s",
+			strerror(-rc));
+		return;
+	}
 	rc = cp_auth_nonce(r->server_nonce);
 	if (rc) {
 		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "no random nonce: %s", strerror(-rc));
@@ -125,8 +138,13 @@ static void on_auth(struct rx *r, const struct cp_msg *m)
 {
 	const struct cp_opts *o = r->env->o;
 
+	/* Held back since its HELLO (its other connections failed): not
+	 * compared, not counted, the right proof included, or a guesser
+	 * would say HELLO on every connection first and AUTH on each. */
+	if (refused_held(r))
+		return;
 	if (!cp_auth_check(o->token, o->token_len, CP_AUTH_CLIENT, r->client_nonce, r->server_nonce,
-			   m->auth.proof)) {
+			   r->server_id, m->auth.proof)) {
 		auth_failed(r, "wrong");
 		return;
 	}
@@ -165,7 +183,7 @@ static void admit_peer(struct rx *r)
 	w.welcome.window = r->w.window;
 	w.welcome.addr = (uintptr_t)r->win;
 	if (o->have_token && cp_auth_proof(o->token, o->token_len, CP_AUTH_SERVER, r->client_nonce,
-					   r->server_nonce, w.welcome.proof)) {
+					   r->server_nonce, r->server_id, w.welcome.proof)) {
 		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "cannot compute our proof of the token");
 		return;
 	}
@@ -351,6 +369,7 @@ struct rx *rx_create(struct rx_env *env, rr_ep *ep)
 	r->entry_fd = -1;
 	r->st.fd = r->st.parentfd = -1;
 	r->same_fd = -1;
+	r->pad_fd = -1;
 	r->last_activity = r->born_at = cp_now_ns();
 	snprintf(r->peer, sizeof(r->peer), "peer");
 	if (sa && sa->sa_family == AF_INET) {
@@ -485,6 +504,12 @@ static void rx_lost(struct rx *r)
 		rx_fail(r, 0, CP_EXIT_NET, "connection lost (%s)", how);
 }
 
+bool rx_stuck(struct rx *r, uint64_t now)
+{
+	return r->state == RX_CLOSING && r->io_inflight &&
+	       now - r->closing_at > RX_STUCK_S * 1000000000ull;
+}
+
 enum rx_poll_res rx_poll(struct rx *r, int *result)
 {
 	uint64_t now = cp_now_ns();
@@ -550,8 +575,15 @@ enum rx_poll_res rx_poll(struct rx *r, int *result)
 			r->down_at = now;
 		} else if (r->state != RX_CLOSING && t &&
 			   now - r->last_activity > (uint64_t)t * 1000000000ull) {
-			rx_fail(r, CP_E_ABORT, CP_EXIT_NET, "nothing received for %u s, giving up",
-				t);
+			/* Waiting on our own file system is no silence of the peer. */
+			if (r->io_inflight)
+				rx_fail(r, CP_E_IO, CP_EXIT_LOCAL_IO,
+					"a file system call has not returned for %u s (is DIR's "
+					"file system hung?), giving up",
+					t);
+			else
+				rx_fail(r, CP_E_ABORT, CP_EXIT_NET,
+					"nothing received for %u s, giving up", t);
 			return RX_ALIVE;
 		} else {
 			return RX_ALIVE;

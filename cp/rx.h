@@ -54,6 +54,11 @@ enum rx_poll_res {
 };
 /* Called every loop pass. */
 enum rx_poll_res rx_poll(struct rx *r, int *result);
+/* Given up on for over RX_STUCK_S and still waiting for file I/O of its
+ * own (a hung file system): its holder need not wait for it to end, and
+ * must then never free it. */
+#define RX_STUCK_S 3
+bool rx_stuck(struct rx *r, uint64_t now);
 /* The holder keeps its receivers in a list of their own links. */
 struct rx *rx_next(struct rx *r);
 void rx_set_next(struct rx *r, struct rx *next);

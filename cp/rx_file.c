@@ -159,25 +159,40 @@ static void drop_file(struct rx *r)
 	cp_store_abort(&r->st);
 	r->file_active = false;
 }
-/* The name exists (no --force): received in full and verified, the file
- * is a success if the one under the name has the same length and hash. */
+/*
+ * The name exists (no --force): received in full and verified, the file
+ * is a success if the one under the name has the same length and hash.
+ * Whatever the lengths, the declared length is read and hashed: the named
+ * file as far as it goes, then the received file from there. Refused at
+ * once for another length, the delay of an equal one told a token holder
+ * the file's size; it now learns only "other content".
+ */
 static void same_check(struct rx *r)
 {
-	if (r->st.exist_size != r->end_bytes || rx_open_named(r))
-		goto differs;
-	if (r->st.exist_size != r->end_bytes)
-		goto differs;
+	uint64_t named;
+	char path[64];
+
+	if (rx_open_named(r))
+		return;
+	named = r->st.exist_size < r->end_bytes ? r->st.exist_size : r->end_bytes;
+	if (named < r->end_bytes) {
+		/* Its own descriptor: the store's may be write-only, O_DIRECT. */
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", r->st.fd);
+		r->pad_fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (r->pad_fd < 0) {
+			rx_fail(r, CP_E_IO, CP_EXIT_LOCAL_IO, "reopening the file of %s: %s",
+				r->name, strerror(errno));
+			return;
+		}
+	}
 	cp_hasher_reset(&r->hs);
-	if (cp_hasher_add_fd(&r->hs, r->same_fd, 0, r->end_bytes) < 0) {
+	if (cp_hasher_add_fd(&r->hs, r->same_fd, 0, named) < 0 ||
+	    (r->pad_fd >= 0 &&
+	     cp_hasher_add_fd(&r->hs, r->pad_fd, named, r->end_bytes - named) < 0)) {
 		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "cannot queue a hash");
 		return;
 	}
 	r->state = RX_SAME;
-	return;
-differs:
-	if (r->state != RX_CLOSING)
-		rx_fail(r, CP_E_EXISTS, CP_EXIT_REFUSED,
-			"refusing to replace %s: it exists with other content", r->name);
 }
 
 static void same_done(struct rx *r)
@@ -186,7 +201,7 @@ static void same_done(struct rx *r)
 	uint64_t sum = cp_hasher_digest(&r->hs);
 
 	rx_close_named(r);
-	if (err || sum != r->end_sum) {
+	if (err || r->st.exist_size != r->end_bytes || sum != r->end_sum) {
 		rx_fail(r, CP_E_EXISTS, CP_EXIT_REFUSED,
 			"refusing to replace %s: it exists with other content%s%s", r->name,
 			err ? ": " : "", err ? strerror(-err) : "");

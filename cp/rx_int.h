@@ -21,6 +21,7 @@
 #include <arpa/inet.h>
 #include <stdatomic.h>
 
+#include "auth.h"
 #include "ctl.h"
 #include "gate.h"
 #include "hash.h"
@@ -101,6 +102,7 @@ struct rx {
 	uint64_t lost_at;
 	bool authed;		  /* the token was good and it was admitted */
 	uint8_t client_nonce[CP_NONCE_LEN], server_nonce[CP_NONCE_LEN];
+	uint8_t server_id[CP_SERVER_ID_LEN]; /* our address as the sender reached it */
 	uint32_t want_chunk, want_window; /* HELLO's */
 	bool error_out;		  /* an ERROR is being sent */
 	struct cp_gate_ticket gt; /* in env->gate until admitted or freed */
@@ -141,6 +143,7 @@ struct rx {
 	uint64_t cur_size;
 	uint64_t have;	/* FILE_HAVE: bytes the partial holds */
 	int same_fd;	/* RX_SCAN of a named file, RX_SAME: its fd */
+	int pad_fd;	/* RX_SAME: the received file, read past the named one's end */
 	uint64_t w_off; /* where the chunks the window admits begin */
 	struct cp_work trunc; /* RX_TRUNC: ftruncate(trunc_fd), on the worker */
 	int trunc_fd;

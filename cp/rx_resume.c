@@ -38,6 +38,9 @@ void rx_close_named(struct rx *r)
 	if (r->same_fd >= 0)
 		close(r->same_fd);
 	r->same_fd = -1;
+	if (r->pad_fd >= 0)
+		close(r->pad_fd);
+	r->pad_fd = -1;
 }
 /*
  * A file to resume is open: hash what its partial holds on the hashing

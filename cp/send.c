@@ -47,10 +47,13 @@ struct entry {
 	int conn; /* the connection it went on, -1: not yet */
 	bool done;
 	/* A file: what the walk found, the only file sent under its path;
-	 * in_tree: found by -r's walk (no link as its last component). */
+	 * in_tree: found by -r's walk (no link as its last component),
+	 * path + rel beneath the tree's top directory, tops[top]. */
 	dev_t dev;
 	ino_t ino;
 	bool in_tree;
+	int top;
+	size_t rel;
 };
 
 /* One connection; its files go in turn, the connections' side by side. */
@@ -78,6 +81,8 @@ struct sender {
 	struct cp_progress prog;
 	int result; /* the first connection that failed says it */
 	char msg[256];
+	int *tops; /* the walked trees' top directories, open to the end */
+	int ntops;
 };
 
 /* Can an entry in the directory of MKDIR @d go on connection @c now? */
@@ -122,7 +127,8 @@ static bool open_file(struct sconn *c, struct tx *t, struct tx_src *src, const c
 	/* The file the walk found, and nothing else: not what a link put at
 	 * its name (or at a directory's on its path) leads to since, and no
 	 * FIFO to block on. */
-	c->fd = cp_open_walked(path, e->dev, e->ino, e->in_tree);
+	c->fd = e->in_tree ? cp_open_walked(s->tops[e->top], path + e->rel, e->dev, e->ino, true)
+			   : cp_open_walked(-1, path, e->dev, e->ino, false);
 	if (c->fd < 0 || fstat(c->fd, &sb)) {
 		int err = c->fd < 0 ? -c->fd : errno;
 
@@ -522,7 +528,7 @@ static char *top_name(const char *path, const char *as)
  * operand is followed), opened and checked to be that one, then walked. */
 static int walk_top(struct sender *s, const char *path, const char *name, const struct stat *sb)
 {
-	int dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC), ret;
+	int dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC), ret, first = s->ne, *tops;
 	struct stat ob;
 
 	if (dfd < 0)
@@ -531,8 +537,21 @@ static int walk_top(struct sender *s, const char *path, const char *name, const 
 		ret = walk_fail(s, "%s: changed while the tree was walked", path);
 	else
 		ret = walk(s, path, name, sb, -1, dfd);
-	close(dfd);
-	return ret;
+	tops = ret ? NULL : realloc(s->tops, (size_t)(s->ntops + 1) * sizeof(*tops));
+	if (!tops) {
+		close(dfd);
+		return ret ? ret : walk_fail(s, "out of memory");
+	}
+	/* Kept open: each file is opened again beneath it, never by a path
+	 * whose directories may be links by then (cp_open_walked()). */
+	s->tops = tops;
+	s->tops[s->ntops] = dfd;
+	for (int i = first; i < s->ne; i++) {
+		s->e[i].top = s->ntops;
+		s->e[i].rel = strlen(path) + 1; /* walk() joins "path/..." */
+	}
+	s->ntops++;
+	return 0;
 }
 
 /* Every operand, and with -r every entry beneath, before anything moves:
@@ -668,6 +687,9 @@ out:
 		free(s->e[i].target);
 	}
 	free(s->e);
+	for (int i = 0; i < s->ntops; i++)
+		close(s->tops[i]);
+	free(s->tops);
 	free(s);
 	return ret;
 }

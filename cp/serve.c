@@ -136,6 +136,17 @@ static void abort_conns(struct serve *s, const char *why)
 		rx_abort(r, why);
 }
 
+/* Every connection left ended, or waits only on a hung file system. */
+static bool conns_ended(struct serve *s)
+{
+	uint64_t now = cp_now_ns();
+
+	for (struct rx *r = s->conns; r; r = rx_next(r))
+		if (!rx_stuck(r, now))
+			return false;
+	return true;
+}
+
 static bool groups_drained(const struct serve_all *a)
 {
 	for (unsigned int i = 0; i < a->ngroups; i++)
@@ -191,12 +202,14 @@ static void serve_poll(struct cp_loop *lp)
 		s->closing = true;
 		abort_conns(s, atomic_load(&a->why));
 	}
+	/* A connection stuck on a file system is not waited for: its call
+	 * may never return (it stays in the list, never freed). */
 	if (s->group) {
-		if (s->closing && !s->conns)
+		if (s->closing && conns_ended(s))
 			atomic_store(&s->drained, true);
 		if (atomic_load(&a->exit))
 			lp->stop = true;
-	} else if (s->closing && !s->conns && groups_drained(a)) {
+	} else if (s->closing && conns_ended(s) && groups_drained(a)) {
 		lp->stop = true;
 	}
 }
@@ -230,7 +243,7 @@ static void serve_drain(struct serve *s)
 		return;
 	s->closing = true;
 	abort_conns(s, "receiver exiting");
-	while (s->conns && cp_now_ns() < end && cp_loop_pass(&s->lp, 100) >= 0)
+	while (!conns_ended(s) && cp_now_ns() < end && cp_loop_pass(&s->lp, 100) >= 0)
 		serve_poll(&s->lp);
 	if (s->conns)
 		cp_log("serve: connections still open at exit");

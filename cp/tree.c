@@ -25,8 +25,14 @@ enum kind { K_MKDIR, K_SYMLINK, K_META };
 /*
  * The steps: PARENT (DIR_META: the directory itself), then
  * MKDIR: MKDIR STAT_MADE? | MKDIR STAT_OLD (it exists: a directory?)
- * SYMLINK: SYMLINK LINK_TIME | SYMLINK STAT_LINK SYMLINK_TMP RENAME
- *          (UNLINK_TMP | LINK_TIME)
+ * SYMLINK: [CHECK] SYMLINK_TMP LINK_TIME (PLACE | UNLINK_TMP)
+ *          forced: ... SWAP STAT_SWAPPED (UNLINK_OLD | SWAP_BACK UNLINK_TMP)
+ * A link is made and timed under a temporary name of its own (a time set
+ * by the final name could land on a file another connection put there
+ * since), then put in place: PLACE (RENAME_NOREPLACE), or forced, SWAP
+ * (RENAME_EXCHANGE) and a look at what came out: another link goes
+ * (UNLINK_OLD); anything else (a file or directory put there since the
+ * link was checked) is swapped back and the new link refused.
  * DIR_META: META
  * LINK_TIME and META run on the worker: io_uring has no op for a mode
  * or a time.
@@ -34,12 +40,15 @@ enum kind { K_MKDIR, K_SYMLINK, K_META };
 enum step {
 	T_PARENT,
 	T_MKDIR,
+	T_CHECK,
 	T_STAT_MADE,
 	T_STAT_OLD,
-	T_SYMLINK,
-	T_STAT_LINK,
 	T_SYMLINK_TMP,
-	T_RENAME,
+	T_PLACE,
+	T_SWAP,
+	T_STAT_SWAPPED,
+	T_UNLINK_OLD,
+	T_SWAP_BACK,
 	T_UNLINK_TMP,
 	T_LINK_TIME,
 	T_META,
@@ -120,27 +129,35 @@ void cp_dirs_free(struct cp_dirs *d)
 	pthread_mutex_unlock(&d->mu);
 }
 
-/* Does @target, from a link at @name (under DIR), stay under DIR? */
-static bool target_inside(const char *name, const char *target)
+/*
+ * Where a link's target must resolve through directories only: the part
+ * of @target up to its last "..", from the link's directory @parent, into
+ * @out (for openat2() from DIR); false if @target has no "..".
+ *
+ * The kernel follows every part before a "..": one that is a link (or a
+ * name a later link may take) makes the ".." the parent of wherever that
+ * link leads, not of the name in the text (l1 -> ., l2 -> l1/.. is DIR's
+ * parent). The parts after the last ".." only go down; a link among them
+ * was stored under this same rule (or planted by the operator), so it
+ * resolves beneath DIR too, and so does the whole target. Directories
+ * are never replaced by links (no rename or link goes over one), so what
+ * was checked stays true for every link stored later.
+ */
+static bool climbs(const char *parent, const char *target, char *out, size_t len)
 {
-	int depth = 0;
+	const char *last = NULL;
 
-	if (target[0] == '/')
-		return false;
-	for (const char *p = name; (p = strchr(p, '/')); p++)
-		depth++; /* the directories the link lies in */
 	for (const char *p = target; *p;) {
 		size_t n = strcspn(p, "/");
 
-		if (n == 2 && p[0] == '.' && p[1] == '.') {
-			if (--depth < 0)
-				return false;
-		} else if (n && !(n == 1 && p[0] == '.')) {
-			depth++;
-		}
+		if (n == 2 && p[0] == '.' && p[1] == '.')
+			last = p + 2;
 		p += n;
 		p += *p == '/';
 	}
+	if (!last)
+		return false;
+	snprintf(out, len, "%s/%.*s", parent, (int)(last - target), target);
 	return true;
 }
 
@@ -160,27 +177,35 @@ static void prep(struct cp_entry *e, struct io_uring_sqe *sqe, int step)
 		io_uring_prep_openat2(sqe, e->dirfd, e->kind == K_META ? e->name : e->parent,
 				      &e->how);
 		break;
+	case T_CHECK:
+		e->how = (struct open_how){.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+					   .resolve = RESOLVE_TREE | RESOLVE_NO_MAGICLINKS};
+		io_uring_prep_openat2(sqe, e->dirfd, e->check, &e->how);
+		break;
 	case T_MKDIR:
 		/* mkdirat() follows no link in base: a link there is EEXIST. */
 		io_uring_prep_mkdirat(sqe, e->fd, e->base, 0700);
 		break;
 	case T_STAT_MADE:
 	case T_STAT_OLD:
-	case T_STAT_LINK:
 		io_uring_prep_statx(sqe, e->fd, e->base, AT_SYMLINK_NOFOLLOW,
 				    STATX_TYPE | STATX_INO, &e->stx);
 		break;
-	case T_SYMLINK:
-		io_uring_prep_symlinkat(sqe, e->target, e->fd, e->base);
+	case T_STAT_SWAPPED:
+		io_uring_prep_statx(sqe, e->fd, e->tmp, AT_SYMLINK_NOFOLLOW, STATX_TYPE, &e->stx);
 		break;
 	case T_SYMLINK_TMP:
-		cp_store_tmp_name(e->tmp, e->base, 0);
+		cp_store_tmp_name(e->tmp, e->base, (unsigned int)e->tries);
 		io_uring_prep_symlinkat(sqe, e->target, e->fd, e->tmp);
 		break;
-	case T_RENAME:
-		/* rename() never puts it over a directory. */
-		io_uring_prep_renameat(sqe, e->fd, e->tmp, e->fd, e->base, 0);
+	case T_PLACE:
+		io_uring_prep_renameat(sqe, e->fd, e->tmp, e->fd, e->base, RENAME_NOREPLACE);
 		break;
+	case T_SWAP:
+	case T_SWAP_BACK:
+		io_uring_prep_renameat(sqe, e->fd, e->tmp, e->fd, e->base, RENAME_EXCHANGE);
+		break;
+	case T_UNLINK_OLD:
 	case T_UNLINK_TMP:
 		io_uring_prep_unlinkat(sqe, e->fd, e->tmp, 0);
 		break;
@@ -213,8 +238,8 @@ static int work_fn(struct cp_work *w)
 	struct cp_entry *e = (struct cp_entry *)((char *)w - offsetof(struct cp_entry, work));
 	struct stat sb;
 
-	if (e->step == T_LINK_TIME)
-		return utimensat(e->fd, e->base, e->ts, AT_SYMLINK_NOFOLLOW) ? -errno : 0;
+	if (e->step == T_LINK_TIME) /* its own temporary name */
+		return utimensat(e->fd, e->tmp, e->ts, AT_SYMLINK_NOFOLLOW) ? -errno : 0;
 	/* T_META: e->fd is the directory itself. */
 	if (fstat(e->fd, &sb)) {
 		e->what = "fstat of";
@@ -259,8 +284,25 @@ static int next(struct cp_entry *e, int res)
 		if (e->kind == K_MKDIR)
 			return queue(e, T_MKDIR);
 		if (e->kind == K_SYMLINK)
-			return queue(e, T_SYMLINK);
+			return queue(e, e->check[0] ? T_CHECK : T_SYMLINK_TMP);
 		return queue_work(e, T_META);
+	case T_CHECK:
+		if (res >= 0) {
+			close(res);
+			return queue(e, T_SYMLINK_TMP);
+		}
+		if (res == -EAGAIN && e->tries++ < 8)
+			return queue(e, T_CHECK); /* a rename raced the walk */
+		if (res == -EXDEV || res == -ELOOP || res == -ENOENT || res == -ENOTDIR) {
+			snprintf(
+				e->why, sizeof(e->why),
+				"refusing link %s: its target leads out of DIR, or climbs out of a "
+				"link or a name that is no directory: %s",
+				e->name, strerror(-res));
+			return CP_E_NAME;
+		}
+		return fail(e, cp_store_io_err(-res), "cannot resolve the target of", e->name,
+			    -res);
 	case T_MKDIR:
 		if (res == 0)
 			return e->made ? queue(e, T_STAT_MADE) : made(e);
@@ -279,33 +321,52 @@ static int next(struct cp_entry *e, int res)
 		if (res == 0 && S_ISDIR(e->stx.stx_mode))
 			return made(e); /* used as it is */
 		return fail(e, CP_E_EXISTS, "refusing to replace", e->name, ENOTDIR);
-	case T_SYMLINK:
-		if (res == 0)
-			return queue_work(e, T_LINK_TIME);
-		if (res != -EEXIST || !(e->flags & CP_LINK_FORCE))
-			return link_fail(e, -res);
-		/* Forced: over another link only, never a file or directory. */
-		return queue(e, T_STAT_LINK);
-	case T_STAT_LINK:
-		if (res < 0 || !S_ISLNK(e->stx.stx_mode))
-			return link_fail(e, EEXIST);
-		/* Made under a temp name and renamed over the old link. */
-		return queue(e, T_SYMLINK_TMP);
 	case T_SYMLINK_TMP:
+		if (res == -EEXIST && e->tries++ < 8)
+			return queue(e, T_SYMLINK_TMP); /* another temporary name */
 		if (res < 0)
 			return link_fail(e, -res);
-		return queue(e, T_RENAME);
-	case T_RENAME:
+		return queue_work(e, T_LINK_TIME);
+	case T_LINK_TIME:
+		if (res < 0) {
+			e->err = -res;
+			e->what = "time of link";
+			return queue(e, T_UNLINK_TMP);
+		}
+		return queue(e, e->flags & CP_LINK_FORCE ? T_SWAP : T_PLACE);
+	case T_PLACE:
 		if (res == 0)
-			return queue_work(e, T_LINK_TIME);
-		e->err = res == -EISDIR || res == -ENOTEMPTY ? EEXIST : -res;
+			return made(e);
+		e->err = -res;
+		return queue(e, T_UNLINK_TMP);
+	case T_SWAP:
+		if (res == -ENOENT) /* nothing to replace: as without --force */
+			return queue(e, T_PLACE);
+		if (res < 0) {
+			e->err = -res;
+			return queue(e, T_UNLINK_TMP);
+		}
+		return queue(e, T_STAT_SWAPPED);
+	case T_STAT_SWAPPED:
+		/* Forced: over another link only, never a file or directory,
+		 * also not one put there since the link was sent. */
+		if (res == 0 && S_ISLNK(e->stx.stx_mode))
+			return queue(e, T_UNLINK_OLD);
+		e->err = EEXIST;
+		return queue(e, T_SWAP_BACK);
+	case T_UNLINK_OLD:
+		if (res < 0)
+			return fail(e, CP_E_IO, "cannot remove the link replaced by", e->name,
+				    -res);
+		return made(e);
+	case T_SWAP_BACK:
+		if (res < 0)
+			return fail(e, CP_E_IO, "cannot put back what was under", e->name, -res);
 		return queue(e, T_UNLINK_TMP);
 	case T_UNLINK_TMP:
+		if (e->what)
+			return fail(e, CP_E_IO, e->what, e->name, e->err);
 		return link_fail(e, e->err);
-	case T_LINK_TIME:
-		if (res < 0)
-			return fail(e, CP_E_IO, "time of link", e->name, -res);
-		return made(e);
 	case T_META:
 		if (res < 0)
 			return fail(e, CP_E_IO, e->what, e->name, -res);
@@ -343,6 +404,8 @@ static void init(struct cp_entry *e, struct cp_loop *lp, int dirfd, const char *
 
 	e->syncfd = e->fd = -1;
 	e->left = false;
+	e->what = NULL;
+	e->tries = 0;
 	e->why[0] = 0;
 	e->lp = lp;
 	e->done = done;
@@ -383,10 +446,14 @@ int cp_entry_symlink(struct cp_entry *e, struct cp_loop *lp, int dirfd, const ch
 	snprintf(e->target, sizeof(e->target), "%s", target);
 	if (cp_store_reserved(e->base))
 		return fail(e, CP_E_NAME, "refusing", name, EPERM);
-	if (!(flags & CP_LINK_ANYWHERE) && !target_inside(name, target)) {
-		snprintf(e->why, sizeof(e->why), "refusing link %s: its target leads out of DIR",
-			 name);
-		return CP_E_NAME;
+	e->check[0] = 0;
+	if (!(flags & CP_LINK_ANYWHERE)) {
+		if (target[0] == '/') {
+			snprintf(e->why, sizeof(e->why), "refusing link %s: its target is absolute",
+				 name);
+			return CP_E_NAME;
+		}
+		climbs(e->parent, target, e->check, sizeof(e->check));
 	}
 	return queue(e, T_PARENT);
 }

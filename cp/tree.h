@@ -69,6 +69,8 @@ struct cp_entry {
 	char base[NAME_MAX + 1];
 	char tmp[NAME_MAX + 1];
 	char target[CP_TARGET_MAX + 1];
+	char check[CP_NAME_MAX + CP_TARGET_MAX + 2]; /* "": no ".." to resolve */
+	int tries;
 };
 
 /*
@@ -82,11 +84,13 @@ struct cp_entry {
  * as it is, anything else there is refused. One it created is added to
  * @made (if not NULL).
  * cp_entry_symlink() - @name as a symbolic link to @target with @mtime.
- * Unless CP_LINK_ANYWHERE, a target that is absolute, or whose ".."
- * lead out of the directory given to serve from where the link lies, is
- * refused (CP_E_NAME): serve never follows a link, but others reading
- * DIR would. An existing name is refused unless CP_LINK_FORCE, and then
- * only another symbolic link is replaced, never a file or directory.
+ * Unless CP_LINK_ANYWHERE, a target that is absolute is refused
+ * (CP_E_NAME), and so is one whose part up to its last ".." does not
+ * resolve, from where the link lies, through directories only, beneath
+ * the directory given to serve (a link there, a name not there, or a ".."
+ * out of it): serve never follows a link, but others reading DIR would.
+ * An existing name is refused unless CP_LINK_FORCE, and then only
+ * another symbolic link is replaced, never a file or directory.
  * cp_entry_dir_meta() - the directory @name's mode (less the umask) and
  * modification time; only for a directory in @made (made by a transfer
  * to this serve), or any with @force; another is left as it is, left set.

@@ -74,6 +74,7 @@ struct tx {
 	const struct cp_opts *o;
 	/* HELLO's nonce and CHALLENGE's (cp/auth.h) */
 	uint8_t client_nonce[CP_NONCE_LEN], server_nonce[CP_NONCE_LEN];
+	uint8_t server_id[CP_SERVER_ID_LEN]; /* the address we dialled */
 	bool challenged;
 	struct tx_hooks h;
 	rr_ep *ep;
@@ -658,8 +659,11 @@ static void on_challenge(struct tx *t, const struct cp_msg *m)
 	}
 	t->challenged = true;
 	memcpy(t->server_nonce, m->challenge.nonce, CP_NONCE_LEN);
-	if (cp_auth_proof(t->o->token, t->o->token_len, CP_AUTH_CLIENT, t->client_nonce,
-			  t->server_nonce, a.auth.proof)) {
+	/* The address we dialled goes into both proofs: a server that is not
+	 * the real one cannot pass ours on to the real one. */
+	if (cp_auth_server_id(rdma_get_peer_addr(rr_ep_cm_id(t->ep)), t->server_id) ||
+	    cp_auth_proof(t->o->token, t->o->token_len, CP_AUTH_CLIENT, t->client_nonce,
+			  t->server_nonce, t->server_id, a.auth.proof)) {
 		tx_fail(t, CP_EXIT_FAIL, CP_E_ABORT, "cannot compute the proof of the token");
 		return;
 	}
@@ -709,7 +713,7 @@ static void on_message(struct tx *t, const uint8_t *buf, uint32_t len)
 		if (t->o->have_token &&
 		    (!t->challenged ||
 		     !cp_auth_check(t->o->token, t->o->token_len, CP_AUTH_SERVER, t->client_nonce,
-				    t->server_nonce, m.welcome.proof))) {
+				    t->server_nonce, t->server_id, m.welcome.proof))) {
 			tx_fail(t, CP_EXIT_REFUSED, CP_E_AUTH,
 				"%s did not prove it holds the token (%s): not the receiver "
 				"meant, or it runs --no-auth",

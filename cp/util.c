@@ -6,8 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -138,11 +140,17 @@ uint64_t cp_peak_rss_bytes(void)
 	return (uint64_t)ru.ru_maxrss * 1024; /* Linux reports KiB */
 }
 
-int cp_open_walked(const char *path, dev_t dev, ino_t ino, bool nofollow)
+int cp_open_walked(int top, const char *path, dev_t dev, ino_t ino, bool nofollow)
 {
-	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | (nofollow ? O_NOFOLLOW : 0));
+	struct open_how how = {.flags = O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW,
+			       .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS};
 	struct stat sb;
-	int err;
+	int fd, err;
+
+	if (top >= 0)
+		fd = (int)syscall(SYS_openat2, top, path, &how, sizeof(how));
+	else
+		fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | (nofollow ? O_NOFOLLOW : 0));
 
 	if (fd < 0)
 		return -errno;

@@ -38,6 +38,31 @@ if ! grep -q 'token-file' "$t/err"; then
 else
 	say not-ok "a 16-byte token is taken ($(head -1 "$t/err"))"
 fi
+# Issue 49: a file over 128 bytes was taken when its bytes 129-130 were
+# white space (130 bytes were read, stripped, then measured).
+long=$(printf 'a%.0s' $(seq 128))
+token "$long"
+run
+if ! grep -q 'token-file' "$t/err"; then
+	say ok "a 128-byte token and a newline are taken"
+else
+	say not-ok "a 128-byte token and a newline are taken ($(head -1 "$t/err"))"
+fi
+token "$long  more"
+run
+if [ "$rc" = 2 ] && grep -q 'at most 128' "$t/err"; then
+	say ok "a token file of 128 bytes, 2 blanks and more is refused"
+else
+	say not-ok "a token file of 128 bytes, 2 blanks and more is refused (status $rc: $(head -1 "$t/err"))"
+fi
+printf '%s%*s\n' "$long" 100 "" >"$t/tok"
+printf 'x\n' >>"$t/tok"
+run
+if [ "$rc" = 2 ] && grep -q 'at most 128' "$t/err"; then
+	say ok "a token file of 128 bytes, 100 blanks and more is refused"
+else
+	say not-ok "a token file of 128 bytes, 100 blanks and more is refused (status $rc: $(head -1 "$t/err"))"
+fi
 # A token file of another user's: theirs to read and change.
 if [ "$(id -u)" = 0 ] && id nobody >/dev/null 2>&1; then
 	chown nobody "$t/tok"

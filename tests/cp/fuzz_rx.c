@@ -42,9 +42,11 @@
  * main() replays every file of the directories it is given: the cp-rx
  * host test replays tests/cp/corpus-rx so that every find stays covered.
  */
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -166,10 +168,19 @@ struct harness {
 	uint8_t client_nonce[CP_NONCE_LEN], server_nonce[CP_NONCE_LEN];
 	uint8_t sent_auth[CP_PROOF_LEN];
 	bool challenged;
+	char last_error[CP_TEXT_MAX + 1]; /* the receiver's last ERROR text */
 };
 
 /* Set: op_hello answers CHALLENGE with this proof, recorded before. */
 static const uint8_t *replay_auth;
+/* Set: op_hello's proofs name another address than the one dialled,
+ * as a sender's relayed by a server that is not the real one would. */
+static bool relayed;
+/* Set: op_hello calls it between CHALLENGE and its AUTH. */
+static void (*before_auth)(void);
+/* The receiver's compares of a sender's proof (cp_auth_check() is
+ * wrapped: -Wl,--wrap). */
+static unsigned int client_checks;
 
 /* A scenario of the replay (RX_REPLAY): what is in DIR before the
  * receiver starts, and what must hold after the script (before
@@ -257,6 +268,43 @@ int __wrap_ftruncate64(int fd, off_t len)
 {
 	stall_if("ftruncate");
 	return __real_ftruncate64(fd, len);
+}
+
+bool __real_cp_auth_check(const uint8_t *token, size_t len, enum cp_auth_role who, const uint8_t *c,
+			  const uint8_t *s, const uint8_t *id, const uint8_t *proof);
+bool __wrap_cp_auth_check(const uint8_t *token, size_t len, enum cp_auth_role who, const uint8_t *c,
+			  const uint8_t *s, const uint8_t *id, const uint8_t *proof);
+
+bool __wrap_cp_auth_check(const uint8_t *token, size_t len, enum cp_auth_role who, const uint8_t *c,
+			  const uint8_t *s, const uint8_t *id, const uint8_t *proof)
+{
+	if (who == CP_AUTH_CLIENT)
+		client_checks++;
+	return __real_cp_auth_check(token, len, who, c, s, id, proof);
+}
+
+/* Bytes the receiver's hashing thread read from files (pread() is
+ * wrapped: -Wl,--wrap; meson's 64-bit off_t makes it pread64). */
+static _Atomic unsigned long long pread_bytes;
+ssize_t __real_pread64(int fd, void *buf, size_t len, off_t off);
+ssize_t __wrap_pread64(int fd, void *buf, size_t len, off_t off);
+
+ssize_t __wrap_pread64(int fd, void *buf, size_t len, off_t off)
+{
+	ssize_t n = __real_pread64(fd, buf, len, off);
+
+	if (n > 0)
+		pread_bytes += (unsigned long long)n;
+	return n;
+}
+
+/* The receiver's address as the peer dialled it (auth.h), or a rogue's. */
+static void server_id(uint8_t id[CP_SERVER_ID_LEN])
+{
+	if (cp_auth_server_id(rdma_get_peer_addr(rr_ep_cm_id(H->ep)), id))
+		fail("no address dialled");
+	if (relayed)
+		id[16] ^= 0x40; /* the same host, another port: another server */
 }
 
 static uint8_t *recv_buf(unsigned int i)
@@ -434,6 +482,15 @@ static void peer_post_recv(unsigned int i)
 		H->recvs++;
 }
 
+static bool welcome_proved(const uint8_t *proof)
+{
+	uint8_t id[CP_SERVER_ID_LEN];
+
+	server_id(id);
+	return cp_auth_check((const uint8_t *)TOKEN, sizeof(TOKEN) - 1, CP_AUTH_SERVER,
+			     H->client_nonce, H->server_nonce, id, proof);
+}
+
 static void on_message(const uint8_t *buf, uint32_t len)
 {
 	struct cp_msg m;
@@ -453,10 +510,7 @@ static void on_message(const uint8_t *buf, uint32_t len)
 			fail("a second WELCOME");
 		/* With a token, only after our proof checked, and with the
 		 * receiver's own. */
-		if (H->o.have_token &&
-		    (!H->challenged ||
-		     !cp_auth_check((const uint8_t *)TOKEN, sizeof(TOKEN) - 1, CP_AUTH_SERVER,
-				    H->client_nonce, H->server_nonce, m.welcome.proof)))
+		if (H->o.have_token && (!H->challenged || !welcome_proved(m.welcome.proof)))
 			fail("WELCOME without the receiver's proof of the token");
 		H->welcomed = true;
 		H->addr = m.welcome.addr;
@@ -484,6 +538,8 @@ static void on_message(const uint8_t *buf, uint32_t len)
 		break;
 	case CP_ERROR:
 		H->errors++;
+		snprintf(H->last_error, sizeof(H->last_error), "%.*s", (int)m.error.len,
+			 m.error.text);
 		if (getenv("FUZZ_RX_VERBOSE"))
 			fprintf(stderr, "fuzz-rx: ERROR %u %.*s\n", m.error.code, (int)m.error.len,
 				m.error.text);
@@ -699,14 +755,18 @@ static void op_hello(struct script *s)
 	if (!m.hello.nonce_len)
 		return;
 	settle();
+	if (H->challenged && before_auth)
+		before_auth();
 	if (H->challenged) {
 		struct cp_msg a = {.type = CP_AUTH};
 		const char *key = ((p >> 5) & 3) == 1 ? "wrong-token" : TOKEN;
+		uint8_t id[CP_SERVER_ID_LEN];
 
+		server_id(id);
 		if (replay_auth)
 			memcpy(a.auth.proof, replay_auth, CP_PROOF_LEN);
 		else if (cp_auth_proof((const uint8_t *)key, strlen(key), CP_AUTH_CLIENT,
-				       H->client_nonce, H->server_nonce, a.auth.proof))
+				       H->client_nonce, H->server_nonce, id, a.auth.proof))
 			fail("cp_auth_proof");
 		memcpy(H->sent_auth, a.auth.proof, CP_PROOF_LEN);
 		send_msg(&a);
@@ -1401,6 +1461,141 @@ static int replayed_login(unsigned int *n)
 	return bad | (scenario_bad != NULL);
 }
 
+/*
+ * Issue 49, proven P2: the hold was checked at HELLO only, and the token
+ * moved to AUTH: a guesser said HELLO on every connection while not held,
+ * then sent every AUTH, each compared and counted, a right one admitted.
+ * Here the source is held back between CHALLENGE and AUTH (as the other
+ * connections' failures would); the right proof then must be refused
+ * without being compared, and not count as another try.
+ */
+static unsigned int held_before, checks_before;
+
+static void hold_source(void)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+
+	for (int i = 0; i <= GATE_FREE_FAILS; i++)
+		held_before = cp_gate_failed(&H->gate, (const struct sockaddr *)&sa, cp_now_ns());
+	checks_before = client_checks;
+}
+
+static void verify_held(struct harness *h)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+
+	if (!held_before)
+		scenario_bad = "the source was not held back";
+	else if (h->welcomed)
+		scenario_bad = "a held source's right AUTH logged in";
+	else if (client_checks != checks_before)
+		scenario_bad = "a held source's AUTH was compared";
+	else if (!h->errors)
+		scenario_bad = "no ERROR for a held source's AUTH";
+	else if (cp_gate_held(&h->gate, (const struct sockaddr *)&sa, cp_now_ns()) > held_before)
+		scenario_bad = "a held source's AUTH counted as another try";
+}
+
+static int held_auth(unsigned int *n)
+{
+	static const uint8_t script[] = {16, 0, 0, 8, 1}; /* token; HELLO; wait */
+
+	scenario_bad = NULL;
+	scenario_verify = verify_held;
+	before_auth = hold_source;
+	LLVMFuzzerTestOneInput(script, sizeof(script));
+	before_auth = NULL;
+	scenario_verify = NULL;
+	printf("%s %u - an AUTH from a source held back since its HELLO is refused unread%s%s\n",
+	       scenario_bad ? "not ok" : "ok", ++*n, scenario_bad ? ": " : "",
+	       scenario_bad ? scenario_bad : "");
+	return scenario_bad != NULL;
+}
+
+/*
+ * Issue 49, suspected: an existing name (no --force) was refused at once
+ * for another length, but read and hashed for an equal one: the delay
+ * told a token holder the file's size. Now both read the declared length
+ * (the named file as far as it goes, then the received bytes): what the
+ * hashing thread reads is counted, never timed. "a" holds 100 bytes.
+ */
+static void plant_100(int dirfd)
+{
+	char text[101];
+
+	memset(text, 'x', 100);
+	text[100] = 0;
+	plant_file(dirfd, "a", text);
+}
+
+static void verify_exists(struct harness *h)
+{
+	if (!h->errors)
+		scenario_bad = "no ERROR for another content under the name";
+	else if (size_of(h->dirfd, "a") != 100)
+		scenario_bad = "the file under the name changed";
+	unlinkat(h->dirfd, "a", 0);
+}
+
+static int same_reads(unsigned int *n)
+{
+	static const uint8_t sizes[] = {100, 50, 200};
+	int bad = 0;
+
+	for (size_t i = 0; i < sizeof(sizes); i++) {
+		/* token; HELLO; FILE_START "a" of sizes[i] bytes; its chunk;
+		 * FILE_END; wait */
+		const uint8_t script[] = {16, 0, 0, 1, 0, sizes[i], 2, 3, 0, 3, 0, 8, 4};
+		unsigned long long before = pread_bytes, read;
+
+		scenario_bad = NULL;
+		scenario_plant = plant_100;
+		scenario_verify = verify_exists;
+		LLVMFuzzerTestOneInput(script, sizeof(script));
+		scenario_plant = NULL;
+		scenario_verify = NULL;
+		read = pread_bytes - before;
+		if (!scenario_bad && read != sizes[i])
+			scenario_bad = "another amount was read than the declared length";
+		printf("%s %u - %u bytes sent over a file of 100: %llu bytes read to compare%s%s\n",
+		       scenario_bad ? "not ok" : "ok", ++*n, sizes[i], read,
+		       scenario_bad ? ": " : "", scenario_bad ? scenario_bad : "");
+		bad |= scenario_bad != NULL;
+	}
+	return bad;
+}
+
+/*
+ * Issue 49: nothing of the server was in the proof, so a server that is
+ * not the real one could relay a live login to the real one: the sender's
+ * AUTH, over both nonces, passed there too. The proof now names the
+ * address the sender dialled; one that names another (the rogue's: here
+ * the same host, another port) is refused, the right token notwithstanding.
+ */
+static void verify_relayed(struct harness *h)
+{
+	if (h->welcomed)
+		scenario_bad = "a proof naming another server's address logged in";
+	else if (!h->errors)
+		scenario_bad = "no ERROR for a relayed proof";
+}
+
+static int relayed_login(unsigned int *n)
+{
+	static const uint8_t script[] = {16, 0, 0, 8, 1}; /* token; HELLO; wait */
+
+	scenario_bad = NULL;
+	scenario_verify = verify_relayed;
+	relayed = true;
+	LLVMFuzzerTestOneInput(script, sizeof(script));
+	relayed = false;
+	scenario_verify = NULL;
+	printf("%s %u - a login relayed from another server's address is refused%s%s\n",
+	       scenario_bad ? "not ok" : "ok", ++*n, scenario_bad ? ": " : "",
+	       scenario_bad ? scenario_bad : "");
+	return scenario_bad != NULL;
+}
+
 /* Issue 40: no disk bounds. --max-size and --min-free refuse a file at
  * its FILE_START. */
 static int bounds(unsigned int *n)
@@ -1718,6 +1913,34 @@ static int stalls(unsigned int *n)
 	}
 	rc |= stall_end(h, n, "a hung file mode holds its connection, not the loop", bad);
 
+	/* Issue 49: a call that never returns fails its connection after
+	 * --timeout (30 s here), as the file system's fault, not the peer's
+	 * silence; the loop's worker does not hold the teardown. */
+	h = stall_begin();
+	m = entry_msg(CP_MKDIR, "d", NULL, 0);
+	bad = stall_run(h, NULL, false, &m, true, verify_dir);
+	if (!bad) {
+		pthread_mutex_lock(&stall.mu);
+		stall.call = "fchmod";
+		stall.released = stall.timed_out = stall.held = false;
+		pthread_mutex_unlock(&stall.mu);
+		m = entry_msg(CP_DIR_META, "d", NULL, 0750);
+		send_msg(&m);
+		dones_before = h->dones;
+		pump_until(held_or_done, h);
+		for (int i = 0; i < 40 && !h->errors; i++) {
+			fake_clock_advance(1000000000ull);
+			for (int k = 0; k < 50 && !h->errors; k++)
+				pump(1);
+		}
+		if (!h->errors)
+			bad = "no ERROR after --timeout while a call hung";
+		else if (!strstr(h->last_error, "file system call has not returned"))
+			bad = h->last_error;
+	}
+	rc |= stall_end(h, n, "a call that never returns fails its connection after --timeout",
+			bad);
+
 	/* FILE_FROM 0: the partial's ftruncate() hangs on the worker. */
 	scenario_plant = plant_resume;
 	h = stall_begin();
@@ -1742,6 +1965,94 @@ static int stalls(unsigned int *n)
 	return rc;
 }
 
+/*
+ * Issue 49, proven P1: a link's target was checked by counting its "..",
+ * but the kernel follows each part before them, and a token holder can
+ * make one a link it stored just before. Over the wire, each entry of
+ * @steps must be taken (FILE_DONE) and the last refused (an ERROR), and
+ * not be there.
+ */
+struct link_step {
+	uint8_t type;
+	const char *name, *target;
+};
+
+static char deep_dir[40];
+
+static void links_cleanup(struct harness *h)
+{
+	char path[CP_NAME_MAX + 8];
+	static const char *const links[] = {"l1", "l2", "later", "l4"};
+
+	for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++)
+		unlinkat(h->dirfd, links[i], 0);
+	snprintf(path, sizeof(path), "%s/up", deep_dir);
+	unlinkat(h->dirfd, path, 0);
+	snprintf(path, sizeof(path), "%s/esc", deep_dir);
+	unlinkat(h->dirfd, path, 0);
+}
+
+static int links_run(unsigned int *n, const char *what, const struct link_step *steps,
+		     size_t nsteps)
+{
+	struct harness *h = stall_begin();
+	const char *bad = NULL;
+
+	for (size_t i = 0; i < nsteps && !bad; i++) {
+		struct cp_msg m = entry_msg(steps[i].type, steps[i].name, steps[i].target, 0);
+		bool last = i + 1 == nsteps;
+
+		dones_before = h->dones;
+		send_msg(&m);
+		if (!pump_until(answered, h))
+			bad = "never answered";
+		else if (!last && h->errors)
+			bad = "an ERROR for an entry that stays in DIR";
+		else if (last && !h->errors)
+			bad = "no ERROR: the link was stored";
+		else if (last && !faccessat(h->dirfd, steps[i].name, F_OK, AT_SYMLINK_NOFOLLOW))
+			bad = "the link is there";
+	}
+	scenario_verify = links_cleanup;
+	teardown(h);
+	scenario_verify = NULL;
+	H = NULL;
+	free(h);
+	printf("%s %u - %s%s%s\n", bad ? "not ok" : "ok", ++*n, what, bad ? ": " : "",
+	       bad ? bad : "");
+	return bad != NULL;
+}
+
+static int links_out(unsigned int *n)
+{
+	static char up[64], esc[96], dirs[16][40], deep_up[48], deep_esc[48];
+	struct link_step deep[18];
+	int bad = 0;
+
+	bad |= links_run(
+		n, "l1 -> ., then l2 -> l1/.. is refused",
+		(const struct link_step[]){{CP_SYMLINK, "l1", "."}, {CP_SYMLINK, "l2", "l1/.."}},
+		2);
+	bad |= links_run(n, "l4 -> later/.. before later exists is refused",
+			 (const struct link_step[]){{CP_SYMLINK, "l4", "later/.."}}, 1);
+	strcpy(esc, "up");
+	for (int i = 0; i < 16; i++) {
+		snprintf(dirs[i], sizeof(dirs[i]), "%s%sd", i ? dirs[i - 1] : "", i ? "/" : "");
+		deep[i] = (struct link_step){CP_MKDIR, dirs[i], NULL};
+		strcat(up, i ? "/.." : "..");
+		strcat(esc, "/..");
+	}
+	strcat(esc, "/etc/passwd");
+	snprintf(deep_dir, sizeof(deep_dir), "%s", dirs[15]);
+	snprintf(deep_up, sizeof(deep_up), "%s/up", dirs[15]);
+	snprintf(deep_esc, sizeof(deep_esc), "%s/esc", dirs[15]);
+	deep[16] = (struct link_step){CP_SYMLINK, deep_up, up};
+	deep[17] = (struct link_step){CP_SYMLINK, deep_esc, esc};
+	bad |= links_run(n, "16 down, up -> 16 x .., then esc -> up/16 x ../etc/passwd is refused",
+			 deep, 18);
+	return bad;
+}
+
 int main(int argc, char **argv)
 {
 	unsigned int n = 0;
@@ -1750,8 +2061,12 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	bad |= scenarios(&n);
 	bad |= stalls(&n);
+	bad |= links_out(&n);
 	bad |= bounds(&n);
 	bad |= replayed_login(&n);
+	bad |= held_auth(&n);
+	bad |= relayed_login(&n);
+	bad |= same_reads(&n);
 	for (int i = 1; i < argc; i++) {
 		struct dirent **list;
 		int k = scandir(argv[i], &list, NULL, alphasort);

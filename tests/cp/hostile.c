@@ -327,7 +327,7 @@ static int rw_attack(struct rw *c, uint32_t len)
 static int rw_login(struct rw *c, const char *token, size_t len, uint32_t chunk, struct cp_msg *w)
 {
 	struct cp_msg m = {.type = CP_HELLO}, a = {.type = CP_AUTH};
-	uint8_t cn[CP_NONCE_LEN];
+	uint8_t cn[CP_NONCE_LEN], sid[CP_SERVER_ID_LEN];
 	int rc;
 
 	m.hello.chunk = chunk;
@@ -345,7 +345,8 @@ static int rw_login(struct rw *c, const char *token, size_t len, uint32_t chunk,
 	rc = rw_expect(c, &m, CP_CHALLENGE);
 	if (rc)
 		return rc;
-	if (cp_auth_proof((const uint8_t *)token, len, CP_AUTH_CLIENT, cn, m.challenge.nonce,
+	if (cp_auth_server_id(rdma_get_peer_addr(c->id), sid) ||
+	    cp_auth_proof((const uint8_t *)token, len, CP_AUTH_CLIENT, cn, m.challenge.nonce, sid,
 			  a.auth.proof) ||
 	    rw_send(c, &a))
 		return -1;

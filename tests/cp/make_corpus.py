@@ -9,7 +9,7 @@ import os
 import struct
 import sys
 
-MAGIC, VERSION = 0x50435252, 6
+MAGIC, VERSION = 0x50435252, 7
 
 
 def msg(t, payload, version=VERSION, magic=MAGIC, plen=None):

@@ -4,6 +4,7 @@
  * loop's ring, step by step, as serve does it. No RDMA needed.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -653,7 +654,10 @@ Test(store, links_stay_inside_dir_and_never_replace_a_file)
 	cr_expect_eq(link_("top/deep", "./../top/../../x", 0), CP_E_NAME);
 	expect_entries("", 1);
 	cr_expect_eq(link_("top/up1", "../x", 0), 0, "top/../x is in DIR");
-	cr_expect_eq(link_("top/in", "a/b/../c", 0), 0);
+	cr_expect_eq(link_("top/in", "a/b/../c", 0), CP_E_NAME, "top/a could be made a link");
+	cr_assert_eq(mkdir_("top/a"), 0);
+	cr_assert_eq(mkdir_("top/a/b"), 0);
+	cr_expect_eq(link_("top/in", "a/b/../c", 0), 0, "through directories only");
 	cr_expect_eq(link_("abs", "/etc/passwd", CP_LINK_ANYWHERE), 0, "unless asked for");
 	cr_assert_eq(readlinkat(dirfd_, "abs", target, sizeof(target) - 1), 11);
 	/* Forced: over a link, never over a file. */
@@ -661,6 +665,107 @@ Test(store, links_stay_inside_dir_and_never_replace_a_file)
 	cr_expect_eq(link_("f", "top", CP_LINK_FORCE), CP_E_EXISTS);
 	expect_file("f", "file\n");
 	cr_expect_eq(link_("top/in", "c", CP_LINK_FORCE), 0);
+}
+
+/*
+ * Issue 49, proven P1: the ".." of a target were counted in its text,
+ * but the kernel follows each part before them, which may be a link a
+ * token holder stored just before: l1 -> . passed, l2 -> l1/.. passed
+ * and was DIR's parent. Whatever a ".." follows must be a directory
+ * beneath DIR now, never a link or a name not there yet.
+ */
+Test(store, a_target_never_leaves_dir_through_another_link)
+{
+	char deep[256] = "", up[128] = "", esc[512] = "up";
+	int fd;
+
+	cr_expect_eq(link_("l1", ".", 0), 0, "l1 is DIR itself");
+	cr_expect_eq(link_("l2", "l1/..", 0), CP_E_NAME, "DIR's parent through l1");
+	cr_expect_eq(link_("l3", "l1/x", 0), 0, "no \"..\" after l1");
+	/* The other order: a name that is not there yet, made a link later. */
+	cr_expect_eq(link_("l4", "later/..", 0), CP_E_NAME);
+	cr_expect_eq(link_("later", ".", 0), 0);
+	/* 16 levels down: up is DIR, then esc climbs 16 more from it. */
+	for (int i = 0; i < 16; i++) {
+		snprintf(deep + strlen(deep), sizeof(deep) - strlen(deep), "%sd", i ? "/" : "");
+		cr_assert_eq(mkdir_(deep), 0);
+		snprintf(up + strlen(up), sizeof(up) - strlen(up), "%s..", i ? "/" : "");
+		strcat(esc, "/..");
+	}
+	strcat(esc, "/etc/passwd");
+	strcat(deep, "/up");
+	cr_expect_eq(link_(deep, up, 0), 0, "up is DIR");
+	strcpy(strrchr(deep, '/'), "/esc");
+	cr_expect_eq(link_(deep, esc, 0), CP_E_NAME, "esc leads out through up");
+	cr_expect_eq(link_(deep, "../../../../../../../../../../../../../../../../../x", 0),
+		     CP_E_NAME, "17 up from 16 down");
+	/* Whatever got stored resolves beneath DIR. */
+	fd = openat(dirfd_, "l2", O_RDONLY | O_PATH | O_CLOEXEC);
+	cr_expect_lt(fd, 0, "l2 was stored");
+	if (fd >= 0)
+		close(fd);
+	cr_expect_lt(faccessat(dirfd_, deep, F_OK, AT_SYMLINK_NOFOLLOW), 0, "esc was stored");
+}
+
+/* Is a temporary name of the link @base's in DIR? */
+static bool tmp_of(const char *base)
+{
+	char pre[64];
+	struct dirent *de;
+	bool found = false;
+	DIR *d = opendir(dir);
+
+	cr_assert_not_null(d);
+	snprintf(pre, sizeof(pre), ".%s.rrcp-", base);
+	while ((de = readdir(d)))
+		found |= !strncmp(de->d_name, pre, strlen(pre));
+	closedir(d);
+	return found;
+}
+
+/*
+ * Issue 49: under --force a link replaced only another link, but the name
+ * was checked to be one and then renamed over without a second look: a
+ * file another token holder committed there in between was replaced by
+ * the link. Here that file comes (renamed over the old link, as a forced
+ * store commits) once the new link's temporary name exists, before its
+ * rename was submitted (one loop pass at a time). It must stay; the link
+ * is refused.
+ */
+Test(store, a_forced_link_never_replaces_a_file_committed_meanwhile)
+{
+	struct cp_time t = {1000000000, 5};
+	char path[128], tmp[128];
+	bool planted = false;
+	int code, fd;
+
+	cr_assert_eq(link_("l", "old", 0), 0);
+	ent_calls = 0;
+	code = cp_entry_symlink(&ent, &lp, dirfd_, "l", "new", &t, CP_LINK_FORCE, ent_done);
+	cr_assert_eq(code, 0);
+	for (int i = 0; i < 200 && !ent_calls; i++) {
+		cr_assert_geq(cp_loop_pass(&lp, 10), 0);
+		if (!planted && tmp_of("l")) {
+			snprintf(tmp, sizeof(tmp), "%s/l.theirs", dir);
+			snprintf(path, sizeof(path), "%s/l", dir);
+			fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+			cr_assert_geq(fd, 0);
+			cr_assert_eq(write(fd, "theirs\n", 7), 7);
+			close(fd);
+			cr_assert_eq(rename(tmp, path), 0);
+			planted = true;
+		}
+	}
+	cr_assert(planted, "the link never had a temporary name");
+	cr_assert_eq(ent_calls, 1);
+	if (!ent_code) {
+		fsync(ent.syncfd);
+		close(ent.syncfd);
+	}
+	cr_expect_eq(ent_code, CP_E_EXISTS, "code %d: %s", ent_code, ent.why);
+	cr_expect(S_ISREG(lstat_in("l").st_mode), "the file committed meanwhile was replaced");
+	expect_file("l", "theirs\n");
+	cr_expect(!tmp_of("l"), "a temporary name is left");
 }
 
 static void aged(const char *name, int64_t sec)

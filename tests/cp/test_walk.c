@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -54,13 +55,21 @@ static struct stat walked(const char *rel)
 	return sb;
 }
 
+/* Open @rel as send -r does: beneath the tree's top, dir. */
+static int open_walked(const char *rel, const struct stat *sb)
+{
+	int top = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC), fd;
+
+	cr_assert_geq(top, 0);
+	fd = cp_open_walked(top, rel, sb->st_dev, sb->st_ino, true);
+	close(top);
+	return fd;
+}
+
 static int reopen(const char *rel, const struct stat *sb)
 {
-	char p[256];
-	int fd;
+	int fd = open_walked(rel, sb);
 
-	snprintf(p, sizeof(p), "%s/%s", dir, rel);
-	fd = cp_open_walked(p, sb->st_dev, sb->st_ino, true);
 	if (fd >= 0)
 		close(fd);
 	return fd < 0 ? fd : 0;
@@ -119,4 +128,41 @@ Test(walk, a_fifo_swapped_in_does_not_block)
 	cr_assert_eq(unlink(p), 0);
 	cr_assert_eq(mkfifo(p, 0600), 0);
 	cr_expect_lt(reopen("f", &sb), 0); /* the suite's timeout: no block */
+}
+
+/*
+ * Issue 49: the file was opened again by its full path, so a directory
+ * part swapped for a link was followed, and what it led to opened before
+ * the device and inode check refused it: an open can block (FUSE) or act
+ * (a tape rewinds). Opened beneath the tree's own directory, through no
+ * link, the file outside is never opened at all (inotify would see it).
+ */
+Test(walk, a_swapped_directory_part_leads_to_no_open_outside)
+{
+	char d[256], moved[256], out[256], f[256], ev[4096];
+	struct stat sb;
+	int in, fd;
+	ssize_t n;
+
+	snprintf(d, sizeof(d), "%s/d", dir);
+	snprintf(moved, sizeof(moved), "%s/moved", dir);
+	snprintf(out, sizeof(out), "%s/outside", dir);
+	snprintf(f, sizeof(f), "%s/outside/f", dir);
+	cr_assert_eq(mkdir(d, 0700), 0);
+	cr_assert_eq(mkdir(out, 0700), 0);
+	put("d/f", "mine");
+	put("outside/f", "theirs");
+	sb = walked("d/f");
+	cr_assert_eq(rename(d, moved), 0);
+	cr_assert_eq(symlink(out, d), 0);
+	in = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+	cr_assert_geq(in, 0);
+	cr_assert_geq(inotify_add_watch(in, f, IN_OPEN), 0);
+	fd = open_walked("d/f", &sb);
+	cr_expect_lt(fd, 0, "sent a file from outside the tree");
+	if (fd >= 0)
+		close(fd);
+	n = read(in, ev, sizeof(ev));
+	cr_expect_lt(n, 0, "the file outside the tree was opened (%zd bytes of events)", n);
+	close(in);
 }

@@ -144,3 +144,47 @@ Test(work, fini_waits_for_the_worker)
 	cr_expect_eq(j.out, -7);
 	cr_assert_eq(cp_loop_init(&lp, 64), 0); /* for teardown */
 }
+
+/*
+ * Issue 49: four calls stuck on a hung file system took the whole pool,
+ * and every later call of every connection of that loop waited behind
+ * them. A call running for over a second no longer counts: a thread more
+ * is started for the next one (up to a bound).
+ */
+Test(work, four_stuck_calls_do_not_hold_a_fifth)
+{
+	struct job stuck[4], next = {.w.fn = job_fn, .w.op.done = job_done, .in = 5};
+	int k;
+
+	for (int i = 0; i < 4; i++) {
+		stuck[i] = (struct job){.w.fn = job_fn, .w.op.done = job_done, .in = -1};
+		cr_assert_eq(cp_loop_work(&lp, &stuck[i].w), 0);
+	}
+	cr_assert_eq(cp_loop_work(&lp, &next.w), 0);
+	for (k = 0; k < 100 && !next.calls; k++) /* a watchdog, not a timing */
+		cr_assert_geq(cp_loop_pass(&lp, 100), 0);
+	cr_expect_eq(next.calls, 1, "the fifth call waited for four stuck ones");
+	cr_expect_eq(next.out, -5);
+	atomic_store(&release, true);
+	for (k = 0;
+	     k < 100 && stuck[0].calls + stuck[1].calls + stuck[2].calls + stuck[3].calls < 4; k++)
+		cr_assert_geq(cp_loop_pass(&lp, 100), 0);
+	for (int i = 0; i < 4; i++)
+		cr_expect_eq(stuck[i].calls, 1);
+}
+
+/* Issue 49: teardown joined every thread of the worker, so a call that
+ * never returns held the exit of serve for ever (SIGTERM included). Now
+ * a call stuck past the drain is left to its thread: fini returns, and
+ * its op.done never comes. The job is static: it outlives the test. */
+static struct job left_job;
+
+Test(work, fini_leaves_a_stuck_call_behind, .timeout = 30)
+{
+	left_job = (struct job){.w.fn = job_fn, .w.op.done = job_done, .in = -1};
+	cr_assert_eq(cp_loop_work(&lp, &left_job.w), 0);
+	cp_loop_fini(&lp);
+	cr_expect_eq(left_job.calls, 0);
+	atomic_store(&release, true);		/* the thread left behind may end now */
+	cr_assert_eq(cp_loop_init(&lp, 64), 0); /* for teardown */
+}
