@@ -80,6 +80,7 @@ struct rr__poll {
 	bool queued;		      /* on the owed queue (entries may be stale: see want) */
 	bool oneshot;		      /* armed single-shot until a poll succeeds */
 	bool retiring;		      /* its multishot poll is being ended, to be re-armed */
+	bool multi;		      /* multishot wherever the kernel has it */
 	uint8_t want;		      /* WANT_*: SQEs owed */
 	unsigned int errors;	      /* consecutive failed polls */
 	struct __kernel_timespec *ts; /* timers: heap, the table may move */
@@ -282,6 +283,7 @@ static uint32_t take_slot(struct rr__ring *r, rr__poll_fn fn, void *ctx, int fd)
 	p->closing = false;
 	p->oneshot = false;
 	p->retiring = false;
+	p->multi = false;
 	p->errors = 0;
 	p->in_use = true;
 	r->live_slots++;
@@ -311,21 +313,28 @@ static void release(struct rr__ring *r, uint32_t idx)
 	r->live_slots--;
 }
 
-int rr__poll_add(struct rr__ring *r, int fd, rr__poll_fn fn, void *ctx, uint32_t *slot_out)
+static int poll_add(struct rr__ring *r, int fd, rr__poll_fn fn, void *ctx, bool multi,
+		    uint32_t *slot_out)
 {
 	uint32_t idx;
 	int rc;
 
-	/* With the first fd watched, while the SQ has room: best effort. */
-	if (r->room_tfd < 0 && !r->room_off)
-		rr__ring_room_timer(r);
 	if (r->free_slot == RR__NO_SLOT && (rc = grow(r)))
 		return rc;
 	idx = take_slot(r, fn, ctx, fd);
+	r->slots[idx].multi = multi;
 	owe(r, idx, WANT_ARM);
 	*slot_out = idx;
 	rr__ring_flush(r);
 	return 0;
+}
+
+int rr__poll_add(struct rr__ring *r, int fd, rr__poll_fn fn, void *ctx, uint32_t *slot_out)
+{
+	/* With the first fd watched, while the SQ has room: best effort. */
+	if (r->room_tfd < 0 && !r->room_off)
+		rr__ring_room_timer(r);
+	return poll_add(r, fd, fn, ctx, false, slot_out);
 }
 
 int rr__timer_add(struct rr__ring *r, unsigned int ms, rr__poll_fn fn, void *ctx,
@@ -501,7 +510,7 @@ static void prep(struct rr__ring *r, struct io_uring_sqe *sqe, uint32_t idx, uin
 		/* Zero: what a settle finds there was read by this READ. */
 		memset(p->buf, 0, RR__READ_MAX);
 		io_uring_prep_read(sqe, p->fd, p->buf, p->len, (uint64_t)-1);
-	} else if (r->multishot && !p->oneshot)
+	} else if ((r->multishot || (p->multi && !r->no_multishot)) && !p->oneshot)
 		io_uring_prep_poll_multishot(sqe, p->fd, POLLIN);
 	else
 		io_uring_prep_poll_add(sqe, p->fd, POLLIN);
@@ -560,7 +569,13 @@ int rr__ring_room_timer(struct rr__ring *r)
 	r->room_tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
 	if (r->room_tfd < 0)
 		return -errno;
-	rc = rr__poll_add(r, r->room_tfd, room_ready, r, &r->room_slot);
+	/*
+	 * Multishot even on a single-shot bridge: a timer that fired before
+	 * the loop's submit (its CQE handed over while the SQ is still full)
+	 * must be able to fire again, and a single-shot poll would need an
+	 * SQE to re-arm, which is what is missing.
+	 */
+	rc = poll_add(r, r->room_tfd, room_ready, r, true, &r->room_slot);
 	if (rc) {
 		close(r->room_tfd);
 		r->room_tfd = -1;
@@ -952,8 +967,10 @@ static void poll_cqe(struct rr__ring *r, uint32_t idx, const struct io_uring_cqe
 			p->fn(p->ctx, cqe->res);
 			p = &r->slots[idx]; /* the handler may have moved the table */
 		}
-	} else if (cqe->res == -EINVAL && r->multishot) {
-		r->multishot = false; /* no multishot poll: single-shot from now on */
+	} else if (cqe->res == -EINVAL && !r->no_multishot && (r->multishot || p->multi)) {
+		/* no multishot poll: single-shot from now on */
+		r->multishot = false;
+		r->no_multishot = true;
 	} else if (cqe->res != -ECANCELED && cqe->res != -EAGAIN && cqe->res != -EINTR) {
 		failed = true;
 	}

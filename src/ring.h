@@ -99,6 +99,7 @@ struct rr__ring {
 	uint32_t inst;
 	uint64_t uid; /* never reused in the process: tells peers apart */
 	bool multishot;
+	bool no_multishot; /* the kernel refused a multishot poll */
 	bool loop_owned;   /* inside the built-in loop: no kicks needed */
 	bool arm_at_end;   /* a pass is on that settles event CQs as it ends */
 	bool kick_wanted;  /* a kick NOP is owed */
