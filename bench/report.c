@@ -467,10 +467,10 @@ int report_plot(const char *path, const struct result *r, int n)
 	if (ndev) {
 		/* First what the library is for: the device row. */
 		fprintf(gp,
-			"set title 'O_DIRECT reads of a disk beside an RDMA pingpong, one "
-			"thread\\n(label: the RDMA round trip p50)'\n"
+			"set title 'mixed-direct: O_DIRECT reads beside a pingpong'\n"
 			"set style fill solid 0.5\nset boxwidth 0.6\nset yrange [0:*]\n"
-			"set xrange [-0.6:%d.6]\nset ylabel 'file MB/s'\nset xtics (",
+			"set xrange [-0.6:%d.6]\n"
+			"set ylabel 'file MB/s (labels: RDMA round trip p50)'\nset xtics (",
 			ndev - 1);
 		for (int i = 0; i < ndev; i++)
 			fprintf(gp, "%s'%s' %d", i ? ", " : "", dev_label[i], i);
