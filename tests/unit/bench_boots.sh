@@ -82,7 +82,7 @@ check "mixed p50 uring / epoll is one target" "$(echo "$names" | grep -c '^mixed
 cp "$TARGETS" "$dir/dup.txt"
 grep -m1 '^pingpong p50: uring / epoll ' "$TARGETS" >>"$dir/dup.txt"
 dup=$("$TOOL" --targets "$dir/dup.txt" --from "$dir/b1.json" 2>&1; echo "status $?")
-check "a target listed twice is refused" "$(echo $dup)" "listed twice .* status 2\$"
+check "a target listed twice is refused" "${dup//$'\n'/ }" "listed twice .* status 2\$"
 # The doc's table and the file: the same targets, each once.
 check "docs/performance.md lists the file's targets, each once" \
 	"$("$TOOL" --check-doc "$DOC" 2>&1; echo "status $?")" '^status 0$'
@@ -99,5 +99,5 @@ echo "$sum" | sed 's/^/# /'
 check "summary: the device row leads, ring at qd 4" "$(echo "$sum" | sed -n 2,5p | tr -s ' ')" "ring \(uring\), 4 reads in flight 100\.0 50\.0"
 check "summary: a target met" "$(echo "$sum" | grep -F 'qd 4 p50: uring / epoll-aio' | tr -s ' ')" '0\.50 <= 1 met$'
 check "summary: a target missed" "$(echo "$sum" | grep -F 'pingpong p50: uring / thread' | tr -s ' ')" '2\.00 <= 1 missed$'
-check "summary: one boot decides nothing, and the 3-boot command" "$(echo $sum)" \
+check "summary: one boot decides nothing, and the 3-boot command" "${sum//$'\n'/ }" \
 	'One boot decides nothing.*3-boot medians on both kernels: tools/bench-boots --boots 3 .*--kernel 6\.12'
