@@ -90,7 +90,7 @@ static void usage(FILE *out)
 		"                     (RR_EP_POST_NOW), no coalesced chains\n"
 		"  --signal-every N   one message send in N asks for a completion, in\n"
 		"                     every strategy (default 16; 1: all)\n"
-		"  --quick            a short run (about a minute in the lab)\n"
+		"  --quick            a short run (minutes in the lab, not seconds)\n"
 		"  --json FILE, --csv FILE, --plot FILE.png   also write these\n"
 		"  --with-perftest    add perftest ib_send_lat (polling and -e) rows\n"
 		"  --timeout SECS     watchdog per run (default 300)\n"
