@@ -23,7 +23,10 @@
  * hybrid and busy (a bridge whose CQ is in RR_WAIT_BUSY) with every post
  * made through the library's endpoints, which chain what one pass posts on
  * a queue into one ibv_post_send()/_recv(): busy-ep is the -ep rows'
- * busy-polling reference, so they compare waits, not posting styles. */
+ * busy-polling reference, so they compare waits, not posting styles.
+ * epoll-aio is epoll whose file reads are Linux AIO (io_submit(), an
+ * eventfd in the epoll set, io_getevents() on its wake-up): how epoll
+ * programs read a device with O_DIRECT, several reads in flight. */
 enum strategy {
 	S_BUSY,
 	S_THREAD,
@@ -34,6 +37,7 @@ enum strategy {
 	S_URING_EP,
 	S_HYBRID_EP,
 	S_BUSY_EP,
+	S_EPOLL_AIO, /* last: the hello carries the number */
 	S_COUNT
 };
 /* What the client asks of the server. mixed-direct is mixed reading a
@@ -72,6 +76,7 @@ struct bench_cfg {
 	const char *file;  /* mixed: the file the client reads */
 	bool file_direct;  /* mixed: read it with O_DIRECT */
 	const char *dfile; /* mixed-direct: the file, read with O_DIRECT */
+	uint32_t file_qd;  /* mixed-direct: reads in flight (1: pread's one) */
 	bool count_pass;   /* count syscalls (a pass of its own, not timed) */
 };
 
@@ -120,13 +125,24 @@ static inline void side_phase(enum side_phase p)
 }
 
 /* Mixed workload: file reads in the client's own thread. */
+#define FILER_MAX_DEPTH 64
+struct filer_aio;
 struct filer {
 	int fd;
 	uint64_t size, off, bytes, reads;
 	uint8_t *buf;
+	unsigned int depth; /* reads kept in flight, at most */
 	unsigned int inflight;
-	bool want; /* bridges: read one chunk on the next pass */
+	unsigned int most; /* the most in flight at once, measured */
+	/* Syscalls the reads cost, measured: the filer's own (pread(),
+	 * io_submit(), the eventfd's read(), io_getevents()) and the loop's
+	 * wake-ups for file completions alone (an epoll_wait() or the
+	 * bridge's io_uring_enter() that found no RDMA completion). */
+	uint64_t calls, lone_wakes;
+	uint64_t busy; /* slots of buf with a read in flight */
+	bool want;     /* ring, aio: top the reads up on the next pass */
 	bool direct;
+	struct filer_aio *aio; /* epoll-aio: the AIO context and its eventfd */
 };
 
 /* One connection. */
@@ -178,6 +194,8 @@ struct bside {
 	bool done;
 	bool listening; /* side_listen() succeeded */
 	struct filer *filer;
+	struct filer *aio_filer; /* epoll-aio: reaped on its eventfd even
+				  * after the measurement dropped filer */
 };
 
 /* Message header: the first 8 bytes of every message. */
@@ -212,6 +230,20 @@ static inline bool strategy_ep(enum strategy s)
 {
 	return s == S_URING_EP || s == S_HYBRID_EP || s == S_BUSY_EP;
 }
+/* The strategy reads its file with Linux AIO through epoll. */
+static inline bool strategy_aio(enum strategy s)
+{
+	return s == S_EPOLL_AIO;
+}
+/* The strategy keeps several file reads in flight (--file-qd); the
+ * others pread() one at a time. */
+static inline bool strategy_file_qd(enum strategy s)
+{
+	return s == S_URING || s == S_HYBRID || s == S_EPOLL_AIO || s == S_URING_EP ||
+	       s == S_HYBRID_EP || s == S_BUSY_EP;
+}
+/* This build has the epoll-aio strategy (libaio at configure). */
+bool bench_has_aio(void);
 /* A ringrdma bridge waits for the strategy's completions. */
 static inline bool strategy_bridge(enum strategy s)
 {
@@ -269,9 +301,17 @@ void side_sync_counts(struct bside *s);
 int side_loop(struct bside *s);
 
 /* filer.c: mixed workload file reads; io_uring or pread by strategy. */
-int filer_open(struct filer *f, const char *path, bool direct);
+int filer_open(struct filer *f, const char *path, bool direct, unsigned int depth);
 void filer_close(struct filer *f);
 int filer_kick(struct bside *s);  /* keep io_uring reads in flight */
+/* epoll-aio: an AIO context whose completions signal an eventfd in the
+ * side's epoll set; top the reads up (one io_submit()); on the eventfd's
+ * wake-up, reap what completed. 0 or -errno. */
+int filer_aio_attach(struct bside *s);
+int filer_aio_kick(struct filer *f);
+int filer_aio_reap(struct filer *f);
+/* The eventfd's epoll_event.data.u64, beside the channel's 0. */
+#define FILER_AIO_EVENT 1
 int filer_pread(struct filer *f); /* one synchronous chunk */
 void filer_on_cqe(rr_bridge *b, const struct io_uring_cqe *cqe, void *data);
 int filer_make_file(const char *dir, uint64_t size, char *path, size_t len);
@@ -307,6 +347,8 @@ struct client_out {
 	double cli_thread_cpu_s[BENCH_MAX_THREADS]; /* each one's CPU, timed part */
 	uint64_t file_bytes;
 	uint64_t file_reads; /* completed while measuring */
+	uint32_t file_most;  /* the most reads in flight at once meanwhile */
+	uint64_t file_calls; /* the reads' syscalls meanwhile (struct filer) */
 	int64_t file_iowq;   /* io-wq workers' wake-ups meanwhile; -1: unknown */
 	int rc;
 	char err[160];
@@ -351,6 +393,8 @@ struct result {
 	double cpu_pct_per_side;      /* idle: CPU of a core, mean of both sides */
 	double file_mb_per_s;	      /* mixed */
 	double file_iowq_pct;	      /* mixed: reads that io-wq ran; <0: unknown */
+	uint32_t file_most;	      /* mixed: the most reads in flight at once */
+	double file_sc_per_read;      /* mixed: the reads' syscalls each; <0: unknown */
 	double wcs_per_wakeup;	      /* both sides; 0: never woke (busy) */
 	double posts_per_op;	      /* both sides: requests posted */
 	double chains_per_op;	      /* ibv_post_send()/_recv() calls for them */

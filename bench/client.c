@@ -193,8 +193,11 @@ static void slot_done(struct client *c, uint32_t conn, uint32_t slot)
 		if (s->filer)
 			c->iowq_known = iowq_snap(&c->iowq0) == 0;
 		measure_begin(c);
-		if (s->filer)
+		if (s->filer) {
 			s->filer->bytes = s->filer->reads = 0;
+			s->filer->calls = s->filer->lone_wakes = 0;
+			s->filer->most = s->filer->inflight;
+		}
 	}
 	if (c->completed == c->total) {
 		struct iowq_snap now;
@@ -203,6 +206,8 @@ static void slot_done(struct client *c, uint32_t conn, uint32_t slot)
 		if (s->filer) {
 			c->out->file_bytes = s->filer->bytes;
 			c->out->file_reads = s->filer->reads;
+			c->out->file_most = s->filer->most;
+			c->out->file_calls = s->filer->calls + s->filer->lone_wakes;
 			c->out->file_iowq = c->iowq_known && !iowq_snap(&now)
 						    ? iowq_since(&c->iowq0, &now)
 						    : -1;
@@ -345,13 +350,25 @@ static int client_thread(struct client *c)
 		bool direct = cfg->wl == W_MIXED_DIRECT || cfg->file_direct;
 		const char *path = cfg->wl == W_MIXED_DIRECT ? cfg->dfile : cfg->file;
 
-		rc = path ? filer_open(&file, path, direct) : -ENOENT;
+		unsigned int depth =
+			strategy_file_qd(cfg->strat) && cfg->file_qd ? cfg->file_qd : 1;
+
+		rc = path ? filer_open(&file, path, direct, depth) : -ENOENT;
 		if (rc) {
 			snprintf(c->err, sizeof(c->err), "%s%s: %s", path ? path : "no file",
 				 direct ? " (O_DIRECT)" : "", strerror(-rc));
 			goto out;
 		}
 		s.filer = &file;
+		if (strategy_aio(cfg->strat)) {
+			s.aio_filer = &file;
+			rc = filer_aio_attach(&s);
+			if (rc) {
+				snprintf(c->err, sizeof(c->err),
+					 "Linux AIO (io_setup, eventfd): %s", strerror(-rc));
+				goto out;
+			}
+		}
 	}
 	if (cfg->wl == W_IDLE) {
 		side_phase(PH_RUN);

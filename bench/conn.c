@@ -145,6 +145,7 @@ static int make_cq(struct bside *s, struct ibv_context *ctx)
 		break;
 	case S_THREAD:
 	case S_EPOLL:
+	case S_EPOLL_AIO:
 	case S_HYBRID_PLAIN:
 		s->ch = ibv_create_comp_channel(ctx);
 		if (!s->ch)
@@ -155,7 +156,7 @@ static int make_cq(struct bside *s, struct ibv_context *ctx)
 		/* hybrid-plain arms only before it blocks */
 		if (s->cfg.strat != S_HYBRID_PLAIN && ibv_req_notify_cq(s->cq, 0))
 			return -EIO;
-		if (s->cfg.strat == S_EPOLL) {
+		if (s->cfg.strat == S_EPOLL || s->cfg.strat == S_EPOLL_AIO) {
 			fl = fcntl(s->ch->fd, F_GETFL);
 			if (fcntl(s->ch->fd, F_SETFL, fl | O_NONBLOCK))
 				return -errno;

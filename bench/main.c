@@ -33,6 +33,8 @@ struct opts {
 	int nconns;
 	uint32_t threads[MAX_CONNS_LIST];
 	int nthreads;
+	uint32_t file_qds[MAX_CONNS_LIST];
+	int nfile_qd;
 	uint32_t qd, msg_size, idle_ms;
 	long iters; /* 0: per-workload defaults */
 	unsigned int spin_us;
@@ -51,10 +53,12 @@ static void usage(FILE *out)
 	fprintf(out,
 		"usage: ringrdma-bench [OPTIONS]\n"
 		"  --strategies LIST  busy,thread,epoll,uring,hybrid,hybrid-plain,uring-ep,\n"
-		"                     hybrid-ep,busy-ep (default: all; the -ep ones, uring,\n"
-		"                     hybrid and busy polling posting through the library's\n"
-		"                     endpoints, on pingpong, rate and conns only; local\n"
-		"                     runs only)\n"
+		"                     hybrid-ep,busy-ep,epoll-aio (default: all; the -ep\n"
+		"                     ones, uring, hybrid and busy polling posting through\n"
+		"                     the library's endpoints, on pingpong, rate and conns\n"
+		"                     only, local runs only; epoll-aio, epoll reading its\n"
+		"                     file with Linux AIO and an eventfd, on mixed-direct\n"
+		"                     only)\n"
 		"  --workloads LIST   pingpong,rate,mixed,idle,conns,mixed-direct (default:\n"
 		"                     all; mixed-direct: mixed reading with O_DIRECT from a\n"
 		"                     file in --file-dir)\n"
@@ -86,12 +90,16 @@ static void usage(FILE *out)
 		"                     (RR_EP_POST_NOW), no coalesced chains\n"
 		"  --signal-every N   one message send in N asks for a completion, in\n"
 		"                     every strategy (default 16; 1: all)\n"
-		"  --quick            a short run (about a minute in the lab)\n"
+		"  --quick            a short run (minutes in the lab, not seconds)\n"
 		"  --json FILE, --csv FILE, --plot FILE.png   also write these\n"
 		"  --with-perftest    add perftest ib_send_lat (polling and -e) rows\n"
 		"  --timeout SECS     watchdog per run (default 300)\n"
 		"  --file PATH        mixed: the file to read (default: a temporary one)\n"
 		"  --file-direct      mixed: read it with O_DIRECT (not on tmpfs)\n"
+		"  --file-qd LIST     mixed-direct: file reads in flight, up to %d (default\n"
+		"                     1,4); above 1 only the strategies that can keep\n"
+		"                     several (uring, hybrid, the -ep ones, epoll-aio): a\n"
+		"                     blocking pread() has one\n"
 		"  --file-dir DIR     mixed-direct: where its file is made, on a block\n"
 		"                     device (default: $RDMA_LAB_DISK, the lab's disk, or\n"
 		"                     /var/tmp)\n"
@@ -101,7 +109,7 @@ static void usage(FILE *out)
 		"  --port PORT        --server/--client port (default %d)\n"
 		"With no RDMA device, a ringrdma checkout's tools/bench-lab runs this in\n"
 		"its lab (Soft-RoCE under QEMU).\n",
-		BENCH_MAX_CONNS, BENCH_DEFAULT_PORT);
+		BENCH_MAX_CONNS, FILER_MAX_DEPTH, BENCH_DEFAULT_PORT);
 }
 
 /* Parse a comma-separated list with `one`; -1 on a bad or long list. */
@@ -127,7 +135,16 @@ static int parse_list(const char *list, int max, int (*one)(const char *, void *
 
 static int one_strat(const char *t, void *o)
 {
-	return strategy_parse(t, o);
+	int rc = strategy_parse(t, o);
+
+	if (!rc && strategy_aio(*(enum strategy *)o) && !bench_has_aio()) {
+		fprintf(stderr,
+			"ringrdma-bench: %s: this ringrdma-bench was built without libaio "
+			"(Debian: libaio-dev; install it, then meson setup --reconfigure)\n",
+			t);
+		return -1;
+	}
+	return rc;
 }
 static int one_wl(const char *t, void *o)
 {
@@ -143,6 +160,17 @@ static int one_conns(const char *t, void *o)
 	unsigned long v = strtoul(t, &end, 10);
 
 	if (*end || !v || v > BENCH_MAX_CONNS)
+		return -1;
+	*(uint32_t *)o = (uint32_t)v;
+	return 0;
+}
+
+static int one_file_qd(const char *t, void *o)
+{
+	char *end;
+	unsigned long v = strtoul(t, &end, 10);
+
+	if (*end || !v || v > FILER_MAX_DEPTH)
 		return -1;
 	*(uint32_t *)o = (uint32_t)v;
 	return 0;
@@ -195,6 +223,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 					   {"timeout", required_argument, NULL, 't'},
 					   {"file", required_argument, NULL, 'f'},
 					   {"file-dir", required_argument, NULL, 'y'},
+					   {"file-qd", required_argument, NULL, 'Y'},
 					   {"addr", required_argument, NULL, 'a'},
 					   {"server", no_argument, NULL, 'R'},
 					   {"client", required_argument, NULL, 'K'},
@@ -232,6 +261,12 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			o->nthreads = parse_list(optarg, MAX_CONNS_LIST, one_threads, o->threads,
 						 sizeof(o->threads[0]));
 			if (o->nthreads < 0)
+				return -1;
+			break;
+		case 'Y':
+			o->nfile_qd = parse_list(optarg, MAX_CONNS_LIST, one_file_qd, o->file_qds,
+						 sizeof(o->file_qds[0]));
+			if (o->nfile_qd < 0)
 				return -1;
 			break;
 		case 'L':
@@ -352,6 +387,16 @@ static long iters_for(const struct opts *o, enum workload w, unsigned int conns)
 	return n;
 }
 
+/* Whether strategy st runs on workload wl at fqd file reads in flight. */
+static bool planned(const struct opts *o, enum strategy st, enum workload wl, uint32_t fqd)
+{
+	if (o->all_strats && strategy_ep(st) && (workload_mixed(wl) || wl == W_IDLE))
+		return false; /* waits as uring, hybrid do */
+	if (o->all_strats && strategy_aio(st) && wl != W_MIXED_DIRECT)
+		return false;			 /* epoll without a device to read */
+	return fqd == 1 || strategy_file_qd(st); /* pread() has one in flight */
+}
+
 /* Every run the options ask for, in table order. */
 static int plan(const struct opts *o, struct bench_cfg *runs, int max)
 {
@@ -361,37 +406,40 @@ static int plan(const struct opts *o, struct bench_cfg *runs, int max)
 		enum workload wl = o->wls[w];
 		int nops = wl == W_PINGPONG ? o->nop : 1;
 		int ncon = wl == W_CONNS ? o->nconns : 1;
+		int nfqd = wl == W_MIXED_DIRECT ? o->nfile_qd : 1;
 
-		for (int k = 0; k < nops; k++)
-			for (int c = 0; c < ncon; c++)
-				for (int t = 0; t < o->nthreads; t++)
-					for (int s = 0; s < o->nstrat && n < max; s++) {
-						struct bench_cfg *r;
+		/* k: op, c: connections, f: file reads in flight, t: threads */
+		for (int i = 0; i < nops * ncon * nfqd * o->nthreads; i++) {
+			int t = i % o->nthreads, f = i / o->nthreads % nfqd;
+			int c = i / o->nthreads / nfqd % ncon, k = i / o->nthreads / nfqd / ncon;
+			uint32_t fqd = wl == W_MIXED_DIRECT ? o->file_qds[f] : 1;
 
-						if (o->all_strats && strategy_ep(o->strats[s]) &&
-						    (workload_mixed(wl) || wl == W_IDLE))
-							continue; /* waits as uring, hybrid do */
-						r = &runs[n++];
+			for (int s = 0; s < o->nstrat && n < max; s++) {
+				struct bench_cfg *r;
 
-						memset(r, 0, sizeof(*r));
-						r->strat = o->strats[s];
-						r->wl = wl;
-						r->op = o->ops[k];
-						r->msg_size = o->msg_size;
-						r->qd = wl == W_RATE ? o->qd : 1;
-						r->conns = wl == W_CONNS ? o->conns[c] : 1;
-						r->threads = o->threads[t];
-						r->client_threads =
-							wl == W_CONNS ? o->client_threads : 1;
-						r->iters = iters_for(o, wl, r->conns);
-						r->idle_ms = wl == W_IDLE ? o->idle_ms : 0;
-						r->spin_us = o->spin_us;
-						r->spin_fixed = o->spin_fixed;
-						r->ring_read = o->ring_read;
-						r->post_now = o->post_now;
-						r->signal_every = o->signal_every;
-						r->timeout_s = (unsigned int)o->timeout_s;
-					}
+				if (!planned(o, o->strats[s], wl, fqd))
+					continue;
+				r = &runs[n++];
+				memset(r, 0, sizeof(*r));
+				r->strat = o->strats[s];
+				r->wl = wl;
+				r->op = o->ops[k];
+				r->msg_size = o->msg_size;
+				r->qd = wl == W_RATE ? o->qd : 1;
+				r->conns = wl == W_CONNS ? o->conns[c] : 1;
+				r->threads = o->threads[t];
+				r->client_threads = wl == W_CONNS ? o->client_threads : 1;
+				r->iters = iters_for(o, wl, r->conns);
+				r->idle_ms = wl == W_IDLE ? o->idle_ms : 0;
+				r->spin_us = o->spin_us;
+				r->spin_fixed = o->spin_fixed;
+				r->ring_read = o->ring_read;
+				r->post_now = o->post_now;
+				r->signal_every = o->signal_every;
+				r->timeout_s = (unsigned int)o->timeout_s;
+				r->file_qd = fqd;
+			}
+		}
 	}
 	return n;
 }
@@ -403,7 +451,8 @@ static void defaults(struct opts *o)
 	if (!o->nstrat) {
 		o->all_strats = true;
 		for (int i = 0; i < S_COUNT; i++)
-			o->strats[o->nstrat++] = (enum strategy)i;
+			if (!strategy_aio((enum strategy)i) || bench_has_aio())
+				o->strats[o->nstrat++] = (enum strategy)i;
 	}
 	if (!o->nwl)
 		for (int i = 0; i < W_COUNT; i++)
@@ -421,6 +470,10 @@ static void defaults(struct opts *o)
 	}
 	if (!o->nthreads)
 		o->threads[o->nthreads++] = 1;
+	if (!o->nfile_qd) {
+		o->file_qds[o->nfile_qd++] = 1;
+		o->file_qds[o->nfile_qd++] = 4;
+	}
 	if (!o->idle_ms)
 		o->idle_ms = o->quick ? 2000 : 10000;
 }
@@ -529,7 +582,8 @@ static int group_len(const struct bench_cfg *runs, int g, int n)
 
 		if (a->wl != b->wl || a->op != b->op || a->msg_size != b->msg_size ||
 		    a->qd != b->qd || a->conns != b->conns || a->threads != b->threads ||
-		    a->client_threads != b->client_threads || a->iters != b->iters)
+		    a->client_threads != b->client_threads || a->iters != b->iters ||
+		    a->file_qd != b->file_qd)
 			break;
 	}
 	return k;
@@ -554,6 +608,8 @@ static int run_one(struct bench_cfg *cfg, const struct opts *o, bool remote, str
 
 	if (cfg->threads > 1 && n < sizeof(line))
 		n += (size_t)snprintf(line + n, sizeof(line) - n, "threads %u ", cfg->threads);
+	if (cfg->wl == W_MIXED_DIRECT && n < sizeof(line))
+		n += (size_t)snprintf(line + n, sizeof(line) - n, "file qd %u ", cfg->file_qd);
 	if (cfg->client_threads > 1 && n < sizeof(line))
 		n += (size_t)snprintf(line + n, sizeof(line) - n, "client threads %u ",
 				      cfg->client_threads);
@@ -709,7 +765,7 @@ int main(int argc, char **argv)
 		      stderr);
 		return 2;
 	}
-	max = S_COUNT * (W_COUNT + OP_COUNT + MAX_CONNS_LIST) * o.nthreads + 4;
+	max = S_COUNT * (W_COUNT + OP_COUNT + 2 * MAX_CONNS_LIST) * o.nthreads + 4;
 	runs = calloc((size_t)max, sizeof(*runs));
 	res = calloc((size_t)max, sizeof(*res));
 	if (!runs || !res)
@@ -730,6 +786,9 @@ int main(int argc, char **argv)
 			o.file = file_buf;
 		}
 	}
+	if (wants(&o, W_MIXED_DIRECT) && o.all_strats && !bench_has_aio())
+		fprintf(stderr, "ringrdma-bench: built without libaio (Debian: libaio-dev): "
+				"no epoll-aio rows\n");
 	if (wants(&o, W_MIXED_DIRECT)) {
 		/* Larger than the guest's page cache could matter: O_DIRECT
 		 * never uses it, but the file's own writes go through it. */

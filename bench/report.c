@@ -19,7 +19,7 @@ static const char *extra_name(const struct result *r)
 	if (r->cfg.wl == W_IDLE)
 		return "cpu%/side";
 	if (workload_mixed(r->cfg.wl))
-		return "file MB/s, reads ran (% in io-wq)";
+		return "file MB/s, reads ran (% in io-wq), reads in flight, syscalls per read";
 	return "";
 }
 
@@ -31,6 +31,12 @@ static const char *reads_ran(const struct result *x)
 	if (!workload_mixed(x->cfg.wl) || !(x->file_iowq_pct >= 0))
 		return NULL;
 	return x->file_iowq_pct < 10 ? "inline" : x->file_iowq_pct > 90 ? "io-wq" : "both";
+}
+
+/* A mixed row's file reads in flight (pread()'s rows and mixed: one). */
+static uint32_t file_qd(const struct result *x)
+{
+	return x->cfg.file_qd ? x->cfg.file_qd : 1;
 }
 
 /* The running kernel's release, for every record. */
@@ -107,6 +113,9 @@ void report_table(FILE *out, const struct result *r, int n)
 				fprintf(out, " %.1f", x->file_mb_per_s);
 				if (reads_ran(x))
 					fprintf(out, " %s %.0f%%", reads_ran(x), x->file_iowq_pct);
+				fprintf(out, " qd %u", file_qd(x));
+				if (x->file_sc_per_read >= 0)
+					fprintf(out, " %.2f sysc/read", x->file_sc_per_read);
 			}
 			if (x->threads > 1 && x->ngroups) {
 				fprintf(out, " groups");
@@ -305,6 +314,14 @@ int report_json(const char *path, const struct result *r, int n)
 		    x->srv_wrs_per_chain, ", ");
 		num(f, "cpu_pct_per_side", !x->reference, x->cpu_pct_per_side, ", ");
 		num(f, "file_mb_per_s", workload_mixed(x->cfg.wl), x->file_mb_per_s, ", ");
+		if (workload_mixed(x->cfg.wl))
+			fprintf(f, "\"file_qd\": %u, \"file_inflight_max\": %u, ", file_qd(x),
+				x->file_most);
+		else
+			fprintf(f, "\"file_qd\": null, \"file_inflight_max\": null, ");
+		num(f, "file_syscalls_per_read",
+		    workload_mixed(x->cfg.wl) && x->file_sc_per_read >= 0, x->file_sc_per_read,
+		    ", ");
 		num(f, "file_iowq_pct", reads_ran(x) != NULL, x->file_iowq_pct, ", ");
 		if (reads_ran(x))
 			fprintf(f, "\"file_reads\": \"%s\"", reads_ran(x));
@@ -339,7 +356,8 @@ int report_csv(const char *path, const struct result *r, int n)
 		   "crossings_per_op,"
 		   "ctx_switches_per_op,wcs_per_wakeup,cpu_pct_per_side,file_mb_per_s,"
 		   "posts_per_op,chains_per_op,wrs_per_chain,client_wrs_per_chain,"
-		   "server_wrs_per_chain,kernel,file_iowq_pct,file_reads\n");
+		   "server_wrs_per_chain,kernel,file_iowq_pct,file_reads,file_qd,"
+		   "file_inflight_max,file_syscalls_per_read\n");
 	for (int i = 0; i < n; i++) {
 		const struct result *x = &r[i];
 		bool ops = x->has_latency && !x->reference, idle = x->cfg.wl == W_IDLE;
@@ -381,7 +399,13 @@ int report_csv(const char *path, const struct result *r, int n)
 		cell(f, ops && x->srv_wrs_per_chain > 0, x->srv_wrs_per_chain, ",");
 		fprintf(f, "%s,", kernel_release());
 		cell(f, reads_ran(x) != NULL, x->file_iowq_pct, ",");
-		fprintf(f, "%s\n", reads_ran(x) ? reads_ran(x) : "");
+		fprintf(f, "%s,", reads_ran(x) ? reads_ran(x) : "");
+		if (workload_mixed(x->cfg.wl))
+			fprintf(f, "%u,%u,", file_qd(x), x->file_most);
+		else
+			fprintf(f, ",,");
+		cell(f, workload_mixed(x->cfg.wl) && x->file_sc_per_read >= 0, x->file_sc_per_read,
+		     "\n");
 	}
 	return fclose(f) ? -errno : 0;
 }
@@ -391,12 +415,30 @@ static bool plotted(const struct result *x)
 	return x->cfg.wl == W_PINGPONG && x->cfg.op == OP_SEND && x->has_latency && !x->reference;
 }
 
+static const struct result *find_q(const struct result *r, int n, const char *name,
+				   uint32_t file_qd);
+
 /* gnuplot reads the script on stdin; the data sits in a temporary file. */
 int report_plot(const char *path, const struct result *r, int n)
 {
+	static const char *const labels[] = {"ring, 4 in flight", "epoll + libaio, 4",
+					     "epoll + pread, 1"};
 	char data[] = "/tmp/ringrdma-bench-plot.XXXXXX";
-	int fd = mkstemp(data), k = 0, rc = 0, status;
+	int fd = mkstemp(data), k = 0, rc = 0, status, ndev = 0;
+	const struct result *cand[3] = {find_q(r, n, "uring", 4), find_q(r, n, "epoll-aio", 4),
+					find_q(r, n, "epoll", 1)},
+			    *dev[3], *idle = NULL;
+	const char *dev_label[3];
 	FILE *d, *gp;
+
+	for (int i = 0; i < n; i++)
+		if (!strcmp(r[i].name, "hybrid") && r[i].cfg.wl == W_IDLE)
+			idle = &r[i];
+	for (int i = 0; i < 3; i++)
+		if (cand[i] && cand[i]->has_latency) {
+			dev[ndev] = cand[i];
+			dev_label[ndev++] = labels[i];
+		}
 
 	if (fd < 0)
 		return -errno;
@@ -419,12 +461,32 @@ int report_plot(const char *path, const struct result *r, int n)
 		return -errno;
 	}
 	fprintf(gp,
-		"set terminal pngcairo size 1400,560 noenhanced\nset output '%s'\n"
-		"set multiplot layout 1,2 title 'ringrdma-bench: pingpong SEND/RECV'\n"
-		"set logscale x\nset grid\nset key bottom right\n"
-		"set xlabel 'round trip (us)'\nset ylabel 'fraction of round trips'\n"
-		"plot ",
-		path);
+		"set terminal pngcairo size %d,560 noenhanced\nset output '%s'\n"
+		"set multiplot layout 1,%d title 'ringrdma-bench'\nset grid\n",
+		ndev ? 2100 : 1400, path, ndev ? 3 : 2);
+	if (ndev) {
+		/* First what the library is for: the device row. */
+		fprintf(gp,
+			"set title 'mixed-direct: O_DIRECT reads beside a pingpong'\n"
+			"set style fill solid 0.5\nset boxwidth 0.6\nset yrange [0:*]\n"
+			"set xrange [-0.6:%d.6]\n"
+			"set ylabel 'file MB/s (labels: RDMA round trip p50)'\nset xtics (",
+			ndev - 1);
+		for (int i = 0; i < ndev; i++)
+			fprintf(gp, "%s'%s' %d", i ? ", " : "", dev_label[i], i);
+		fprintf(gp, ")\nplot '-' using 1:2 with boxes notitle, "
+			    "'-' using 1:2:3 with labels offset 0,1 notitle\n");
+		for (int i = 0; i < ndev; i++)
+			fprintf(gp, "%d %.3f\n", i, dev[i]->file_mb_per_s);
+		fprintf(gp, "e\n");
+		for (int i = 0; i < ndev; i++)
+			fprintf(gp, "%d %.3f \"p50 %.0f us\"\n", i, dev[i]->file_mb_per_s,
+				dev[i]->p50);
+		fprintf(gp, "e\nunset title\nset xtics autofreq\nset autoscale\n");
+	}
+	fprintf(gp, "set title 'pingpong SEND/RECV'\nset logscale x\nset key bottom right\n"
+		    "set xlabel 'round trip (us)'\nset ylabel 'fraction of round trips'\n"
+		    "plot ");
 	for (int i = 0; i < n; i++) {
 		if (!plotted(&r[i]))
 			continue;
@@ -435,8 +497,12 @@ int report_plot(const char *path, const struct result *r, int n)
 	if (!k)
 		fprintf(gp, "NaN notitle");
 	fprintf(gp, "\nunset logscale x\nset logscale xy\nset key top right\n"
-		    "set xlabel 'p50 round trip (us)'\nset ylabel 'CPU us per round trip (both "
-		    "sides)'\n"
+		    "set title 'CPU per round trip");
+	if (idle)
+		fprintf(gp, "; idle, no traffic: hybrid %.2f%% CPU per side",
+			idle->cpu_pct_per_side);
+	fprintf(gp, "'\nset xlabel 'p50 round trip (us)'\nset ylabel 'CPU us per round trip "
+		    "(both sides)'\n"
 		    "plot ");
 	k = 0;
 	for (int i = 0; i < n; i++) {
@@ -477,28 +543,36 @@ static int cmp_d(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-enum fig { F_P50, F_OPS };
+enum fig { F_P50, F_OPS, F_FILE };
 
+/* Each round's figure; NULL: the medians only (file MB/s). */
 static const double *rounds(const struct result *x, enum fig f)
 {
-	return f == F_P50 ? x->rep_p50 : x->rep_ops;
+	return f == F_P50 ? x->rep_p50 : f == F_OPS ? x->rep_ops : NULL;
+}
+
+static double fig_of(const struct result *x, enum fig f)
+{
+	return f == F_P50 ? x->p50 : f == F_OPS ? x->ops_per_s : x->file_mb_per_s;
 }
 
 /* a's figure over b's: paired round by round where both ran the same
- * rounds (median, least and most of the ratios), else of the medians. */
+ * rounds (median, least and most of the ratios), else of the medians.
+ * No goals here: they are the checkout's tools/bench-targets.txt. */
 static void ratio(FILE *out, const char *what, const struct result *a, const struct result *b,
-		  enum fig f, const char *goal)
+		  enum fig f, const char *note)
 {
 	double va, vb, v[BENCH_MAX_REPEAT];
 	int n = 0;
 
 	if (!a || !b)
 		return;
-	va = f == F_P50 ? a->p50 : a->ops_per_s;
-	vb = f == F_P50 ? b->p50 : b->ops_per_s;
+	va = fig_of(a, f);
+	vb = fig_of(b, f);
 	if (!(vb > 0))
 		return;
-	if (!a->reference && !b->reference && a->repeat > 1 && a->repeat == b->repeat) {
+	if (rounds(a, f) && !a->reference && !b->reference && a->repeat > 1 &&
+	    a->repeat == b->repeat) {
 		for (uint32_t i = 0; i < a->repeat && i < BENCH_MAX_REPEAT; i++) {
 			double x = rounds(a, f)[i], y = rounds(b, f)[i];
 
@@ -508,11 +582,13 @@ static void ratio(FILE *out, const char *what, const struct result *a, const str
 	}
 	if (n > 1) {
 		qsort(v, (size_t)n, sizeof(double), cmp_d);
-		fprintf(out, "  %-40s %6.2fx   (%s)  paired over %d rounds: %.2f-%.2f\n", what,
-			n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2, goal, n, v[0], v[n - 1]);
+		fprintf(out, "  %-40s %6.2fx   %s%s%spaired over %d rounds: %.2f-%.2f\n", what,
+			n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2, note ? "(" : "",
+			note ? note : "", note ? ")  " : "", n, v[0], v[n - 1]);
 		return;
 	}
-	fprintf(out, "  %-40s %6.2fx   (%s)\n", what, va / vb, goal);
+	fprintf(out, "  %-40s %6.2fx%s%s%s\n", what, va / vb, note ? "   (" : "", note ? note : "",
+		note ? ")" : "");
 }
 
 static const struct result *find_c(const struct result *r, int n, const char *name,
@@ -521,6 +597,18 @@ static const struct result *find_c(const struct result *r, int n, const char *na
 	for (int i = 0; i < n; i++)
 		if (!strcmp(r[i].name, name) && r[i].cfg.wl == wl && r[i].cfg.op == OP_SEND &&
 		    r[i].cfg.conns == conns && r[i].threads <= 1 && r[i].client_threads <= 1)
+			return &r[i];
+	return NULL;
+}
+
+/* mixed-direct with file_qd reads in flight (one connection, send). */
+static const struct result *find_q(const struct result *r, int n, const char *name,
+				   uint32_t file_qd)
+{
+	for (int i = 0; i < n; i++)
+		if (!strcmp(r[i].name, name) && r[i].cfg.wl == W_MIXED_DIRECT &&
+		    r[i].cfg.conns == 1 && r[i].threads <= 1 && !r[i].reference &&
+		    (r[i].cfg.file_qd ? r[i].cfg.file_qd : 1) == file_qd)
 			return &r[i];
 	return NULL;
 }
@@ -546,44 +634,48 @@ void report_targets(FILE *out, const struct result *r, int n)
 			    *rue = find(r, n, "uring-ep", W_RATE),
 			    *rhe = find(r, n, "hybrid-ep", W_RATE),
 			    *rbe = find(r, n, "busy-ep", W_RATE),
-			    *cue = find_c(r, n, "uring-ep", W_CONNS, 256);
+			    *cue = find_c(r, n, "uring-ep", W_CONNS, 256),
+			    *du = find_q(r, n, "uring", 4), *da = find_q(r, n, "epoll-aio", 4),
+			    *dp = find_q(r, n, "epoll", 1);
 
-	fprintf(out, "\nratios (pingpong p50 round trip, send, one connection):\n");
-	ratio(out, "uring / epoll", ur, ep, F_P50, "<= 1");
-	ratio(out, "uring / thread", ur, thr, F_P50, "<= 1");
-	ratio(out, "uring / perftest -e", ur, pte, F_P50, "<= 1");
-	ratio(out, "hybrid / busy", hy, busy, F_P50, "<= 1.15");
+	fprintf(out, "\nratios, this run (the project's targets and their goals: "
+		     "tools/bench-targets.txt in a\nringrdma checkout, judged over boots by "
+		     "tools/bench-boots):\n");
+	ratio(out, "uring / epoll", ur, ep, F_P50, NULL);
+	ratio(out, "uring / thread", ur, thr, F_P50, NULL);
+	ratio(out, "uring / perftest -e", ur, pte, F_P50, NULL);
+	ratio(out, "hybrid / busy", hy, busy, F_P50, NULL);
 	ratio(out, "hybrid / hybrid-plain", hy, hp, F_P50, "what the bridge adds");
-	ratio(out, "hybrid / perftest", hy, pt, F_P50, "<= 1.15");
-	ratio(out, "mixed p50: uring / epoll", mu, me, F_P50, "<= 1");
-	ratio(out, "rate: uring / busy ops/s", ru, rb, F_OPS, ">= 1");
-	ratio(out, "rate: hybrid / busy ops/s", rh, rb, F_OPS, ">= 1.2");
+	ratio(out, "hybrid / perftest", hy, pt, F_P50, NULL);
+	ratio(out, "mixed p50: uring / epoll", mu, me, F_P50, NULL);
+	ratio(out, "mixed-direct qd 4 MB/s: uring / epoll-aio", du, da, F_FILE, NULL);
+	ratio(out, "mixed-direct qd 4 p50: uring / epoll-aio", du, da, F_P50, NULL);
+	ratio(out, "mixed-direct MB/s: uring qd 4 / epoll", du, dp, F_FILE, NULL);
+	ratio(out, "rate: uring / busy ops/s", ru, rb, F_OPS, NULL);
+	ratio(out, "rate: hybrid / busy ops/s", rh, rb, F_OPS, NULL);
 	ratio(out, "rate: hybrid / hybrid-plain ops/s", rh, rhp, F_OPS, "what the bridge adds");
-	ratio(out, "conns 256: uring / busy ops/s", cu, cb, F_OPS, ">= 1");
-	ratio(out, "rate: uring-ep / busy ops/s", rue, rb, F_OPS, ">= 1");
-	ratio(out, "rate: hybrid-ep / busy ops/s", rhe, rb, F_OPS, ">= 1.2");
-	ratio(out, "rate: uring-ep / busy-ep ops/s", rue, rbe, F_OPS, ">= 1");
-	ratio(out, "rate: hybrid-ep / busy-ep ops/s", rhe, rbe, F_OPS, ">= 1.2");
+	ratio(out, "conns 256: uring / busy ops/s", cu, cb, F_OPS, NULL);
+	ratio(out, "rate: uring-ep / busy ops/s", rue, rb, F_OPS, NULL);
+	ratio(out, "rate: hybrid-ep / busy ops/s", rhe, rb, F_OPS, NULL);
+	ratio(out, "rate: uring-ep / busy-ep ops/s", rue, rbe, F_OPS, NULL);
+	ratio(out, "rate: hybrid-ep / busy-ep ops/s", rhe, rbe, F_OPS, NULL);
 	ratio(out, "rate: uring-ep / uring ops/s", rue, ru, F_OPS, "what chaining adds");
-	ratio(out, "conns 256: uring-ep / busy ops/s", cue, cb, F_OPS, ">= 1");
+	ratio(out, "conns 256: uring-ep / busy ops/s", cue, cb, F_OPS, NULL);
 	if (rue && rue->wrs_per_chain > 0)
 		fprintf(out, "  %-40s %6.2f    (> 1: posts chained)\n",
 			"rate: uring-ep WRs per chain", rue->wrs_per_chain);
 	if (rb && rb->syscalls_known) {
 		if (ru && ru->syscalls_known)
-			fprintf(out, "  %-40s %+6.2f    (<= 0)\n", "rate: uring - busy syscalls/op",
+			fprintf(out, "  %-40s %+6.2f\n", "rate: uring - busy syscalls/op",
 				ru->syscalls_per_op - rb->syscalls_per_op);
 		if (rh && rh->syscalls_known)
-			fprintf(out, "  %-40s %+6.2f    (<= +0.1)\n",
-				"rate: hybrid - busy syscalls/op",
+			fprintf(out, "  %-40s %+6.2f\n", "rate: hybrid - busy syscalls/op",
 				rh->syscalls_per_op - rb->syscalls_per_op);
 		if (rue && rue->syscalls_known)
-			fprintf(out, "  %-40s %+6.2f    (<= 0)\n",
-				"rate: uring-ep - busy syscalls/op",
+			fprintf(out, "  %-40s %+6.2f\n", "rate: uring-ep - busy syscalls/op",
 				rue->syscalls_per_op - rb->syscalls_per_op);
 		if (rhe && rhe->syscalls_known)
-			fprintf(out, "  %-40s %+6.2f    (<= +0.1)\n",
-				"rate: hybrid-ep - busy syscalls/op",
+			fprintf(out, "  %-40s %+6.2f\n", "rate: hybrid-ep - busy syscalls/op",
 				rhe->syscalls_per_op - rb->syscalls_per_op);
 		if (ru && ru->crossings_per_op >= 0 && rb->crossings_per_op >= 0)
 			fprintf(out, "  %-40s %+6.2f    (on a NIC with doorbells)\n",
@@ -597,9 +689,8 @@ void report_targets(FILE *out, const struct result *r, int n)
 		fprintf(out, "  %-40s %6.1f / %.1f us\n", "perftest -e p50 before / after",
 			pte->rep_p50[0], pte->rep_p50[1]);
 	if (ih)
-		fprintf(out, "  %-40s %6.2f%%   (< 1%%)\n", "idle: hybrid CPU per side",
+		fprintf(out, "  %-40s %6.2f%%\n", "idle: hybrid CPU per side",
 			ih->cpu_pct_per_side);
 	if (iu)
-		fprintf(out, "  %-40s %6.2f%%   (< 1%%)\n", "idle: uring CPU per side",
-			iu->cpu_pct_per_side);
+		fprintf(out, "  %-40s %6.2f%%\n", "idle: uring CPU per side", iu->cpu_pct_per_side);
 }

@@ -219,6 +219,8 @@ static void reduce(const struct bench_cfg *cfg, struct client_out *co, bool remo
 	}
 	if (workload_mixed(cfg->wl) && co->cli.elapsed_s > 0)
 		r->file_mb_per_s = (double)co->file_bytes / 1e6 / co->cli.elapsed_s;
+	r->file_most = co->file_most;
+	r->file_sc_per_read = co->file_reads ? (double)co->file_calls / (double)co->file_reads : -1;
 	r->file_iowq_pct = -1;
 	if (workload_mixed(cfg->wl) && co->file_iowq >= 0 && co->file_reads > 0)
 		r->file_iowq_pct = co->file_iowq >= (int64_t)co->file_reads

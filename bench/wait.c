@@ -16,9 +16,12 @@
  *   hybrid-ep     pass posts on a queue goes out as one chain
  *   busy-ep       the same endpoints and chains, the bridge's CQ busy-polled
  *                 (RR_WAIT_BUSY) on every pass: the -ep rows' reference
+ *   epoll-aio     epoll whose file reads are Linux AIO: io_submit(), an
+ *                 eventfd in the epoll set, io_getevents() when it fires
  * In the mixed workload every strategy reads one file chunk after each pass
  * that handled completions, inline (filer.c): pread() for those without a
- * ring, an io_uring read submitted by the bridge's next io_uring_enter.
+ * ring, an io_uring read submitted by the bridge's next io_uring_enter,
+ * epoll-aio an io_submit() (--file-qd: each tops its reads up to N).
  */
 #include <errno.h>
 #include <string.h>
@@ -29,9 +32,9 @@
 #define ACK_BATCH  32
 #define POLL_BATCH 16
 
-static const char *const snames[S_COUNT] = {"busy",	"thread",    "epoll",
-					    "uring",	"hybrid",    "hybrid-plain",
-					    "uring-ep", "hybrid-ep", "busy-ep"};
+static const char *const snames[S_COUNT] = {"busy",    "thread",       "epoll",	   "uring",
+					    "hybrid",  "hybrid-plain", "uring-ep", "hybrid-ep",
+					    "busy-ep", "epoll-aio"};
 static const char *const wnames[W_COUNT] = {"pingpong", "rate",	 "mixed",
 					    "idle",	"conns", "mixed-direct"};
 static const char *const onames[OP_COUNT] = {"send", "write_imm"};
@@ -145,14 +148,32 @@ static int step_thread(struct bside *s)
 
 static int step_epoll(struct bside *s)
 {
-	struct epoll_event ev;
+	struct epoll_event ev[2];
 	struct ibv_cq *cq;
 	void *ctx;
 	int n = poll_and_handle(s), m;
 
 	while (n == 0) {
-		if (epoll_wait(s->epfd, &ev, 1, -1) < 0 && errno != EINTR)
+		int k = epoll_wait(s->epfd, ev, 2, -1), rc;
+		bool chan = k <= 0, file = false; /* EINTR: poll, as on an event */
+
+		if (k < 0 && errno != EINTR)
 			return -errno;
+		for (int i = 0; i < k; i++) {
+			if (ev[i].data.u64 == FILER_AIO_EVENT)
+				file = true;
+			else
+				chan = true;
+		}
+		/* epoll-aio's file reads done: reaped after the channel's
+		 * completions when both fired (RDMA latency first). */
+		if (!chan) {
+			s->aio_filer->lone_wakes++;
+			rc = filer_aio_reap(s->aio_filer);
+			if (rc)
+				return rc;
+			continue;
+		}
 		side_counts.wakeups++;
 		/* The bridge's order: hand out what is there before the read
 		 * that fetches the event, so a reply posted from on_wc does
@@ -167,6 +188,11 @@ static int step_epoll(struct bside *s)
 		if (m < 0)
 			return m;
 		n += m;
+		if (file) {
+			rc = filer_aio_reap(s->aio_filer);
+			if (rc)
+				return rc;
+		}
 	}
 	return n;
 }
@@ -230,7 +256,7 @@ void side_sync_counts(struct bside *s)
 
 static int step_bridge(struct bside *s)
 {
-	uint64_t wcs = side_counts.wcs;
+	uint64_t wcs = side_counts.wcs, reads = s->filer ? s->filer->reads : 0;
 	int rc;
 
 	if (s->filer) {
@@ -247,6 +273,8 @@ static int step_bridge(struct bside *s)
 		bridge_counts(s);
 	if (s->filer && side_counts.wcs != wcs)
 		s->filer->want = true; /* read on the next pass's enter */
+	else if (s->filer && s->filer->reads != reads)
+		s->filer->lone_wakes++; /* woken for file reads alone */
 	return rc == -EINTR ? 0 : rc;
 }
 
@@ -263,6 +291,7 @@ int side_step(struct bside *s)
 		n = step_thread(s);
 		break;
 	case S_EPOLL:
+	case S_EPOLL_AIO:
 		n = step_epoll(s);
 		break;
 	case S_HYBRID_PLAIN:
@@ -273,7 +302,14 @@ int side_step(struct bside *s)
 	}
 	/* The file's turn: one chunk after a pass that handled completions. */
 	if (n > 0 && s->filer) {
-		int rc = filer_pread(s->filer);
+		int rc;
+
+		if (s->filer->aio) {
+			s->filer->want = true;
+			rc = filer_aio_kick(s->filer);
+		} else {
+			rc = filer_pread(s->filer);
+		}
 
 		if (rc)
 			return rc;

@@ -21,8 +21,16 @@
 # their reads ran: pread() rows inline; the ring's O_DIRECT reads inline
 # (issued in the enter); the ring's tmpfs reads inline before 6.5 and in
 # io-wq from 6.5, where tmpfs lacks non-blocking reads.
+# mixed-direct runs at 1 and 4 file reads in flight (--file-qd; 16 in a
+# run of its own): above 1 only the ring's rows and epoll-aio (epoll with
+# Linux AIO and an eventfd, where the bench was built with libaio: HAS_AIO
+# from meson), each of which has had that many reads in flight at once
+# (file_inflight_max); pread() rows have one. Syscalls per read, counted
+# where the bench makes them: a pread() row's exactly one; epoll-aio's
+# io_submit(), eventfd read(), io_getevents() and lone wake-ups, some.
 # Never asserts on speed.
-bench=${1:?usage: bench_json.sh PATH/TO/ringrdma-bench}
+bench=${1:?usage: bench_json.sh PATH/TO/ringrdma-bench [HAS_AIO]}
+has_aio=${2:-1}
 . "$(dirname "${BASH_SOURCE[0]}")/../support/require.sh"
 rr_require_rdma 1
 addr=$RR_ADDR
@@ -45,6 +53,10 @@ rc=$?
 	--client-threads 2 --repeat 2 --json "$out/c.json" --timeout 120 >>"$out/table" 2>&1 || rc=$?
 "$bench" --addr "$addr" --quick --strategies busy --workloads conns --conns 40 --no-count \
 	--json "$out/q.json" --timeout 120 >>"$out/table" 2>&1 || rc=$?
+dstrats=epoll,uring
+[ "$has_aio" = 1 ] && dstrats=epoll,uring,epoll-aio
+"$bench" --addr "$addr" --iters $iters --strategies $dstrats --workloads mixed-direct \
+	--file-qd 1,16 --no-count --json "$out/d.json" --timeout 120 >>"$out/table" 2>&1 || rc=$?
 "$bench" --addr "$addr" --strategies busy,uring --threads 2 --workloads conns >"$out/refused" 2>&1
 refused_rc=$?
 # A failure keeps everything the bench said (a sanitizer report included).
@@ -55,7 +67,7 @@ refused_rc=$?
 stuck_rc=$?
 python3 -S - "$out/b.json" "$rc" "$out/table" "$out/b.csv" "$iters" "$out/f.json" "$out/stuck" "$stuck_rc" \
 	"$out/g.json" "$out/g.csv" "$out/refused" "$refused_rc" "$out/c.json" "$out/r.json" \
-	"$out/n.json" "$out/q.json" <<'PY'
+	"$out/n.json" "$out/q.json" "$has_aio" "$out/d.json" <<'PY'
 import csv, json, os, re, sys
 path, rc, table, csvpath, iters = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
 checks = []
@@ -70,21 +82,30 @@ try:
 except Exception as e:
     recs = []
     check(False, f"JSON parses ({e})")
+has_aio = sys.argv[17] == "1"
 strats = ["busy", "thread", "epoll", "uring", "hybrid", "hybrid-plain", "uring-ep", "hybrid-ep",
-          "busy-ep"]
+          "busy-ep"] + (["epoll-aio"] if has_aio else [])
 ep = ("uring-ep", "hybrid-ep", "busy-ep")
 mixed = ("mixed", "mixed-direct")
 bridged = ("uring", "hybrid") + ep
-# (workload, op, qd, conns) in the order the bench runs them
-runs = [("pingpong", "send", 1, 1), ("pingpong", "write_imm", 1, 1), ("rate", "send", 16, 1),
-        ("mixed", "send", 1, 1), ("idle", "send", 1, 1), ("conns", "send", 1, 1),
-        ("conns", "send", 1, 3), ("mixed-direct", "send", 1, 1)]
-# By default the -ep strategies leave out mixed, mixed-direct and idle.
-want = [(s, w, o, q, c) for (w, o, q, c) in runs for s in strats
-        if s not in ep or w not in mixed + ("idle",)] + \
-       [("file-only", "mixed", "send", 1, 1), ("file-only", "mixed-direct", "send", 1, 1),
-        ("perftest", "pingpong", "send", 1, 1), ("perftest-e", "pingpong", "send", 1, 1)]
-got = [(r.get("strategy"), r.get("workload"), r.get("op"), r.get("qd"), r.get("conns")) for r in recs]
+# Strategies that keep several file reads in flight; the rest pread().
+file_qd_ok = ("uring", "hybrid", "epoll-aio") + ep
+# (workload, op, qd, conns, file reads in flight) in the order the bench
+# runs them
+runs = [("pingpong", "send", 1, 1, None), ("pingpong", "write_imm", 1, 1, None),
+        ("rate", "send", 16, 1, None), ("mixed", "send", 1, 1, 1), ("idle", "send", 1, 1, None),
+        ("conns", "send", 1, 1, None), ("conns", "send", 1, 3, None),
+        ("mixed-direct", "send", 1, 1, 1), ("mixed-direct", "send", 1, 1, 4)]
+# By default the -ep strategies leave out mixed, mixed-direct and idle;
+# epoll-aio runs mixed-direct only; above one read in flight, no pread().
+def planned(s, w, fq):
+    return ((s not in ep or w not in mixed + ("idle",)) and (s != "epoll-aio" or w == "mixed-direct")
+            and (fq is None or fq == 1 or s in file_qd_ok))
+want = [(s, w, o, q, c, fq) for (w, o, q, c, fq) in runs for s in strats if planned(s, w, fq)] + \
+       [("file-only", "mixed", "send", 1, 1, 1), ("file-only", "mixed-direct", "send", 1, 1, 1),
+        ("perftest", "pingpong", "send", 1, 1, None), ("perftest-e", "pingpong", "send", 1, 1, None)]
+got = [(r.get("strategy"), r.get("workload"), r.get("op"), r.get("qd"), r.get("conns"), r.get("file_qd"))
+       for r in recs]
 check(got == want, f"one record per strategy and run, in order ({len(got)} of {len(want)})")
 fields = ["strategy", "workload", "op", "msg_size", "qd", "conns", "iters", "idle_ms", "spin_us",
           "spin", "ring_read", "signal_every", "reference", "threads", "group_conns", "group_cpu_us_per_op",
@@ -94,7 +115,8 @@ fields = ["strategy", "workload", "op", "msg_size", "qd", "conns", "iters", "idl
           "verbs_syscalls_per_op", "crossings_per_op",
           "ctx_switches_per_op", "wcs_per_wakeup", "cpu_pct_per_side", "file_mb_per_s",
           "posts_per_op", "chains_per_op", "wrs_per_chain", "client_wrs_per_chain",
-          "server_wrs_per_chain", "kernel", "file_iowq_pct", "file_reads"]
+          "server_wrs_per_chain", "kernel", "file_iowq_pct", "file_reads", "file_qd",
+          "file_inflight_max", "file_syscalls_per_read"]
 kernel = os.uname().release
 kver = tuple(int(x) for x in re.match(r"(\d+)\.(\d+)", kernel).groups())
 for r in recs:
@@ -102,6 +124,19 @@ for r in recs:
     check(all(f in r for f in fields), f"{name}: all fields present")
     check(r.get("kernel") == kernel, f"{name}: kernel {r.get('kernel')} is uname -r's {kernel}")
     fr, fp = r.get("file_reads"), r.get("file_iowq_pct")
+    fq, fm = r.get("file_qd"), r.get("file_inflight_max")
+    if r.get("workload") in mixed:
+        name += f" file_qd={fq}"
+        most = fq if r.get("strategy") in file_qd_ok else 1
+        check(fm == most, f"{name}: {most} file reads in flight at once (said {fm})")
+        spr = r.get("file_syscalls_per_read")
+        if r.get("strategy") in file_qd_ok:
+            check(isinstance(spr, (int, float)) and (spr > 0 if r.get("strategy") == "epoll-aio" else spr >= 0),
+                  f"{name}: syscalls per read counted ({spr})")
+        else:
+            check(spr == 1, f"{name}: one pread() a read (said {spr})")
+    else:
+        check(fq is None and fm is None, f"{name}: no file reads in flight ({fq}, {fm})")
     if r.get("workload") not in mixed:
         check(fr is None and fp is None, f"{name}: no file reads, none said ({fr}, {fp})")
     elif r.get("strategy") in ("uring", "hybrid"):
@@ -140,7 +175,7 @@ for r in recs:
     wpw = r.get("wcs_per_wakeup")
     if r.get("strategy") in ("busy", "busy-ep"):
         check(wpw is None, f"{name}: busy polling never wakes (wcs_per_wakeup null)")
-    elif r.get("strategy") in ("thread", "epoll", "uring", "uring-ep"):
+    elif r.get("strategy") in ("thread", "epoll", "uring", "uring-ep", "epoll-aio"):
         check(isinstance(wpw, (int, float)) and wpw > 0, f"{name}: completions per wake-up counted")
     check(all(r.get(k) is None for k in ("syscalls_per_op", "verbs_syscalls_per_op", "crossings_per_op")),
           f"{name}: --no-count: no syscall figures")
@@ -279,6 +314,23 @@ except Exception as e:
     check(False, f"--quick conns 40 JSON parses ({e})")
 check([r.get("iters") for r in qrecs] == [2560],
       f"--quick conns 40: 2560 round trips, 64 a connection ({[r.get('iters') for r in qrecs]})")
+# --file-qd 1,16 on mixed-direct: the same rows at 16 reads in flight.
+try:
+    drecs = json.load(open(sys.argv[18]))
+except Exception as e:
+    drecs = []
+    check(False, f"--file-qd 1,16 JSON parses ({e})")
+dstrats = ["epoll", "uring"] + (["epoll-aio"] if has_aio else [])
+dwant = [(s, q) for q in (1, 16) for s in dstrats if q == 1 or s != "epoll"] + [("file-only", 1)]
+check([(r.get("strategy"), r.get("file_qd")) for r in drecs] == dwant,
+      f"--file-qd 1,16: pread() at 1 only, the ring and epoll-aio at both ({len(drecs)} of {len(dwant)})")
+for r in drecs:
+    if r.get("reference"):
+        continue
+    fq, fm = r.get("file_qd"), r.get("file_inflight_max")
+    name = f"{r.get('strategy')} mixed-direct file_qd={fq}"
+    check(fm == fq and (r.get("file_mb_per_s") or 0) > 0 and r.get("file_reads") == "inline",
+          f"{name}: {fq} reads in flight at once ({fm}), bytes read, inline ({r.get('file_reads')})")
 print(f"1..{len(checks)}")
 for i, (ok, what) in enumerate(checks, 1):
     print(f"{'ok' if ok else 'not ok'} {i} - {what}")
