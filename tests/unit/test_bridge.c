@@ -2350,3 +2350,30 @@ Test(device, fatal_reaches_a_bridge_whose_cqs_are_on_its_own_ring_read_channel)
 {
 	fatal_on_own_channel_case(&fake_ctx_rr, RR_BRIDGE_RING_READ);
 }
+
+/*
+ * A device first only heard (CQs on the application's channel), then
+ * equipped by a CQ on the shared channel: one device, one PD, and the
+ * fatal event heard once; the PD goes with the bridge.
+ */
+Test(device, a_heard_device_equipped_later_is_heard_once)
+{
+	struct rr_bridge_opts o = {.on_async_event = hear_async};
+	struct rr_cq_opts co = {.on_wc = on_wc};
+	struct fixture f;
+	rr_cq *shared;
+
+	fatals_heard = async_heard = 0;
+	setup_on(&f, &o, RR_WAIT_EVENT, &fake_ctx);
+	cr_assert_eq(fake_pds_live, 0);
+	cr_assert_eq(rr_cq_create(f.b, NULL, &fake_ctx, &co, sizeof(co), &shared), 0);
+	cr_assert_eq(fake_pds_live, 1);
+	pass(&f, 2);
+	fake_async_event(IBV_EVENT_DEVICE_FATAL);
+	pass_until(&f, &fatals_heard, 1);
+	pass(&f, 2);
+	cr_assert_eq(fatals_heard, 1, "DEVICE_FATAL heard %u times", fatals_heard);
+	cr_assert_eq(rr_cq_destroy(shared), 0);
+	teardown_fx(&f);
+	cr_assert_eq(fake_pds_live, 0);
+}

@@ -2165,6 +2165,35 @@ Test(endpoint, cq_err_of_an_application_cq_reaches_only_its_bridge)
 	teardown_all();
 }
 
+/* The same for CQs on channels of rr_channel_create(): each CQ is claimed
+ * by its bridge whichever channel it signals. */
+Test(endpoint, cq_err_of_a_cq_on_an_application_channel_reaches_only_its_bridge)
+{
+	struct rr_cq_opts co = {.on_wc = ignore_wc};
+	rr_channel *cli_ch, *srv_ch;
+	rr_cq *mine, *other;
+
+	async_hook = record_async;
+	open_bridges(0);
+	cr_assert_eq(rr_channel_create(cli, fake_device(), &cli_ch), 0);
+	cr_assert_eq(rr_channel_create(srv, fake_device(), &srv_ch), 0);
+	cr_assert_eq(rr_cq_create(cli, cli_ch, fake_device(), &co, sizeof(co), &mine), 0);
+	cr_assert_eq(rr_cq_create(srv, srv_ch, fake_device(), &co, sizeof(co), &other), 0);
+	fake_device_async_event(IBV_EVENT_CQ_ERR, rr_cq_ibv(mine));
+	cli_held = true;
+	PUMP_UNTIL(fake_device_async_queued() == 0);
+	cli_held = false;
+	settle();
+	cr_expect_eq(heard_cq_err(srv), 0, "the bridge that read it heard another's CQ_ERR");
+	cr_expect_eq(heard_cq_err(cli), 1, "the CQ's bridge heard its CQ_ERR %d times",
+		     heard_cq_err(cli));
+	cr_assert_eq(rr_cq_destroy(mine), 0);
+	cr_assert_eq(rr_cq_destroy(other), 0);
+	cr_assert_eq(rr_channel_destroy(cli_ch), 0);
+	cr_assert_eq(rr_channel_destroy(srv_ch), 0);
+	teardown_all();
+}
+
 /* ---- groups ---- */
 
 static atomic_int g_recv_calls;
