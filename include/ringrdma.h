@@ -185,14 +185,16 @@ typedef void (*rr_app_cqe_cb)(rr_bridge *b, const struct io_uring_cqe *cqe, void
  * destroyed before its owner got to them) are dropped. An event of the
  * whole device (DEVICE_FATAL, PORT_*, ...) reaches every bridge using the
  * device, once each. A bridge uses a device from its first endpoint, SRQ
- * or CQ on the device's shared channel (rr_cq_create() with a NULL
- * channel) on it: a CQ on a channel of rr_channel_create() alone does not
- * set the device up, so neither its events nor the device's reach that
- * bridge (create one CQ with a NULL channel to hear them). An event naming
- * an object the application created itself reaches the bridge that read
- * it; what its element points to is the application's to judge. A failed async fd (a hot-unplugged mlx5
- * device reports POLLERR and fails every read) is reported as a
- * DEVICE_FATAL with port 0.
+ * or CQ on it, whichever channel the CQ is on (the device's shared one or
+ * one of rr_channel_create()), until the bridge is destroyed; a CQ on a
+ * channel of the application's has the device's async fd polled for its
+ * bridge, without the PD or shared channel a NULL channel sets up. An
+ * event naming an object the application created itself reaches the
+ * bridge that read it; what its element points to is the application's
+ * to judge. A failed async fd (a hot-unplugged mlx5 device reports
+ * POLLERR and fails every read) is reported as a DEVICE_FATAL with port
+ * 0. Once a bridge heard a device die, its rr_cq_create() on that device
+ * fails with -ENODEV, on any channel.
  *
  * The callback may destroy the endpoint, CQ or SRQ the event names (it is
  * held until the callback returns), and post or destroy other objects of
@@ -581,17 +583,19 @@ struct rr_cq_opts {
  * rr_cq_create() - create a CQ whose completions arrive through the ring.
  * @b:    the bridge.
  * @ch:   the channel to signal; NULL uses the bridge's shared channel for
- *        the device of @ctx, and the device's async events naming the CQ
- *        (CQ_ERR) then reach this bridge alone (see rr_async_event_cb).
+ *        the device of @ctx. On either, the device's async events naming
+ *        the CQ (CQ_ERR) reach this bridge alone, and those of the whole
+ *        device (DEVICE_FATAL) reach it too (see rr_async_event_cb).
  * @ctx:  the device context (must match @ch's).
  * @opts: options; exactly one of on_wc and on_wc_batch is required.
  * @opts_size: sizeof(*opts) as the caller was compiled.
  * @out:  the new CQ.
  *
  * Return: 0, -EINVAL, -E2BIG (@opts sets members this library does not
- * know), -ENOMEM, the errno of ibv_create_cq() or
- * ibv_req_notify_cq(); with @ch NULL also -ENODEV (device lost) or the
- * errors of setting the device up (ibv_alloc_pd(), the shared channel).
+ * know), -ENOMEM, -ENODEV (the bridge heard the device die), the errno
+ * of ibv_create_cq() or ibv_req_notify_cq(), or of polling the device's
+ * async fd; with @ch NULL also the errors of setting the device up
+ * (ibv_alloc_pd(), the shared channel).
  */
 int rr_cq_create(rr_bridge *b, rr_channel *ch, struct ibv_context *ctx,
 		 const struct rr_cq_opts *opts, size_t opts_size, rr_cq **out);

@@ -418,9 +418,9 @@ int rr_channel_create(rr_bridge *b, struct ibv_context *ctx, rr_channel **out)
 	return rr__channel_create(&b->cqs, ctx, out);
 }
 
-/* What a CQ on its device's shared channel holds: the device, and the
- * claim that routes the device's events naming the CQ (CQ_ERR) to this
- * bridge alone, on its thread. */
+/* What a CQ holds: its device, so the device's events reach this bridge
+ * whichever channel the CQ is on, and the claim that routes those naming
+ * the CQ (CQ_ERR) to this bridge alone, on its thread. */
 struct cq_hold {
 	struct rr__device *dev;
 	struct rr__claim claim;
@@ -452,30 +452,27 @@ int rr_cq_create(rr_bridge *b, rr_channel *ch, struct ibv_context *ctx,
 		return -EINVAL;
 	if (ch && ch->ch->context != ctx)
 		return -EINVAL;
-	if (!ch) {
-		/* The device's shared channel: the CQ holds the device. */
-		hold = calloc(1, sizeof(*hold));
-		if (!hold)
-			return -ENOMEM;
-		rc = rr__device_get(&b->devs, ctx, &hold->dev);
-		if (rc) {
-			free(hold);
-			return rc;
-		}
-		ch = hold->dev->channel;
-	}
-	rc = rr__cq_create(&b->cqs, ch, ctx, &o, out);
+	hold = calloc(1, sizeof(*hold));
+	if (!hold)
+		return -ENOMEM;
+	/* On the application's channel the device is only heard: no PD or
+	 * shared channel for it. */
+	rc = ch ? rr__device_hear(&b->devs, ctx, &hold->dev)
+		: rr__device_get(&b->devs, ctx, &hold->dev);
 	if (rc) {
-		if (hold) {
-			rr__device_put(hold->dev);
-			free(hold);
-		}
+		free(hold);
 		return rc;
 	}
-	if (hold) {
-		rr__device_claim(hold->dev, &hold->claim, (*out)->cq, b, 0);
-		(*out)->hooks = (struct rr__cq_hooks){.destroyed = cq_gone, .ctx = hold};
+	if (!ch)
+		ch = hold->dev->channel;
+	rc = rr__cq_create(&b->cqs, ch, ctx, &o, out);
+	if (rc) {
+		rr__device_put(hold->dev);
+		free(hold);
+		return rc;
 	}
+	rr__device_claim(hold->dev, &hold->claim, (*out)->cq, b, 0);
+	(*out)->hooks = (struct rr__cq_hooks){.destroyed = cq_gone, .ctx = hold};
 	return 0;
 }
 

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
- * Devices: for each ibv_context the bridge uses, one shared completion
- * channel and the context's async-event fd polled in the ring; and one
- * protection domain per context for the whole process, so memory
+ * Devices: for each ibv_context the bridge uses, the context's async-event
+ * fd polled in the ring, and once something needs them (an endpoint, an
+ * SRQ, a CQ on the shared channel) one shared completion channel and the
+ * one protection domain per context for the whole process, so memory
  * registered once serves endpoints on every bridge (every thread).
  */
 #include <errno.h>
@@ -19,7 +20,7 @@
  */
 struct shared_dev {
 	struct ibv_context *ctx;
-	struct ibv_pd *pd;
+	struct ibv_pd *pd; /* NULL until a bridge equips a device of ctx */
 	unsigned int refs;
 	struct rr__list devs;	/* rr__device.peer_link */
 	struct rr__list claims; /* struct rr__claim, newest first */
@@ -50,21 +51,29 @@ static struct shared_dev *shared_get(struct ibv_context *ctx)
 		s->ctx = ctx;
 		rr__list_init(&s->devs);
 		rr__list_init(&s->claims);
-		s->pd = ibv_alloc_pd(ctx);
-		if (s->pd) {
-			s->next = shared_devs;
-			shared_devs = s;
-		} else {
-			free(s);
-			s = NULL;
-		}
-	} else if (!s) {
-		errno = ENOMEM;
+		s->next = shared_devs;
+		shared_devs = s;
 	}
 	if (s)
 		s->refs++;
 	pthread_mutex_unlock(&shared_lock);
 	return s;
+}
+
+/* The process's PD of the context, allocated by its first user. */
+static int shared_pd(struct shared_dev *s, struct ibv_pd **out)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&shared_lock);
+	if (!s->pd) {
+		s->pd = ibv_alloc_pd(s->ctx);
+		if (!s->pd)
+			rc = errno ? -errno : -ENOMEM;
+	}
+	*out = s->pd;
+	pthread_mutex_unlock(&shared_lock);
+	return rc;
 }
 
 static void shared_put(struct shared_dev *s)
@@ -78,7 +87,8 @@ static void shared_put(struct shared_dev *s)
 		*p = s->next;
 		/* Fails (EBUSY) only while the application still holds MRs
 		 * in this PD; verbs then frees it with the context. */
-		ibv_dealloc_pd(s->pd);
+		if (s->pd)
+			ibv_dealloc_pd(s->pd);
 		free(s);
 	}
 	pthread_mutex_unlock(&shared_lock);
@@ -183,8 +193,10 @@ static void device_free(struct rr__device *dev)
 	take_msgs(dev, NULL);
 	rr__list_del(&dev->link);
 	rr__poll_close(dev->set->ring, dev->async_slot);
-	dev->channel->ncqs = 0;
-	rr_channel_destroy(dev->channel);
+	if (dev->channel) {
+		dev->channel->ncqs = 0;
+		rr_channel_destroy(dev->channel);
+	}
 	shared_put(dev->shared);
 	free(dev);
 }
@@ -193,7 +205,7 @@ static void device_free(struct rr__device *dev)
  * PD, channel and async fd, so the kernel can finish the removal. */
 static void release_if_unused(struct rr__device *dev)
 {
-	if (dev->dead && !dev->refs && !dev->channel->ncqs)
+	if (dev->dead && !dev->refs && !(dev->channel && dev->channel->ncqs))
 		device_free(dev);
 }
 
@@ -398,7 +410,23 @@ void rr__devices_kill(struct rr__devices *set, struct ibv_context *ctx)
 		rr__device_kill(dev);
 }
 
-int rr__device_get(struct rr__devices *set, struct ibv_context *ctx, struct rr__device **out)
+/* The PD and the shared channel, for a device set up only to be heard. */
+static int equip(struct rr__device *dev)
+{
+	struct ibv_pd *pd;
+	int rc = shared_pd(dev->shared, &pd);
+
+	if (!rc)
+		rc = rr__channel_create(dev->set->cqs, dev->ctx, &dev->channel);
+	if (!rc)
+		dev->pd = pd;
+	return rc;
+}
+
+/* @equipped: with the PD and the shared channel; without them the device
+ * is only heard (its async fd polled, its events routed here). */
+static int device_hold(struct rr__devices *set, struct ibv_context *ctx, bool equipped,
+		       struct rr__device **out)
 {
 	struct rr__device *dev = device_find(set, ctx);
 	int rc;
@@ -406,6 +434,11 @@ int rr__device_get(struct rr__devices *set, struct ibv_context *ctx, struct rr__
 	if (dev) {
 		if (dev->dead)
 			return -ENODEV;
+		if (equipped && !dev->channel) {
+			rc = equip(dev);
+			if (rc)
+				return rc;
+		}
 		dev->refs++;
 		*out = dev;
 		return 0;
@@ -418,13 +451,12 @@ int rr__device_get(struct rr__devices *set, struct ibv_context *ctx, struct rr__
 	dev->async_slot = RR__NO_SLOT;
 	dev->shared = shared_get(ctx);
 	if (!dev->shared) {
-		rc = errno ? -errno : -ENOMEM;
+		rc = -ENOMEM;
 		goto err_free;
 	}
-	dev->pd = dev->shared->pd;
-	rc = rr__channel_create(set->cqs, ctx, &dev->channel);
+	rc = equipped ? equip(dev) : 0;
 	if (rc)
-		goto err_pd;
+		goto err_shared;
 	/* Events this bridge's objects get may be read by another bridge. */
 	rc = set->hears ? 0 : rr__devices_hear_others(set);
 	if (!rc)
@@ -442,12 +474,23 @@ int rr__device_get(struct rr__devices *set, struct ibv_context *ctx, struct rr__
 	return 0;
 
 err_channel:
-	rr_channel_destroy(dev->channel);
-err_pd:
+	if (dev->channel)
+		rr_channel_destroy(dev->channel);
+err_shared:
 	shared_put(dev->shared);
 err_free:
 	free(dev);
 	return rc;
+}
+
+int rr__device_get(struct rr__devices *set, struct ibv_context *ctx, struct rr__device **out)
+{
+	return device_hold(set, ctx, true, out);
+}
+
+int rr__device_hear(struct rr__devices *set, struct ibv_context *ctx, struct rr__device **out)
+{
+	return device_hold(set, ctx, false, out);
 }
 
 static uint8_t rd_limit(int v)

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Layer 3, devices: for each ibv_context in use, one shared completion
- * channel and the context's async-event fd polled in the ring, and the
- * process-wide protection domain of the context (one for all bridges). Reference counted: a dead
- * device (fatal event, removal) is let go of once its last user put it. Async events travel up
- * through a hook.
+ * Layer 3, devices: for each ibv_context in use, the context's async-event
+ * fd polled in the ring; and, once something needs them, one shared
+ * completion channel and the process-wide protection domain of the
+ * context (one for all bridges). Reference counted: a dead device (fatal
+ * event, removal) is let go of once its last user put it. Async events
+ * travel up through a hook.
  */
 #ifndef RR_DEVICE_H
 #define RR_DEVICE_H
@@ -57,8 +58,8 @@ struct rr__device {
 	struct rr__list link;
 	struct rr__devices *set;
 	struct ibv_context *ctx;
-	struct ibv_pd *pd;   /* the process's PD of ctx, counted */
-	rr_channel *channel; /* shared completion channel */
+	struct ibv_pd *pd;   /* the process's PD of ctx, counted; NULL if only heard */
+	rr_channel *channel; /* shared completion channel; NULL if only heard */
 	struct shared_dev *shared;
 	struct rr__list peer_link; /* shared->devs */
 	rr__inbox inbox;	   /* events others read for us (struct rr__async_msg) */
@@ -89,8 +90,13 @@ void rr__device_claim(struct rr__device *dev, struct rr__claim *c, void *obj, vo
 void rr__device_unclaim(struct rr__claim *c);
 
 /* The device of ctx, set up on first use, with a reference taken;
- * -ENODEV (and no reference) once it is dead. */
+ * -ENODEV (and no reference) once it is dead. With its PD and shared
+ * channel. */
 int rr__device_get(struct rr__devices *set, struct ibv_context *ctx, struct rr__device **out);
+/* The same, heard only: its async events reach this bridge, without a PD
+ * or shared channel set up for it (a CQ on a channel of the
+ * application's); a later rr__device_get() adds them. */
+int rr__device_hear(struct rr__devices *set, struct ibv_context *ctx, struct rr__device **out);
 void rr__device_put(struct rr__device *dev);
 /* Mark dead: new users are refused, and it goes with its last reference. */
 void rr__device_kill(struct rr__device *dev);

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 /* Stub verbs for the host unit suite; see fake_verbs.h. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <time.h>
 
@@ -606,11 +607,12 @@ struct fake_async {
 	unsigned int head, tail;
 };
 
-static struct fake_async ctx_async = {.wfd = -1}, dev_async = {.wfd = -1};
+/* One queue per context, as each real context has its own async fd. */
+static struct fake_async ctx_async = {.wfd = -1}, rr_async = {.wfd = -1}, dev_async = {.wfd = -1};
 
 static struct fake_async *async_of(struct ibv_context *ctx)
 {
-	return is_dev(ctx) ? &dev_async : &ctx_async;
+	return is_dev(ctx) ? &dev_async : ctx == &fake_ctx_rr ? &rr_async : &ctx_async;
 }
 
 struct ibv_pd *__wrap_ibv_alloc_pd(struct ibv_context *ctx);
@@ -618,15 +620,34 @@ int __wrap_ibv_dealloc_pd(struct ibv_pd *pd);
 int __wrap_ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *ev);
 void __wrap_ibv_ack_async_event(struct ibv_async_event *ev);
 
-int fake_async_open(void)
+/* A real context always has an async fd, and the library polls it for
+ * every bridge with a CQ on the context: so do fake_ctx and fake_ctx_rr,
+ * from the start. */
+static void async_pipe(struct ibv_context *ctx, struct fake_async *a)
 {
 	int p[2];
 
-	if (pipe(p))
-		return -errno;
+	if (pipe2(p, O_CLOEXEC))
+		abort();
+	ctx->async_fd = p[0];
+	a->wfd = p[1];
+	a->head = a->tail = 0;
+}
+
+__attribute__((constructor)) static void async_init(void)
+{
+	async_pipe(&fake_ctx, &ctx_async);
+	async_pipe(&fake_ctx_rr, &rr_async);
+}
+
+/* Nothing queued on fake_ctx's async fd. */
+int fake_async_open(void)
+{
+	char c;
+
 	fake_lock();
-	fake_ctx.async_fd = p[0];
-	ctx_async.wfd = p[1];
+	while (ctx_async.head != ctx_async.tail && read(fake_ctx.async_fd, &c, 1) == 1)
+		ctx_async.head++;
 	ctx_async.head = ctx_async.tail = 0;
 	fake_unlock();
 	return 0;
@@ -634,11 +655,7 @@ int fake_async_open(void)
 
 void fake_async_close(void)
 {
-	fake_lock();
-	close(fake_ctx.async_fd);
-	close(ctx_async.wfd);
-	fake_ctx.async_fd = ctx_async.wfd = -1;
-	fake_unlock();
+	fake_async_open();
 }
 
 static void async_push(struct ibv_context *ctx, struct ibv_async_event ev)
@@ -658,8 +675,13 @@ static void async_push(struct ibv_context *ctx, struct ibv_async_event ev)
 
 void fake_async_event(enum ibv_event_type type)
 {
+	fake_async_event_on(&fake_ctx, type);
+}
+
+void fake_async_event_on(struct ibv_context *ctx, enum ibv_event_type type)
+{
 	fake_lock();
-	async_push(&fake_ctx, (struct ibv_async_event){.event_type = type});
+	async_push(ctx, (struct ibv_async_event){.event_type = type});
 	fake_unlock();
 }
 

@@ -111,12 +111,16 @@ void fake_raise_late(struct fake_cq *cq);
  * read() syscall on a real channel. */
 extern unsigned int fake_event_reads;
 
-/* Devices: PDs, and an async-event fd (a pipe) for fake_ctx. */
+/* Devices: PDs, and an async-event fd (a pipe) for each of fake_ctx and
+ * fake_ctx_rr, open from the start. */
 extern unsigned int fake_pds_live;
+/* Empty fake_ctx's async queue (both: the fd stays open). */
 int fake_async_open(void);
 void fake_async_close(void);
-/* Queue an async event and make the async fd readable. */
+/* Queue an async event and make the async fd readable: on fake_ctx, and
+ * on @ctx (fake_ctx or fake_ctx_rr). */
 void fake_async_event(enum ibv_event_type type);
+void fake_async_event_on(struct ibv_context *ctx, enum ibv_event_type type);
 
 /* clock_gettime() calls (wrapped) since the start of the process. */
 extern unsigned int fake_clock_reads;

@@ -1702,12 +1702,15 @@ Test(teardown, cancel_of_a_firing_poll_is_asked_again)
 	fake_complete(fake_cq_of(rr_cq_ibv(cq)), 1, 1); /* fires; task work waits */
 	cr_assert_eq(rr_cq_destroy(cq), 0);
 	cr_assert_eq(rr_channel_destroy(ch), 0);
-	/* The ring's room timer stays (see ring.c). */
-	for (int i = 0; i < 100 && b->ring.live_slots > 1; i++)
+	/* The ring's room timer stays (see ring.c), and so do the polls of
+	 * the device the CQ was heard on (its async fd, and the bell other
+	 * bridges forward its events with) until the bridge goes, as for a
+	 * CQ on the shared channel. */
+	for (int i = 0; i < 100 && b->ring.live_slots > 3; i++)
 		cr_assert_geq(rr_bridge_run_once(b, 10), 0);
 	rr_bridge_get_stats(b, &st, sizeof(st));
 	cr_assert_neq(b->ring.room_slot, RR__NO_SLOT);
-	cr_assert_eq(b->ring.live_slots, 1, "the channel's poll ended");
+	cr_assert_eq(b->ring.live_slots, 3, "the channel's poll ended");
 	cr_assert_geq(st.cancel_retries, 1, "the cancel met a firing poll and was asked again");
 	cr_assert_eq(rr_bridge_destroy(b), 0);
 	io_uring_queue_exit(&ring);
@@ -2299,4 +2302,86 @@ Test(batch, a_qp_leaving_mid_batch_takes_only_what_was_not_handed_out)
 	cr_assert_eq(L.id[2], QP_A | 2);
 	cr_assert_eq(L.id[3], QP_X | 2);
 	teardown_fx(&f);
+}
+
+/* ---- a device's async events reach bridges on its own channels ---- */
+
+static unsigned int fatals_heard, async_heard;
+
+static void hear_async(rr_bridge *b, const struct ibv_async_event *ev, void *data)
+{
+	async_heard++;
+	if (ev->event_type == IBV_EVENT_DEVICE_FATAL)
+		fatals_heard++;
+}
+
+/*
+ * Both CQs of the fixture are on a channel of rr_channel_create(), the
+ * pattern of many CQs on one channel of the application's: a device that
+ * dies must still be heard, once, as with a CQ on the shared channel, and
+ * the dead device refuses new CQs (-ENODEV) as the shared channel does;
+ * the CQs already there still work and go away cleanly.
+ */
+static void fatal_on_own_channel_case(struct ibv_context *ctx, unsigned int flags)
+{
+	struct rr_bridge_opts o = {.on_async_event = hear_async, .flags = flags};
+	struct rr_cq_opts co = {.on_wc = on_wc};
+	struct fixture f;
+	rr_cq *late;
+
+	fatals_heard = async_heard = 0;
+	setup_on(&f, &o, RR_WAIT_EVENT, ctx);
+	pass(&f, 2);
+	cr_assert_eq(fake_pds_live, 0, "a CQ on the application's channel needs no PD");
+	fake_async_event_on(ctx, IBV_EVENT_PORT_ERR);
+	fake_async_event_on(ctx, IBV_EVENT_DEVICE_FATAL);
+	pass_until(&f, &fatals_heard, 1);
+	cr_assert_eq(fatals_heard, 1, "DEVICE_FATAL heard %u times", fatals_heard);
+	cr_assert_eq(async_heard, 2, "%u async events heard", async_heard);
+	cr_assert_eq(rr_cq_create(f.b, f.ch, ctx, &co, sizeof(co), &late), -ENODEV);
+	cr_assert_eq(rr_cq_create(f.b, NULL, ctx, &co, sizeof(co), &late), -ENODEV);
+	fake_complete(fcq(&f, 1), 1, 7);
+	pass_until(&f, &L.wcs[1], 1);
+	cr_assert_eq(L.wcs[1], 1);
+	cr_assert_eq(rr_cq_destroy(f.cq[0]), 0);
+	cr_assert_eq(rr_cq_destroy(f.cq[1]), 0);
+	cr_assert_eq(rr_channel_destroy(f.ch), 0);
+	teardown_fx(&f);
+}
+
+Test(device, fatal_reaches_a_bridge_whose_cqs_are_on_its_own_channel)
+{
+	fatal_on_own_channel_case(&fake_ctx, 0);
+}
+
+Test(device, fatal_reaches_a_bridge_whose_cqs_are_on_its_own_ring_read_channel)
+{
+	fatal_on_own_channel_case(&fake_ctx_rr, RR_BRIDGE_RING_READ);
+}
+
+/*
+ * A device first only heard (CQs on the application's channel), then
+ * equipped by a CQ on the shared channel: one device, one PD, and the
+ * fatal event heard once; the PD goes with the bridge.
+ */
+Test(device, a_heard_device_equipped_later_is_heard_once)
+{
+	struct rr_bridge_opts o = {.on_async_event = hear_async};
+	struct rr_cq_opts co = {.on_wc = on_wc};
+	struct fixture f;
+	rr_cq *shared;
+
+	fatals_heard = async_heard = 0;
+	setup_on(&f, &o, RR_WAIT_EVENT, &fake_ctx);
+	cr_assert_eq(fake_pds_live, 0);
+	cr_assert_eq(rr_cq_create(f.b, NULL, &fake_ctx, &co, sizeof(co), &shared), 0);
+	cr_assert_eq(fake_pds_live, 1);
+	pass(&f, 2);
+	fake_async_event(IBV_EVENT_DEVICE_FATAL);
+	pass_until(&f, &fatals_heard, 1);
+	pass(&f, 2);
+	cr_assert_eq(fatals_heard, 1, "DEVICE_FATAL heard %u times", fatals_heard);
+	cr_assert_eq(rr_cq_destroy(shared), 0);
+	teardown_fx(&f);
+	cr_assert_eq(fake_pds_live, 0);
 }

@@ -1775,6 +1775,10 @@ Test(endpoint, traffic_with_channels_read_through_the_ring)
 
 static int fatal_seen;
 
+static void ignore_wc(rr_cq *cq, const struct ibv_wc *wc, void *data)
+{
+}
+
 static void count_fatal(rr_bridge *b, const struct ibv_async_event *ev, void *data)
 {
 	if (ev->event_type == IBV_EVENT_DEVICE_FATAL)
@@ -1805,6 +1809,60 @@ Test(endpoint, device_unplug_ends_connections_without_spinning)
 	rr_bridge_get_stats(srv, &bs, sizeof(bs));
 	cr_expect_lt(handled, 200, "%d CQEs in 200 ms on a dead device", handled);
 	cr_expect_lt(bs.async_events, 10);
+	teardown_all();
+}
+
+/* DEVICE_FATAL heard by srv [0] and by cli [1]. */
+static int fatal_by[2];
+
+static void count_fatal_by(rr_bridge *b, const struct ibv_async_event *ev, void *data)
+{
+	if (ev->event_type == IBV_EVENT_DEVICE_FATAL)
+		fatal_by[b == cli]++;
+}
+
+/*
+ * Two bridges whose CQs are all on channels of rr_channel_create() (many
+ * CQs on one channel of the application's each): a hot unplug is heard
+ * by both, once each, whichever read the async fd, and the dead device
+ * refuses new CQs. Nothing else of theirs is on the device.
+ */
+Test(endpoint, unplug_reaches_bridges_whose_cqs_are_on_their_own_channels)
+{
+	struct rr_cq_opts co = {.on_wc = ignore_wc};
+	rr_bridge *bs[2];
+	rr_channel *ch[2];
+	rr_cq *cqs[2][2], *late;
+	int handled = 0;
+	double t0;
+
+	async_hook = count_fatal_by;
+	open_bridges(0);
+	bs[0] = srv;
+	bs[1] = cli;
+	for (int i = 0; i < 2; i++) {
+		cr_assert_eq(rr_channel_create(bs[i], fake_device(), &ch[i]), 0);
+		for (int k = 0; k < 2; k++)
+			cr_assert_eq(rr_cq_create(bs[i], ch[i], fake_device(), &co, sizeof(co),
+						  &cqs[i][k]),
+				     0);
+	}
+	settle();
+	fake_device_disassociate();
+	PUMP_UNTIL(fatal_by[0] && fatal_by[1]);
+	t0 = now_s();
+	while (now_s() - t0 < 0.2)
+		handled += rr_bridge_run_once(srv, 10) + rr_bridge_run_once(cli, 10);
+	cr_expect_lt(handled, 200, "%d CQEs in 200 ms on a dead device", handled);
+	cr_expect_eq(fatal_by[0], 1, "srv heard DEVICE_FATAL %d times", fatal_by[0]);
+	cr_expect_eq(fatal_by[1], 1, "cli heard DEVICE_FATAL %d times", fatal_by[1]);
+	for (int i = 0; i < 2; i++) {
+		cr_expect_eq(rr_cq_create(bs[i], ch[i], fake_device(), &co, sizeof(co), &late),
+			     -ENODEV);
+		for (int k = 0; k < 2; k++)
+			cr_assert_eq(rr_cq_destroy(cqs[i][k]), 0);
+		cr_assert_eq(rr_channel_destroy(ch[i]), 0);
+	}
 	teardown_all();
 }
 
@@ -2073,10 +2131,6 @@ Test(endpoint, async_hook_destroying_on_last_wqe_reached_ends_the_linger)
 	teardown_all();
 }
 
-static void ignore_wc(rr_cq *cq, const struct ibv_wc *wc, void *data)
-{
-}
-
 static int heard_cq_err(rr_bridge *b)
 {
 	int n = 0;
@@ -2108,6 +2162,35 @@ Test(endpoint, cq_err_of_an_application_cq_reaches_only_its_bridge)
 		     heard_cq_err(cli));
 	cr_assert_eq(rr_cq_destroy(mine), 0);
 	cr_assert_eq(rr_cq_destroy(other), 0);
+	teardown_all();
+}
+
+/* The same for CQs on channels of rr_channel_create(): each CQ is claimed
+ * by its bridge whichever channel it signals. */
+Test(endpoint, cq_err_of_a_cq_on_an_application_channel_reaches_only_its_bridge)
+{
+	struct rr_cq_opts co = {.on_wc = ignore_wc};
+	rr_channel *cli_ch, *srv_ch;
+	rr_cq *mine, *other;
+
+	async_hook = record_async;
+	open_bridges(0);
+	cr_assert_eq(rr_channel_create(cli, fake_device(), &cli_ch), 0);
+	cr_assert_eq(rr_channel_create(srv, fake_device(), &srv_ch), 0);
+	cr_assert_eq(rr_cq_create(cli, cli_ch, fake_device(), &co, sizeof(co), &mine), 0);
+	cr_assert_eq(rr_cq_create(srv, srv_ch, fake_device(), &co, sizeof(co), &other), 0);
+	fake_device_async_event(IBV_EVENT_CQ_ERR, rr_cq_ibv(mine));
+	cli_held = true;
+	PUMP_UNTIL(fake_device_async_queued() == 0);
+	cli_held = false;
+	settle();
+	cr_expect_eq(heard_cq_err(srv), 0, "the bridge that read it heard another's CQ_ERR");
+	cr_expect_eq(heard_cq_err(cli), 1, "the CQ's bridge heard its CQ_ERR %d times",
+		     heard_cq_err(cli));
+	cr_assert_eq(rr_cq_destroy(mine), 0);
+	cr_assert_eq(rr_cq_destroy(other), 0);
+	cr_assert_eq(rr_channel_destroy(cli_ch), 0);
+	cr_assert_eq(rr_channel_destroy(srv_ch), 0);
 	teardown_all();
 }
 
