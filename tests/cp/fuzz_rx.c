@@ -1289,6 +1289,14 @@ static int replay(const char *path, unsigned int *n)
 
 static const char *scenario_bad; /* why the last scenario failed, or NULL */
 
+/* One TAP line for the scenario just run; 1 when it failed. */
+static int scenario_tap(unsigned int *n, const char *what)
+{
+	printf("%s %u - %s%s%s\n", scenario_bad ? "not ok" : "ok", ++*n, what,
+	       scenario_bad ? ": " : "", scenario_bad ? scenario_bad : "");
+	return scenario_bad != NULL;
+}
+
 static void plant_file(int dirfd, const char *name, const char *text)
 {
 	int fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -1384,9 +1392,7 @@ static int scenario(unsigned int *n, const char *what, void (*plant)(int),
 	run_start(name, size, CP_START_RESUME);
 	scenario_plant = NULL;
 	scenario_verify = NULL;
-	printf("%s %u - %s%s%s\n", scenario_bad ? "not ok" : "ok", ++*n, what,
-	       scenario_bad ? ": " : "", scenario_bad ? scenario_bad : "");
-	return scenario_bad != NULL;
+	return scenario_tap(n, what);
 }
 
 static void opts_max_size(struct cp_opts *o)
@@ -1446,19 +1452,14 @@ static int replayed_login(unsigned int *n)
 	scenario_bad = NULL;
 	scenario_verify = verify_record;
 	LLVMFuzzerTestOneInput(script, sizeof(script));
-	printf("%s %u - the token's proof logs in%s%s\n", scenario_bad ? "not ok" : "ok", ++*n,
-	       scenario_bad ? ": " : "", scenario_bad ? scenario_bad : "");
-	bad |= scenario_bad != NULL;
+	bad |= scenario_tap(n, "the token's proof logs in");
 	scenario_bad = NULL;
 	scenario_verify = verify_replay;
 	replay_auth = recorded;
 	LLVMFuzzerTestOneInput(script, sizeof(script));
 	replay_auth = NULL;
 	scenario_verify = NULL;
-	printf("%s %u - a recorded login, replayed, is refused%s%s\n",
-	       scenario_bad ? "not ok" : "ok", ++*n, scenario_bad ? ": " : "",
-	       scenario_bad ? scenario_bad : "");
-	return bad | (scenario_bad != NULL);
+	return bad | scenario_tap(n, "a recorded login, replayed, is refused");
 }
 
 /*
@@ -1506,10 +1507,7 @@ static int held_auth(unsigned int *n)
 	LLVMFuzzerTestOneInput(script, sizeof(script));
 	before_auth = NULL;
 	scenario_verify = NULL;
-	printf("%s %u - an AUTH from a source held back since its HELLO is refused unread%s%s\n",
-	       scenario_bad ? "not ok" : "ok", ++*n, scenario_bad ? ": " : "",
-	       scenario_bad ? scenario_bad : "");
-	return scenario_bad != NULL;
+	return scenario_tap(n, "an AUTH from a source held back since its HELLO is refused unread");
 }
 
 /*
@@ -1540,6 +1538,7 @@ static void verify_exists(struct harness *h)
 static int same_reads(unsigned int *n)
 {
 	static const uint8_t sizes[] = {100, 50, 200};
+	char what[96];
 	int bad = 0;
 
 	for (size_t i = 0; i < sizeof(sizes); i++) {
@@ -1557,10 +1556,10 @@ static int same_reads(unsigned int *n)
 		read = pread_bytes - before;
 		if (!scenario_bad && read != sizes[i])
 			scenario_bad = "another amount was read than the declared length";
-		printf("%s %u - %u bytes sent over a file of 100: %llu bytes read to compare%s%s\n",
-		       scenario_bad ? "not ok" : "ok", ++*n, sizes[i], read,
-		       scenario_bad ? ": " : "", scenario_bad ? scenario_bad : "");
-		bad |= scenario_bad != NULL;
+		snprintf(what, sizeof(what),
+			 "%u bytes sent over a file of 100: %llu bytes read to compare", sizes[i],
+			 read);
+		bad |= scenario_tap(n, what);
 	}
 	return bad;
 }
@@ -1590,10 +1589,7 @@ static int relayed_login(unsigned int *n)
 	LLVMFuzzerTestOneInput(script, sizeof(script));
 	relayed = false;
 	scenario_verify = NULL;
-	printf("%s %u - a login relayed from another server's address is refused%s%s\n",
-	       scenario_bad ? "not ok" : "ok", ++*n, scenario_bad ? ": " : "",
-	       scenario_bad ? scenario_bad : "");
-	return scenario_bad != NULL;
+	return scenario_tap(n, "a login relayed from another server's address is refused");
 }
 
 /* Issue 40: no disk bounds. --max-size and --min-free refuse a file at
@@ -1619,9 +1615,7 @@ static int bounds(unsigned int *n)
 		run_start("a", t[i].size, 0);
 		scenario_opts = NULL;
 		scenario_verify = NULL;
-		printf("%s %u - %s%s%s\n", scenario_bad ? "not ok" : "ok", ++*n, t[i].what,
-		       scenario_bad ? ": " : "", scenario_bad ? scenario_bad : "");
-		bad |= scenario_bad != NULL;
+		bad |= scenario_tap(n, t[i].what);
 	}
 	return bad;
 }
