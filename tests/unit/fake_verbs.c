@@ -126,6 +126,7 @@ struct fake_wqe {
 struct fake_qp {
 	struct ibv_qp qp;     /* first */
 	struct fake_qp *next; /* live QPs */
+	struct fake_qp *hnext; /* qp_hash[] */
 	struct fake_qp *peer;
 	struct fake_srq *srq;
 	bool sig_all;
@@ -147,6 +148,10 @@ struct fake_device {
 
 static struct fake_device dev;
 static struct fake_qp *qps;
+/* Live QPs by number: a poll finds a completion's QP as a provider's
+ * table does, at a cost that does not grow with the QPs (tests/cost). */
+#define QP_HASH 1024
+static struct fake_qp *qp_hash[QP_HASH];
 static struct fake_mr *mrs;
 static struct fake_mw *mws;
 static uint32_t next_qpn = 0x11, next_key = 0x100;
@@ -289,7 +294,7 @@ void fake_raise_late(struct fake_cq *fc)
 
 static struct fake_qp *qp_by_num(uint32_t qpn)
 {
-	for (struct fake_qp *q = qps; q; q = q->next)
+	for (struct fake_qp *q = qp_hash[qpn % QP_HASH]; q; q = q->hnext)
 		if (q->qp.qp_num == qpn)
 			return q;
 	return NULL;
@@ -1272,6 +1277,8 @@ struct ibv_qp *fake_qp_create(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 		q->srq->nqps++;
 	q->next = qps;
 	qps = q;
+	q->hnext = qp_hash[q->qp.qp_num % QP_HASH];
+	qp_hash[q->qp.qp_num % QP_HASH] = q;
 	stats.qps_live++;
 	stats.qps_created++;
 	fake_unlock();
@@ -1682,6 +1689,9 @@ int fake_qp_destroy(struct ibv_qp *qp)
 		abort();
 	}
 	*p = q->next;
+	for (p = &qp_hash[qp->qp_num % QP_HASH]; *p != q; p = &(*p)->hnext) {
+	}
+	*p = q->hnext;
 	if (dev.prov == FAKE_MLX5) {
 		cq_clean(fake_cq_of(qp->send_cq), qp->qp_num);
 		if (qp->recv_cq != qp->send_cq)
