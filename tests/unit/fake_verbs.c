@@ -150,7 +150,7 @@ static struct fake_device dev;
 static struct fake_qp *qps;
 /* Live QPs by number: a poll finds a completion's QP as a provider's
  * table does, at a cost that does not grow with the QPs (tests/cost). */
-#define QP_HASH 1024
+#define QP_HASH 65536
 static struct fake_qp *qp_hash[QP_HASH];
 static struct fake_mr *mrs;
 static struct fake_mw *mws;
