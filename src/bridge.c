@@ -308,6 +308,7 @@ int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 	}
 	/* Handle what is there now, but no more than one ring's worth, so
 	 * a flood of CQEs cannot keep the pass from ending. */
+	b->cqs.chan_cqes = 0;
 	while (n < b->io->cq.ring_entries && next_cqe(b->io, &cqe) == 0) {
 		if (!rr_bridge_handle_cqe(b, cqe)) {
 			if (!b->opts.on_app_cqe) {
@@ -333,7 +334,9 @@ int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 		at_end = RR__ARM_NOW;
 	else if (b->opts.flags & RR_BRIDGE_LOOP_WAITS)
 		at_end = RR__ARM_LATER; /* the next pass arms them, if it waits */
-	handled += settle(b, at_end, n > 0);
+	/* Woken by a channel alone: the armed CQs raise their own events,
+	 * and polling them would cost every wake-up a poll more. */
+	handled += settle(b, at_end, n > b->cqs.chan_cqes);
 	rr__eps_release(&b->eps);
 	flush(b);
 	/* Back to embedded rules: a CQE handled outside the loop may kick. */

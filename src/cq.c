@@ -611,36 +611,21 @@ static unsigned int free_poll(rr_cq *cq)
 	return n;
 }
 
-/* One armed event CQ per channel, in turn. */
+/* One CQ of the set, in turn, polled if it is an armed event CQ: a pass
+ * costs one poll at most however many CQs and channels the bridge has,
+ * and arming costs no list of its own. */
 static unsigned int poll_armed(struct rr__cqs *set)
 {
-	struct rr__list pass;
-	unsigned int n = 0;
+	rr_cq *cq;
 
 	if (!set->narmed)
 		return 0;
-	/* Take the list: a callback may destroy a channel, which unlinks
-	 * itself from `pass`; each one served goes back at once. */
-	pass.next = set->channels.next;
-	pass.prev = set->channels.prev;
-	pass.next->prev = &pass;
-	pass.prev->next = &pass;
-	rr__list_init(&set->channels);
-	while (!rr__list_empty(&pass)) {
-		rr_channel *ch = rr__container_of(pass.next, rr_channel, link);
-		rr_cq *cq;
-
-		rr__list_del(&ch->link);
-		rr__list_add_tail(&set->channels, &ch->link);
-		if (ch->deaf || rr__list_empty(&ch->armed))
-			continue;
-		cq = rr__container_of(ch->armed.next, rr_cq, armed_link);
-		rr__list_del(&cq->armed_link);
-		rr__list_add_tail(&ch->armed, &cq->armed_link);
-		if (cq->mode == RR_WAIT_EVENT && !cq->active && !cq->evented)
-			n += free_poll(cq);
-	}
-	return n;
+	cq = rr__container_of(set->cqs.next, rr_cq, link);
+	rr__list_del(&cq->link);
+	rr__list_add_tail(&set->cqs, &cq->link);
+	if (!cq->armed || cq->ch->deaf || cq->mode != RR_WAIT_EVENT || cq->active || cq->evented)
+		return 0;
+	return free_poll(cq);
 }
 
 unsigned int rr__cqs_settle(struct rr__cqs *set, enum rr__arm when, bool armed_too)
@@ -794,6 +779,7 @@ static void channel_ready(void *ctx, int revents)
 	void *cctx;
 	int err = 0;
 
+	set->chan_cqes++;
 	if (revents < 0) {
 		channel_lost(ch);
 		return;
@@ -860,6 +846,7 @@ static void channel_event(void *ctx, int res, void *data)
 	struct ib_uverbs_comp_event_desc ev;
 	rr_cq *cq;
 
+	set->chan_cqes++;
 	if (res == -EAGAIN) {
 		/* This kernel does not wait for the fd: poll and read it. */
 		ch->ring_reads = false;

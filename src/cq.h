@@ -22,10 +22,14 @@ struct rr__cqs {
 	unsigned int gen;
 	unsigned int comp_vector; /* its CQs' vector, modulo the device's count */
 	struct rr__list channels;
-	struct rr__list cqs;
+	struct rr__list cqs;	/* in the order poll_armed() takes them */
 	struct rr__list active; /* CQs polled every pass */
 	struct rr__list lazy;	/* event CQs drained by the loop, armed before it blocks */
 	unsigned int narmed;	/* CQs armed, all channels: none, no poll_armed() */
+	/* CQEs of channels handled (polls fired, events read through the
+	 * ring) since the built-in loop's pass began reaping: a pass that
+	 * reaped only those polls no armed CQ. */
+	unsigned int chan_cqes;
 	/* Registered by the layer above: send what its callbacks hold. Called
 	 * before the event read and every arm (see posts_due() in cq.c). */
 	void (*posts_due)(void *ctx);
@@ -139,9 +143,10 @@ static inline bool rr__cq_any_active(const struct rr__cqs *set)
  * armed at once: it waits on the lazy list, polled by every pass, and is
  * armed (then polled again) only when the loop could block. Settle the
  * lazy CQs: poll each, then arm those found empty and poll them once
- * more, as @when says. With @armed_too, also poll an armed event CQ per
- * channel (in turn): a pass that woke for any CQE finds what landed
- * before its event came. Returns the work completions handed out.
+ * more, as @when says. With @armed_too, also poll one armed event CQ of
+ * the set (in turn): a pass that woke for a CQE other than a channel's
+ * finds what landed before its event came. Returns the work completions
+ * handed out.
  */
 enum rr__arm {
 	RR__ARM_NOW,	 /* none is left unarmed */

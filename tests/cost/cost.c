@@ -13,10 +13,17 @@
  * tests/cost/cost.py drives both and writes the table.
  *
  *   rr-cost STRATEGY rxe|mlx5 K[,K...] [WAKEUPS]
+ *   rr-cost fan-cqs|fan-chans|fan-eps rxe|mlx5 N[,N...] [WAKEUPS]
  *
  * Prints one JSON object per K on stdout: {"k":K,"wakeups":N,"syscalls":
  * {kind: count per wake-up, ...}} (syscalls null under valgrind, or where
  * the tracepoints cannot be read).
+ *
+ * The fan-* strategies hold N CQs on one channel, N channels of one CQ
+ * each, or N connected endpoints (each with its own CQ), and one of them
+ * fires per wake-up with one completion, in turn: what a wake-up costs
+ * must not grow with N. They grow their objects from one N to the next;
+ * each object printed as {"k":1,"n":N,...}.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -28,6 +35,7 @@
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -42,6 +50,7 @@
 #define ACK_EVERY 32
 #define WARMUP	  16
 #define CHAN_UD	  1
+#define FAN_CQE	  16 /* the fan-* CQs: one completion at a time */
 
 /* ---- what every strategy does with a completion ---- */
 
@@ -166,6 +175,7 @@ static int plain_setup(const char *strategy)
 /* ---- the bridge ---- */
 
 static rr_bridge *bridge;
+static rr_channel *bridge_ch;
 static rr_cq *rcq;
 
 static void bridge_wc(rr_cq *c, const struct ibv_wc *wc, void *data)
@@ -210,14 +220,13 @@ static int bridge_setup(unsigned int flags, enum rr_wait_mode mode, unsigned int
 				.spin_us = spin_us,
 				.on_wc = batch ? NULL : bridge_wc,
 				.on_wc_batch = batch ? bridge_wc_batch : NULL};
-	rr_channel *ch;
 	int rc;
 
 	rc = rr_bridge_create(&bridge, &ring, &bo, sizeof(bo));
 	if (!rc)
-		rc = rr_channel_create(bridge, ctx, &ch);
+		rc = rr_channel_create(bridge, ctx, &bridge_ch);
 	if (!rc)
-		rc = rr_cq_create(bridge, ch, ctx, &co, sizeof(co), &rcq);
+		rc = rr_cq_create(bridge, bridge_ch, ctx, &co, sizeof(co), &rcq);
 	if (rc)
 		return rc;
 	cq = rr_cq_ibv(rcq);
@@ -290,7 +299,9 @@ static int ep_setup(void)
 	return rr_ep_reg_mr(cli, cli_buf, sizeof(cli_buf), 0, &cli_mr);
 }
 
-/* ---- the strategies ---- */
+/* ---- many CQs, channels or endpoints, one of which fires ---- */
+
+enum { FAN_NONE, FAN_CQS, FAN_CHANS, FAN_EPS };
 
 struct strategy {
 	const char *name;
@@ -299,9 +310,99 @@ struct strategy {
 	bool sleeps; /* polls before it sleeps: inject as it goes to sleep */
 	bool ep;     /* completions of requests posted through the endpoint layer */
 	bool batch;  /* the CQ hands its completions out with on_wc_batch */
+	int fan;     /* FAN_*: N objects, one of which fires per wake-up */
 	unsigned int flags;
 	enum rr_wait_mode mode;
 };
+
+static rr_cq **fan_cq;
+static rr_ep **fan_ep;
+static struct ibv_mr **fan_cli_mr, **fan_srv_mr;
+static unsigned int fan_n, fan_next;
+
+/* One more endpoint, connected, with its MRs: one at a time, so the
+ * server's MR registered on accept is this client's peer's. */
+static int fan_add_ep(unsigned int i)
+{
+	struct rr_ep_opts eo = {.max_send_wr = 8, .max_recv_wr = 1};
+	int rc;
+
+	connected = 0;
+	srv_mr = NULL;
+	rc = rr_connect(bridge, "127.0.0.1", rr_listener_port(lst), &eo, sizeof(eo), on_connect,
+			&fan_ep[i]);
+	for (int t = 0; !rc && (!connected || !srv_mr) && t < 1000; t++)
+		rr_bridge_run_once(bridge, 10);
+	if (rc || connected != 1 || !srv_mr)
+		return rc ? rc : -ENOTCONN;
+	fan_srv_mr[i] = srv_mr;
+	return rr_ep_reg_mr(fan_ep[i], cli_buf, sizeof(cli_buf), 0, &fan_cli_mr[i]);
+}
+
+/* Grow to n objects; the first is the bridge's (or ep_setup()'s) own. */
+static int fan_grow(const struct strategy *s, unsigned int n)
+{
+	struct rr_cq_opts co = {.cqe = FAN_CQE, .on_wc = bridge_wc};
+	void **a = s->fan == FAN_EPS ? (void **)&fan_ep : (void **)&fan_cq;
+	void *p = realloc(*a, n * sizeof(void *));
+	int rc = 0;
+
+	if (!p)
+		return -ENOMEM;
+	*a = p;
+	if (s->fan == FAN_EPS) {
+		fan_cli_mr = realloc(fan_cli_mr, n * sizeof(*fan_cli_mr));
+		fan_srv_mr = realloc(fan_srv_mr, n * sizeof(*fan_srv_mr));
+		if (!fan_cli_mr || !fan_srv_mr)
+			return -ENOMEM;
+		if (!fan_n) {
+			fan_ep[0] = cli;
+			fan_cli_mr[0] = cli_mr;
+			fan_srv_mr[0] = srv_mr;
+			fan_n = 1;
+		}
+	} else if (!fan_n) {
+		fan_cq[0] = rcq;
+		fan_n = 1;
+	}
+	for (; !rc && fan_n < n; fan_n++) {
+		rr_channel *ch = NULL;
+
+		if (s->fan == FAN_EPS) {
+			rc = fan_add_ep(fan_n);
+			continue;
+		}
+		if (s->fan == FAN_CHANS)
+			rc = rr_channel_create(bridge, ctx, &ch);
+		else
+			ch = bridge_ch;
+		if (!rc)
+			rc = rr_cq_create(bridge, ch, ctx, &co, sizeof(co), &fan_cq[fan_n]);
+		/* Settle what creating them queued (polls, arms) as it goes. */
+		if (!rc && fan_n % 64 == 0)
+			rr_bridge_run_once(bridge, 0);
+	}
+	if (rc)
+		return rc;
+	rr_bridge_run_once(bridge, 0);
+	return 0;
+}
+
+/* One completion on the next of them, in turn. */
+static void fan_fire(const struct strategy *s)
+{
+	unsigned int i = fan_next++ % fan_n;
+
+	if (s->fan == FAN_EPS) {
+		if (rr_ep_post_write(fan_ep[i], cli_buf, 64, fan_cli_mr[i], (uintptr_t)srv_buf,
+				     fan_srv_mr[i]->rkey, req_done, (void *)(uintptr_t)next_id++))
+			abort();
+		return;
+	}
+	fake_complete(fake_cq_of(rr_cq_ibv(fan_cq[i])), 1, next_id++);
+}
+
+/* ---- the strategies ---- */
 
 static void spin_busy(void)
 {
@@ -337,6 +438,10 @@ static const struct strategy strategies[] = {
 	/* An empty poll: a busy loop's, and a hybrid CQ's pass in its window. */
 	{.name = "busy-spin", .wake = spin_busy, .spin = true},
 	{.name = "hybrid-spin", .wake = spin_bridge, .spin = true, .mode = RR_WAIT_HYBRID_FIXED},
+	/* N of them, one fires: the first is the bridge (ep) row's own. */
+	{.name = "fan-cqs", .wake = wake_bridge, .fan = FAN_CQS},
+	{.name = "fan-chans", .wake = wake_bridge, .fan = FAN_CHANS},
+	{.name = "fan-eps", .wake = wake_bridge, .ep = true, .fan = FAN_EPS},
 };
 
 /* ---- syscalls, as the kernel counts them ---- */
@@ -455,7 +560,9 @@ static void run(const struct strategy *s, unsigned int k, unsigned int n, bool m
 	for (unsigned int i = 0; i < n; i++) {
 		unsigned long before = wcs_seen;
 
-		if (s->sleeps)
+		if (s->fan)
+			fan_fire(s);
+		else if (s->sleeps)
 			inject_k = k;
 		else if (s->ep)
 			post_writes(k);
@@ -492,7 +599,9 @@ int main(int argc, char **argv)
 	int rc;
 
 	if (argc < 4 || (strcmp(argv[2], "rxe") && strcmp(argv[2], "mlx5")) || !n) {
-		fprintf(stderr, "usage: rr-cost STRATEGY rxe|mlx5 K[,K...] [WAKEUPS]\n");
+		fprintf(stderr,
+			"usage: rr-cost STRATEGY rxe|mlx5 K[,K...] [WAKEUPS]\n"
+			"       rr-cost fan-cqs|fan-chans|fan-eps rxe|mlx5 N[,N...] [WAKEUPS]\n");
 		return 2;
 	}
 	for (unsigned int i = 0; i < sizeof(strategies) / sizeof(strategies[0]); i++)
@@ -513,7 +622,7 @@ int main(int argc, char **argv)
 		return 1;
 	if (s->ep)
 		rc = ep_setup();
-	else if (strncmp(s->name, "bridge", 6) && strcmp(s->name, "hybrid-spin"))
+	else if (strncmp(s->name, "bridge", 6) && strcmp(s->name, "hybrid-spin") && !s->fan)
 		rc = plain_setup(s->name);
 	else
 		rc = bridge_setup(s->flags, s->mode, 100000000, s->batch);
@@ -521,20 +630,42 @@ int main(int argc, char **argv)
 		fprintf(stderr, "rr-cost: %s setup: %s\n", s->name, strerror(-rc));
 		return 1;
 	}
+	if (s->fan) {
+		/* A channel is a pipe in the fake: two fds each. */
+		struct rlimit rl;
+
+		if (!getrlimit(RLIMIT_NOFILE, &rl)) {
+			rl.rlim_cur = rl.rlim_max;
+			setrlimit(RLIMIT_NOFILE, &rl);
+		}
+	}
 	if (!valgrind)
 		counters_open();
 	fake_before_wait = inject_at_wait;
 	ks = argv[3];
 	while ((tok = strsep(&ks, ","))) {
-		unsigned int k = (unsigned int)atoi(tok);
+		unsigned int k = (unsigned int)atoi(tok), fan = 0;
 
 		if (!k && !s->spin)
 			return 2;
+		if (s->fan) {
+			fan = k;
+			k = 1;
+			rc = fan_grow(s, fan);
+			if (rc) {
+				fprintf(stderr, "rr-cost: %s: %u of %u: %s\n", s->name, fan_n, fan,
+					strerror(-rc));
+				return 1;
+			}
+		}
 		run(s, k, WARMUP, false);
 		if (counters[0] >= 0)
 			counters_read(base);
 		run(s, k, n, true);
-		printf("{\"k\":%u,\"wakeups\":%u,\"syscalls\":", k, n);
+		printf("{\"k\":%u,", k);
+		if (fan)
+			printf("\"n\":%u,", fan);
+		printf("\"wakeups\":%u,\"syscalls\":", n);
 		if (counters[0] < 0) {
 			printf("null}\n");
 		} else {
@@ -554,7 +685,7 @@ int main(int argc, char **argv)
 		if (valgrind) {
 			char what[32];
 
-			snprintf(what, sizeof(what), "k=%u", k);
+			snprintf(what, sizeof(what), fan ? "n=%u" : "k=%u", fan ? fan : k);
 			CALLGRIND_DUMP_STATS_AT(what);
 		}
 	}

@@ -6,7 +6,13 @@ callgrind, split by where the code lives. Prints a table, writes JSON, and
 with --check fails when a count rose above its recorded bound.
 
   cost.py --bin BUILD/tests/cost/rr-cost [--ks 1,16,48,64] [--wakeups N]
-          [--json FILE] [--check BOUNDS] [--record BOUNDS]
+          [--fan-ns 1,64,1024] [--json FILE] [--check BOUNDS] [--record BOUNDS]
+
+The fan-* rows hold N CQs on one channel (fan-cqs), N channels of one CQ
+each (fan-chans) or N endpoints (fan-eps), one of which fires per wake-up
+with one completion; their columns are N, not K. --fan-ns
+1,64,1024,16384 adds the largest N (fan-chans then needs 2 fds a channel:
+a hard RLIMIT_NOFILE above 32,768).
 """
 import argparse
 import glob
@@ -19,7 +25,7 @@ import tempfile
 
 STRATEGIES = ["busy", "thread", "epoll", "uring", "bridge", "bridge-embed",
               "bridge-batch", "bridge-read", "bridge-waits", "bridge-read-waits", "ep",
-              "busy-spin", "hybrid-spin"]
+              "busy-spin", "hybrid-spin", "fan-cqs", "fan-chans", "fan-eps"]
 PROVIDERS = ["rxe", "mlx5"]
 # Where an instruction's code lives, by its file (inlined code keeps the
 # file it was written in) or, without debug information, its object.
@@ -40,6 +46,12 @@ TARGET_EP_WC_K64 = 1.6    # the endpoint layer's
 # on_wc_batch per completion at K=48 and K=64 (one call per poll, not per WC)
 TARGET_BATCH_WC = 1.15
 BATCH_KS = (48, 64)
+# fan-*: a wake-up with N objects costs at most this much more than with one
+TARGET_FAN = 0.05
+
+
+def is_fan(strategy):
+    return strategy.startswith("fan-")
 
 
 def part_of(where):
@@ -101,7 +113,7 @@ def run_one(binary, strategy, provider, ks, wakeups, tmp):
     res = {}
     for line in native.splitlines():
         o = json.loads(line)
-        res[o["k"]] = {"syscalls": o["syscalls"]}
+        res[o.get("n", o["k"])] = {"syscalls": o["syscalls"]}
     out = os.path.join(tmp, "cg.%s.%s" % (strategy, provider))
     subprocess.run(["valgrind", "--tool=callgrind", "--collect-atstart=no",
                     "--separate-threads=yes", "--callgrind-out-file=" + out] + args,
@@ -112,7 +124,8 @@ def run_one(binary, strategy, provider, ks, wakeups, tmp):
         dumps = glob.glob("%s.%d-01" % (out, i + 1)) or glob.glob("%s.%d" % (out, i + 1))
         total, parts = instructions(dumps[0])
         n = wakeups
-        res[k]["instr"] = {"wake": total / n, "wc": total / (n * k),
+        per = 1 if is_fan(strategy) else k  # fan-*: one completion, N objects
+        res[k]["instr"] = {"wake": total / n, "wc": total / (n * per),
                            "parts": {p: v / n for p, v in sorted(parts.items())}}
     return res
 
@@ -129,9 +142,34 @@ def sys_brief(s):
     return "%g (%s)" % (s["all"], ", ".join(bits)) if bits else "0"
 
 
-def table(results, ks):
+def fan_table(results, ns):
     lines = []
     for prov, rows in results.items():
+        fans = {s: byn for s, byn in rows.items() if is_fan(s)}
+        if not fans:
+            continue
+        lines.append("\n%s personality: N objects, one fires with one completion: "
+                     "instructions per wake-up\n" % prov)
+        head = ["layout"] + ["N=%d" % n for n in ns] + ["max / N=%d" % ns[0],
+                                                        "syscalls /wake (N=%d)" % ns[-1]]
+        lines.append("| " + " | ".join(head) + " |")
+        lines.append("|" + "---|" * len(head))
+        for strat, byn in fans.items():
+            w = [byn[n]["instr"]["wake"] for n in ns]
+            cells = [strat] + ["%.0f" % v for v in w]
+            cells.append("%+.1f %%" % (100 * (max(w) / w[0] - 1)))
+            cells.append(sys_brief(byn[ns[-1]]["syscalls"]))
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def table(results, ks):
+    results = {p: {s: v for s, v in rows.items() if not is_fan(s)}
+               for p, rows in results.items()}
+    lines = []
+    for prov, rows in results.items():
+        if not rows:
+            continue
         lines.append("\n%s personality: instructions per wake-up, per completion, "
                      "and syscalls per wake-up\n" % prov)
         head = ["strategy"] + ["K=%d /wake" % k for k in ks] + \
@@ -157,6 +195,17 @@ def targets(results, ks):
     (what, ok) each. Reported; the gate holds the bounds instead."""
     out = []
     for prov, rows in results.items():
+        for strat, byn in rows.items():
+            if not is_fan(strat) or len(byn) < 2:
+                continue
+            ns = sorted(byn)
+            one = byn[ns[0]]["instr"]["wake"]
+            for n in ns[1:]:
+                w = byn[n]["instr"]["wake"]
+                out.append(("%s %s: %.0f instructions per wake-up at N=%d, N=%d's %.0f "
+                            "(%+.1f %%, target <= %+.0f %%)"
+                            % (prov, strat, w, n, ns[0], one, 100 * (w / one - 1),
+                               100 * TARGET_FAN), w <= one * (1 + TARGET_FAN)))
         u = rows.get("uring")
         if not u:
             continue
@@ -262,6 +311,7 @@ def main():
     ap.add_argument("--bin", required=True)
     ap.add_argument("--ks", default="1,16,48,64")
     ap.add_argument("--wakeups", type=int, default=100)
+    ap.add_argument("--fan-ns", default="1,64,1024")
     ap.add_argument("--strategies", default=",".join(STRATEGIES))
     ap.add_argument("--providers", default=",".join(PROVIDERS))
     ap.add_argument("--json")
@@ -269,13 +319,16 @@ def main():
     ap.add_argument("--record")
     a = ap.parse_args()
     ks = [int(k) for k in a.ks.split(",")]
+    ns = [int(n) for n in a.fan_ns.split(",")]
     results = {}
     with tempfile.TemporaryDirectory(prefix="rr-cost.") as tmp:
         for prov in a.providers.split(","):
             results[prov] = {}
             for strat in a.strategies.split(","):
-                results[prov][strat] = run_one(a.bin, strat, prov, ks, a.wakeups, tmp)
+                results[prov][strat] = run_one(a.bin, strat, prov, ns if is_fan(strat) else ks,
+                                               a.wakeups, tmp)
     print(table(results, ks))
+    print(fan_table(results, ns))
     tgt = targets(results, ks)
     inv = invariants(results)
     if tgt:
@@ -294,7 +347,7 @@ def main():
         print("\nsyscalls not counted: the kernel's syscall tracepoints cannot be read here")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"ks": ks, "wakeups": a.wakeups, "results": results,
+            json.dump({"ks": ks, "fan_ns": ns, "wakeups": a.wakeups, "results": results,
                        "targets": [{"what": w, "ok": ok} for w, ok in tgt],
                        "syscall_checks": [{"what": w, "ok": ok} for w, ok in inv]}, f, indent=1)
     if a.record:

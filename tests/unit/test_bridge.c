@@ -862,6 +862,109 @@ Test(wakeup, armed_when_an_application_loop_takes_over)
 	arm_before_blocking_case(true);
 }
 
+/* ---- many channels, one fires: a wake-up's cost does not grow ---- */
+
+#define FAN 32
+
+/* FAN more channels of one armed event CQ each (handing out as CQ 1). */
+static void fan_out(struct fixture *f, rr_cq **cq)
+{
+	struct rr_cq_opts co = {.on_wc = on_wc, .data = (void *)(uintptr_t)1};
+
+	for (int i = 0; i < FAN; i++) {
+		rr_channel *ch;
+
+		cr_assert_eq(rr_channel_create(f->b, &fake_ctx, &ch), 0);
+		cr_assert_eq(rr_cq_create(f->b, ch, &fake_ctx, &co, sizeof(co), &cq[i]), 0);
+	}
+	pass(f, 1);
+	for (int i = 0; i < FAN; i++)
+		cr_assert(fake_cq_of(rr_cq_ibv(cq[i]))->armed);
+}
+
+static unsigned int fan_polls(rr_cq **cq, unsigned int *each)
+{
+	unsigned int sum = 0;
+
+	for (int i = 0; i < FAN; i++) {
+		unsigned int p = fake_cq_of(rr_cq_ibv(cq[i]))->polls;
+
+		sum += p - (each ? each[i] : 0);
+		if (each)
+			each[i] = p;
+	}
+	return sum;
+}
+
+/*
+ * One channel's event wakes the pass: it polls that channel's CQ and no
+ * other. The others are armed and raise their own events; polling one of
+ * each channel's would cost every wake-up a poll per channel.
+ */
+Test(wakeup, a_channel_wake_up_polls_no_other_cq)
+{
+	unsigned int polls[FAN];
+	struct fixture f;
+	rr_cq *cq[FAN];
+
+	setup_fx(&f, NULL, RR_WAIT_EVENT);
+	fan_out(&f, cq);
+	fan_polls(cq, polls);
+	fake_complete(fake_cq_of(rr_cq_ibv(cq[FAN / 2])), 1, 1);
+	pass_until(&f, &L.wcs[1], 1);
+	cr_assert_eq(L.wcs[1], 1);
+	for (int i = 0; i < FAN; i++) {
+		unsigned int p = fake_cq_of(rr_cq_ibv(cq[i]))->polls;
+
+		if (i != FAN / 2)
+			cr_expect_eq(p, polls[i], "CQ %d of another channel polled %u times", i,
+				     p - polls[i]);
+	}
+	/* Every CQ still heard, the one that fired too. */
+	fake_complete(fake_cq_of(rr_cq_ibv(cq[3])), 1, 2);
+	pass_until(&f, &L.wcs[1], 2);
+	fake_complete(fake_cq_of(rr_cq_ibv(cq[FAN / 2])), 1, 3);
+	pass_until(&f, &L.wcs[1], 3);
+	cr_assert_eq(L.wcs[1], 3, "%u of 3 completions", L.wcs[1]);
+	teardown_fx(&f);
+}
+
+/*
+ * A pass woken by an application CQE polls one armed CQ, in turn, not one
+ * per channel: a completion visible before its event (rxe raises it from
+ * a tasklet) is handed out within as many such passes as CQs are armed.
+ */
+Test(wakeup, an_app_wake_up_polls_one_armed_cq_in_turn)
+{
+	unsigned int polls[FAN], k;
+	struct fixture f;
+	rr_cq *cq[FAN];
+
+	setup_fx(&f, NULL, RR_WAIT_EVENT);
+	fan_out(&f, cq);
+	fan_polls(cq, polls);
+	nop_ring = &f.ring;
+	queue_app_nop(42);
+	cr_assert_geq(rr_bridge_run_once(f.b, 20), 0);
+	cr_assert(logged_app(42));
+	k = fan_polls(cq, polls);
+	cr_assert_leq(k, 1, "an application's CQE polled %u armed CQs of other channels", k);
+	fake_cq_of(rr_cq_ibv(cq[FAN - 1]))->late_event = true;
+	fake_complete(fake_cq_of(rr_cq_ibv(cq[FAN - 1])), 1, 7);
+	for (k = 0; k < FAN + 2 && !L.wcs[1]; k++) {
+		queue_app_nop(43 + k);
+		cr_assert_geq(rr_bridge_run_once(f.b, 20), 0);
+	}
+	cr_assert_eq(L.wcs[1], 1, "a completion visible before its event never handed out");
+	cr_assert_eq(fake_cq_of(rr_cq_ibv(cq[FAN - 1]))->delivered, 0);
+	fake_cq_of(rr_cq_ibv(cq[FAN - 1]))->late_event = false;
+	fake_raise_late(fake_cq_of(rr_cq_ibv(cq[FAN - 1])));
+	pass_until(&f, &fake_cq_of(rr_cq_ibv(cq[FAN - 1]))->delivered, 1);
+	pass(&f, 2);
+	cr_assert_eq(L.wcs[1], 1, "handed out twice");
+	teardown_fx(&f);
+}
+
 /* Each completion of CQ 0 brings the next, as a peer's answers do while
  * the loop hands out, up to TRICKLE. */
 #define TRICKLE 40
