@@ -539,17 +539,24 @@ static void room_timer(struct rr__ring *r)
 		timerfd_settime(r->room_tfd, 0, &its, NULL);
 }
 
+/* Empties a non-blocking eventfd or timerfd whose poll fired. */
+static void drain_counter(int fd)
+{
+	uint64_t n;
+
+	while (read(fd, &n, sizeof(n)) > 0) {
+	}
+}
+
 static void room_ready(void *ctx, int revents)
 {
 	struct rr__ring *r = ctx;
-	uint64_t n;
 
 	if (revents < 0) {
 		r->room_slot = RR__NO_SLOT; /* counted in stats.poll_failures */
 		return;
 	}
-	while (read(r->room_tfd, &n, sizeof(n)) > 0) {
-	}
+	drain_counter(r->room_tfd);
 	/* Nobody submitted yet: come back later, less often each time.
 	 * Otherwise the hand-off of this CQE writes what is owed. */
 	if (r->room_failed && rr__ring_owes(r) &&
@@ -1064,14 +1071,12 @@ bool rr__ring_slot_armed(const struct rr__ring *r, uint32_t idx)
 static void bell_ready(void *ctx, int revents)
 {
 	struct rr__ring *r = ctx;
-	uint64_t n;
 
 	if (revents < 0) {
 		r->bell_slot = RR__NO_SLOT; /* counted in stats.poll_failures */
 		return;
 	}
-	while (read(r->bell_efd, &n, sizeof(n)) > 0) {
-	}
+	drain_counter(r->bell_efd);
 	ring_bell_fns(r);
 }
 
