@@ -10,7 +10,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +17,7 @@
 #include <unistd.h>
 
 #include "cp.h"
+#include "optab.h"
 
 #define DEFAULT_CHUNK	(1u << 20)
 #define DEFAULT_WINDOW	64u
@@ -32,68 +32,34 @@
 #define CP_STR_(x)	#x
 #define CP_STR(x)	CP_STR_(x)
 
+enum { CP_SERVE = 1, CP_SEND = 2, CP_PROXY = 4, CP_ALL = 7 };
+
+static const struct {
+	const char *name;
+	unsigned int bit;
+	const char *what;
+} cp_modes[] = {
+	{"serve", CP_SERVE, "store files sent over RDMA under DIR"},
+	{"send", CP_SEND, "copy FILEs to a serve peer"},
+	{"proxy", CP_PROXY, "forward each TCP client's byte stream to a serve peer as a file"},
+};
+
+static const struct optab cp_optab[];
+
 static void usage(FILE *f)
 {
 	fputs("usage: " CP_PROG " serve --listen ADDR:PORT --dir DIR [OPTIONS]\n"
 	      "       " CP_PROG " send [OPTIONS] [-r] FILE... ADDR:PORT\n"
 	      "       " CP_PROG " proxy --tcp-listen ADDR:PORT --to ADDR:PORT [OPTIONS]\n"
-	      "\n"
-	      "serve: store files sent over RDMA under DIR\n"
-	      "  --listen ADDR:PORT   RDMA address to listen on\n"
-	      "  --dir DIR            where files go; peers cannot write outside it\n"
-	      "  --force              replace existing files\n"
-	      "  --direct             write files with O_DIRECT, around the page cache\n"
-	      "  --count N            exit after N authenticated connections ended\n"
-	      "  --max-conns N        refuse authenticated connections beyond N at once\n"
-	      "                       (default 16)\n"
-	      "  --max-pending N      connections not yet authenticated at once (default 16;\n"
-	      "                       beyond, the oldest without HELLO is dropped)\n"
-	      "  --hello-timeout SECS  drop a connection without HELLO after SECS (default 5)\n"
-	      "  --threads N          spread connections over N threads, each with its own\n"
-	      "                       ring (default 1)\n"
-	      "  --no-auth            check no token: any host that reaches ADDR:PORT may\n"
-	      "                       store files (serve needs this or --token-file)\n"
-	      "  --require-mw         refuse to run on a device without memory windows\n"
-	      "  --any-links          store link targets as sent: absolute ones and those\n"
-	      "                       leading out of DIR too (refused by default)\n"
-	      "  --max-size BYTES     refuse a file (or stream) larger than BYTES\n"
-	      "  --min-free BYTES     refuse a file that would leave less than BYTES free\n"
-	      "  --partial-age SECS   at start, remove partials unchanged for SECS (default\n"
-	      "                       604800, a week; 0 keeps them)\n"
-	      "send: copy FILEs to a serve peer\n"
-	      "  -r, --recursive      a FILE that is a directory goes as a tree: its\n"
-	      "                       subdirectories, files, modes and mtimes\n"
-	      "  --links              (-r) symbolic links in a tree go as links (by\n"
-	      "                       default they are skipped, with a message)\n"
-	      "  --as NAME            name of the single FILE (or directory) on the receiver\n"
-	      "  --limit-rate BYTES   at most BYTES per second (suffix K, M, G)\n"
-	      "  --conns N            send over N connections side by side, each file over\n"
-	      "                       one (default 1; each holds chunk x window bytes)\n"
-	      "  --no-resume          send every file whole: never continue a partial the\n"
-	      "                       receiver kept from a cut transfer\n"
-	      "  --progress, --no-progress   force the progress line on or off\n"
-	      "proxy: forward each TCP client's byte stream to a serve peer as a file\n"
-	      "  --tcp-listen ADDR:PORT   TCP address to accept clients on\n"
-	      "  --to ADDR:PORT       the serve peer\n"
-	      "  --prefix NAME        file names NAME-TIME-PID-N (default \"stream\")\n"
-	      "  --count N            exit after N clients were handled\n"
-	      "  --max-clients N      refuse TCP clients beyond N at once (default 16)\n"
-	      "  --tcp-allow CIDR     also take TCP clients from CIDR (repeatable; loopback\n"
-	      "                       only by default, and a non-loopback --tcp-listen needs it)\n"
-	      "  --min-rate BYTES     drop a client that sends less than BYTES/s over 10 s\n"
-	      "                       while the proxy waits for it (default 1K; 0: never)\n"
-	      "  --max-time SECS      drop a client still sending after SECS (default 0: never)\n"
-	      "all modes:\n"
-	      "  --chunk BYTES        chunk size (multiple of 4096, default 1M; the receiver\n"
-	      "                       uses the smaller of both sides' values)\n"
-	      "  --window N           chunks in flight, a power of two <= 256 (default 64)\n"
-	      "  --token-file FILE    shared secret the receiver checks before any data (a\n"
-	      "                       regular file no one else may read or write: chmod 600)\n"
-	      "  --timeout SECS       give up after SECS without progress (default 60; 0: never)\n"
-	      "  --json FILE          write a summary (bytes, seconds, MB/s, CPU, RSS)\n"
-	      "  --quiet              only errors\n"
-	      "  -h, --help           this text\n"
-	      "\n"
+	      "\n",
+	      f);
+	for (size_t i = 0; i < sizeof(cp_modes) / sizeof(cp_modes[0]); i++) {
+		fprintf(f, "%s: %s\n", cp_modes[i].name, cp_modes[i].what);
+		optab_usage(f, cp_optab, cp_modes[i].bit, 19);
+	}
+	fputs("all modes:\n", f);
+	optab_usage(f, cp_optab, CP_ALL, 19);
+	fputs("\n"
 	      "Exit status: 0 ok, 1 other failure, 2 usage, 3 local file error, 4 network\n"
 	      "error, 5 refused by the peer, 6 checksum or protocol error, 7 the receiver\n"
 	      "could not store the data, 130 interrupted. Without an RDMA device, serve, send\n"
@@ -195,213 +161,188 @@ static int load_token(struct cp_opts *o, const char *path)
 	return 0;
 }
 
-enum {
-	OPT_LISTEN = 256, OPT_DIR, OPT_FORCE, OPT_COUNT, OPT_MAX_CONNS, OPT_AS, OPT_RATE,
-	OPT_PROGRESS, OPT_NO_PROGRESS, OPT_TCP_LISTEN, OPT_TO, OPT_PREFIX, OPT_CHUNK, OPT_WINDOW,
-	OPT_TOKEN, OPT_TIMEOUT, OPT_JSON, OPT_QUIET, OPT_MAX_PENDING, OPT_HELLO_TIMEOUT,
-	OPT_MAX_CLIENTS, OPT_DIRECT, OPT_THREADS, OPT_CONNS, OPT_NO_AUTH, OPT_TCP_ALLOW,
-	OPT_MIN_RATE, OPT_MAX_TIME, OPT_RECURSIVE, OPT_LINKS, OPT_REQUIRE_MW, OPT_NO_RESUME,
-	OPT_ANY_LINKS, OPT_PARTIAL_AGE, OPT_MAX_SIZE, OPT_MIN_FREE,
-};
-
-/* Each option is a bit of the "seen" mask. */
-_Static_assert(OPT_MIN_FREE - OPT_LISTEN < 64, "too many options for the seen mask");
-
-static const struct option long_opts[] = {
-	{"listen", required_argument, NULL, OPT_LISTEN},
-	{"dir", required_argument, NULL, OPT_DIR},
-	{"force", no_argument, NULL, OPT_FORCE},
-	{"direct", no_argument, NULL, OPT_DIRECT},
-	{"count", required_argument, NULL, OPT_COUNT},
-	{"max-conns", required_argument, NULL, OPT_MAX_CONNS},
-	{"as", required_argument, NULL, OPT_AS},
-	{"limit-rate", required_argument, NULL, OPT_RATE},
-	{"progress", no_argument, NULL, OPT_PROGRESS},
-	{"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
-	{"tcp-listen", required_argument, NULL, OPT_TCP_LISTEN},
-	{"to", required_argument, NULL, OPT_TO},
-	{"prefix", required_argument, NULL, OPT_PREFIX},
-	{"chunk", required_argument, NULL, OPT_CHUNK},
-	{"window", required_argument, NULL, OPT_WINDOW},
-	{"token-file", required_argument, NULL, OPT_TOKEN},
-	{"timeout", required_argument, NULL, OPT_TIMEOUT},
-	{"json", required_argument, NULL, OPT_JSON},
-	{"quiet", no_argument, NULL, OPT_QUIET},
-	{"max-pending", required_argument, NULL, OPT_MAX_PENDING},
-	{"hello-timeout", required_argument, NULL, OPT_HELLO_TIMEOUT},
-	{"max-clients", required_argument, NULL, OPT_MAX_CLIENTS},
-	{"threads", required_argument, NULL, OPT_THREADS},
-	{"conns", required_argument, NULL, OPT_CONNS},
-	{"no-auth", no_argument, NULL, OPT_NO_AUTH},
-	{"tcp-allow", required_argument, NULL, OPT_TCP_ALLOW},
-	{"min-rate", required_argument, NULL, OPT_MIN_RATE},
-	{"max-time", required_argument, NULL, OPT_MAX_TIME},
-	{"recursive", no_argument, NULL, OPT_RECURSIVE},
-	{"links", no_argument, NULL, OPT_LINKS},
-	{"require-mw", no_argument, NULL, OPT_REQUIRE_MW},
-	{"any-links", no_argument, NULL, OPT_ANY_LINKS},
-	{"partial-age", required_argument, NULL, OPT_PARTIAL_AGE},
-	{"max-size", required_argument, NULL, OPT_MAX_SIZE},
-	{"min-free", required_argument, NULL, OPT_MIN_FREE},
-	{"no-resume", no_argument, NULL, OPT_NO_RESUME},
-	{"help", no_argument, NULL, 'h'},
-	{NULL, 0, NULL, 0},
-};
-
 static int bad_value(const char *opt, const char *val, const char *want)
 {
 	fprintf(stderr, CP_PROG ": --%s %s: %s\n", opt, val, want);
 	return -1;
 }
 
-static int parse_opts(int argc, char **argv, struct cp_opts *o, uint64_t *seen)
+/* A number in the row's range into its field; the error names the range
+ * unless the row says what it wants. */
+static int cp_num(const struct optab *d, const char *arg, void *o)
 {
 	uint64_t v;
-	int opt;
+	char want[64];
 
-	while ((opt = getopt_long(argc, argv, "hr", long_opts, NULL)) != -1) {
-		if (opt == 'r')
-			opt = OPT_RECURSIVE;
-		if (opt >= OPT_LISTEN)
-			*seen |= 1ull << (opt - OPT_LISTEN);
-		switch (opt) {
-		case OPT_LISTEN: o->listen = optarg; break;
-		case OPT_DIR: o->dir = optarg; break;
-		case OPT_FORCE: o->force = true; break;
-		case OPT_DIRECT: o->direct = true; break;
-		case OPT_NO_AUTH: o->no_auth = true; break;
-		case OPT_TCP_ALLOW:
-			if (o->n_tcp_allow >= CP_TCP_ALLOW_MAX)
-				return bad_value("tcp-allow", optarg,
-						 "at most " CP_STR(CP_TCP_ALLOW_MAX) " of them");
-			o->tcp_allow[o->n_tcp_allow++] = optarg;
-			break;
-		case OPT_MIN_RATE:
-			if (parse_u64(optarg, 0, UINT32_MAX, &v))
-				return bad_value("min-rate", optarg, "want a byte count per second");
-			o->min_rate = v;
-			break;
-		case OPT_MAX_TIME:
-			if (parse_u64(optarg, 0, 30 * 86400, &v))
-				return bad_value("max-time", optarg, "want 0 to 2592000 seconds");
-			o->max_time_s = (unsigned int)v;
-			break;
-		case OPT_REQUIRE_MW: o->require_mw = true; break;
-		case OPT_ANY_LINKS: o->any_links = true; break;
-		case OPT_NO_RESUME: o->no_resume = true; break;
-		case OPT_AS: o->as = optarg; break;
-		case OPT_TCP_LISTEN: o->tcp_listen = optarg; break;
-		case OPT_TO: o->to = optarg; break;
-		case OPT_PREFIX: o->prefix = optarg; break;
-		case OPT_JSON: o->json = optarg; break;
-		case OPT_QUIET: o->quiet = true; break;
-		case OPT_RECURSIVE: o->recursive = true; break;
-		case OPT_LINKS: o->links = true; break;
-		case OPT_PROGRESS: o->progress = 1; break;
-		case OPT_NO_PROGRESS: o->progress = 0; break;
-		case OPT_COUNT:
-			if (parse_u64(optarg, 1, 1000000, &v))
-				return bad_value("count", optarg, "want 1 to 1000000");
-			o->count = (unsigned int)v;
-			break;
-		case OPT_MAX_CONNS:
-			if (parse_u64(optarg, 1, 4096, &v))
-				return bad_value("max-conns", optarg, "want 1 to 4096");
-			o->max_conns = (unsigned int)v;
-			break;
-		case OPT_MAX_PENDING:
-			if (parse_u64(optarg, 1, 4096, &v))
-				return bad_value("max-pending", optarg, "want 1 to 4096");
-			o->max_pending = (unsigned int)v;
-			break;
-		case OPT_HELLO_TIMEOUT:
-			if (parse_u64(optarg, 1, 3600, &v))
-				return bad_value("hello-timeout", optarg, "want 1 to 3600 seconds");
-			o->hello_timeout_s = (unsigned int)v;
-			break;
-		case OPT_THREADS:
-			if (parse_u64(optarg, 1, CP_THREADS_MAX, &v))
-				return bad_value("threads", optarg, "want 1 to " CP_STR(CP_THREADS_MAX));
-			o->threads = (unsigned int)v;
-			break;
-		case OPT_CONNS:
-			if (parse_u64(optarg, 1, CP_SEND_CONNS_MAX, &v))
-				return bad_value("conns", optarg,
-						 "want 1 to " CP_STR(CP_SEND_CONNS_MAX));
-			o->conns = (unsigned int)v;
-			break;
-		case OPT_MAX_CLIENTS:
-			if (parse_u64(optarg, 1, 4096, &v))
-				return bad_value("max-clients", optarg, "want 1 to 4096");
-			o->max_clients = (unsigned int)v;
-			break;
-		case OPT_PARTIAL_AGE:
-			if (parse_u64(optarg, 0, UINT32_MAX, &v))
-				return bad_value("partial-age", optarg, "want seconds, 0 to keep them");
-			o->partial_age_s = v;
-			break;
-		case OPT_MAX_SIZE:
-			if (parse_u64(optarg, 1, UINT64_MAX, &v))
-				return bad_value("max-size", optarg, "want a positive byte count");
-			o->max_size = v;
-			break;
-		case OPT_MIN_FREE:
-			if (parse_u64(optarg, 0, UINT64_MAX, &v))
-				return bad_value("min-free", optarg, "want a byte count");
-			o->min_free = v;
-			break;
-		case OPT_RATE:
-			if (parse_u64(optarg, 1, UINT64_MAX, &v))
-				return bad_value("limit-rate", optarg, "want a positive byte count");
-			o->rate = v;
-			break;
-		case OPT_CHUNK:
-			if (parse_u64(optarg, CP_CHUNK_MIN, CP_CHUNK_MAX, &v) || v % 4096)
-				return bad_value("chunk", optarg, "want a multiple of 4096 from 4K to 16M");
-			o->chunk = (uint32_t)v;
-			break;
-		case OPT_WINDOW:
-			if (parse_u64(optarg, 1, CP_WINDOW_MAX, &v) || (v & (v - 1)))
-				return bad_value("window", optarg, "want a power of two from 1 to 256");
-			o->window = (uint32_t)v;
-			break;
-		case OPT_TIMEOUT:
-			if (parse_u64(optarg, 0, 86400, &v))
-				return bad_value("timeout", optarg, "want 0 to 86400 seconds");
-			o->timeout_s = (unsigned int)v;
-			break;
-		case OPT_TOKEN:
-			if (load_token(o, optarg))
-				return -1;
-			break;
-		case 'h':
-			usage(stdout);
-			exit(0);
-		default:
-			return -1;
-		}
+	if (parse_u64(arg, d->min, d->max, &v)) {
+		if (d->want)
+			return bad_value(d->name, arg, d->want);
+		snprintf(want, sizeof(want), "want %llu to %llu%s", (unsigned long long)d->min,
+			 (unsigned long long)d->max, strcmp(d->arg, "SECS") ? "" : " seconds");
+		return bad_value(d->name, arg, want);
 	}
+	optab_store(d, o, v);
 	return 0;
 }
 
-/* Options that make no sense in a mode are refused rather than ignored. */
-static int only(uint64_t seen, uint64_t allowed, const char *mode)
+static int cp_chunk(const struct optab *d, const char *arg, void *o)
 {
-	uint64_t extra = seen & ~allowed;
+	uint64_t v;
 
-	if (!extra)
-		return 0;
-	for (unsigned int i = 0; long_opts[i].name; i++)
-		if (long_opts[i].val >= OPT_LISTEN && (extra & (1ull << (long_opts[i].val - OPT_LISTEN)))) {
-			fprintf(stderr, CP_PROG ": --%s does not apply to %s\n", long_opts[i].name,
-				mode);
-			break;
-		}
-	return -1;
+	if (parse_u64(arg, d->min, d->max, &v) || v % 4096)
+		return bad_value(d->name, arg, d->want);
+	optab_store(d, o, v);
+	return 0;
 }
 
-#define B(x) (1ull << ((x) - OPT_LISTEN))
-#define COMMON (B(OPT_CHUNK) | B(OPT_WINDOW) | B(OPT_TOKEN) | B(OPT_TIMEOUT) | B(OPT_JSON) | B(OPT_QUIET))
+static int cp_window(const struct optab *d, const char *arg, void *o)
+{
+	uint64_t v;
+
+	if (parse_u64(arg, d->min, d->max, &v) || (v & (v - 1)))
+		return bad_value(d->name, arg, d->want);
+	optab_store(d, o, v);
+	return 0;
+}
+
+static int cp_tcp_allow(const struct optab *d, const char *arg, void *ctx)
+{
+	struct cp_opts *o = ctx;
+
+	if (o->n_tcp_allow >= CP_TCP_ALLOW_MAX)
+		return bad_value(d->name, arg, "at most " CP_STR(CP_TCP_ALLOW_MAX) " of them");
+	o->tcp_allow[o->n_tcp_allow++] = arg;
+	return 0;
+}
+
+static int cp_token(const struct optab *d, const char *arg, void *o)
+{
+	(void)d;
+	return load_token(o, arg) ? -1 : 0;
+}
+
+static int cp_help(const struct optab *d, const char *arg, void *o)
+{
+	(void)d, (void)arg, (void)o;
+	usage(stdout);
+	exit(0);
+}
+
+#define F(f)	       OPTAB_FIELD(struct cp_opts, f)
+#define FLAG(f)	       .parse = optab_flag, F(f), .min = 1
+#define STR(f)	       .parse = optab_string, F(f)
+#define NUM(f, lo, hi) .parse = cp_num, F(f), .min = (lo), .max = (hi)
+
+/*
+ * Every option of ringrdma-cp, in the order of its usage: a new option is
+ * a row here (and its entry in docs/man/ringrdma-cp.1.md, which the test
+ * cp-options checks). Rows of one mode are printed under its heading,
+ * those of all modes under "all modes".
+ */
+static const struct optab cp_optab[] = {
+	{"listen", 0, "ADDR:PORT", CP_SERVE, STR(listen), .help = "RDMA address to listen on"},
+	{"dir", 0, "DIR", CP_SERVE, STR(dir),
+	 .help = "where files go; peers cannot write outside it"},
+	{"force", 0, NULL, CP_SERVE, FLAG(force), .help = "replace existing files"},
+	{"direct", 0, NULL, CP_SERVE, FLAG(direct),
+	 .help = "write files with O_DIRECT, around the page cache"},
+	{"count", 0, "N", CP_SERVE, NUM(count, 1, 1000000),
+	 .help = "exit after N authenticated connections ended"},
+	{"max-conns", 0, "N", CP_SERVE, NUM(max_conns, 1, 4096),
+	 .help = "refuse authenticated connections beyond N at once\n(default 16)"},
+	{"max-pending", 0, "N", CP_SERVE, NUM(max_pending, 1, 4096),
+	 .help = "connections not yet authenticated at once (default 16;\n"
+		 "beyond, the oldest without HELLO is dropped)"},
+	{"hello-timeout", 0, "SECS", CP_SERVE, NUM(hello_timeout_s, 1, 3600),
+	 .help = "drop a connection without HELLO after SECS (default 5)"},
+	{"threads", 0, "N", CP_SERVE, NUM(threads, 1, CP_THREADS_MAX),
+	 .help = "spread connections over N threads, each with its own\nring (default 1)"},
+	{"no-auth", 0, NULL, CP_SERVE, FLAG(no_auth),
+	 .help = "check no token: any host that reaches ADDR:PORT may\n"
+		 "store files (serve needs this or --token-file)"},
+	{"require-mw", 0, NULL, CP_SERVE, FLAG(require_mw),
+	 .help = "refuse to run on a device without memory windows"},
+	{"any-links", 0, NULL, CP_SERVE, FLAG(any_links),
+	 .help = "store link targets as sent: absolute ones and those\n"
+		 "leading out of DIR too (refused by default)"},
+	{"max-size", 0, "BYTES", CP_SERVE, NUM(max_size, 1, UINT64_MAX),
+	 .want = "want a positive byte count",
+	 .help = "refuse a file (or stream) larger than BYTES"},
+	{"min-free", 0, "BYTES", CP_SERVE, NUM(min_free, 0, UINT64_MAX),
+	 .want = "want a byte count",
+	 .help = "refuse a file that would leave less than BYTES free"},
+	{"partial-age", 0, "SECS", CP_SERVE, NUM(partial_age_s, 0, UINT32_MAX),
+	 .want = "want seconds, 0 to keep them",
+	 .help = "at start, remove partials unchanged for SECS (default\n"
+		 "604800, a week; 0 keeps them)"},
+
+	{"recursive", 'r', NULL, CP_SEND, FLAG(recursive),
+	 .help = "a FILE that is a directory goes as a tree: its\n"
+		 "subdirectories, files, modes and mtimes"},
+	{"links", 0, NULL, CP_SEND, FLAG(links),
+	 .help = "(-r) symbolic links in a tree go as links (by\n"
+		 "default they are skipped, with a message)"},
+	{"as", 0, "NAME", CP_SEND, STR(as),
+	 .help = "name of the single FILE (or directory) on the receiver"},
+	{"limit-rate", 0, "BYTES", CP_SEND, NUM(rate, 1, UINT64_MAX),
+	 .want = "want a positive byte count", .help = "at most BYTES per second (suffix K, M, G)"},
+	{"conns", 0, "N", CP_SEND, NUM(conns, 1, CP_SEND_CONNS_MAX),
+	 .help = "send over N connections side by side, each file over\n"
+		 "one (default 1; each holds chunk x window bytes)"},
+	{"no-resume", 0, NULL, CP_SEND, FLAG(no_resume),
+	 .help = "send every file whole: never continue a partial the\n"
+		 "receiver kept from a cut transfer"},
+	{"progress", 0, NULL, CP_SEND, FLAG(progress)},
+	{"no-progress", 0, NULL, CP_SEND, .parse = optab_flag, F(progress), .min = 0,
+	 .help = "force the progress line on or off"},
+
+	{"tcp-listen", 0, "ADDR:PORT", CP_PROXY, STR(tcp_listen),
+	 .help = "TCP address to accept clients on"},
+	{"to", 0, "ADDR:PORT", CP_PROXY, STR(to), .help = "the serve peer"},
+	{"prefix", 0, "NAME", CP_PROXY, STR(prefix),
+	 .help = "file names NAME-TIME-PID-N (default \"stream\")"},
+	{"count", 0, "N", CP_PROXY, .help = "exit after N clients were handled"},
+	{"max-clients", 0, "N", CP_PROXY, NUM(max_clients, 1, 4096),
+	 .help = "refuse TCP clients beyond N at once (default 16)"},
+	{"tcp-allow", 0, "CIDR", CP_PROXY, .parse = cp_tcp_allow,
+	 .help = "also take TCP clients from CIDR (repeatable; loopback\n"
+		 "only by default, and a non-loopback --tcp-listen needs it)"},
+	{"min-rate", 0, "BYTES", CP_PROXY, NUM(min_rate, 0, UINT32_MAX),
+	 .want = "want a byte count per second",
+	 .help = "drop a client that sends less than BYTES/s over 10 s\n"
+		 "while the proxy waits for it (default 1K; 0: never)"},
+	{"max-time", 0, "SECS", CP_PROXY, NUM(max_time_s, 0, 30 * 86400),
+	 .help = "drop a client still sending after SECS (default 0: never)"},
+
+	{"chunk", 0, "BYTES", CP_ALL, .parse = cp_chunk, F(chunk), .min = CP_CHUNK_MIN,
+	 .max = CP_CHUNK_MAX, .want = "want a multiple of 4096 from 4K to 16M",
+	 .help = "chunk size (multiple of 4096, default 1M; the receiver\n"
+		 "uses the smaller of both sides' values)"},
+	{"window", 0, "N", CP_ALL, .parse = cp_window, F(window), .min = 1, .max = CP_WINDOW_MAX,
+	 .want = "want a power of two from 1 to 256",
+	 .help = "chunks in flight, a power of two <= 256 (default 64)"},
+	{"token-file", 0, "FILE", CP_ALL, .parse = cp_token,
+	 .help = "shared secret the receiver checks before any data (a\n"
+		 "regular file no one else may read or write: chmod 600)"},
+	{"timeout", 0, "SECS", CP_ALL, NUM(timeout_s, 0, 86400),
+	 .help = "give up after SECS without progress (default 60; 0: never)"},
+	{"json", 0, "FILE", CP_ALL, STR(json),
+	 .help = "write a summary (bytes, seconds, MB/s, CPU, RSS)"},
+	{"quiet", 0, NULL, CP_ALL, FLAG(quiet), .help = "only errors"},
+	{"help", 'h', NULL, CP_ALL, .parse = cp_help, .help = "this text"},
+	{NULL},
+};
+
+/* Options that make no sense in a mode are refused rather than ignored. */
+static int only(uint64_t seen, unsigned int mode, const char *name)
+{
+	const char *opt = optab_misplaced(cp_optab, seen, mode);
+
+	if (!opt)
+		return 0;
+	fprintf(stderr, CP_PROG ": --%s does not apply to %s\n", opt, name);
+	return -1;
+}
 
 int main(int argc, char **argv)
 {
@@ -431,16 +372,17 @@ int main(int argc, char **argv)
 		usage(stdout);
 		return 0;
 	}
+	/* For the test that holds the man page to the table. */
+	if (!strcmp(mode, "--list-options")) {
+		optab_list(stdout, cp_optab);
+		return 0;
+	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	optind = 2;
-	if (parse_opts(argc, argv, &o, &seen))
+	if (optab_parse(cp_optab, argc, argv, &o, &seen))
 		goto bad;
 	if (!strcmp(mode, "serve")) {
-		if (only(seen, COMMON | B(OPT_LISTEN) | B(OPT_DIR) | B(OPT_FORCE) | B(OPT_COUNT) |
-				       B(OPT_DIRECT) | B(OPT_MAX_CONNS) | B(OPT_MAX_PENDING) | B(OPT_HELLO_TIMEOUT) |
-				       B(OPT_THREADS) | B(OPT_NO_AUTH) | B(OPT_REQUIRE_MW) | B(OPT_ANY_LINKS) |
-				       B(OPT_PARTIAL_AGE) | B(OPT_MAX_SIZE) | B(OPT_MIN_FREE),
-			 mode))
+		if (only(seen, CP_SERVE, mode))
 			goto bad;
 		if (!o.listen || !o.dir || optind != argc) {
 			fprintf(stderr, CP_PROG ": serve needs --listen and --dir and no operands\n");
@@ -460,9 +402,7 @@ int main(int argc, char **argv)
 		return cp_serve(&o);
 	}
 	if (!strcmp(mode, "send")) {
-		if (only(seen, COMMON | B(OPT_AS) | B(OPT_RATE) | B(OPT_PROGRESS) |
-				       B(OPT_NO_PROGRESS) | B(OPT_CONNS) | B(OPT_RECURSIVE) |
-				       B(OPT_LINKS) | B(OPT_NO_RESUME), mode))
+		if (only(seen, CP_SEND, mode))
 			goto bad;
 		if (o.links && !o.recursive) {
 			fprintf(stderr, CP_PROG ": --links needs -r\n");
@@ -488,10 +428,7 @@ int main(int argc, char **argv)
 		return cp_send(&o);
 	}
 	if (!strcmp(mode, "proxy")) {
-		if (only(seen, COMMON | B(OPT_TCP_LISTEN) | B(OPT_TO) | B(OPT_PREFIX) | B(OPT_COUNT) |
-				       B(OPT_MAX_CLIENTS) | B(OPT_TCP_ALLOW) | B(OPT_MIN_RATE) |
-				       B(OPT_MAX_TIME),
-			 mode))
+		if (only(seen, CP_PROXY, mode))
 			goto bad;
 		if (!o.tcp_listen || !o.to || optind != argc) {
 			fprintf(stderr, CP_PROG ": proxy needs --tcp-listen and --to and no operands\n");
