@@ -9,7 +9,6 @@
  * syscalls per operation.
  */
 #include <errno.h>
-#include <getopt.h>
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -18,6 +17,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "optab.h"
 
 #define MAX_CONNS_LIST 16
 
@@ -48,68 +48,15 @@ struct opts {
 	uint16_t port;
 };
 
+static const struct optab bench_optab[];
+
 static void usage(FILE *out)
 {
-	fprintf(out,
-		"usage: ringrdma-bench [OPTIONS]\n"
-		"  --strategies LIST  busy,thread,epoll,uring,hybrid,hybrid-plain,uring-ep,\n"
-		"                     hybrid-ep,busy-ep,epoll-aio (default: all; the -ep\n"
-		"                     ones, uring, hybrid and busy polling posting through\n"
-		"                     the library's endpoints, on pingpong, rate and conns\n"
-		"                     only, local runs only; epoll-aio, epoll reading its\n"
-		"                     file with Linux AIO and an eventfd, on mixed-direct\n"
-		"                     only)\n"
-		"  --workloads LIST   pingpong,rate,mixed,idle,conns,mixed-direct (default:\n"
-		"                     all; mixed-direct: mixed reading with O_DIRECT from a\n"
-		"                     file in --file-dir)\n"
-		"  --ops LIST         send,write_imm: pingpong runs each, the others the\n"
-		"                     first (default: send,write_imm)\n"
-		"  --size BYTES       message size (default 64)\n"
-		"  --qd N             rate: messages in flight (default 64)\n"
-		"  --conns LIST       conns: connection counts, up to %d (default\n"
-		"                     1,16,64,256)\n"
-		"  --threads LIST     server threads: N > 1 places the connections on N\n"
-		"                     poll groups, each a bridge on its own ring and\n"
-		"                     thread; uring and hybrid (and -ep) only, local\n"
-		"                     runs only\n"
-		"                     (default 1: one thread, no groups)\n"
-		"  --client-threads N conns: the client's connections split over N threads,\n"
-		"                     each with its own CQ (and ring and bridge) (default 1)\n"
-		"  --iters N          round trips per run (default: 20000; rate 200000;\n"
-		"                     conns at least 64 a connection)\n"
-		"  --repeat N         run each configuration N times, the strategies of one\n"
-		"                     configuration interleaved (A B, B A, ...); figures are\n"
-		"                     medians, ratios paired per round (default 1)\n"
-		"  --no-count         no syscall-counting pass (it runs after the timed ones)\n"
-		"  --idle-ms MS       idle: how long to wait (default 10000)\n"
-		"  --spin-us US       hybrid: longest spin window (default 200)\n"
-		"  --spin-fixed       hybrid: always spin --spin-us (default: adapt)\n"
-		"  --ring-read        uring, hybrid: read completion channels through the\n"
-		"                     ring (RR_BRIDGE_RING_READ), not with read(2)\n"
-		"  --post-now         the -ep strategies: each post goes at once\n"
-		"                     (RR_EP_POST_NOW), no coalesced chains\n"
-		"  --signal-every N   one message send in N asks for a completion, in\n"
-		"                     every strategy (default 16; 1: all)\n"
-		"  --quick            a short run (minutes in the lab, not seconds)\n"
-		"  --json FILE, --csv FILE, --plot FILE.png   also write these\n"
-		"  --with-perftest    add perftest ib_send_lat (polling and -e) rows\n"
-		"  --timeout SECS     watchdog per run (default 300)\n"
-		"  --file PATH        mixed: the file to read (default: a temporary one)\n"
-		"  --file-direct      mixed: read it with O_DIRECT (not on tmpfs)\n"
-		"  --file-qd LIST     mixed-direct: file reads in flight, up to %d (default\n"
-		"                     1,4); above 1 only the strategies that can keep\n"
-		"                     several (uring, hybrid, the -ep ones, epoll-aio): a\n"
-		"                     blocking pread() has one\n"
-		"  --file-dir DIR     mixed-direct: where its file is made, on a block\n"
-		"                     device (default: $RDMA_LAB_DISK, the lab's disk, or\n"
-		"                     /var/tmp)\n"
-		"  --addr ADDR        a local RDMA device's address (default: $RR_TEST_ADDR)\n"
-		"  --server           serve runs for --client on --addr (port --port)\n"
-		"  --client ADDR      run against `ringrdma-bench --server` at ADDR\n"
-		"  --port PORT        --server/--client port (default %d)\n"
-		"With no RDMA device, a ringrdma checkout's tools/bench-lab runs this in\n"
-		"its lab (Soft-RoCE under QEMU).\n",
-		BENCH_MAX_CONNS, FILER_MAX_DEPTH, BENCH_DEFAULT_PORT);
+	fputs("usage: ringrdma-bench [OPTIONS]\n", out);
+	optab_usage(out, bench_optab, 0, 17);
+	fputs("With no RDMA device, a ringrdma checkout's tools/bench-lab runs this in\n"
+	      "its lab (Soft-RoCE under QEMU).\n",
+	      out);
 }
 
 /* Parse a comma-separated list with `one`; -1 on a bad or long list. */
@@ -195,176 +142,192 @@ static long num_arg(const char *s, long lo, long hi)
 	return (*end || v < lo || v > hi) ? LONG_MIN : v;
 }
 
+/* A list into its array and count; -1 (said) on a bad one. */
+static int list_into(const char *arg, int max, int (*one)(const char *, void *), void *arr,
+		     size_t elem, int *n)
+{
+	*n = parse_list(arg, max, one, arr, elem);
+	return *n < 0 ? -1 : 0;
+}
+
+static int p_strats(const struct optab *d, const char *arg, void *ctx)
+{
+	struct opts *o = ctx;
+
+	(void)d;
+	return list_into(arg, S_COUNT, one_strat, o->strats, sizeof(o->strats[0]), &o->nstrat);
+}
+
+static int p_wls(const struct optab *d, const char *arg, void *ctx)
+{
+	struct opts *o = ctx;
+
+	(void)d;
+	return list_into(arg, W_COUNT, one_wl, o->wls, sizeof(o->wls[0]), &o->nwl);
+}
+
+static int p_ops(const struct optab *d, const char *arg, void *ctx)
+{
+	struct opts *o = ctx;
+
+	(void)d;
+	return list_into(arg, OP_COUNT, one_op, o->ops, sizeof(o->ops[0]), &o->nop);
+}
+
+static int p_conns(const struct optab *d, const char *arg, void *ctx)
+{
+	struct opts *o = ctx;
+
+	(void)d;
+	return list_into(arg, MAX_CONNS_LIST, one_conns, o->conns, sizeof(o->conns[0]), &o->nconns);
+}
+
+static int p_threads(const struct optab *d, const char *arg, void *ctx)
+{
+	struct opts *o = ctx;
+
+	(void)d;
+	return list_into(arg, MAX_CONNS_LIST, one_threads, o->threads, sizeof(o->threads[0]),
+			 &o->nthreads);
+}
+
+static int p_file_qd(const struct optab *d, const char *arg, void *ctx)
+{
+	struct opts *o = ctx;
+
+	(void)d;
+	return list_into(arg, MAX_CONNS_LIST, one_file_qd, o->file_qds, sizeof(o->file_qds[0]),
+			 &o->nfile_qd);
+}
+
+/* A number in the row's range into its field. */
+static int p_num(const struct optab *d, const char *arg, void *o)
+{
+	long v = num_arg(arg, (long)d->min, (long)d->max);
+
+	if (v == LONG_MIN) {
+		fprintf(stderr, "ringrdma-bench: bad value '%s'\n", arg);
+		return -1;
+	}
+	optab_store(d, o, (uint64_t)v);
+	return 0;
+}
+
+static int p_help(const struct optab *d, const char *arg, void *o)
+{
+	(void)d, (void)arg, (void)o;
+	usage(stdout);
+	exit(0);
+}
+
+#define STR_(x)	       #x
+#define STR(x)	       STR_(x)
+#define MAX_CONNS_S    STR(BENCH_MAX_CONNS)
+#define MAX_DEPTH_S    STR(FILER_MAX_DEPTH)
+#define PORT_S	       STR(BENCH_DEFAULT_PORT)
+#define F(f)	       OPTAB_FIELD(struct opts, f)
+#define FLAG(f)	       .parse = optab_flag, F(f), .min = 1
+#define PATH(f)	       .parse = optab_string, F(f)
+#define NUM(f, lo, hi) .parse = p_num, F(f), .min = (lo), .max = (hi)
+
+/*
+ * Every option of ringrdma-bench, in the order of its usage: a new option
+ * is a row here (and its place in docs/man/ringrdma-bench.1.md's
+ * SYNOPSIS, which the test bench-options checks).
+ */
+static const struct optab bench_optab[] = {
+	{"strategies", 0, "LIST", .parse = p_strats,
+	 .help = "busy,thread,epoll,uring,hybrid,hybrid-plain,uring-ep,\n"
+		 "hybrid-ep,busy-ep,epoll-aio (default: all; the -ep\n"
+		 "ones, uring, hybrid and busy polling posting through\n"
+		 "the library's endpoints, on pingpong, rate and conns\n"
+		 "only, local runs only; epoll-aio, epoll reading its\n"
+		 "file with Linux AIO and an eventfd, on mixed-direct\n"
+		 "only)"},
+	{"workloads", 0, "LIST", .parse = p_wls,
+	 .help = "pingpong,rate,mixed,idle,conns,mixed-direct (default:\n"
+		 "all; mixed-direct: mixed reading with O_DIRECT from a\n"
+		 "file in --file-dir)"},
+	{"ops", 0, "LIST", .parse = p_ops,
+	 .help = "send,write_imm: pingpong runs each, the others the\n"
+		 "first (default: send,write_imm)"},
+	{"size", 0, "BYTES", NUM(msg_size, sizeof(struct msg_hdr), BENCH_MAX_MSG),
+	 .help = "message size (default 64)"},
+	{"qd", 0, "N", NUM(qd, 1, BENCH_MAX_QD), .help = "rate: messages in flight (default 64)"},
+	{"conns", 0, "LIST", .parse = p_conns,
+	 .help = "conns: connection counts, up to " MAX_CONNS_S " (default\n"
+		 "1,16,64,256)"},
+	{"threads", 0, "LIST", .parse = p_threads,
+	 .help = "server threads: N > 1 places the connections on N\n"
+		 "poll groups, each a bridge on its own ring and\n"
+		 "thread; uring and hybrid (and -ep) only, local\n"
+		 "runs only\n"
+		 "(default 1: one thread, no groups)"},
+	{"client-threads", 0, "N", NUM(client_threads, 1, BENCH_MAX_THREADS),
+	 .help = "conns: the client's connections split over N threads,\n"
+		 "each with its own CQ (and ring and bridge) (default 1)"},
+	{"iters", 0, "N", NUM(iters, 1, 100000000),
+	 .help = "round trips per run (default: 20000; rate 200000;\n"
+		 "conns at least 64 a connection)"},
+	{"repeat", 0, "N", NUM(repeat, 1, BENCH_MAX_REPEAT),
+	 .help = "run each configuration N times, the strategies of one\n"
+		 "configuration interleaved (A B, B A, ...); figures are\n"
+		 "medians, ratios paired per round (default 1)"},
+	{"no-count", 0, NULL, FLAG(no_count),
+	 .help = "no syscall-counting pass (it runs after the timed ones)"},
+	{"idle-ms", 0, "MS", NUM(idle_ms, 1, 3600000),
+	 .help = "idle: how long to wait (default 10000)"},
+	{"spin-us", 0, "US", NUM(spin_us, 1, 1000000),
+	 .help = "hybrid: longest spin window (default 200)"},
+	{"spin-fixed", 0, NULL, FLAG(spin_fixed),
+	 .help = "hybrid: always spin --spin-us (default: adapt)"},
+	{"ring-read", 0, NULL, FLAG(ring_read),
+	 .help = "uring, hybrid: read completion channels through the\n"
+		 "ring (RR_BRIDGE_RING_READ), not with read(2)"},
+	{"post-now", 0, NULL, FLAG(post_now),
+	 .help = "the -ep strategies: each post goes at once\n"
+		 "(RR_EP_POST_NOW), no coalesced chains"},
+	{"signal-every", 0, "N", NUM(signal_every, 1, 64),
+	 .help = "one message send in N asks for a completion, in\n"
+		 "every strategy (default 16; 1: all)"},
+	{"quick", 0, NULL, FLAG(quick), .help = "a short run (minutes in the lab, not seconds)"},
+	{"json", 0, "FILE", PATH(json)},
+	{"csv", 0, "FILE", PATH(csv)},
+	{"plot", 0, "FILE.png", PATH(plot), .help = "also write these"},
+	{"with-perftest", 0, NULL, FLAG(perftest),
+	 .help = "add perftest ib_send_lat (polling and -e) rows"},
+	{"timeout", 0, "SECS", NUM(timeout_s, 1, 86400), .help = "watchdog per run (default 300)"},
+	{"file", 0, "PATH", PATH(file),
+	 .help = "mixed: the file to read (default: a temporary one)"},
+	{"file-direct", 0, NULL, FLAG(file_direct),
+	 .help = "mixed: read it with O_DIRECT (not on tmpfs)"},
+	{"file-qd", 0, "LIST", .parse = p_file_qd,
+	 .help = "mixed-direct: file reads in flight, up to " MAX_DEPTH_S " (default\n"
+		 "1,4); above 1 only the strategies that can keep\n"
+		 "several (uring, hybrid, the -ep ones, epoll-aio): a\n"
+		 "blocking pread() has one"},
+	{"file-dir", 0, "DIR", PATH(file_dir),
+	 .help = "mixed-direct: where its file is made, on a block\n"
+		 "device (default: $RDMA_LAB_DISK, the lab's disk, or\n"
+		 "/var/tmp)"},
+	{"addr", 0, "ADDR", PATH(addr),
+	 .help = "a local RDMA device's address (default: $RR_TEST_ADDR)"},
+	{"server", 0, NULL, FLAG(server),
+	 .help = "serve runs for --client on --addr (port --port)"},
+	{"client", 0, "ADDR", PATH(client),
+	 .help = "run against `ringrdma-bench --server` at ADDR"},
+	{"port", 0, "PORT", NUM(port, 1, 65535),
+	 .help = "--server/--client port (default " PORT_S ")"},
+	{"help", 0, NULL, .parse = p_help, .help = "this text"},
+	{NULL},
+};
+
 static int parse_args(int argc, char **argv, struct opts *o)
 {
-	static const struct option lo[] = {{"strategies", required_argument, NULL, 's'},
-					   {"workloads", required_argument, NULL, 'W'},
-					   {"ops", required_argument, NULL, 'o'},
-					   {"size", required_argument, NULL, 'S'},
-					   {"qd", required_argument, NULL, 'Q'},
-					   {"conns", required_argument, NULL, 'C'},
-					   {"threads", required_argument, NULL, 'N'},
-					   {"client-threads", required_argument, NULL, 'L'},
-					   {"repeat", required_argument, NULL, 'r'},
-					   {"no-count", no_argument, NULL, 'x'},
-					   {"file-direct", no_argument, NULL, 'd'},
-					   {"iters", required_argument, NULL, 'n'},
-					   {"idle-ms", required_argument, NULL, 'I'},
-					   {"spin-us", required_argument, NULL, 'w'},
-					   {"signal-every", required_argument, NULL, 'g'},
-					   {"spin-fixed", no_argument, NULL, 'F'},
-					   {"ring-read", no_argument, NULL, 'D'},
-					   {"post-now", no_argument, NULL, 'B'},
-					   {"quick", no_argument, NULL, 'q'},
-					   {"json", required_argument, NULL, 'j'},
-					   {"csv", required_argument, NULL, 'c'},
-					   {"plot", required_argument, NULL, 'p'},
-					   {"with-perftest", no_argument, NULL, 'P'},
-					   {"timeout", required_argument, NULL, 't'},
-					   {"file", required_argument, NULL, 'f'},
-					   {"file-dir", required_argument, NULL, 'y'},
-					   {"file-qd", required_argument, NULL, 'Y'},
-					   {"addr", required_argument, NULL, 'a'},
-					   {"server", no_argument, NULL, 'R'},
-					   {"client", required_argument, NULL, 'K'},
-					   {"port", required_argument, NULL, 'T'},
-					   {"help", no_argument, NULL, 'h'},
-					   {NULL, 0, NULL, 0}};
-	long v = 0;
-	int opt;
+	uint64_t seen = 0;
 
-	while ((opt = getopt_long(argc, argv, "", lo, NULL)) != -1) {
-		switch (opt) {
-		case 's':
-			o->nstrat = parse_list(optarg, S_COUNT, one_strat, o->strats,
-					       sizeof(o->strats[0]));
-			if (o->nstrat < 0)
-				return -1;
-			break;
-		case 'W':
-			o->nwl = parse_list(optarg, W_COUNT, one_wl, o->wls, sizeof(o->wls[0]));
-			if (o->nwl < 0)
-				return -1;
-			break;
-		case 'o':
-			o->nop = parse_list(optarg, OP_COUNT, one_op, o->ops, sizeof(o->ops[0]));
-			if (o->nop < 0)
-				return -1;
-			break;
-		case 'C':
-			o->nconns = parse_list(optarg, MAX_CONNS_LIST, one_conns, o->conns,
-					       sizeof(o->conns[0]));
-			if (o->nconns < 0)
-				return -1;
-			break;
-		case 'N':
-			o->nthreads = parse_list(optarg, MAX_CONNS_LIST, one_threads, o->threads,
-						 sizeof(o->threads[0]));
-			if (o->nthreads < 0)
-				return -1;
-			break;
-		case 'Y':
-			o->nfile_qd = parse_list(optarg, MAX_CONNS_LIST, one_file_qd, o->file_qds,
-						 sizeof(o->file_qds[0]));
-			if (o->nfile_qd < 0)
-				return -1;
-			break;
-		case 'L':
-			v = num_arg(optarg, 1, BENCH_MAX_THREADS);
-			o->client_threads = (uint32_t)v;
-			break;
-		case 'r':
-			v = num_arg(optarg, 1, BENCH_MAX_REPEAT);
-			o->repeat = (int)v;
-			break;
-		case 'x':
-			o->no_count = true;
-			break;
-		case 'd':
-			o->file_direct = true;
-			break;
-		case 'S':
-			v = num_arg(optarg, sizeof(struct msg_hdr), BENCH_MAX_MSG);
-			o->msg_size = (uint32_t)v;
-			break;
-		case 'Q':
-			v = num_arg(optarg, 1, BENCH_MAX_QD);
-			o->qd = (uint32_t)v;
-			break;
-		case 'n':
-			v = num_arg(optarg, 1, 100000000);
-			o->iters = v;
-			break;
-		case 'I':
-			v = num_arg(optarg, 1, 3600000);
-			o->idle_ms = (uint32_t)v;
-			break;
-		case 'w':
-			v = num_arg(optarg, 1, 1000000);
-			o->spin_us = (unsigned int)v;
-			break;
-		case 'F':
-			o->spin_fixed = true;
-			break;
-		case 'D':
-			o->ring_read = true;
-			break;
-		case 'B':
-			o->post_now = true;
-			break;
-		case 'g':
-			v = num_arg(optarg, 1, 64);
-			o->signal_every = (unsigned int)v;
-			break;
-		case 't':
-			v = num_arg(optarg, 1, 86400);
-			o->timeout_s = (int)v;
-			break;
-		case 'T':
-			v = num_arg(optarg, 1, 65535);
-			o->port = (uint16_t)v;
-			break;
-		case 'q':
-			o->quick = true;
-			break;
-		case 'j':
-			o->json = optarg;
-			break;
-		case 'c':
-			o->csv = optarg;
-			break;
-		case 'p':
-			o->plot = optarg;
-			break;
-		case 'P':
-			o->perftest = true;
-			break;
-		case 'f':
-			o->file = optarg;
-			break;
-		case 'y':
-			o->file_dir = optarg;
-			break;
-		case 'a':
-			o->addr = optarg;
-			break;
-		case 'R':
-			o->server = true;
-			break;
-		case 'K':
-			o->client = optarg;
-			break;
-		case 'h':
-			usage(stdout);
-			exit(0);
-		default:
-			return -1;
-		}
-		if (v == LONG_MIN) {
-			fprintf(stderr, "ringrdma-bench: bad value '%s'\n", optarg);
-			return -1;
-		}
-	}
+	if (optab_parse(bench_optab, argc, argv, o, &seen))
+		return -1;
 	return optind == argc ? 0 : -1;
 }
 
@@ -730,6 +693,11 @@ int main(int argc, char **argv)
 	bool remote = false;
 	const char *addr;
 
+	/* For the test that holds the man page to the table. */
+	if (argc == 2 && !strcmp(argv[1], "--list-options")) {
+		optab_list(stdout, bench_optab);
+		return 0;
+	}
 	if (parse_args(argc, argv, &o)) {
 		usage(stderr);
 		return 2;
