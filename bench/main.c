@@ -695,7 +695,7 @@ int main(int argc, char **argv)
 
 	/* For the test that holds the man page to the table. */
 	if (argc == 2 && !strcmp(argv[1], "--list-options")) {
-		optab_list(stdout, bench_optab);
+		optab_list(stdout, bench_optab, NULL, 0);
 		return 0;
 	}
 	if (parse_args(argc, argv, &o)) {

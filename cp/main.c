@@ -374,7 +374,11 @@ int main(int argc, char **argv)
 	}
 	/* For the test that holds the man page to the table. */
 	if (!strcmp(mode, "--list-options")) {
-		optab_list(stdout, cp_optab);
+		const char *names[3];
+
+		for (int i = 0; i < 3; i++)
+			names[i] = cp_modes[i].name; /* bit i */
+		optab_list(stdout, cp_optab, names, 3);
 		return 0;
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);

@@ -156,14 +156,30 @@ void optab_usage(FILE *f, const struct optab *t, unsigned int modes, int width)
 	}
 }
 
-void optab_list(FILE *f, const struct optab *t)
+void optab_list(FILE *f, const struct optab *t, const char *const *modes, int nmodes)
 {
+	unsigned int every = (1u << nmodes) - 1;
+
 	for (int i = 0; t[i].name; i++) {
+		unsigned int allowed = 0;
+		const char *sep = " (";
+
 		if (first_row(t, i) != i)
 			continue;
+		fprintf(f, "--%s", t[i].name);
 		if (t[i].short_name)
-			fprintf(f, "--%s -%c\n", t[i].name, t[i].short_name);
-		else
-			fprintf(f, "--%s\n", t[i].name);
+			fprintf(f, " -%c", t[i].short_name);
+		for (int j = i; t[j].name; j++)
+			if (!strcmp(t[j].name, t[i].name))
+				allowed |= t[j].modes;
+		if (nmodes && (allowed & every) != every) {
+			for (int m = 0; m < nmodes; m++)
+				if (allowed & (1u << m)) {
+					fprintf(f, "%s%s", sep, modes[m]);
+					sep = ", ";
+				}
+			fputc(')', f);
+		}
+		fputc('\n', f);
 	}
 }

@@ -63,7 +63,12 @@ const char *optab_misplaced(const struct optab *t, uint64_t seen, unsigned int m
  * starting at column width + 4. */
 void optab_usage(FILE *f, const struct optab *t, unsigned int modes, int width);
 
-/* Every option, one a line: "--name" or "--name -x" (--list-options). */
-void optab_list(FILE *f, const struct optab *t);
+/*
+ * Every option, one a line (--list-options): "--name", its short form and
+ * the modes it applies to unless it applies to all, as the man pages
+ * write them: "--recursive -r (send)". modes names bit m of a row's
+ * modes; nmodes 0 for a program without modes.
+ */
+void optab_list(FILE *f, const struct optab *t, const char *const *modes, int nmodes);
 
 #endif
