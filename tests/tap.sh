@@ -4,12 +4,14 @@
 #   tap_ok DESC                   a passed case
 #   tap_not_ok DESC [DIAG...]     a failed one; DIAG lines follow as "# ..."
 #   tap_is STATUS DESC [DIAG...]  ok when STATUS is 0 (a command's $?)
+#   tap_result OK DESC [DIAG...]  ok when OK is 1 (a flag the script set)
 #   tap_skip REASON DESC          a case that cannot run here
 #   tap_check DESC WANT_STATUS WANT_TEXT ARGS...
 #                                 runs "${CLI[@]}" ARGS: ok when it exits
 #                                 WANT_STATUS saying WANT_TEXT (grep)
 #   tap_plan N                    the plan up front (else tap_done prints it)
 #   tap_done                      the plan if not printed; exits 1 if a case failed
+#   tap_bail REASON               stops the run: nothing after it can be checked
 tap_n=0 tap_failed=0 tap_planned=0
 
 tap_ok() {
@@ -33,6 +35,12 @@ tap_is() {
 	local st=$1
 	shift
 	if [ "$st" = 0 ]; then tap_ok "$1"; else tap_not_ok "$@"; fi
+}
+
+tap_result() {
+	local ok=$1
+	shift
+	if [ "$ok" = 1 ]; then tap_ok "$1"; else tap_not_ok "$@"; fi
 }
 
 tap_skip() {
@@ -60,4 +68,9 @@ tap_plan() {
 tap_done() {
 	[ "$tap_planned" = 1 ] || echo "1..$tap_n"
 	exit "$tap_failed"
+}
+
+tap_bail() {
+	echo "Bail out! $*"
+	exit 1
 }

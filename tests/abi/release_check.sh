@@ -11,21 +11,14 @@
 # TAP, one case per rule.
 set -uo pipefail
 ROOT=$1 VERSION=$2
-n=0 failed=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-not_ok() {
-	n=$((n + 1)) failed=1
-	echo "not ok $n - $1"
-	shift
-	for l in "$@"; do echo "# $l"; done
-}
+# shellcheck source=tests/tap.sh
+. "$(dirname "$0")/../tap.sh"
 
 # The frozen releases, newest last (version order, not name order).
 newest=$(find "$ROOT/tests/abi" -mindepth 1 -maxdepth 1 -type d -name '[0-9]*.[0-9]*.[0-9]*' \
 	-printf '%f\n' | sort -V | tail -n 1)
 if [ -z "$newest" ]; then
-	echo "Bail out! no release frozen in tests/abi"
-	exit 1
+	tap_bail "no release frozen in tests/abi"
 fi
 rel=$ROOT/tests/abi/$newest
 newer() { [ "$1" != "$2" ] && [ "$(printf '%s\n%s\n' "$1" "$2" | sort -V | tail -n 1)" = "$1" ]; }
@@ -39,34 +32,33 @@ cmp -s "$ROOT/src/libringrdma.map" "$rel/libringrdma.map" || changed+=(src/libri
 
 if [ "$VERSION" = "$newest" ]; then
 	if [ ${#changed[@]} = 0 ]; then
-		ok "version $VERSION ships the header and map frozen in tests/abi/$newest"
+		tap_ok "version $VERSION ships the header and map frozen in tests/abi/$newest"
 	else
-		not_ok "version $VERSION is released, but ${changed[*]} changed since" \
+		tap_not_ok "version $VERSION is released, but ${changed[*]} changed since" \
 			"the API grew after $newest: set the next version in meson.build" \
 			"and open its UNRELEASED stanza in debian/changelog (see CONTRIBUTING.md)"
 	fi
 	if [ "$top_ver" = "$VERSION" ] && [ "$top_dist" != UNRELEASED ]; then
-		ok "debian/changelog's top stanza is the release $VERSION"
+		tap_ok "debian/changelog's top stanza is the release $VERSION"
 	else
-		not_ok "debian/changelog's top stanza is $top_ver $top_dist, not the release $VERSION"
+		tap_not_ok "debian/changelog's top stanza is $top_ver $top_dist, not the release $VERSION"
 	fi
 elif newer "$VERSION" "$newest"; then
-	ok "version $VERSION is newer than the newest frozen release $newest${changed[*]:+ (changed: ${changed[*]})}"
+	tap_ok "version $VERSION is newer than the newest frozen release $newest${changed[*]:+ (changed: ${changed[*]})}"
 	if [ "$top_ver" = "$VERSION" ]; then
-		ok "debian/changelog has a stanza for $VERSION ($top_dist)"
+		tap_ok "debian/changelog has a stanza for $VERSION ($top_dist)"
 	else
-		not_ok "debian/changelog's top stanza is $top_ver, not $VERSION" \
+		tap_not_ok "debian/changelog's top stanza is $top_ver, not $VERSION" \
 			"open a stanza for $VERSION (distribution UNRELEASED until it ships)"
 	fi
 else
-	not_ok "version $VERSION is older than the newest frozen release $newest"
+	tap_not_ok "version $VERSION is older than the newest frozen release $newest"
 fi
 
 # The frozen version header names its own release.
 if grep -q "RR_VERSION_STRING \"$newest\"" "$rel/ringrdma_version.h"; then
-	ok "tests/abi/$newest/ringrdma_version.h says $newest"
+	tap_ok "tests/abi/$newest/ringrdma_version.h says $newest"
 else
-	not_ok "tests/abi/$newest/ringrdma_version.h does not say $newest"
+	tap_not_ok "tests/abi/$newest/ringrdma_version.h does not say $newest"
 fi
-echo "1..$n"
-exit $failed
+tap_done

@@ -16,13 +16,14 @@ tmp=$(mktemp -d /tmp/rr-consumer.XXXXXX) || exit 1
 trap 'rm -rf "$tmp"' EXIT
 root=$tmp/root
 
-echo "1..4"
+# shellcheck source=tests/tap.sh
+. "$(dirname "$0")/../tap.sh"
+tap_plan 4
 if meson install -C "$build" --no-rebuild --quiet --destdir "$root" >"$tmp/install.log" 2>&1; then
-	echo "ok 1 - meson install --destdir"
+	tap_ok "meson install --destdir"
 else
-	echo "not ok 1 - meson install --destdir"
-	sed 's/^/# /' "$tmp/install.log"
-	exit 1
+	tap_not_ok "meson install --destdir" "$(cat "$tmp/install.log")"
+	tap_done
 fi
 
 missing=
@@ -30,11 +31,8 @@ for f in "$prefix/include/ringrdma.h" "$prefix/include/ringrdma_version.h" \
 	"$libdir/pkgconfig/ringrdma.pc" "$libdir/libringrdma.so" "$libdir/libringrdma.so.1"; do
 	[ -e "$root$f" ] || missing+=" $f"
 done
-if [ -z "$missing" ]; then
-	echo "ok 2 - header, version header, ringrdma.pc and the library installed"
-else
-	echo "not ok 2 - not installed:$missing"
-fi
+[ -z "$missing" ]
+tap_is $? "header, version header, ringrdma.pc and the library installed${missing:+ (not:$missing)}"
 
 # Only the scratch root's ringrdma.pc; the sysroot prefixes its -I and -L.
 export PKG_CONFIG_PATH=$root$libdir/pkgconfig PKG_CONFIG_SYSROOT_DIR=$root
@@ -45,20 +43,16 @@ cp "$csrc" "$tmp/consumer.c"
 # shellcheck disable=SC2086 # pkg-config's output is a list of words
 if [ -n "$flags" ] && (cd "$tmp" && "$cc" -Wall -Werror "${extra[@]}" consumer.c -o consumer $flags) \
 	>"$tmp/cc.log" 2>&1; then
-	echo "ok 3 - cc consumer.c \$(pkg-config --cflags --libs ringrdma): $flags"
+	tap_ok "cc consumer.c \$(pkg-config --cflags --libs ringrdma): $flags"
 else
-	echo "not ok 3 - cc consumer.c \$(pkg-config --cflags --libs ringrdma): ${flags:-no flags}"
-	sed 's/^/# /' "$tmp/pc.err" "$tmp/cc.log"
-	echo "not ok 4 - consumer runs # not built"
-	exit 1
+	tap_not_ok "cc consumer.c \$(pkg-config --cflags --libs ringrdma): ${flags:-no flags}" \
+		"$(cat "$tmp/pc.err" "$tmp/cc.log")"
+	tap_not_ok "consumer runs # not built"
+	tap_done
 fi
 
-if LD_LIBRARY_PATH=$root$libdir "$tmp/consumer" "$root$libdir/" >"$tmp/run.log" 2>&1; then
-	echo "ok 4 - consumer: version check, bridge created and destroyed on a plain ring"
-	sed 's/^/# /' "$tmp/run.log"
-else
-	echo "not ok 4 - consumer failed"
-	sed 's/^/# /' "$tmp/run.log"
-	exit 1
-fi
-[ -z "$missing" ]
+LD_LIBRARY_PATH=$root$libdir "$tmp/consumer" "$root$libdir/" >"$tmp/run.log" 2>&1
+tap_is $? "consumer: version check, bridge created and destroyed on a plain ring" \
+	"$(cat "$tmp/run.log")"
+sed 's/^/# /' "$tmp/run.log"
+tap_done

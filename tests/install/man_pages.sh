@@ -17,29 +17,16 @@ src=${2:?} mandir=${3:?}
 tmp=$(mktemp -d /tmp/rr-man.XXXXXX) || exit 1
 trap 'rm -rf "$tmp"' EXIT
 
-n=0 failed=0
-result() { # OK? DESCRIPTION [DIAGNOSTICS]
-	n=$((n + 1))
-	if [ "$1" = 1 ]; then
-		echo "ok $n - $2"
-	else
-		echo "not ok $n - $2"
-		[ -n "${3:-}" ] && printf '%s\n' "$3" | sed 's/^/# /'
-		failed=1
-	fi
-}
-bail() {
-	echo "Bail out! $*"
-	exit 1
-}
+# shellcheck source=tests/tap.sh
+. "$(dirname "$0")/../tap.sh"
 
 if ! meson install -C "$build" --no-rebuild --quiet --tags man --destdir "$tmp/root" \
 	>"$tmp/install.log" 2>&1; then
 	sed 's/^/# /' "$tmp/install.log"
-	bail "meson install --tags man failed"
+	tap_bail "meson install --tags man failed"
 fi
 man=$tmp/root$mandir
-[ -d "$man/man3" ] || bail "nothing installed under $mandir/man3"
+[ -d "$man/man3" ] || tap_bail "nothing installed under $mandir/man3"
 
 # section FILE NAME: the roff lines of one .SH section.
 section() {
@@ -58,7 +45,7 @@ for f in "$man"/man[137]/*; do
 	if [ -n "$to" ]; then
 		ok=0
 		[ -f "$man/$to" ] && [ -z "$(target "$man/$to")" ] && ok=1
-		result $ok "$rel: .so link to an installed page ($to)"
+		tap_result $ok "$rel: .so link to an installed page ($to)"
 		continue
 	fi
 	pages=$((pages + 1))
@@ -67,7 +54,7 @@ for f in "$man"/man[137]/*; do
 		man --warnings -E UTF-8 -l -Tutf8 -Z "$f" 2>&1 >/dev/null)
 	ok=0
 	[ -z "$out" ] && ok=1
-	result $ok "$rel: renders without warnings" "$out"
+	tap_result $ok "$rel: renders without warnings" "$out"
 
 	need="NAME DESCRIPTION"
 	case $rel in
@@ -82,23 +69,23 @@ for f in "$man"/man[137]/*; do
 	done
 	ok=0
 	[ -z "$missing" ] && ok=1
-	result $ok "$rel: has its sections${missing:+ (missing$missing)}"
+	tap_result $ok "$rel: has its sections${missing:+ (missing$missing)}"
 done
-[ "$pages" -ge 3 ] || bail "only $pages pages installed"
+[ "$pages" -ge 3 ] || tap_bail "only $pages pages installed"
 for p in man7/ringrdma.7 man1/ringrdma-bench.1 man1/ringrdma-cp.1; do
 	ok=0
 	[ -f "$man/$p" ] && ok=1
-	result $ok "$p installed"
+	tap_result $ok "$p installed"
 done
 
 # --- every exported symbol has a page -----------------------------------------
 # Symbol lines of the version script: "rr_name;" in any version block.
 syms=$(sed -n 's/^[[:space:]]*\(rr_[A-Za-z0-9_]*\);[[:space:]]*$/\1/p' "$src/src/libringrdma.map")
-[ "$(printf '%s\n' "$syms" | grep -c .)" -ge 30 ] || bail "cannot read the symbols of libringrdma.map"
+[ "$(printf '%s\n' "$syms" | grep -c .)" -ge 30 ] || tap_bail "cannot read the symbols of libringrdma.map"
 for s in $syms; do
 	f=$man/man3/$s.3
 	if [ ! -f "$f" ]; then
-		result 0 "$s: has a page (no man3/$s.3)"
+		tap_result 0 "$s: has a page (no man3/$s.3)"
 		continue
 	fi
 	to=$(target "$f")
@@ -110,7 +97,7 @@ for s in $syms; do
 		why="no prototype in the SYNOPSIS of ${f##*/}"
 	ok=0
 	[ -z "$why" ] && ok=1
-	result $ok "$s: documented in ${f##*/}${why:+: $why}"
+	tap_result $ok "$s: documented in ${f##*/}${why:+: $why}"
 done
 
 # --- and that prototype is the header's, argument for argument --------------
@@ -123,7 +110,7 @@ for s in $syms; do
 		on { print; if (/;[[:space:]]*$/) exit }' "$src/include/ringrdma.h" | flat)
 	ok=0
 	[ -n "$want" ] && grep -qF -- "$want" "$tmp/protos" && ok=1
-	result $ok "$s: SYNOPSIS prototype matches ringrdma.h" "header: ${want:-(not found)}"
+	tap_result $ok "$s: SYNOPSIS prototype matches ringrdma.h" "header: ${want:-(not found)}"
 done
 
 # --- every type, callback, enum and macro of the header is on a page ----------
@@ -134,7 +121,7 @@ types=$(sed -n -e 's/^typedef struct \(rr_[a-z0-9_]*\) rr_[a-z0-9_]*;.*/\1/p' \
 	-e 's/^enum \(rr_[a-z0-9_]*\) {.*/\1/p' "$hdr" | sort -u)
 consts=$(sed -n -e 's/^#define \(RR_[A-Z0-9_]*\).*/\1/p' \
 	-e 's/^[[:space:]]*\(RR_[A-Z0-9_]*\) = .*/\1/p' "$hdr" | sort -u)
-[ "$(printf '%s\n' "$types" | grep -c .)" -ge 10 ] || bail "cannot read the types of ringrdma.h"
+[ "$(printf '%s\n' "$types" | grep -c .)" -ge 10 ] || tap_bail "cannot read the types of ringrdma.h"
 for f in "$man"/man3/*.3; do
 	[ -z "$(target "$f")" ] && section "$f" SYNOPSIS
 done >"$tmp/synopses"
@@ -142,13 +129,12 @@ cat "$man"/man3/*.3 "$man"/man7/*.7 >"$tmp/all"
 for t in $types; do
 	ok=0
 	grep -qw -- "$t" "$tmp/synopses" && ok=1
-	result $ok "type $t: in a SYNOPSIS"
+	tap_result $ok "type $t: in a SYNOPSIS"
 done
 for c in $consts; do
 	ok=0
 	grep -qw -- "$c" "$tmp/all" && ok=1
-	result $ok "constant $c: on a page"
+	tap_result $ok "constant $c: on a page"
 done
 
-echo "1..$n"
-exit $failed
+tap_done

@@ -13,11 +13,12 @@ src=${2:?}
 tmp=$(mktemp -d /tmp/rr-paths.XXXXXX) || exit 1
 trap 'rm -rf "$tmp"' EXIT
 
-echo "1..2"
+# shellcheck source=tests/tap.sh
+. "$(dirname "$0")/../tap.sh"
+tap_plan 2
 if ! meson install -C "$build" --no-rebuild --quiet --destdir "$tmp/root" >"$tmp/install.log" 2>&1; then
 	sed 's/^/# /' "$tmp/install.log"
-	echo "Bail out! meson install failed"
-	exit 1
+	tap_bail "meson install failed"
 fi
 # Each root as given and with its links resolved.
 roots=()
@@ -27,21 +28,20 @@ done
 
 files=$(find "$tmp/root" -type f | sort)
 count=$(printf '%s\n' "$files" | grep -c .)
-ok=0
-[ "$count" -gt 0 ] && printf '%s\n' "$files" | grep -q '/bin/ringrdma-cp$' && ok=1
-echo "$([ $ok = 1 ] || echo "not ")ok 1 - meson install put $count files in place, ringrdma-cp among them"
+[ "$count" -gt 0 ] && printf '%s\n' "$files" | grep -q '/bin/ringrdma-cp$'
+tap_is $? "meson install put $count files in place, ringrdma-cp among them"
 
 bad=()
 while IFS= read -r f; do
 	strings -a "$f" | grep -q -F "${roots[@]}" && bad+=("$f")
 done <<<"$files"
 if [ ${#bad[@]} = 0 ]; then
-	echo "ok 2 - no installed file names the source or the build root"
+	tap_ok "no installed file names the source or the build root"
 else
-	echo "not ok 2 - ${#bad[@]} installed files name the source or the build root"
+	tap_not_ok "${#bad[@]} installed files name the source or the build root"
 	for f in "${bad[@]}"; do
 		echo "# ${f#"$tmp/root"}:"
 		strings -a "$f" | grep -F "${roots[@]}" | sort -u | head -n 5 | sed 's/^/#   /'
 	done
 fi
-[ $ok = 1 ] && [ ${#bad[@]} = 0 ]
+tap_done

@@ -48,10 +48,15 @@ PY
 done
 out=$("$TOOL" --from "$dir"/b1.json "$dir"/b2.json "$dir"/b3.json)
 echo "$out" | sed 's/^/# /'
-echo "1..24"
+# shellcheck source=tests/tap.sh
+. "$(dirname "$0")/../tap.sh"
+tap_plan 24
 line() { echo "$out" | grep -F "$1" | tr -s ' '; }
-n=0
-check() { n=$((n + 1)); if echo "$2" | grep -qE -e "$3"; then echo "ok $n - $1"; else echo "not ok $n - $1: $2"; fi; }
+# check DESC LINE REGEX: the line of the table matches.
+check() {
+	echo "$2" | grep -qE -e "$3"
+	tap_is $? "$1" "$2"
+}
 check "uring / thread: median 2, range 1-3, missed" "$(line 'uring / thread')" '2\.00 1\.00 3\.00 <= 1 no'
 check "qd 4 uring / epoll-aio MB/s: median 1, range 0.9-2, met" \
 	"$(line 'qd 4 file MB/s: uring / epoll-aio')" '1\.00 0\.90 2\.00 >= 1 yes'
@@ -101,3 +106,4 @@ check "summary: a target met" "$(echo "$sum" | grep -F 'qd 4 p50: uring / epoll-
 check "summary: a target missed" "$(echo "$sum" | grep -F 'pingpong p50: uring / thread' | tr -s ' ')" '2\.00 <= 1 missed$'
 check "summary: one boot decides nothing, and the 3-boot command" "${sum//$'\n'/ }" \
 	'One boot decides nothing.*3-boot medians on both kernels: tools/bench-boots --boots 3 .*--kernel 6\.12'
+tap_done

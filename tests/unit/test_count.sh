@@ -29,19 +29,20 @@ PY
 out=$("$TOOL" --required rdma "rdma=$dir/log.json")
 rc=$?
 echo "$out" | sed 's/^/# /'
-echo "1..5"
-n=0
-check() { n=$((n + 1)); if [ "$2" = 0 ]; then echo "ok $n - $1"; else echo "not ok $n - $1"; fi; }
+# shellcheck source=tests/tap.sh
+. "$(dirname "$0")/../tap.sh"
+tap_plan 5
 echo "$out" | grep -q "^rdma: 2 passed, 2 failed, 0 skipped$"
-check "deselected cases not counted; real skips in a required suite are failures" $?
+tap_is $? "deselected cases not counted; real skips in a required suite are failures"
 echo "$out" | grep -q "flavour" && r=1 || r=0
-check "the flavour run is not reported as skipping" $r
+tap_is $r "the flavour run is not reported as skipping"
 [ "$rc" = 1 ]
-check "exit status 1 while anything failed (got $rc)" $?
+tap_is $? "exit status 1 while anything failed (got $rc)"
 out=$("$TOOL" --required device "dev=$dir/suites.json")
 rc=$?
 echo "$out" | sed 's/^/# /'
 echo "$out" | grep -q "^dev: 0 passed, 1 failed, 1 skipped$"
-check "a skip counts as failed in a required suite, not in another" $?
+tap_is $? "a skip counts as failed in a required suite, not in another"
 echo "$out" | grep -Eq "^dev +cp +2 +0 +1 +1 +8$"
-check "the table has the run's tests, cases and wall seconds (got rc $rc)" $?
+tap_is $? "the table has the run's tests, cases and wall seconds (got rc $rc)"
+tap_done
