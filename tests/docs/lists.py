@@ -12,7 +12,9 @@ Each list has one place, and the others link there:
     files in the order src/ep_internal.h gives; of cp/: docs/ringrdma-cp.md's
     "Files"; of bench/ and tools/: CONTRIBUTING.md's "Where things are".
     Each file is named there, and each file named there exists.
-  - every source file opens with a comment saying what it is for.
+  - every source file opens with a comment saying what it is for, and
+    every test() of tests/*/meson.build has a comment above it (after
+    the test before it) saying what it checks.
 
 Usage: lists.py SOURCE_ROOT BUILD_ROOT
 """
@@ -178,11 +180,31 @@ def check_sources():
          "without: " + " ".join(bare))
 
 
+def check_descriptions():
+    bare = []
+    for folder in sorted(os.listdir(os.path.join(root, "tests"))):
+        path = os.path.join("tests", folder, "meson.build")
+        if not os.path.exists(os.path.join(root, path)):
+            continue
+        lines = read(path).splitlines()
+        for i, line in enumerate(lines):
+            if not re.match(r"\s*test\(", line):
+                continue
+            j = i - 1
+            while j >= 0 and not re.match(r"\s*(test\(|#)", lines[j]):
+                j -= 1
+            if j < 0 or not lines[j].lstrip().startswith("#"):
+                bare.append(f"{path}:{i + 1}")
+    case(not bare, "every test() registered has a comment saying what it checks",
+         "without: " + " ".join(bare))
+
+
 def main():
     global root, build
     root, build = sys.argv[1], sys.argv[2]
     check_tests()
     check_sources()
+    check_descriptions()
     print(f"1..{n}")
     return 1 if failed else 0
 
