@@ -319,7 +319,7 @@ static const struct optab bench_optab[] = {
 	{"port", 0, "PORT", NUM(port, 1, 65535),
 	 .help = "--server/--client port (default " PORT_S ")"},
 	{"help", 0, NULL, .parse = p_help, .help = "this text"},
-	{NULL},
+	{.name = NULL},
 };
 
 static int parse_args(int argc, char **argv, struct opts *o)

@@ -330,7 +330,7 @@ static const struct optab cp_optab[] = {
 	 .help = "write a summary (bytes, seconds, MB/s, CPU, RSS)"},
 	{"quiet", 0, NULL, CP_ALL, FLAG(quiet), .help = "only errors"},
 	{"help", 'h', NULL, CP_ALL, .parse = cp_help, .help = "this text"},
-	{NULL},
+	{.name = NULL},
 };
 
 /* Options that make no sense in a mode are refused rather than ignored. */
