@@ -45,11 +45,11 @@ tap_check "every option is taken" 2 "no address" --quick --strategies uring --wo
 # OPTION VALUE: refused, with the bench's words for a bad number.
 for ov in "size 3" "qd 257" "client-threads 17" "iters 0" "repeat 17" "idle-ms 0" \
 	"spin-us 1000001" "signal-every 65" "timeout 86401" "port 65536" "port 1x"; do
-	set -- $ov
-	tap_check "--$1 $2 is refused" 2 "^ringrdma-bench: bad value '$2'\$" "--$1" "$2"
+	read -r opt val <<<"$ov"
+	tap_check "--$opt $val is refused" 2 "^ringrdma-bench: bad value '$val'\$" "--$opt" "$val"
 done
 for ov in "conns 1025" "threads 17" "workloads ping" "ops read"; do
-	set -- $ov
-	tap_check "--$1 $2 is refused" 2 "bad list item '$2'" "--$1" "$2"
+	read -r opt val <<<"$ov"
+	tap_check "--$opt $val is refused" 2 "bad list item '$val'" "--$opt" "$val"
 done
 tap_done

@@ -35,7 +35,7 @@ tap_plan 5
 echo "$out" | grep -q "^rdma: 2 passed, 2 failed, 0 skipped$"
 tap_is $? "deselected cases not counted; real skips in a required suite are failures"
 echo "$out" | grep -q "flavour" && r=1 || r=0
-tap_is $r "the flavour run is not reported as skipping"
+tap_is "$r" "the flavour run is not reported as skipping"
 [ "$rc" = 1 ]
 tap_is $? "exit status 1 while anything failed (got $rc)"
 out=$("$TOOL" --required device "dev=$dir/suites.json")
