@@ -63,11 +63,9 @@ static long long device_pkts(char *dev, size_t len)
 	closedir(d);
 	if (!dev[0])
 		return -1;
-	snprintf(path, sizeof(path),
-		 "/sys/class/infiniband/%s/ports/1/hw_counters/sent_pkts", dev);
+	snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/1/hw_counters/sent_pkts", dev);
 	sent = read_counter(path);
-	snprintf(path, sizeof(path),
-		 "/sys/class/infiniband/%s/ports/1/hw_counters/rcvd_pkts", dev);
+	snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/1/hw_counters/rcvd_pkts", dev);
 	rcvd = read_counter(path);
 	return sent < 0 || rcvd < 0 ? -1 : sent + rcvd;
 }
@@ -111,15 +109,12 @@ int main(int argc, char **argv)
 		MPI_Abort(MPI_COMM_WORLD, 1);
 	fill(out, rank);
 	fill(want, (rank + size - 1) % size);
-	MPI_Sendrecv(out, RING_BYTES, MPI_BYTE, (rank + 1) % size, 1, in,
-		     RING_BYTES, MPI_BYTE, (rank + size - 1) % size, 1,
-		     MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+	MPI_Sendrecv(out, RING_BYTES, MPI_BYTE, (rank + 1) % size, 1, in, RING_BYTES, MPI_BYTE,
+		     (rank + size - 1) % size, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
 	ring_ok = memcmp(in, want, RING_BYTES) == 0;
-	MPI_Allreduce(&ring_ok, &all_ring_ok, 1, MPI_INT, MPI_LAND,
-		      MPI_COMM_WORLD);
+	MPI_Allreduce(&ring_ok, &all_ring_ok, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
 	sum = rank + 1;
-	MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_LONG_LONG, MPI_SUM,
-		      MPI_COMM_WORLD);
+	MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
 	MPI_Barrier(MPI_COMM_WORLD);
 	after = device_pkts(me.dev, sizeof(me.dev));
 	me.dev_pkts = before < 0 || after < 0 ? -1 : after - before;
@@ -128,8 +123,7 @@ int main(int argc, char **argv)
 		all = calloc((size_t)size, sizeof(*all));
 	if (rank == 0 && !all)
 		MPI_Abort(MPI_COMM_WORLD, 1);
-	MPI_Gather(&me, sizeof(me), MPI_BYTE, all, sizeof(me), MPI_BYTE, 0,
-		   MPI_COMM_WORLD);
+	MPI_Gather(&me, sizeof(me), MPI_BYTE, all, sizeof(me), MPI_BYTE, 0, MPI_COMM_WORLD);
 
 	if (rank == 0) {
 		int hosts = 0;
@@ -137,9 +131,9 @@ int main(int argc, char **argv)
 		for (int r = 0; r < size; r++) {
 			int seen = 0;
 
-			printf("rank %d on %s (%s): device %s, device packets while MPI ran: %lld\n",
-			       r, all[r].host, all[r].addr,
-			       all[r].dev[0] ? all[r].dev : "none",
+			printf("rank %d on %s (%s): device %s, device packets while MPI ran: "
+			       "%lld\n",
+			       r, all[r].host, all[r].addr, all[r].dev[0] ? all[r].dev : "none",
 			       all[r].dev_pkts);
 			for (int q = 0; q < r; q++)
 				seen |= strcmp(all[q].host, all[r].host) == 0;
@@ -148,8 +142,8 @@ int main(int argc, char **argv)
 				printf("FAIL: rank %d's host has no RDMA device\n", r);
 				failed = 1;
 			} else if (all[r].dev_pkts != 0) {
-				printf("FAIL: rank %d: %s's packet counters %s while MPI ran\n",
-				       r, all[r].dev,
+				printf("FAIL: rank %d: %s's packet counters %s while MPI ran\n", r,
+				       all[r].dev,
 				       all[r].dev_pkts < 0 ? "cannot be read" : "moved");
 				failed = 1;
 			}
@@ -160,13 +154,11 @@ int main(int argc, char **argv)
 			failed = 1;
 		}
 		if (hosts < min_hosts) {
-			printf("FAIL: ranks on %d hosts, expected at least %d\n",
-			       hosts, min_hosts);
+			printf("FAIL: ranks on %d hosts, expected at least %d\n", hosts, min_hosts);
 			failed = 1;
 		}
 		if (sum != expect) {
-			printf("FAIL: the ranks' sum is %lld, expected %lld\n",
-			       sum, expect);
+			printf("FAIL: the ranks' sum is %lld, expected %lld\n", sum, expect);
 			failed = 1;
 		}
 		if (!all_ring_ok) {
@@ -174,7 +166,8 @@ int main(int argc, char **argv)
 			failed = 1;
 		}
 		if (!failed)
-			printf("ok: %d ranks on %d hosts, ring of %d KiB and sum checked, device untouched by MPI\n",
+			printf("ok: %d ranks on %d hosts, ring of %d KiB and sum checked, device "
+			       "untouched by MPI\n",
 			       size, hosts, RING_BYTES / 1024);
 		fflush(stdout);
 		free(all);
