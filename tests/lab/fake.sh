@@ -13,7 +13,7 @@ touch "$dir/cache/fake/ready"
 truncate -s 1M "$dir/cache/disk-1g.ext4"
 export PATH=$here/fake:$PATH RDMA_LAB_CACHE=$dir/cache RDMA_LAB_KVER=fake TMPDIR=$dir/tmp
 export FAKE_QEMU_PIDS=$dir/pids
-echo "1..14"
+echo "1..15"
 n=0 failed=0
 ok() {
 	n=$((n + 1))
@@ -76,6 +76,11 @@ ok $(lab_gone; echo $?) "... every QEMU and the switch stopped"
 FAKE_QEMU_H4=dead lab out7 --hosts 4 -- true
 ok $([ "$rc" = 125 ] && grep -q 'peer VM 4 did not come up' "$dir/out7" && lab_gone; echo $?) \
 	"a peer that never boots: 125, said so, nothing left running (got $rc)"
+
+FAKE_QEMU_H3=panic-boot lab out9 --hosts 4 -- true
+ok $([ "$rc" = 125 ] && grep -q "a peer's kernel panicked or locked up while booting" "$dir/out9" &&
+	[ "$(grep -c 'booting the lab once more' "$dir/out9")" = 1 ] && lab_gone; echo $?) \
+	"a peer's kernel panics while booting: said so, booted once more, then 125 (got $rc)"
 
 : >"$FAKE_QEMU_PIDS"
 FAKE_QEMU_H1=silent FAKE_QEMU_H2=silent FAKE_QEMU_H3=silent FAKE_QEMU_H4=silent \
