@@ -13,7 +13,7 @@ touch "$dir/cache/fake/ready"
 truncate -s 1M "$dir/cache/disk-1g.ext4"
 export PATH=$here/fake:$PATH RDMA_LAB_CACHE=$dir/cache RDMA_LAB_KVER=fake TMPDIR=$dir/tmp
 export FAKE_QEMU_PIDS=$dir/pids
-echo "1..9"
+echo "1..15"
 n=0 failed=0
 ok() {
 	n=$((n + 1))
@@ -56,6 +56,44 @@ ok $([ "$rc" = 125 ] && grep -q "^  VM 2: .*Kernel panic" "$dir/out4"; echo $?) 
 lab out5 -- sh -c 'echo the-command-ran; exit 3'
 ok $([ "$rc" = 3 ] && grep -q the-command-ran "$dir/out5"; echo $?) "a clean run returns the command's status (3, got $rc) and its output"
 ok $(! grep -q "rdma-lab:" "$dir/out5"; echo $?) "... with no word from the lab"
+
+# Four VMs: the peer command on every peer, each VM's address named,
+# and no QEMU or switch left on any way out: a clean end, a peer that
+# never boots, an interrupt.
+# lab_gone: no QEMU of the last run and no switch (its port file lies in
+# the run directory, under $dir) still running.
+lab_gone() {
+	qemus_gone && ! pgrep -f "$dir/tmp/" >/dev/null
+}
+FAKE_QEMU_H3=silent FAKE_QEMU_H4=silent lab out6 --hosts 4 \
+	--peer-cmd 'echo "peer $RDMA_LAB_HOST of $RDMA_LAB_HOSTS"' -- sh -c 'exit 5'
+ok $([ "$rc" = 5 ] && [ "$(wc -l <"$FAKE_QEMU_PIDS")" = 4 ]; echo $?) \
+	"--hosts 4: four VMs, the first one's status (5, got $rc)"
+ok $(grep -q '^\[peer2\] peer 2 of 192.0.2.1 192.0.2.2 192.0.2.3 192.0.2.4$' "$dir/out6"; echo $?) \
+	"... the peer command ran on a peer that knew every address"
+ok $(lab_gone; echo $?) "... every QEMU and the switch stopped"
+
+FAKE_QEMU_H4=dead lab out7 --hosts 4 -- true
+ok $([ "$rc" = 125 ] && grep -q 'peer VM 4 did not come up' "$dir/out7" && lab_gone; echo $?) \
+	"a peer that never boots: 125, said so, nothing left running (got $rc)"
+
+FAKE_QEMU_H3=panic-boot lab out9 --hosts 4 -- true
+ok $([ "$rc" = 125 ] && grep -q "a peer's kernel panicked or locked up while booting" "$dir/out9" &&
+	[ "$(grep -c 'booting the lab once more' "$dir/out9")" = 1 ] && lab_gone; echo $?) \
+	"a peer's kernel panics while booting: said so, booted once more, then 125 (got $rc)"
+
+: >"$FAKE_QEMU_PIDS"
+FAKE_QEMU_H1=silent FAKE_QEMU_H2=silent FAKE_QEMU_H3=silent FAKE_QEMU_H4=silent \
+	"$LAB" run --hosts 4 -- true >"$dir/out8" 2>&1 &
+labpid=$!
+for _ in $(seq 300); do
+	[ "$(wc -l <"$FAKE_QEMU_PIDS")" = 4 ] && break
+	sleep 0.1
+done
+kill -TERM "$labpid"
+wait "$labpid"
+rc=$?
+ok $([ "$rc" = 130 ] && lab_gone; echo $?) "interrupted with four VMs up: 130, nothing left running (got $rc)"
 
 left=$(ls -A "$dir/tmp"; ls -A "$dir/cache" | grep -v -x -e fake -e disk-1g.ext4)
 ok $([ -z "$left" ]; echo $?) "every run's directory and disk copy removed (left: ${left:-none})"

@@ -6,9 +6,10 @@ lab=${1:?usage: lab_cli.sh PATH/TO/rdma-lab}
 CLI=("$lab")
 # shellcheck source=tests/tap.sh
 . "$(dirname "$0")/../tap.sh"
-tap_plan 10
+tap_plan 11
 tap_check "run without a command" 125 "no command given" run --
-tap_check "run --hosts 3" 125 "--hosts must be 1 or 2" run --hosts 3 -- true
+tap_check "run --hosts 5" 125 "--hosts takes 1 to 4" run --hosts 5 -- true
+tap_check "run --hosts two" 125 "--hosts takes 1 to 4" run --hosts two -- true
 tap_check "run --timeout abc" 125 "whole seconds" run --timeout abc -- true
 tap_check "run --mtu abc" 125 "--mtu takes bytes" run --mtu abc -- true
 tap_check "run --mtu below IPv6's least" 125 "--mtu takes bytes" run --mtu 1000 -- true
