@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: MIT
 /* ringrdma-cp ranges: the layout, a declared range's checks, the folded
  * checksum, and the receiver's calls on a partial (cp/range.h). */
-#define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -9,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "hash.h"
 #include "range.h"
 #include "xxh.h"
 
@@ -170,4 +170,69 @@ int cp_range_have(int fd, uint64_t off, uint64_t len, uint32_t chunk, uint64_t *
 		return -errno;
 	*held = cp_range_held(off, len, (uint64_t)hole, chunk);
 	return 0;
+}
+
+/* Queue range @v->next; its digest is taken once the hasher caught up. */
+static int verify_queue(struct cp_range_verify *v)
+{
+	uint64_t off, len;
+	int64_t rc;
+
+	cp_range_at(v->size, v->stripe, v->next, &off, &len);
+	rc = cp_hasher_add_fd(v->h, v->fd, off, len);
+	if (rc < 0)
+		return (int)rc;
+	v->next++;
+	return 0;
+}
+
+int cp_range_verify_start(struct cp_range_verify *v, struct cp_hasher *h, int fd, uint64_t size,
+			  uint64_t stripe)
+{
+	int rc;
+
+	if (!stripe || !size)
+		return -EINVAL;
+	v->h = h;
+	v->fd = fd;
+	v->size = size;
+	v->stripe = stripe;
+	v->next = 0;
+	v->n = cp_range_count(size, stripe);
+	rc = cp_range_fold_init(&v->fold);
+	if (rc)
+		return rc;
+	cp_hasher_reset(h);
+	rc = verify_queue(v);
+	if (rc)
+		cp_range_fold_free(&v->fold);
+	return rc;
+}
+
+int cp_range_verify_step(struct cp_range_verify *v, uint64_t *sum)
+{
+	int err;
+
+	if (!cp_hasher_caught_up(v->h))
+		return 1;
+	err = cp_hasher_error(v->h);
+	if (!err) {
+		/* Range next - 1 is read whole: its own sum, folded in order. */
+		cp_range_fold_add(&v->fold, cp_hasher_digest(v->h));
+		if (v->next < v->n) {
+			cp_hasher_reset(v->h);
+			err = verify_queue(v);
+			if (!err)
+				return 1;
+		}
+	}
+	if (!err)
+		*sum = cp_range_fold_sum(&v->fold);
+	cp_range_fold_free(&v->fold);
+	return err;
+}
+
+void cp_range_verify_cancel(struct cp_range_verify *v)
+{
+	cp_range_fold_free(&v->fold);
 }

@@ -10,7 +10,9 @@
  * own are pure (no I/O). The calls on a partial's descriptor below them
  * are the receiver's: a range claimed by one connection at a time (an
  * open file description lock over its bytes), what a cut range already
- * holds (its bytes up to the first hole), and the lock a commit takes.
+ * holds (its bytes up to the first hole), the lock a commit takes, and
+ * the commit's reread of the partial, range by range, on a connection's
+ * hashing thread.
  */
 #ifndef CP_RANGE_H
 #define CP_RANGE_H
@@ -18,6 +20,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+struct cp_hasher;
 
 #define CP_STRIPE_DEFAULT (64ull << 20)
 /* Ranges of one file at most: a bigger file gets a bigger stripe. */
@@ -96,5 +100,36 @@ int cp_range_have(int fd, uint64_t off, uint64_t len, uint32_t chunk, uint64_t *
 /* cp_range_commit_lock() - the whole file's lock, without waiting:
  * -EBUSY while any range of it is claimed. */
 int cp_range_commit_lock(int fd);
+
+/*
+ * The commit's check of a partial: every range read back on the
+ * connection's hashing thread (never on the loop), each hashed on its
+ * own and folded in range order. A range that never arrived reads as a
+ * hole's zeros and a partial shorter than @size as an error, so both
+ * fail the comparison with the sender's folded checksum.
+ */
+struct cp_range_verify {
+	struct cp_hasher *h;
+	struct cp_range_fold fold;
+	int fd;
+	uint64_t size, stripe;
+	uint32_t next, n; /* ranges queued so far, ranges in all */
+};
+
+/*
+ * cp_range_verify_start() - read the partial @fd of @size bytes in ranges
+ * of @stripe through @h (caught up; it is reset). 0, or -errno with
+ * nothing queued.
+ */
+int cp_range_verify_start(struct cp_range_verify *v, struct cp_hasher *h, int fd, uint64_t size,
+			  uint64_t stripe);
+/*
+ * cp_range_verify_step() - from @h's progress hook: 1 while reading; 0
+ * when done, the folded checksum in *sum; -errno of a read (-ENODATA: the
+ * partial ended first) or of a queue. Either end frees @v's fold.
+ */
+int cp_range_verify_step(struct cp_range_verify *v, uint64_t *sum);
+/* cp_range_verify_cancel() - drop it; only while @h is caught up. */
+void cp_range_verify_cancel(struct cp_range_verify *v);
 
 #endif

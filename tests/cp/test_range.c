@@ -6,7 +6,6 @@
  * claimed by one connection at a time, what a cut range holds, a commit
  * only with no range claimed, and never a range into a committed file.
  */
-#define _GNU_SOURCE
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdio.h>
@@ -18,6 +17,8 @@
 
 #include <xxhash.h>
 
+#include "hash.h"
+#include "loop.h"
 #include "range.h"
 #include "scratch.h"
 
@@ -234,4 +235,156 @@ Test(range_fd, no_range_into_a_committed_file)
 	cr_assert_eq(cp_range_still_partial(c, dfd, ".big.rrcp-partial"), 0);
 	close(a);
 	close(c);
+}
+
+/* The commit's reread: a partial written range by range, in any order. */
+static struct cp_loop lp;
+static struct cp_hasher hs;
+static struct cp_range_verify ver;
+static int ver_rc;
+static uint64_t ver_sum;
+
+static void on_hashed(struct cp_hasher *h)
+{
+	cr_assert_eq(h, &hs);
+	if (ver_rc == 1)
+		ver_rc = cp_range_verify_step(&ver, &ver_sum);
+}
+
+static void commit_setup(void)
+{
+	setup();
+	cr_assert_eq(cp_loop_init(&lp, 64), 0);
+	cr_assert_eq(cp_hasher_init(&hs, &lp, on_hashed), 0);
+}
+
+static void commit_teardown(void)
+{
+	for (int i = 0; i < 100 && !cp_hasher_idle(&hs); i++)
+		cp_loop_pass(&lp, 100);
+	cp_hasher_destroy(&hs);
+	cp_loop_fini(&lp);
+	teardown();
+}
+
+TestSuite(range_commit, .init = commit_setup, .fini = commit_teardown);
+
+#define STRIPE (64u << 10)
+#define CHUNK  4096u
+#define SIZE   (4 * STRIPE + 3 * CHUNK + 17) /* 5 ranges, the last short */
+
+static uint8_t src[SIZE];
+
+/* The sender's side: each range's XXH3 from FILE_DONE, folded in order. */
+static uint64_t sender_sum(void)
+{
+	struct cp_range_fold f;
+	uint64_t off, len, v;
+	uint32_t n = cp_range_count(SIZE, STRIPE);
+
+	cr_assert_eq(cp_range_fold_init(&f), 0);
+	for (uint32_t i = 0; i < n; i++) {
+		cp_range_at(SIZE, STRIPE, i, &off, &len);
+		cp_range_fold_add(&f, XXH3_64bits(src + off, len));
+	}
+	v = cp_range_fold_sum(&f);
+	cp_range_fold_free(&f);
+	return v;
+}
+
+/* Ranges of the source into the partial, in @order, @n of them. */
+static int partial_of(const unsigned int *order, unsigned int n)
+{
+	int fd = open_part();
+	uint64_t off, len;
+
+	for (unsigned int i = 0; i < n; i++) {
+		cp_range_at(SIZE, STRIPE, order[i], &off, &len);
+		/* A range's chunks in order, as its stages write them. */
+		for (uint64_t c = 0; c < len; c += CHUNK) {
+			size_t k = len - c < CHUNK ? (size_t)(len - c) : CHUNK;
+
+			cr_assert_eq(pwrite(fd, src + off + c, k, (off_t)(off + c)), (ssize_t)k);
+		}
+	}
+	return fd;
+}
+
+/* The commit's check of @fd; its rc (0: *sum set). */
+static int verify(int fd, uint64_t *sum)
+{
+	ver_rc = cp_range_verify_start(&ver, &hs, fd, SIZE, STRIPE);
+	cr_assert_eq(ver_rc, 0);
+	ver_rc = 1;
+	for (int i = 0; i < 600 && ver_rc == 1; i++) {
+		cr_assert_geq(cp_loop_pass(&lp, 100), 0);
+		cp_hasher_kick(&hs);
+	}
+	cr_assert_neq(ver_rc, 1, "the commit's check never ended");
+	*sum = ver_sum;
+	return ver_rc;
+}
+
+static void fill_src(void)
+{
+	srand(47);
+	for (size_t i = 0; i < SIZE; i++)
+		src[i] = (uint8_t)(rand() >> 7);
+	cr_assert_eq(cp_range_count(SIZE, STRIPE), 5);
+}
+
+Test(range_commit, ranges_out_of_order_make_the_sender_s_file)
+{
+	const unsigned int order[] = {3, 0, 4, 2, 1};
+	uint64_t sum = 0;
+	int fd;
+
+	fill_src();
+	fd = partial_of(order, 5);
+	cr_assert_eq(verify(fd, &sum), 0);
+	cr_assert_eq(sum, sender_sum(), "the partial's folded sum is not the sender's");
+	close(fd);
+}
+
+Test(range_commit, a_missing_range_fails_the_commit)
+{
+	const unsigned int order[] = {4, 0, 1, 3}; /* range 2 never came: a hole */
+	uint64_t sum = 0;
+	int fd;
+
+	fill_src();
+	fd = partial_of(order, 4);
+	cr_assert_eq(verify(fd, &sum), 0);
+	cr_assert_neq(sum, sender_sum(), "a partial with a hole passed the commit");
+	close(fd);
+}
+
+Test(range_commit, a_changed_range_fails_the_commit)
+{
+	const unsigned int order[] = {0, 1, 2, 3, 4};
+	uint64_t sum = 0;
+	uint8_t b;
+	int fd;
+
+	fill_src();
+	fd = partial_of(order, 5);
+	/* Changed behind the receiver's back between two runs. */
+	cr_assert_eq(pread(fd, &b, 1, STRIPE + 100), 1);
+	b ^= 1;
+	cr_assert_eq(pwrite(fd, &b, 1, STRIPE + 100), 1);
+	cr_assert_eq(verify(fd, &sum), 0);
+	cr_assert_neq(sum, sender_sum());
+	close(fd);
+}
+
+Test(range_commit, a_partial_short_of_the_size_fails_the_commit)
+{
+	const unsigned int order[] = {0, 1, 2, 3}; /* the last range never came */
+	uint64_t sum = 0;
+	int fd;
+
+	fill_src();
+	fd = partial_of(order, 4);
+	cr_assert_eq(verify(fd, &sum), -ENODATA);
+	close(fd);
 }
