@@ -115,7 +115,7 @@ static int ofd_lock(int fd, short type, uint64_t off, uint64_t len)
 		.l_type = type,
 		.l_whence = SEEK_SET,
 		.l_start = (off_t)off,
-		.l_len = (off_t)len, /* 0: to the end, and beyond */
+		.l_len = (off_t)len,
 	};
 
 	if (off > INT64_MAX || len > INT64_MAX - off)
@@ -133,11 +133,6 @@ int cp_range_claim(int fd, uint64_t off, uint64_t len)
 int cp_range_unclaim(int fd, uint64_t off, uint64_t len)
 {
 	return len ? ofd_lock(fd, F_UNLCK, off, len) : -EINVAL;
-}
-
-int cp_range_commit_lock(int fd)
-{
-	return ofd_lock(fd, F_WRLCK, 0, 0);
 }
 
 int cp_range_still_partial(int fd, int dirfd, const char *part)

@@ -10,9 +10,8 @@
  * own are pure (no I/O). The calls on a partial's descriptor below them
  * are the receiver's: a range claimed by one connection at a time (an
  * open file description lock over its bytes), what a cut range already
- * holds (its bytes up to the first hole), the lock a commit takes, and
- * the commit's reread of the partial, range by range, on a connection's
- * hashing thread.
+ * holds (its bytes up to the first hole), and the commit's reread of the partial, range by range,
+ * on a connection's hashing thread.
  */
 #ifndef CP_RANGE_H
 #define CP_RANGE_H
@@ -80,7 +79,7 @@ void cp_range_fold_free(struct cp_range_fold *f);
  * cp_range_claim() - claim @len bytes at @off for this description: an
  * OFD write lock over them, without waiting. 0; -EBUSY when another
  * description holds any of those bytes (another connection's range that
- * overlaps, or a commit); -errno else. Closing the description (or
+ * overlaps); -errno else. Closing the description (or
  * cp_range_unclaim()) gives it back, so a connection that dies never
  * holds a range.
  */
@@ -88,19 +87,15 @@ int cp_range_claim(int fd, uint64_t off, uint64_t len);
 int cp_range_unclaim(int fd, uint64_t off, uint64_t len);
 /*
  * cp_range_still_partial() - after a claim: is @fd still the partial
- * @part in @dirfd (the same file, one link)? A commit holds the whole
- * file's lock until the partial's name is gone, so a range claimed and
- * checked here is never written into a committed file. 0, -ESTALE, or
+ * @part in @dirfd (the same file, one link)? A commit has the partial
+ * alone (cp_store_open_range()) until the partial's name is gone, so a
+ * range claimed and checked here is never written into a committed file. 0, -ESTALE, or
  * -errno of the lookup.
  */
 int cp_range_still_partial(int fd, int dirfd, const char *part);
 /* cp_range_have() - cp_range_held() of the partial @fd, through
  * SEEK_DATA and SEEK_HOLE. 0 and *held, or -errno. */
 int cp_range_have(int fd, uint64_t off, uint64_t len, uint32_t chunk, uint64_t *held);
-/* cp_range_commit_lock() - the whole file's lock, without waiting:
- * -EBUSY while any range of it is claimed. */
-int cp_range_commit_lock(int fd);
-
 /*
  * The commit's check of a partial: every range read back on the
  * connection's hashing thread (never on the loop), each hashed on its

@@ -3,8 +3,8 @@
  * cp/range.c on the host: a big file's layout in ranges, the checks of a
  * declared range, the whole-file checksum folded in range order whatever
  * the order of arrival, and the receiver's calls on a partial: a range
- * claimed by one connection at a time, what a cut range holds, a commit
- * only with no range claimed, and never a range into a committed file.
+ * claimed by one connection at a time, what a cut range holds, never a
+ * range into a committed file, and the commit's reread of the partial.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -163,15 +163,13 @@ Test(range_fd, a_range_is_claimed_by_one_connection_at_a_time)
 	cr_assert_eq(cp_range_claim(b, 0, 8 * MiB), -EBUSY, "the same range claimed twice");
 	cr_assert_eq(cp_range_claim(b, 4 * MiB, 8 * MiB), -EBUSY, "an overlapping range");
 	cr_assert_eq(cp_range_claim(b, 8 * MiB, 8 * MiB), 0, "the next range is free");
-	cr_assert_eq(cp_range_commit_lock(b), -EBUSY, "a commit while a range is claimed");
 	/* A connection that dies gives its range back with its descriptor. */
 	close(a);
 	a = open_part();
 	cr_assert_eq(cp_range_claim(a, 0, 8 * MiB), 0);
 	cr_assert_eq(cp_range_unclaim(a, 0, 8 * MiB), 0);
 	cr_assert_eq(cp_range_unclaim(b, 8 * MiB, 8 * MiB), 0);
-	cr_assert_eq(cp_range_commit_lock(b), 0, "no range claimed: the commit may go");
-	cr_assert_eq(cp_range_claim(a, 0, 4096), -EBUSY, "a range during the commit");
+	cr_assert_eq(cp_range_claim(b, 0, 16 * MiB), 0, "every range given back");
 	close(a);
 	close(b);
 }
@@ -218,11 +216,9 @@ Test(range_fd, no_range_into_a_committed_file)
 	char path[64];
 
 	cr_assert_eq(cp_range_still_partial(a, dfd, ".big.rrcp-partial"), 0);
-	/* The commit: whole-file lock, named, the partial's name removed,
-	 * then the lock goes. A connection that opened the partial before
-	 * claims its range after: it is refused, not written into NAME. */
-	cr_assert_eq(cp_range_commit_lock(c), 0);
-	cr_assert_eq(cp_range_claim(a, 0, 4096), -EBUSY);
+	/* The commit (which has the partial alone: cp-store) names it and
+	 * removes the partial's name. A connection that opened the partial
+	 * before claims its range after: it learns it is not the partial. */
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", c);
 	cr_assert_eq(linkat(AT_FDCWD, path, dfd, "big", AT_SYMLINK_FOLLOW), 0);
 	cr_assert_eq(unlinkat(dfd, ".big.rrcp-partial", 0), 0);
