@@ -58,11 +58,21 @@ static int bad(char *why, size_t why_len, const char *fmt, ...)
 const char *cp_type_name(unsigned int type)
 {
 	static const char *const names[] = {
-		[CP_HELLO] = "HELLO", [CP_WELCOME] = "WELCOME",	  [CP_FILE_START] = "FILE_START",
-		[CP_GRANT] = "GRANT", [CP_FILE_END] = "FILE_END", [CP_FILE_DONE] = "FILE_DONE",
-		[CP_ERROR] = "ERROR", [CP_MKDIR] = "MKDIR",	  [CP_SYMLINK] = "SYMLINK",
-		[CP_DIR_META] = "DIR_META", [CP_FILE_HAVE] = "FILE_HAVE", [CP_FILE_FROM] = "FILE_FROM",
-		[CP_CHALLENGE] = "CHALLENGE", [CP_AUTH] = "AUTH",
+		[CP_HELLO] = "HELLO",
+		[CP_WELCOME] = "WELCOME",
+		[CP_FILE_START] = "FILE_START",
+		[CP_GRANT] = "GRANT",
+		[CP_FILE_END] = "FILE_END",
+		[CP_FILE_DONE] = "FILE_DONE",
+		[CP_ERROR] = "ERROR",
+		[CP_MKDIR] = "MKDIR",
+		[CP_SYMLINK] = "SYMLINK",
+		[CP_DIR_META] = "DIR_META",
+		[CP_FILE_HAVE] = "FILE_HAVE",
+		[CP_FILE_FROM] = "FILE_FROM",
+		[CP_CHALLENGE] = "CHALLENGE",
+		[CP_AUTH] = "AUTH",
+		[CP_FILE_COMMIT] = "FILE_COMMIT",
 	};
 
 	if (type < sizeof(names) / sizeof(names[0]) && names[type])
@@ -295,32 +305,84 @@ static int name_refused(char *why, size_t why_len)
 	return -EACCES;
 }
 
+/* A striped file's layout: more than one stripe, at most CP_RANGES_MAX
+ * ranges (without division by a hostile zero). */
+static bool stripe_ok(uint64_t size, uint64_t stripe)
+{
+	return stripe && size > stripe && (size - 1) / stripe < CP_RANGES_MAX;
+}
+
+/* Under CP_START_RANGE: the layout's range at range_off, whole. */
+static const char *range_bad(const struct cp_msg *m)
+{
+	uint64_t size = m->start.size, off = m->start.range_off, len = m->start.range_len;
+	uint64_t stripe = m->start.stripe;
+
+	if (!(m->start.flags & CP_START_RESUME) || (m->start.flags & CP_START_STREAM))
+		return "a range not to resume, or of a stream";
+	if (!stripe_ok(size, stripe))
+		return "a range of a file of one stripe, or of too many ranges";
+	if (off >= size || off % stripe)
+		return "a range not at a stripe of the file";
+	if (len != (size - off < stripe ? size - off : stripe))
+		return "a range of another length than its stripe";
+	return NULL;
+}
+
+/* FILE_START and FILE_COMMIT: size, flags, name_len, name, mode, mtime;
+ * then a range's offset, length and stripe, or a commit's stripe and
+ * sum. */
+static size_t start_tail(const struct cp_msg *m)
+{
+	if (m->type == CP_FILE_COMMIT)
+		return 16;
+	return m->start.flags & CP_START_RANGE ? 24 : 0;
+}
+
 static size_t start_len(const struct cp_msg *m)
 {
 	if (m->start.name_len > CP_NAME_MAX)
 		return 0;
-	return 14u + m->start.name_len + 16u;
+	return 14u + m->start.name_len + 16u + start_tail(m);
 }
 
 static void start_put(const struct cp_msg *m, uint8_t *p)
 {
+	uint8_t *t = p + 30 + m->start.name_len;
+
 	put64(p, m->start.size);
 	put32(p + 8, m->start.flags);
 	put16(p + 12, m->start.name_len);
 	memcpy(p + 14, m->start.name, m->start.name_len);
 	put32(p + 14 + m->start.name_len, m->start.mode);
 	put_time(p + 18 + m->start.name_len, &m->start.mtime);
+	if (m->type == CP_FILE_COMMIT) {
+		put64(t, m->start.stripe);
+		put64(t + 8, m->start.sum);
+	} else if (m->start.flags & CP_START_RANGE) {
+		put64(t, m->start.range_off);
+		put64(t + 8, m->start.range_len);
+		put64(t + 16, m->start.stripe);
+	}
 }
 
 static int start_get(const uint8_t *p, size_t plen, struct cp_msg *m, char *why, size_t why_len)
 {
+	const char *what = cp_type_name(m->type);
+	bool commit = m->type == CP_FILE_COMMIT;
+	uint32_t known =
+		commit ? CP_START_META
+		       : CP_START_STREAM | CP_START_META | CP_START_RESUME | CP_START_RANGE;
+	const uint8_t *t;
+
 	m->start.size = get64(p);
 	m->start.flags = get32(p + 8);
 	m->start.name_len = get16(p + 12);
-	if (m->start.name_len > CP_NAME_MAX || plen != 14u + m->start.name_len + 16u)
-		return bad(why, why_len, "FILE_START with a name of %u bytes", m->start.name_len);
-	if (m->start.flags & ~(CP_START_STREAM | CP_START_META | CP_START_RESUME))
-		return bad(why, why_len, "FILE_START with unknown flags 0x%x", m->start.flags);
+	if (m->start.flags & ~known)
+		return bad(why, why_len, "%s with unknown flags 0x%x", what, m->start.flags);
+	if (m->start.name_len > CP_NAME_MAX ||
+	    plen != 14u + m->start.name_len + 16u + start_tail(m))
+		return bad(why, why_len, "%s with a name of %u bytes", what, m->start.name_len);
 	if ((m->start.flags & CP_START_STREAM) && m->start.size)
 		return bad(why, why_len, "FILE_START of a stream with a size");
 	if ((m->start.flags & CP_START_STREAM) && (m->start.flags & CP_START_RESUME))
@@ -329,8 +391,24 @@ static int start_get(const uint8_t *p, size_t plen, struct cp_msg *m, char *why,
 	m->start.mode = get32(p + 14 + m->start.name_len);
 	get_time(p + 18 + m->start.name_len, &m->start.mtime);
 	if (!start_meta_ok(m))
-		return bad(why, why_len, "FILE_START with mode %o, mtime %lld.%u", m->start.mode,
+		return bad(why, why_len, "%s with mode %o, mtime %lld.%u", what, m->start.mode,
 			   (long long)m->start.mtime.sec, m->start.mtime.nsec);
+	t = p + 30 + m->start.name_len;
+	if (commit) {
+		m->start.stripe = get64(t);
+		m->start.sum = get64(t + 8);
+		if (!stripe_ok(m->start.size, m->start.stripe))
+			return bad(why, why_len, "FILE_COMMIT of %llu bytes in stripes of %llu",
+				   (unsigned long long)m->start.size,
+				   (unsigned long long)m->start.stripe);
+	} else if (m->start.flags & CP_START_RANGE) {
+		m->start.range_off = get64(t);
+		m->start.range_len = get64(t + 8);
+		m->start.stripe = get64(t + 16);
+		what = range_bad(m);
+		if (what)
+			return bad(why, why_len, "FILE_START with %s", what);
+	}
 	if (!cp_name_ok(m->start.name, m->start.name_len))
 		return name_refused(why, why_len);
 	return 0;
@@ -512,6 +590,7 @@ static const struct cp_msg_rule rules[] = {
 	[CP_FILE_FROM] = {8, true, from_len, from_put, from_get},
 	[CP_CHALLENGE] = {CP_NONCE_LEN, true, b32_len, challenge_put, challenge_get},
 	[CP_AUTH] = {CP_PROOF_LEN, true, b32_len, auth_put, auth_get},
+	[CP_FILE_COMMIT] = {14, false, start_len, start_put, start_get},
 };
 
 static const struct cp_msg_rule *rule_of(unsigned int type)

@@ -20,11 +20,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "proto.h" /* CP_RANGES_MAX */
+
 struct cp_hasher;
 
 #define CP_STRIPE_DEFAULT (64ull << 20)
-/* Ranges of one file at most: a bigger file gets a bigger stripe. */
-#define CP_RANGES_MAX 65536u
 
 /*
  * cp_stripe_for() - the stripe a file of @size goes with, for a sender

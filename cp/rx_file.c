@@ -355,6 +355,11 @@ void rx_on_start(struct rx *r, const struct cp_msg *m)
 {
 	bool resume = m->start.flags & CP_START_RESUME;
 
+	if (m->start.flags & CP_START_RANGE) {
+		rx_fail(r, CP_E_PROTO, CP_EXIT_INTEGRITY, "%s: ranges are not received yet",
+			m->start.name);
+		return;
+	}
 	if (room_for(r, m))
 		return;
 
