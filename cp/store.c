@@ -656,6 +656,16 @@ static void keep_partial(struct cp_store *st)
 	io_uring_prep_close(sqe, st->fd);
 }
 
+int cp_store_release(struct cp_store *st)
+{
+	int fd = st->fd;
+
+	st->fd = -1;
+	st->part_named = false;
+	st->tmp_named = false;
+	return fd;
+}
+
 void cp_store_abort(struct cp_store *st)
 {
 	if (st->busy)

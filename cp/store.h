@@ -148,6 +148,13 @@ int cp_store_unaligned(struct cp_store *st, uint64_t off, uint32_t len);
 int cp_store_direct_ok(int dirfd);
 /* cp_store_commit() - after fsync: give the file its name; as above. */
 int cp_store_commit(struct cp_store *st, cp_store_fn done);
+/*
+ * cp_store_release() - a range is stored (and synced): the store forgets
+ * its partial without touching it and hands back the descriptor, for the
+ * caller to close (which gives the range and the shared lock back); its
+ * directory is closed by cp_store_abort() as ever.
+ */
+int cp_store_release(struct cp_store *st);
 /* cp_store_abort() - close and remove whatever is left (a partial with
  * keep set is synced and kept); safe to repeat; not while busy. */
 void cp_store_abort(struct cp_store *st);
