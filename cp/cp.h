@@ -53,6 +53,7 @@ struct cp_opts {
 	bool recursive; /* -r: directories as trees */
 	bool links;	/* --links: symbolic links in a tree as links */
 	bool no_resume;	    /* never continue a partial the receiver kept */
+	uint64_t stripe;    /* --stripe: files above it go as ranges; 0: never */
 	/* proxy */
 	const char *tcp_listen;
 	const char *prefix;

@@ -20,6 +20,7 @@
 #include "cp.h"
 
 #define DEFAULT_CHUNK	(1u << 20)
+#define DEFAULT_STRIPE	(64ull << 20) /* CP_STRIPE_DEFAULT */
 #define DEFAULT_WINDOW	64u
 #define DEFAULT_TIMEOUT 60u
 #define DEFAULT_CONNS	16u
@@ -71,6 +72,9 @@ static void usage(FILE *f)
 	      "                       one (default 1; each holds chunk x window bytes)\n"
 	      "  --no-resume          send every file whole: never continue a partial the\n"
 	      "                       receiver kept from a cut transfer\n"
+	      "  --stripe BYTES       a file above BYTES goes as ranges of BYTES that any\n"
+	      "                       connection takes, each resumed on its own (default\n"
+	      "                       64M; 0: every file whole)\n"
 	      "  --progress, --no-progress   force the progress line on or off\n"
 	      "proxy: forward each TCP client's byte stream to a serve peer as a file\n"
 	      "  --tcp-listen ADDR:PORT   TCP address to accept clients on\n"
@@ -201,7 +205,7 @@ enum {
 	OPT_TOKEN, OPT_TIMEOUT, OPT_JSON, OPT_QUIET, OPT_MAX_PENDING, OPT_HELLO_TIMEOUT,
 	OPT_MAX_CLIENTS, OPT_DIRECT, OPT_THREADS, OPT_CONNS, OPT_NO_AUTH, OPT_TCP_ALLOW,
 	OPT_MIN_RATE, OPT_MAX_TIME, OPT_RECURSIVE, OPT_LINKS, OPT_REQUIRE_MW, OPT_NO_RESUME,
-	OPT_ANY_LINKS, OPT_PARTIAL_AGE, OPT_MAX_SIZE, OPT_MIN_FREE,
+	OPT_ANY_LINKS, OPT_PARTIAL_AGE, OPT_MAX_SIZE, OPT_MIN_FREE, OPT_STRIPE,
 };
 
 /* Each option is a bit of the "seen" mask. */
@@ -243,6 +247,7 @@ static const struct option long_opts[] = {
 	{"partial-age", required_argument, NULL, OPT_PARTIAL_AGE},
 	{"max-size", required_argument, NULL, OPT_MAX_SIZE},
 	{"min-free", required_argument, NULL, OPT_MIN_FREE},
+	{"stripe", required_argument, NULL, OPT_STRIPE},
 	{"no-resume", no_argument, NULL, OPT_NO_RESUME},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
@@ -350,6 +355,11 @@ static int parse_opts(int argc, char **argv, struct cp_opts *o, uint64_t *seen)
 				return bad_value("min-free", optarg, "want a byte count");
 			o->min_free = v;
 			break;
+		case OPT_STRIPE:
+			if (parse_u64(optarg, 0, UINT64_MAX, &v))
+				return bad_value("stripe", optarg, "want a byte count, 0 for off");
+			o->stripe = v;
+			break;
 		case OPT_RATE:
 			if (parse_u64(optarg, 1, UINT64_MAX, &v))
 				return bad_value("limit-rate", optarg, "want a positive byte count");
@@ -418,6 +428,7 @@ int main(int argc, char **argv)
 		.min_rate = DEFAULT_MIN_RATE,
 		.progress = -1,
 		.prefix = "stream",
+		.stripe = DEFAULT_STRIPE,
 	};
 	uint64_t seen = 0;
 	const char *mode;
@@ -462,7 +473,7 @@ int main(int argc, char **argv)
 	if (!strcmp(mode, "send")) {
 		if (only(seen, COMMON | B(OPT_AS) | B(OPT_RATE) | B(OPT_PROGRESS) |
 				       B(OPT_NO_PROGRESS) | B(OPT_CONNS) | B(OPT_RECURSIVE) |
-				       B(OPT_LINKS) | B(OPT_NO_RESUME), mode))
+				       B(OPT_LINKS) | B(OPT_NO_RESUME) | B(OPT_STRIPE), mode))
 			goto bad;
 		if (o.links && !o.recursive) {
 			fprintf(stderr, CP_PROG ": --links needs -r\n");

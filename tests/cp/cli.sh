@@ -76,5 +76,30 @@ else
 	n=$((n + 1))
 	echo "ok $n - a token file of another user's is refused # SKIP not root"
 fi
+# --stripe: a byte count (0 is off), for send only.
+echo data >"$t/f"
+timeout 20 "$exe" send --stripe lots "$t/f" 127.0.0.1:9 2>"$t/err" >/dev/null
+rc=$?
+if [ "$rc" = 2 ] && grep -q 'want a byte count' "$t/err"; then
+	say ok "--stripe wants a byte count"
+else
+	say not-ok "--stripe wants a byte count (status $rc: $(head -1 "$t/err"))"
+fi
+rm -f "$t/tok"
+token 0123456789abcdef0123
+timeout 20 "$exe" send --stripe 0 --token-file "$t/tok" "$t/f" 127.0.0.1:9 2>"$t/err" >/dev/null
+rc=$?
+if [ "$rc" != 2 ]; then
+	say ok "send takes --stripe 0"
+else
+	say not-ok "send takes --stripe 0 ($(head -1 "$t/err"))"
+fi
+timeout 20 "$exe" serve --stripe 1M --listen 127.0.0.1:9 --dir "$t" 2>"$t/err" >/dev/null
+rc=$?
+if [ "$rc" = 2 ] && grep -q 'does not apply to serve' "$t/err"; then
+	say ok "--stripe is refused by serve"
+else
+	say not-ok "--stripe is refused by serve (status $rc: $(head -1 "$t/err"))"
+fi
 echo "1..$n"
 exit $bad
