@@ -97,7 +97,8 @@ static void file_stored(struct rx *r, const char *how)
 	r->file_active = false;
 	m.end.bytes = r->end_bytes;
 	m.end.checksum = r->end_sum;
-	r->env->stored(r->env->data, r->end_bytes, r->end_sum);
+	if (!r->cur_range) /* a striped file counts once, at its commit */
+		r->env->stored(r->env->data, r->end_bytes, r->end_sum);
 	if (!rx_quiet(r))
 		cp_log("serve: %s: %s %s (%llu bytes, xxh3 %016llx)", r->peer, how, r->name,
 		       (unsigned long long)r->end_bytes, (unsigned long long)r->end_sum);
