@@ -53,6 +53,7 @@ struct cp_opts {
 	bool recursive; /* -r: directories as trees */
 	bool links;	/* --links: symbolic links in a tree as links */
 	bool no_resume;	    /* never continue a partial the receiver kept */
+	uint64_t stripe;    /* --stripe: files above it go as ranges; 0: never */
 	/* proxy */
 	const char *tcp_listen;
 	const char *prefix;
@@ -84,6 +85,10 @@ struct cp_tally {
 	unsigned int refused; /* serve: never admitted; proxy: TCP clients over the cap */
 	uint64_t files_ahead; /* serve: FILE_STARTs before the last file was stored */
 	uint64_t resumed;     /* send: bytes of files the receiver already held */
+	/* send: ranges of striped files stored; of them those the receiver
+	 * held whole (nothing sent) and those it held in part (cut before,
+	 * continued after what it held); the bytes sent of those cut ones */
+	uint64_t ranges, ranges_held, ranges_cut, bytes_after_cut;
 };
 
 /* A line on stderr, prefixed and escaped with cp_esc() as a whole. */

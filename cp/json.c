@@ -25,6 +25,10 @@ void cp_tally_add(struct cp_tally *to, const struct cp_tally *from)
 	to->refused += from->refused;
 	to->files_ahead += from->files_ahead;
 	to->resumed += from->resumed;
+	to->ranges += from->ranges;
+	to->ranges_held += from->ranges_held;
+	to->ranges_cut += from->ranges_cut;
+	to->bytes_after_cut += from->bytes_after_cut;
 }
 
 /* cp_esc() makes it printable ASCII; JSON then only needs '"' and '\\' quoted. */
@@ -72,8 +76,13 @@ static int write_summary(FILE *f, const struct cp_opts *o, const struct cp_summa
 	member(f, "files", "%llu", (unsigned long long)n->files);
 	member(f, "bytes", "%llu", (unsigned long long)n->bytes);
 	member(f, "chunks", "%llu", (unsigned long long)n->chunks);
-	if (!strcmp(s->mode, "send"))
+	if (!strcmp(s->mode, "send")) {
 		member(f, "bytes_resumed", "%llu", (unsigned long long)n->resumed);
+		member(f, "ranges", "%llu", (unsigned long long)n->ranges);
+		member(f, "ranges_held", "%llu", (unsigned long long)n->ranges_held);
+		member(f, "ranges_cut", "%llu", (unsigned long long)n->ranges_cut);
+		member(f, "bytes_after_cut", "%llu", (unsigned long long)n->bytes_after_cut);
+	}
 	member(f, "connections", "%u", n->connections);
 	member(f, "failures", "%u", n->failures);
 	member(f, "refused", "%u", n->refused);

@@ -20,6 +20,7 @@
 #include "optab.h"
 
 #define DEFAULT_CHUNK	(1u << 20)
+#define DEFAULT_STRIPE	(64ull << 20) /* CP_STRIPE_DEFAULT */
 #define DEFAULT_WINDOW	64u
 #define DEFAULT_TIMEOUT 60u
 #define DEFAULT_CONNS	16u
@@ -289,6 +290,11 @@ static const struct optab cp_optab[] = {
 	{"conns", 0, "N", CP_SEND, NUM(conns, 1, CP_SEND_CONNS_MAX),
 	 .help = "send over N connections side by side, each file over\n"
 		 "one (default 1; each holds chunk x window bytes)"},
+	{"stripe", 0, "BYTES", CP_SEND, NUM(stripe, 0, UINT64_MAX),
+	 .want = "want a byte count, 0 for off",
+	 .help = "a file above BYTES goes as ranges of BYTES that any\n"
+		 "connection takes, each resumed on its own (default\n"
+		 "64M; 0: every file whole)"},
 	{"no-resume", 0, NULL, CP_SEND, FLAG(no_resume),
 	 .help = "send every file whole: never continue a partial the\n"
 		 "receiver kept from a cut transfer"},
@@ -348,6 +354,7 @@ int main(int argc, char **argv)
 {
 	struct cp_opts o = {
 		.chunk = DEFAULT_CHUNK,
+		.stripe = DEFAULT_STRIPE,
 		.window = DEFAULT_WINDOW,
 		.timeout_s = DEFAULT_TIMEOUT,
 		.max_conns = DEFAULT_CONNS,

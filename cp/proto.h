@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #define CP_MAGIC     0x50435252u /* "RRCP" on the wire */
-#define CP_VERSION   7
+#define CP_VERSION    8
 #define CP_HDR_LEN   8
 #define CP_MSG_MAX   512 /* every receive buffer holds this much */
 #define CP_NAME_MAX  255
@@ -55,6 +55,9 @@ enum cp_type {
 	 * AUTH the sender's proof; WELCOME the receiver's (cp/auth.h). */
 	CP_CHALLENGE = 14, /* receiver: its nonce */
 	CP_AUTH = 15,	   /* sender: its proof of the token */
+	/* Ranges (version 8): a striped file is named once every range of it
+	 * was stored; answered by FILE_DONE with the size and folded sum. */
+	CP_FILE_COMMIT = 16, /* sender: name, size, mode, mtime, stripe, sum */
 };
 
 /* enum cp_err: what an ERROR message reports, and the exit code it means. */
@@ -78,6 +81,16 @@ enum cp_err {
  * and answers FILE_HAVE with what it already holds; chunks wait for the
  * sender's FILE_FROM. */
 #define CP_START_RESUME 2u
+
+/* One range of a striped file (version 8, docs/ringrdma-cp.md "Ranges"):
+ * size stays the whole file's; range_off, range_len and stripe follow the
+ * mtime. Only with CP_START_RESUME (a range always goes into the partial),
+ * never a stream; the range is the layout's: at a multiple of the stripe,
+ * a whole stripe or the file's tail, and the file more than one stripe
+ * with at most CP_RANGES_MAX ranges. */
+#define CP_START_RANGE 4u
+/* Ranges of one file at most: a bigger file gets a bigger stripe. */
+#define CP_RANGES_MAX 65536u
 
 /* FILE_HAVE: the bytes are the file under its final name, not a partial. */
 #define CP_HAVE_NAMED 1u
@@ -115,7 +128,10 @@ struct cp_msg {
 			char name[CP_NAME_MAX + 1]; /* NUL-terminated by the decoder */
 			uint32_t mode;		    /* permission bits, <= 0777 */
 			struct cp_time mtime;
-		} start;
+			/* CP_START_RANGE: this range; FILE_COMMIT: stripe and sum */
+			uint64_t range_off, range_len, stripe;
+			uint64_t sum; /* FILE_COMMIT: the ranges' folded checksum */
+		} start;	      /* FILE_START and FILE_COMMIT (flags: META only) */
 		/*
 		 * MKDIR, SYMLINK and DIR_META: one layout, each type with its own
 		 * rule: MKDIR only a name; SYMLINK a target and an mtime, no

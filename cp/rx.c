@@ -228,6 +228,8 @@ static void on_message(struct rx *r, const uint8_t *buf, uint32_t len)
 	} else if ((m.type == CP_MKDIR || m.type == CP_SYMLINK || m.type == CP_DIR_META) &&
 		   r->state == RX_IDLE) {
 		rx_on_entry(r, &m);
+	} else if (m.type == CP_FILE_COMMIT && r->state == RX_IDLE) {
+		rx_on_commit(r, &m);
 	} else if (m.type == CP_FILE_FROM && r->state == RX_FROM) {
 		rx_on_from(r, &m);
 	} else {
@@ -450,6 +452,7 @@ static void rx_free(struct rx *r)
 	rx_release_regions(r);
 	cp_ctl_free(&r->ctl);
 	cp_hasher_destroy(&r->hs);
+	cp_range_verify_cancel(&r->rv); /* a commit's reread cut short */
 	free(r->slots);
 	free(r->stage_mem);
 	if (r->win)

@@ -74,8 +74,12 @@ void rx_fail(struct rx *r, unsigned int code, int result, const char *fmt, ...)
 	 * --max-pending until they are gone, which rx_poll() makes quick. */
 	/* A partial is kept for a resume when the transfer was cut, not
 	 * when what it holds failed a check or may not be stored at all. */
-	if (code == CP_E_CHECKSUM || code == CP_E_PROTO || code == CP_E_EXISTS || code == CP_E_NAME)
+	if ((code == CP_E_CHECKSUM || code == CP_E_PROTO || code == CP_E_EXISTS ||
+	     code == CP_E_NAME) &&
+	    !r->cur_range && !r->cur_commit)
 		r->st.keep = false;
+	/* A striped file's partial holds other ranges, maybe others'
+	 * connections' at work: kept, and a resume rehashes each range. */
 	/* A write or fsync of ours may still name the fd, even queued and not
 	 * yet submitted: closed now, the number could go to a file opened
 	 * meanwhile and the write with it. rx_free() drops the file once

@@ -30,6 +30,8 @@ void rx_maybe_finish(struct rx *r)
 		finish_file(r);
 }
 static void same_done(struct rx *r);
+static void commit_reread(struct rx *r);
+static void commit_opened(struct rx *r);
 
 /* The hashing thread got further: the stages it is done with are free. */
 void rx_hashed(struct cp_hasher *h)
@@ -43,6 +45,8 @@ void rx_hashed(struct cp_hasher *h)
 	r->last_activity = cp_now_ns(); /* a long file read is progress too */
 	if (r->state == RX_SCAN && cp_hasher_caught_up(h))
 		rx_scan_done(r);
+	else if (r->state == RX_VERIFY || (r->state == RX_SAME && r->cur_commit))
+		commit_reread(r);
 	else if (r->state == RX_SAME && cp_hasher_caught_up(h))
 		same_done(r);
 	rx_stage_chunks(r);
@@ -81,7 +85,7 @@ static void commit_done(struct cp_store *st, int code)
 		rx_store_failed(r, code);
 		return;
 	}
-	file_stored(r, "received");
+	file_stored(r, r->cur_commit ? "committed" : "received");
 }
 
 /* The file is stored (or was already, with the same content): FILE_DONE,
@@ -93,7 +97,8 @@ static void file_stored(struct rx *r, const char *how)
 	r->file_active = false;
 	m.end.bytes = r->end_bytes;
 	m.end.checksum = r->end_sum;
-	r->env->stored(r->env->data, r->end_bytes, r->end_sum);
+	if (!r->cur_range) /* a striped file counts once, at its commit */
+		r->env->stored(r->env->data, r->end_bytes, r->end_sum);
 	if (!rx_quiet(r))
 		cp_log("serve: %s: %s %s (%llu bytes, xxh3 %016llx)", r->peer, how, r->name,
 		       (unsigned long long)r->end_bytes, (unsigned long long)r->end_sum);
@@ -126,8 +131,43 @@ static void entry_done(struct rx *r, const struct cp_msg *done)
 		r->cur_resume = r->q.resume;
 		r->cur_stream = r->q.stream;
 		r->cur_size = r->q.size;
+		r->cur_range = r->q.range;
+		r->cur_commit = false;
+		r->range_off = r->q.range_off;
+		r->range_len = r->q.range_len;
+		r->stripe = r->q.stripe;
 		open_file(r, r->q.name);
 	}
+}
+
+/* A range is synced: its partial closed through the ring, which gives
+ * the range and the shared lock back before FILE_DONE tells the sender
+ * (whose FILE_COMMIT next needs the partial to itself). */
+static void range_closed(struct cp_op *op, int res)
+{
+	struct rx *r = (struct rx *)((char *)op - offsetof(struct rx, sync_op));
+
+	(void)res; /* a close that fails has closed: the data was synced */
+	r->io_inflight--;
+	r->sync_op.done = rx_sync_done;
+	if (r->state == RX_CLOSING)
+		return;
+	cp_store_abort(&r->st); /* its directory: the partial is forgotten */
+	file_stored(r, "received range of");
+}
+
+static void range_synced(struct rx *r)
+{
+	struct io_uring_sqe *sqe = cp_loop_sqe(r->env->lp, &r->sync_op);
+
+	if (!sqe) {
+		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "cannot queue a close");
+		return;
+	}
+	r->file_active = false;
+	io_uring_prep_close(sqe, cp_store_release(&r->st));
+	r->sync_op.done = range_closed;
+	r->io_inflight++;
 }
 
 void rx_sync_done(struct cp_op *op, int res)
@@ -141,6 +181,10 @@ void rx_sync_done(struct cp_op *op, int res)
 	if (res < 0) {
 		rx_fail(r, res == -ENOSPC ? CP_E_NOSPC : CP_E_IO, CP_EXIT_LOCAL_IO, "fsync %s: %s",
 			r->name, strerror(-res));
+		return;
+	}
+	if (r->cur_range) {
+		range_synced(r);
 		return;
 	}
 	code = cp_store_commit(&r->st, commit_done);
@@ -174,6 +218,18 @@ static void same_check(struct rx *r)
 
 	if (rx_open_named(r))
 		return;
+	if (r->cur_commit) {
+		/* The named file folded as the sender's ranges, over the
+		 * declared length: one shorter fails with -ENODATA. */
+		int rc = cp_range_verify_start(&r->rv, &r->hs, r->same_fd, r->end_bytes, r->stripe);
+
+		if (rc) {
+			rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "cannot queue a hash: %s", strerror(-rc));
+			return;
+		}
+		r->state = RX_SAME;
+		return;
+	}
 	named = r->st.exist_size < r->end_bytes ? r->st.exist_size : r->end_bytes;
 	if (named < r->end_bytes) {
 		/* Its own descriptor: the store's may be write-only, O_DIRECT. */
@@ -235,10 +291,11 @@ static void meta_done(struct cp_store *st, int code)
 
 /* Every chunk is on disk and FILE_END arrived: verify, set the mode and
  * time, fsync, name it. */
+static void store_file(struct rx *r);
+
 static void finish_file(struct rx *r)
 {
 	uint64_t sum = cp_hasher_digest(&r->hs);
-	int code;
 
 	if (sum != r->end_sum) {
 		/* What was received is hashed here and logged, never sent: a
@@ -248,6 +305,29 @@ static void finish_file(struct rx *r)
 		rx_fail(r, CP_E_CHECKSUM, CP_EXIT_INTEGRITY,
 			"%s: checksum mismatch (sender %016llx)", r->name,
 			(unsigned long long)r->end_sum);
+		return;
+	}
+	store_file(r);
+}
+
+/* Verified: a range is synced into the partial; a file (or a striped
+ * file's commit) is compared with the one under its name, or gets its
+ * mode and time, is synced and named. */
+static void store_file(struct rx *r)
+{
+	int code;
+
+	if (r->cur_range) {
+		/* Stored in the partial, synced and left to the commit. */
+		struct io_uring_sqe *sqe = cp_loop_sqe(r->env->lp, &r->sync_op);
+
+		if (!sqe) {
+			rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "cannot queue fsync");
+			return;
+		}
+		io_uring_prep_fsync(sqe, r->st.fd, 0);
+		r->io_inflight++;
+		r->state = RX_SYNC;
 		return;
 	}
 	if (r->st.exists) {
@@ -284,6 +364,10 @@ static void open_done(struct cp_store *st, int code)
 	/* Another file has the name (no --force): the content decides, at
 	 * the end, whatever the length declared; refused at once for another
 	 * length, it would tell a token holder the file's size. */
+	if (r->cur_commit) {
+		commit_opened(r);
+		return;
+	}
 	if (r->cur_resume) {
 		rx_start_scan(r);
 		return;
@@ -296,6 +380,7 @@ static void open_done(struct cp_store *st, int code)
  * their slots meanwhile (a file to resume has none before FILE_FROM). */
 static void open_file(struct rx *r, const char *name)
 {
+	unsigned int flags;
 	int code;
 
 	memcpy(r->name, name, sizeof(r->name));
@@ -303,11 +388,14 @@ static void open_file(struct rx *r, const char *name)
 	r->have = 0;
 	rx_close_named(r);
 	cp_hasher_reset(&r->hs);
-	code = cp_store_open(&r->st, r->env->lp, r->env->dirfd, r->name,
-			     CP_STORE_SAME | (r->env->o->force ? CP_STORE_FORCE : 0) |
-				     (r->env->o->direct ? CP_STORE_DIRECT : 0) |
-				     (r->cur_resume ? CP_STORE_PARTIAL : 0),
-			     open_done);
+	flags = CP_STORE_SAME | (r->env->o->force ? CP_STORE_FORCE : 0) |
+		(r->env->o->direct && !r->cur_commit ? CP_STORE_DIRECT : 0) |
+		(r->cur_resume || r->cur_commit ? CP_STORE_PARTIAL : 0);
+	if (r->cur_range)
+		code = cp_store_open_range(&r->st, r->env->lp, r->env->dirfd, r->name, flags,
+					   r->range_off, r->range_len, open_done);
+	else
+		code = cp_store_open(&r->st, r->env->lp, r->env->dirfd, r->name, flags, open_done);
 
 	if (code) {
 		rx_store_failed(r, code);
@@ -315,6 +403,102 @@ static void open_file(struct rx *r, const char *name)
 	}
 	r->io_inflight++;
 	r->state = RX_OPEN;
+}
+
+/* FILE_COMMIT's partial is ours alone (LOCK_EX: no range is held): it
+ * must hold the whole file, and is reread range by range. */
+static void commit_opened(struct rx *r)
+{
+	int rc;
+
+	if (r->st.partial_size != r->cur_size) {
+		if (!r->st.partial_size)
+			r->st.keep = false; /* made by this open: nothing to keep */
+		rx_fail(r, CP_E_CHECKSUM, CP_EXIT_INTEGRITY,
+			"%s: its partial holds %llu of the %llu bytes: a range is missing", r->name,
+			(unsigned long long)r->st.partial_size, (unsigned long long)r->cur_size);
+		return;
+	}
+	rc = cp_range_verify_start(&r->rv, &r->hs, r->st.fd, r->cur_size, r->stripe);
+	if (rc) {
+		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "cannot queue a hash: %s", strerror(-rc));
+		return;
+	}
+	r->state = RX_VERIFY;
+}
+
+/* The hashing thread got further in a commit's reread (RX_VERIFY) or in
+ * its compare with the file under the name (RX_SAME). */
+static void commit_reread(struct rx *r)
+{
+	uint64_t sum = 0;
+	int rc = cp_range_verify_step(&r->rv, &sum);
+
+	if (rc == 1)
+		return;
+	if (r->state == RX_SAME) {
+		rx_close_named(r);
+		if (rc || r->st.exist_size != r->end_bytes || sum != r->end_sum) {
+			rx_fail(r, CP_E_EXISTS, CP_EXIT_REFUSED,
+				"refusing to replace %s: it exists with other content", r->name);
+			return;
+		}
+		drop_file(r);
+		file_stored(r, "already had");
+		return;
+	}
+	if (rc && rc != -ENODATA) {
+		rx_fail(r, CP_E_IO, CP_EXIT_LOCAL_IO, "rereading the partial of %s: %s", r->name,
+			strerror(-rc));
+		return;
+	}
+	if (rc || sum != r->end_sum) {
+		/* Logged, never sent, as a whole file's. */
+		if (!rc)
+			cp_log("serve: %s: %s: its ranges fold to %016llx", r->peer, r->name,
+			       (unsigned long long)sum);
+		rx_fail(r, CP_E_CHECKSUM, CP_EXIT_INTEGRITY,
+			"%s: checksum mismatch of its ranges (sender %016llx)", r->name,
+			(unsigned long long)r->end_sum);
+		return;
+	}
+	store_file(r);
+}
+
+/*
+ * FILE_COMMIT: every range of the file was stored (the sender saw their
+ * FILE_DONEs); the partial is opened as a whole file's (LOCK_EX, so
+ * "busy" while any range is held, and no range opens until it is
+ * named), reread and checked, then named as any file. Between files only,
+ * as a tree entry.
+ */
+void rx_on_commit(struct rx *r, const struct cp_msg *m)
+{
+	const struct cp_opts *o = r->env->o;
+	const char *slash = strrchr(m->start.name, '/');
+
+	if (o->max_size && m->start.size > o->max_size) {
+		rx_fail(r, CP_E_NOSPC, CP_EXIT_REFUSED, "%s: %llu bytes, over --max-size %llu",
+			m->start.name, (unsigned long long)m->start.size,
+			(unsigned long long)o->max_size);
+		return;
+	}
+	if (strlen(slash ? slash + 1 : m->start.name) > CP_STORE_PART_MAX) {
+		rx_fail(r, CP_E_NAME, CP_EXIT_REFUSED, "%s: no partial name, so no ranges",
+			m->start.name);
+		return;
+	}
+	r->end_seen = false;
+	r->meta = m->start.flags & CP_START_META;
+	r->mode = m->start.mode;
+	r->mtime = m->start.mtime;
+	r->cur_resume = r->cur_stream = r->cur_range = false;
+	r->cur_commit = true;
+	r->cur_size = m->start.size;
+	r->stripe = m->start.stripe;
+	r->end_bytes = m->start.size;
+	r->end_sum = m->start.sum;
+	open_file(r, m->start.name);
 }
 
 /* FILE_START: the window admits the file's chunks from now on. Between
@@ -354,7 +538,16 @@ static int room_for(struct rx *r, const struct cp_msg *m)
 void rx_on_start(struct rx *r, const struct cp_msg *m)
 {
 	bool resume = m->start.flags & CP_START_RESUME;
+	bool range = m->start.flags & CP_START_RANGE;
+	char why[128];
 
+	/* The decoder took it for the layout's range; whole chunks too? */
+	if (range && cp_range_check(m->start.size, m->start.range_off, m->start.range_len,
+				    r->w.chunk, why, sizeof(why))) {
+		rx_fail(r, CP_E_PROTO, CP_EXIT_INTEGRITY, "%s: %s", m->start.name, why);
+		return;
+	}
+	/* A range's file is judged whole: the partial may grow to it. */
 	if (room_for(r, m))
 		return;
 
@@ -372,6 +565,10 @@ void rx_on_start(struct rx *r, const struct cp_msg *m)
 		r->q.resume = resume;
 		r->q.stream = r->w.stream;
 		r->q.size = m->start.size;
+		r->q.range = range;
+		r->q.range_off = m->start.range_off;
+		r->q.range_len = m->start.range_len;
+		r->q.stripe = m->start.stripe;
 		memcpy(r->q.name, m->start.name, sizeof(r->q.name));
 		r->q.meta = m->start.flags & CP_START_META;
 		r->q.mode = m->start.mode;
@@ -385,6 +582,11 @@ void rx_on_start(struct rx *r, const struct cp_msg *m)
 	r->cur_resume = resume;
 	r->cur_stream = r->w.stream;
 	r->cur_size = m->start.size;
+	r->cur_range = range;
+	r->cur_commit = false;
+	r->range_off = m->start.range_off;
+	r->range_len = m->start.range_len;
+	r->stripe = m->start.stripe;
 	open_file(r, m->start.name);
 }
 

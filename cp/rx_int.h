@@ -25,6 +25,7 @@
 #include "ctl.h"
 #include "gate.h"
 #include "hash.h"
+#include "range.h"
 #include "rx.h"
 #include "store.h"
 #include "tree.h"
@@ -55,6 +56,7 @@ enum rx_state {
 	RX_TRUNC, /* FILE_FROM 0: the partial is being emptied */
 	RX_FILE,
 	RX_SAME,
+	RX_VERIFY, /* FILE_COMMIT: the partial is being reread, range by range */
 	RX_SYNC,
 	RX_ENTRY,
 	RX_CLOSING
@@ -141,6 +143,12 @@ struct rx {
 	/* The file being stored: as FILE_START said, and resumed how */
 	bool cur_resume, cur_stream;
 	uint64_t cur_size;
+	/* A range of a striped file (CP_START_RANGE): received into the
+	 * shared partial at range_off, synced and left there at its end. Or
+	 * FILE_COMMIT: the partial reread (rv), then named. */
+	bool cur_range, cur_commit;
+	uint64_t range_off, range_len, stripe;
+	struct cp_range_verify rv;
 	uint64_t have;	/* FILE_HAVE: bytes the partial holds */
 	int same_fd;	/* RX_SCAN of a named file, RX_SAME: its fd */
 	int pad_fd;	/* RX_SAME: the received file, read past the named one's end */
@@ -157,9 +165,10 @@ struct rx {
 	/* The next file, begun after end_seen: the window admits its chunks,
 	 * opened once this one is named (commit_done) */
 	struct {
-		bool on, end_seen, resume, stream;
+		bool on, end_seen, resume, stream, range;
 		uint32_t end_seq;
 		uint64_t bytes, sum, size;
+		uint64_t range_off, range_len, stripe;
 		char name[CP_NAME_MAX + 1];
 		bool meta;
 		uint32_t mode;
@@ -211,6 +220,7 @@ void rx_sync_done(struct cp_op *op, int res);
 void rx_entry_synced(struct cp_op *op, int res);
 void rx_on_start(struct rx *r, const struct cp_msg *m);
 void rx_on_end(struct rx *r, const struct cp_msg *m);
+void rx_on_commit(struct rx *r, const struct cp_msg *m);
 void rx_on_entry(struct rx *r, const struct cp_msg *m);
 
 #endif

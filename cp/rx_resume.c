@@ -63,6 +63,17 @@ void rx_start_scan(struct rx *r)
 			r->name, (unsigned long long)r->cur_size);
 		return;
 	}
+	if (r->cur_range) {
+		/* What it holds of this range: its bytes up to the first hole,
+		 * in whole chunks, hashed from the range's start. */
+		int rc = cp_range_have(r->st.fd, r->range_off, r->range_len, r->w.chunk, &r->have);
+
+		if (rc) {
+			rx_fail(r, CP_E_IO, CP_EXIT_LOCAL_IO, "what the partial of %s holds: %s",
+				r->name, strerror(-rc));
+			return;
+		}
+	}
 	if (r->st.direct && r->have) {
 		/* O_DIRECT reads want aligned buffers: read it through a
 		 * descriptor of its own, the page cache's. */
@@ -81,7 +92,7 @@ void rx_start_scan(struct rx *r)
 		rx_scan_done(r);
 		return;
 	}
-	if (cp_hasher_add_fd(&r->hs, fd, 0, r->have) < 0)
+	if (cp_hasher_add_fd(&r->hs, fd, r->cur_range ? r->range_off : 0, r->have) < 0)
 		rx_fail(r, CP_E_IO, CP_EXIT_FAIL, "cannot queue a hash");
 }
 
@@ -147,7 +158,8 @@ static void truncated(struct cp_op *op, int res)
 void rx_on_from(struct rx *r, const struct cp_msg *m)
 {
 	uint64_t off = m->from.offset;
-	bool empty = !off && r->have;
+	/* A range is written again over its bytes: the partial holds others. */
+	bool empty = !off && r->have && !r->cur_range;
 
 	if (off && off != r->have) {
 		rx_fail(r, CP_E_PROTO, CP_EXIT_INTEGRITY, "%s: FILE_FROM %llu, we hold %llu",
@@ -168,10 +180,13 @@ void rx_on_from(struct rx *r, const struct cp_msg *m)
 	}
 	if (off && !rx_quiet(r))
 		cp_log("serve: %s: resuming %s at %llu of %llu bytes", r->peer, r->name,
-		       (unsigned long long)off, (unsigned long long)r->cur_size);
-	r->file_off = off;
+		       (unsigned long long)((r->cur_range ? r->range_off : 0) + off),
+		       (unsigned long long)r->cur_size);
+	if (!off && r->have)
+		cp_hasher_reset(&r->hs); /* a range's bytes that hashed otherwise */
+	r->file_off = (r->cur_range ? r->range_off : 0) + off;
 	r->w_off = off;
-	r->w.size = r->cur_size - off;
+	r->w.size = (r->cur_range ? r->range_len : r->cur_size) - off;
 	r->w.got = 0;
 	r->w.stream = false;
 	r->w.file_open = true;

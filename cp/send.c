@@ -27,6 +27,8 @@
 
 #include "json.h"
 #include "progress.h"
+#include "range.h"
+#include "store.h"
 #include "tx.h"
 
 #define RING_ENTRIES 512
@@ -46,6 +48,15 @@ struct entry {
 	int left; /* CP_MKDIR: entries beneath it not yet stored */
 	int conn; /* the connection it went on, -1: not yet */
 	bool done;
+	/* A striped file: an entry per range (range set: its bytes, and
+	 * @commit, the index of the file's CP_FILE_COMMIT entry after them),
+	 * then that entry, which goes once every range was stored (@left
+	 * counts them) with the ranges' sums folded in range order. */
+	bool range;
+	uint32_t index; /* a range's number in its file */
+	int commit;
+	uint64_t size, range_off, range_len, stripe;
+	uint64_t *sums; /* CP_FILE_COMMIT: each range's, as stored */
 	/* A file: what the walk found, the only file sent under its path;
 	 * in_tree: found by -r's walk (no link as its last component),
 	 * path + rel beneath the tree's top directory, tops[top]. */
@@ -112,6 +123,13 @@ static int pick(struct sender *s, int c)
 			all_went = false;
 			continue;
 		}
+		if (e->kind == CP_FILE_COMMIT) {
+			/* Once every range was stored; later entries may pass. */
+			if (!e->left && dir_ready(s, e->dir, c))
+				return i;
+			all_went = false;
+			continue;
+		}
 		return dir_ready(s, e->dir, c) ? i : -2;
 	}
 	return all_went ? -1 : -2;
@@ -143,8 +161,21 @@ static bool open_file(struct sconn *c, struct tx *t, struct tx_src *src, const c
 		tx_abort(t, CP_EXIT_LOCAL_IO, s->msg);
 		return false;
 	}
+	if (e->range && (uint64_t)sb.st_size != e->size) {
+		snprintf(s->msg, sizeof(s->msg),
+			 "%s: %llu bytes now, %llu when its ranges were made (changed since)", path,
+			 (unsigned long long)sb.st_size, (unsigned long long)e->size);
+		close(c->fd);
+		c->fd = -1;
+		tx_abort(t, CP_EXIT_LOCAL_IO, s->msg);
+		return false;
+	}
 	src->fd = c->fd;
 	src->size = (uint64_t)sb.st_size;
+	src->range = e->range;
+	src->range_off = e->range_off;
+	src->range_len = e->range_len;
+	src->stripe = e->stripe;
 	src->meta = true;
 	src->mode = sb.st_mode & 0777;
 	src->mtime = (struct cp_time){sb.st_mtim.tv_sec, (uint32_t)sb.st_mtim.tv_nsec};
@@ -176,6 +207,20 @@ static bool next_file(struct tx *t, struct tx_src *src, void *data)
 	snprintf(src->name, sizeof(src->name), "%s", e->name);
 	if (!e->kind)
 		return open_file(c, t, src, e->path);
+	if (e->kind == CP_FILE_COMMIT) {
+		struct cp_range_fold f;
+
+		if (cp_range_fold_init(&f)) {
+			tx_abort(t, CP_EXIT_FAIL, "out of memory");
+			return false;
+		}
+		for (uint32_t k = 0; k < cp_range_count(e->size, e->stripe); k++)
+			cp_range_fold_add(&f, e->sums[k]);
+		src->sum = cp_range_fold_sum(&f);
+		cp_range_fold_free(&f);
+		src->size = e->size;
+		src->stripe = e->stripe;
+	}
 	src->mode = e->mode;
 	src->mtime = e->mtime;
 	if (e->target)
@@ -207,12 +252,32 @@ static void file_done(struct tx *t, const struct tx_src *src, uint64_t bytes, ui
 	s->data_end = cp_now_ns();
 	if (!s->data_start || tx_welcome_ns(t) < s->data_start)
 		s->data_start = tx_welcome_ns(t);
-	if (src->kind)
-		return; /* a directory or link: no bytes, no line */
-	s->n.files++;
 	c->chunks = tx_chunks(t);
 	c->resumed = tx_resumed(t);
-	s->n.bytes += bytes;
+	if (e->range) {
+		/* Its file's bytes, counted as they are stored; the file once
+		 * it is committed. */
+		struct entry *ce = &s->e[e->commit];
+
+		ce->sums[e->index] = sum;
+		ce->left--;
+		s->n.ranges++;
+		s->n.bytes += bytes;
+		if (src->from == bytes) {
+			s->n.ranges_held++;
+		} else if (src->from) {
+			s->n.ranges_cut++;
+			s->n.bytes_after_cut += bytes - src->from;
+		}
+		if (!s->o->quiet)
+			cp_progress_update(&s->prog, acked(s), false);
+		return;
+	}
+	if (src->kind && src->kind != CP_FILE_COMMIT)
+		return; /* a directory or link: no bytes, no line */
+	s->n.files++;
+	if (!src->kind)
+		s->n.bytes += bytes;
 	s->n.checksum = sum;
 	if (!s->o->quiet) {
 		cp_progress_update(&s->prog, acked(s), false);
@@ -320,6 +385,56 @@ nomem:
 static struct cp_time mtime_of(const struct stat *sb)
 {
 	return (struct cp_time){sb->st_mtim.tv_sec, (uint32_t)sb->st_mtim.tv_nsec};
+}
+
+/*
+ * A regular file @e of @sb: one entry, or above --stripe (and with a
+ * last component short enough for a partial) an entry per range and
+ * its CP_FILE_COMMIT entry after them. 0, or -1 out of memory.
+ */
+static int add_file(struct sender *s, struct entry e, const struct stat *sb)
+{
+	uint64_t size = (uint64_t)sb->st_size;
+	uint64_t stripe = cp_stripe_for(size, s->o->stripe, s->o->chunk);
+	const char *base = strrchr(e.name ? e.name : "", '/');
+	uint32_t n;
+	int first;
+
+	base = base ? base + 1 : e.name;
+	if (!stripe || !e.name || strlen(base) > CP_STORE_PART_MAX)
+		return add(s, e) < 0 ? -1 : 0;
+	n = cp_range_count(size, stripe);
+	first = s->ne;
+	for (uint32_t i = 0; i < n; i++) {
+		struct entry r = e;
+
+		r.path = strdup(e.path);
+		r.name = strdup(e.name);
+		r.range = true;
+		r.index = i;
+		r.commit = first + (int)n;
+		r.size = size;
+		r.stripe = stripe;
+		cp_range_at(size, stripe, i, &r.range_off, &r.range_len);
+		if (add(s, r) < 0)
+			goto nomem;
+	}
+	e.kind = CP_FILE_COMMIT;
+	e.size = size;
+	e.stripe = stripe;
+	e.left = (int)n;
+	e.mode = sb->st_mode & 0777;
+	e.mtime = mtime_of(sb);
+	e.sums = calloc(n, sizeof(*e.sums));
+	if (!e.sums)
+		goto nomem;
+	if (add(s, e) < 0)
+		return -1;
+	return 0;
+nomem:
+	free(e.path);
+	free(e.name);
+	return -1;
 }
 
 static int by_bytes(const void *a, const void *b)
@@ -445,12 +560,14 @@ static int walk(struct sender *s, const char *path, const char *name, const stru
 			} else if (S_ISREG(cb.st_mode)) {
 				if (faccessat(dfd, base, R_OK, 0))
 					ret = walk_fail(s, "%s: %s", cpath, strerror(errno));
-				else if (add(s, (struct entry){.path = cpath,
-							       .name = cname,
-							       .dir = me,
-							       .dev = cb.st_dev,
-							       .ino = cb.st_ino,
-							       .in_tree = true}) < 0)
+				else if (add_file(s,
+						  (struct entry){.path = cpath,
+								 .name = cname,
+								 .dir = me,
+								 .dev = cb.st_dev,
+								 .ino = cb.st_ino,
+								 .in_tree = true},
+						  &cb) < 0)
 					ret = walk_fail(s, "out of memory");
 				else
 					s->total += (uint64_t)cb.st_size;
@@ -590,11 +707,13 @@ static int check_files(struct sender *s)
 			return walk_fail(s, "%s: not a regular file", path);
 		base = strrchr(path, '/');
 		base = base ? base + 1 : path;
-		if (add(s, (struct entry){.path = strdup(path),
-					  .name = strdup(s->o->as ? s->o->as : base),
-					  .dir = -1,
-					  .dev = sb.st_dev,
-					  .ino = sb.st_ino}) < 0)
+		if (add_file(s,
+			     (struct entry){.path = strdup(path),
+					    .name = strdup(s->o->as ? s->o->as : base),
+					    .dir = -1,
+					    .dev = sb.st_dev,
+					    .ino = sb.st_ino},
+			     &sb) < 0)
 			return walk_fail(s, "out of memory");
 		s->total += (uint64_t)sb.st_size;
 	}
@@ -685,6 +804,7 @@ out:
 		free(s->e[i].path);
 		free(s->e[i].name);
 		free(s->e[i].target);
+		free(s->e[i].sums);
 	}
 	free(s->e);
 	for (int i = 0; i < s->ntops; i++)

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "proto.h"
+#include "range.h"
 #include "store.h"
 
 #define RESOLVE (RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)
@@ -344,6 +345,28 @@ static int part_replace(struct cp_store *st, bool dir)
 	return queue(st, S_PART_DROP);
 }
 
+/* A range's partial is open and shared: claim the range's bytes, and
+ * check the partial was not named between its open and the claim (a
+ * commit holds the file alone until its partial's name is gone). */
+static int range_claimed(struct cp_store *st)
+{
+	int rc = cp_range_claim(st->fd, st->range_off, st->range_len);
+
+	if (!rc)
+		rc = cp_range_still_partial(st->fd, st->parentfd, st->part);
+	if (rc) {
+		st->part_named = false; /* not ours to remove */
+		close(st->fd);
+		st->fd = -1;
+		return fail(st, rc == -EBUSY || rc == -ESTALE ? CP_E_BUSY : CP_E_IO,
+			    rc == -ESTALE ? "the partial was named meanwhile: a range of"
+					  : "another connection receives this range of",
+			    st->base, -rc);
+	}
+	finish(st, 0);
+	return 0;
+}
+
 /* The partial's open ended with @res: a private regular file of ours,
  * one link, no other connection writing it; or replaced. */
 static int partial_opened(struct cp_store *st, int res)
@@ -361,8 +384,9 @@ static int partial_opened(struct cp_store *st, int res)
 	st->fd = res;
 	if (fstat(st->fd, &sb))
 		return fail(st, CP_E_IO, "fstat of the partial of", st->base, errno);
-	/* Locked first: a partial being committed has two links for a moment. */
-	if (S_ISREG(sb.st_mode) && flock(st->fd, LOCK_EX | LOCK_NB)) {
+	/* Locked first: a partial being committed has two links for a moment.
+	 * Ranges share it; a whole file or a commit has it alone. */
+	if (S_ISREG(sb.st_mode) && flock(st->fd, (st->range ? LOCK_SH : LOCK_EX) | LOCK_NB)) {
 		int err = errno;
 
 		close(st->fd);
@@ -378,6 +402,8 @@ static int partial_opened(struct cp_store *st, int res)
 	}
 	st->part_named = true; /* commit removes it */
 	st->partial_size = (uint64_t)sb.st_size;
+	if (st->range)
+		return range_claimed(st);
 	finish(st, 0);
 	return 0;
 }
@@ -491,13 +517,19 @@ static void step2_done(struct cp_op *op, int res)
 	ended((struct cp_store *)((char *)op - offsetof(struct cp_store, op[1])), 1, res);
 }
 
-int cp_store_open(struct cp_store *st, struct cp_loop *lp, int dirfd, const char *name,
-		  unsigned int flags, cp_store_fn done)
+static int store_open(struct cp_store *st, struct cp_loop *lp, int dirfd, const char *name,
+		      unsigned int flags, const uint64_t *range, cp_store_fn done)
 {
 	const char *slash = strrchr(name, '/');
 	int fd, code;
 
 	memset(st, 0, sizeof(*st));
+	if (range) {
+		st->range = true;
+		st->range_off = range[0];
+		st->range_len = range[1];
+		flags |= CP_STORE_PARTIAL;
+	}
 	st->fd = -1;
 	st->parentfd = -1;
 	st->force = flags & CP_STORE_FORCE;
@@ -516,8 +548,12 @@ int cp_store_open(struct cp_store *st, struct cp_loop *lp, int dirfd, const char
 		return fail(st, CP_E_NAME, "refusing", name, EPERM);
 	/* No partial name can hold it: received as if not to resume, so
 	 * that no two names ever share one. */
-	if (strlen(st->base) > CP_STORE_PART_MAX)
+	if (strlen(st->base) > CP_STORE_PART_MAX) {
+		if (st->range)
+			return fail(st, CP_E_NAME, "no partial name for a range of", name,
+				    ENAMETOOLONG);
 		st->partial = false;
+	}
 	if (slash) {
 		snprintf(st->parent, sizeof(st->parent), "%.*s", (int)(slash - name), name);
 		code = queue(st, S_PARENT);
@@ -534,6 +570,20 @@ int cp_store_open(struct cp_store *st, struct cp_loop *lp, int dirfd, const char
 		cp_store_abort(st);
 	}
 	return code;
+}
+
+int cp_store_open(struct cp_store *st, struct cp_loop *lp, int dirfd, const char *name,
+		  unsigned int flags, cp_store_fn done)
+{
+	return store_open(st, lp, dirfd, name, flags, NULL, done);
+}
+
+int cp_store_open_range(struct cp_store *st, struct cp_loop *lp, int dirfd, const char *name,
+			unsigned int flags, uint64_t off, uint64_t len, cp_store_fn done)
+{
+	const uint64_t range[2] = {off, len};
+
+	return store_open(st, lp, dirfd, name, flags, range, done);
 }
 
 int cp_store_commit(struct cp_store *st, cp_store_fn done)
@@ -604,6 +654,16 @@ static void keep_partial(struct cp_store *st)
 	sqe->flags |= IOSQE_ASYNC | IOSQE_IO_HARDLINK;
 	sqe = cp_loop_sqe(st->lp, &d->op);
 	io_uring_prep_close(sqe, st->fd);
+}
+
+int cp_store_release(struct cp_store *st)
+{
+	int fd = st->fd;
+
+	st->fd = -1;
+	st->part_named = false;
+	st->tmp_named = false;
+	return fd;
 }
 
 void cp_store_abort(struct cp_store *st)

@@ -45,6 +45,8 @@ struct cp_store {
 	bool part_fresh;       /* what was in part[]'s way went: create it anew */
 	bool keep;	       /* abort keeps the partial, synced (default) */
 	uint64_t partial_size; /* what it held when opened */
+	bool range;	       /* cp_store_open_range(): a range of the partial */
+	uint64_t range_off, range_len;
 	char base[NAME_MAX + 1];
 	char tmp[NAME_MAX + 1];
 	char part[NAME_MAX + 1];
@@ -118,6 +120,19 @@ enum {
  */
 int cp_store_open(struct cp_store *st, struct cp_loop *lp, int dirfd, const char *name,
 		  unsigned int flags, cp_store_fn done);
+/*
+ * cp_store_open_range() - as cp_store_open() with CP_STORE_PARTIAL, for
+ * @len bytes at @off of the file (docs/ringrdma-cp.md, "Ranges"): the
+ * partial is shared with the file's other ranges (flock LOCK_SH, where a
+ * whole file takes LOCK_EX, so a file is never received whole and in
+ * ranges at once, and a commit's open waits for every range to end), and
+ * the range is claimed for this store alone (cp_range_claim()): another
+ * claim of any of its bytes is CP_E_BUSY, as is a partial named while
+ * it was being opened. Closing the store gives the range back. A name
+ * too long for a partial is refused.
+ */
+int cp_store_open_range(struct cp_store *st, struct cp_loop *lp, int dirfd, const char *name,
+			unsigned int flags, uint64_t off, uint64_t len, cp_store_fn done);
 /* cp_store_aligned() - can @len bytes at @off be written as the file's
  * O_DIRECT (if any) wants: whole 4 KiB blocks at a block offset? */
 bool cp_store_aligned(const struct cp_store *st, uint64_t off, uint32_t len);
@@ -133,6 +148,13 @@ int cp_store_unaligned(struct cp_store *st, uint64_t off, uint32_t len);
 int cp_store_direct_ok(int dirfd);
 /* cp_store_commit() - after fsync: give the file its name; as above. */
 int cp_store_commit(struct cp_store *st, cp_store_fn done);
+/*
+ * cp_store_release() - a range is stored (and synced): the store forgets
+ * its partial without touching it and hands back the descriptor, for the
+ * caller to close (which gives the range and the shared lock back); its
+ * directory is closed by cp_store_abort() as ever.
+ */
+int cp_store_release(struct cp_store *st);
 /* cp_store_abort() - close and remove whatever is left (a partial with
  * keep set is synced and kept); safe to repeat; not while busy. */
 void cp_store_abort(struct cp_store *st);

@@ -265,6 +265,12 @@ static void goodbye(struct tx *t)
 	disconnect(t);
 }
 
+/* The bytes of the source that go: a range's, or the whole file's. */
+static uint64_t src_len(const struct tx *t)
+{
+	return t->src.range ? t->src.range_len : t->src.size;
+}
+
 static int submit_read(struct tx_slot *sl)
 {
 	struct tx *t = sl->t;
@@ -277,7 +283,7 @@ static int submit_read(struct tx_slot *sl)
 		io_uring_prep_recv(sqe, t->src.fd, buf + sl->len, t->chunk - sl->len, 0);
 	else
 		io_uring_prep_read(sqe, t->src.fd, buf + sl->len, sl->want - sl->len,
-				   sl->off + sl->len);
+				   t->src.range_off + sl->off + sl->len);
 	t->io_inflight++;
 	sl->state = SL_READING;
 	return 0;
@@ -385,9 +391,9 @@ static void pump(struct tx *t)
 			t->stream_reading = true;
 		}
 	} else {
-		while (t->read_off < t->src.size &&
+		while (t->read_off < src_len(t) &&
 		       (sl = &t->slots[t->next_read % t->window])->state == SL_FREE) {
-			uint64_t left = t->src.size - t->read_off;
+			uint64_t left = src_len(t) - t->read_off;
 
 			sl->seq = t->next_read;
 			sl->off = t->read_off;
@@ -431,7 +437,7 @@ static void pump(struct tx *t)
 		t->file_bytes += sl->len;
 		t->bytes_posted += sl->len;
 	}
-	if ((t->src.stream ? !t->src_eof || t->stream_reading : t->read_off < t->src.size) ||
+	if ((t->src.stream ? !t->src_eof || t->stream_reading : t->read_off < src_len(t)) ||
 	    t->next_write != t->next_read || !cp_hasher_caught_up(&t->hs))
 		return;
 	/* Everything is posted and hashed; RC delivers FILE_END after the
@@ -488,10 +494,11 @@ static void send_from(struct tx *t, uint64_t off)
 		cp_log("send: %s: the receiver %s; %llu bytes left to send", t->src.label,
 		       t->have.have.flags & CP_HAVE_NAMED ? "has it already, with the same content"
 							  : "kept a partial with our first bytes",
-		       (unsigned long long)(t->src.size - off));
+		       (unsigned long long)(src_len(t) - off));
 	/* FILE_END counts and hashes the whole file: the bytes held too. */
 	t->read_off = t->file_bytes = off;
 	t->resumed += off;
+	t->src.from = off;
 	t->state = TX_DATA;
 	pump(t);
 }
@@ -518,19 +525,20 @@ static void verified(struct tx *t)
 /* FILE_HAVE: what the receiver holds of the file to resume. */
 static void on_have(struct tx *t, const struct cp_msg *m)
 {
-	if (m->have.bytes > t->src.size ||
-	    ((m->have.flags & CP_HAVE_NAMED) && m->have.bytes != t->src.size)) {
+	if (m->have.bytes > src_len(t) ||
+	    ((m->have.flags & CP_HAVE_NAMED) && (m->have.bytes != t->src.size || t->src.range))) {
 		tx_fail(t, CP_EXIT_INTEGRITY, CP_E_PROTO,
 			"%s: the receiver holds %llu of %llu bytes", t->src.label,
-			(unsigned long long)m->have.bytes, (unsigned long long)t->src.size);
+			(unsigned long long)m->have.bytes, (unsigned long long)src_len(t));
 		return;
 	}
-	if (!m->have.bytes) {
+	/* --no-resume: a range (always into the partial) is sent whole. */
+	if (!m->have.bytes || t->o->no_resume) {
 		send_from(t, 0);
 		return;
 	}
 	t->have = *m;
-	if (cp_hasher_add_fd(&t->hs, t->src.fd, 0, m->have.bytes) < 0) {
+	if (cp_hasher_add_fd(&t->hs, t->src.fd, t->src.range_off, m->have.bytes) < 0) {
 		tx_fail(t, CP_EXIT_FAIL, CP_E_ABORT, "cannot queue a hash");
 		return;
 	}
@@ -584,6 +592,32 @@ static void send_entry(struct tx *t)
 	struct cp_msg m = {.type = t->src.kind};
 	int rc;
 
+	if (m.type == CP_FILE_COMMIT) {
+		/* Answered by FILE_DONE with the size and the folded sum. */
+		m.start.size = t->src.size;
+		m.start.flags = CP_START_META;
+		m.start.mode = t->src.mode & 0777;
+		m.start.mtime = t->src.mtime;
+		m.start.name_len = (uint16_t)strlen(t->src.name);
+		memcpy(m.start.name, t->src.name, m.start.name_len);
+		m.start.stripe = t->src.stripe;
+		m.start.sum = t->src.sum;
+		rc = tx_send(t, &m);
+		if (rc) {
+			if (!hung_up(t, rc))
+				tx_fail(t, CP_EXIT_FAIL, 0, "cannot send FILE_COMMIT for %s",
+					t->src.label);
+			return;
+		}
+		t->state = TX_DATA;
+		t->awaiting = true;
+		t->done = t->src;
+		t->done_bytes = t->src.size;
+		t->done_sum = t->src.sum;
+		next_source(t);
+		return;
+	}
+
 	m.entry.name_len = (uint16_t)strlen(t->src.name);
 	memcpy(m.entry.name, t->src.name, m.entry.name_len);
 	if (m.type == CP_SYMLINK) {
@@ -624,6 +658,13 @@ static void send_start(struct tx *t)
 	 * to it, and a cut transfer goes on from what the receiver kept. */
 	if (!t->src.stream && !t->o->no_resume && t->src.size > (uint64_t)t->chunk * t->window)
 		m.start.flags |= CP_START_RESUME;
+	if (t->src.range) {
+		/* Always into the partial: resumed on its own. */
+		m.start.flags |= CP_START_RESUME | CP_START_RANGE;
+		m.start.range_off = t->src.range_off;
+		m.start.range_len = t->src.range_len;
+		m.start.stripe = t->src.stripe;
+	}
 	m.start.name_len = (uint16_t)strlen(t->src.name);
 	memcpy(m.start.name, t->src.name, m.start.name_len);
 	if (t->src.meta) {

@@ -27,6 +27,12 @@ struct tx_src {
 	 * entry, sent once the last FILE_DONE came and answered like a file. */
 	uint8_t kind;
 	char target[CP_TARGET_MAX + 1]; /* CP_SYMLINK */
+	/* A range of a striped file: @size is the whole file's, and the
+	 * range_len bytes at range_off go (FILE_START with CP_START_RANGE);
+	 * kind CP_FILE_COMMIT: the file's @size, @stripe and the ranges'
+	 * folded @sum. @from: where the receiver had its chunks begin. */
+	bool range;
+	uint64_t range_off, range_len, stripe, sum, from;
 	/* Nothing can go yet: the hook is asked again at the next loop pass,
 	 * or when a FILE_DONE comes. */
 	bool wait;

@@ -110,7 +110,8 @@ tap_check "every serve option is taken" 1 "$nodev" \
 	--max-pending 2 --hello-timeout 2 --threads 2 --require-mw --any-links --max-size 1G \
 	--min-free 0 --partial-age 0
 tap_check "every send option is taken" 1 "$nodev" \
-	send -r --links --as x --limit-rate 1M --conns 2 --no-resume --progress --no-progress \
+	send -r --links --as x --limit-rate 1M --conns 2 --no-resume --stripe 8M --progress \
+	--no-progress \
 	"$t/d" 192.0.2.1:1
 tap_check "every proxy option is taken" 1 "$nodev" \
 	proxy --tcp-listen 127.0.0.1:1 --to 192.0.2.1:1 --prefix p --max-clients 2 \
@@ -140,6 +141,10 @@ refused chunk 32M "want a multiple of 4096 from 4K to 16M"
 refused window 3 "want a power of two from 1 to 256"
 refused window 512 "want a power of two from 1 to 256"
 refused timeout 86401 "want 0 to 86400 seconds"
+refused stripe lots "want a byte count, 0 for off"
+tap_check "send takes --stripe 0" 1 "$nodev" send --stripe 0 "$t/d/f" 192.0.2.1:1
+tap_check "--stripe is refused in serve" 2 "--stripe does not apply to serve" \
+	serve --listen a --dir "$t" --no-auth --stripe 1M
 allow=()
 for i in $(seq 17); do allow+=(--tcp-allow "10.0.0.$i"); done
 tap_check "a 17th --tcp-allow is refused" 2 "--tcp-allow 10.0.0.17: at most 16 of them" \

@@ -30,6 +30,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (m.type == CP_FILE_START && (!cp_name_ok(m.start.name, strlen(m.start.name)) ||
 						m.start.mode > 0777 || m.start.mtime.nsec >= 1000000000u))
 			abort();
+		/* A range lies inside its file, is not empty, and the file has
+		 * more than one stripe; so does a commit's. */
+		if (m.type == CP_FILE_START && (m.start.flags & CP_START_RANGE) &&
+		    (!m.start.range_len || m.start.range_off >= m.start.size ||
+		     m.start.range_len > m.start.size - m.start.range_off ||
+		     m.start.range_len > m.start.stripe || !(m.start.flags & CP_START_RESUME)))
+			abort();
+		if (m.type == CP_FILE_COMMIT &&
+		    (!m.start.stripe || m.start.size <= m.start.stripe ||
+		     (m.start.flags & ~CP_START_META)))
+			abort();
 		/* A tree entry's name is checked like a file's; a link's
 		 * target is all there, no NUL cutting it short. */
 		if ((m.type == CP_MKDIR || m.type == CP_SYMLINK || m.type == CP_DIR_META) &&

@@ -52,6 +52,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -62,6 +63,7 @@
 #include "gate.h"
 #include "loop.h"
 #include "proto.h"
+#include "range.h"
 #include "rx.h"
 
 #define NRECV	   16
@@ -169,6 +171,10 @@ struct harness {
 	uint8_t sent_auth[CP_PROOF_LEN];
 	bool challenged;
 	char last_error[CP_TEXT_MAX + 1]; /* the receiver's last ERROR text */
+	/* Names the peer sent ranges of: their partials stay (other ranges,
+	 * a resume), named for none. */
+	char ranged[8][CP_NAME_MAX + 1];
+	unsigned int nranged;
 };
 
 /* Set: op_hello answers CHALLENGE with this proof, recorded before. */
@@ -671,12 +677,44 @@ static int free_send(void)
 	return -1;
 }
 
+/* A range's FILE_START among the peer's bytes: its name's partial may
+ * stay. */
+static void note_range(const uint8_t *buf, size_t len)
+{
+	struct cp_msg m;
+	char why[160];
+
+	if (cp_decode(buf, len, &m, why, sizeof(why)) || m.type != CP_FILE_START ||
+	    !(m.start.flags & CP_START_RANGE) || H->nranged == 8)
+		return;
+	for (unsigned int i = 0; i < H->nranged; i++)
+		if (!strcmp(H->ranged[i], m.start.name))
+			return;
+	snprintf(H->ranged[H->nranged++], sizeof(H->ranged[0]), "%s", m.start.name);
+}
+
+/* Is @base in directory @prefix the partial of a name sent in ranges? */
+static bool range_partial(const char *prefix, const char *base)
+{
+	size_t n = strlen(base), sfx = strlen(".rrcp-partial");
+	char name[2 * CP_NAME_MAX + 2];
+
+	if (n <= sfx + 1 || base[0] != '.' || strcmp(base + n - sfx, ".rrcp-partial"))
+		return false;
+	snprintf(name, sizeof(name), "%s%.*s", prefix, (int)(n - sfx - 1), base + 1);
+	for (unsigned int i = 0; i < H->nranged; i++)
+		if (!strcmp(H->ranged[i], name))
+			return true;
+	return false;
+}
+
 static void send_bytes(const uint8_t *buf, size_t len)
 {
 	int i = free_send();
 
 	if (i < 0 || H->down || !H->ep || len > CP_MSG_MAX)
 		return;
+	note_range(buf, len);
 	memcpy(send_buf((unsigned int)i), buf, len);
 	if (rr_ep_post_send(H->ep, send_buf((unsigned int)i), (uint32_t)len, H->mr, peer_send_done,
 			    (void *)(uintptr_t)i) == 0)
@@ -990,6 +1028,8 @@ static unsigned int check_dir(int dirfd, const char *prefix)
 		}
 		if (!S_ISREG(sb.st_mode))
 			fail("%s: not a regular file", path);
+		if (range_partial(prefix, de->d_name))
+			continue;
 		buf = malloc((size_t)sb.st_size + 1);
 		f = openat(dirfd, de->d_name, O_RDONLY | O_CLOEXEC);
 		if (!buf || f < 0 || read(f, buf, (size_t)sb.st_size) != sb.st_size)
@@ -2047,6 +2087,344 @@ static int links_out(unsigned int *n)
 	return bad;
 }
 
+/* ---- ranges (protocol 8): a striped file over the wire ---- */
+
+/* "big": 20,480 bytes in ranges of 8 KiB (chunks of 4 KiB): two whole
+ * stripes and a tail of one chunk. */
+#define RG_STRIPE 8192u
+#define RG_SIZE	  20480u
+#define RG_PART	  ".big.rrcp-partial"
+
+static uint8_t rg_data[RG_SIZE];
+static int rg_held_fd = -1; /* another connection's open of the partial */
+static unsigned int haves_before;
+
+static void rg_at(uint32_t i, uint64_t *off, uint64_t *len)
+{
+	cp_range_at(RG_SIZE, RG_STRIPE, i, off, len);
+}
+
+static uint64_t rg_fold(void)
+{
+	struct cp_range_fold f;
+	uint64_t off, len, sum;
+
+	if (cp_range_fold_init(&f))
+		fail("out of memory");
+	for (uint32_t i = 0; i < cp_range_count(RG_SIZE, RG_STRIPE); i++) {
+		rg_at(i, &off, &len);
+		cp_range_fold_add(&f, XXH3_64bits(rg_data + off, len));
+	}
+	sum = cp_range_fold_sum(&f);
+	cp_range_fold_free(&f);
+	return sum;
+}
+
+static bool have_more(struct harness *h)
+{
+	return h->haves > haves_before || h->errors;
+}
+
+static bool granted_next(struct harness *h)
+{
+	return grant_of_seq(h->seq) || h->errors || h->down;
+}
+
+static struct cp_msg rg_start(uint64_t off, uint64_t len, uint64_t stripe)
+{
+	struct cp_msg m = {.type = CP_FILE_START};
+
+	m.start.size = RG_SIZE;
+	m.start.flags = CP_START_RESUME | CP_START_RANGE;
+	m.start.name_len = 3;
+	memcpy(m.start.name, "big", 3);
+	m.start.range_off = off;
+	m.start.range_len = len;
+	m.start.stripe = stripe;
+	return m;
+}
+
+/*
+ * Range @i as the sender sends it: FILE_START, FILE_FROM after what the
+ * receiver holds of it when the hash agrees (else 0), the chunks from
+ * there, FILE_END; until FILE_DONE or an ERROR. What FILE_HAVE offered
+ * in *held. NULL, or why not.
+ */
+static const char *rg_send(struct harness *h, uint32_t i, uint64_t *held)
+{
+	struct cp_msg m;
+	uint64_t off, len, from;
+
+	rg_at(i, &off, &len);
+	m = rg_start(off, len, RG_STRIPE);
+	haves_before = h->haves;
+	dones_before = h->dones;
+	send_msg(&m);
+	if (!pump_until(have_more, h) || h->errors)
+		return "no FILE_HAVE for a range";
+	*held = h->have_bytes;
+	from = *held && *held <= len && h->have_sum == XXH3_64bits(rg_data + off, *held) ? *held
+											 : 0;
+	m = (struct cp_msg){.type = CP_FILE_FROM, .from = {.offset = from}};
+	send_msg(&m);
+	for (uint64_t o = from; o < len; o += h->chunk) {
+		uint32_t n = len - o < h->chunk ? (uint32_t)(len - o) : h->chunk;
+		const struct grant *g;
+
+		if (!pump_until(granted_next, h) || h->errors)
+			return "no grant for a range's chunk";
+		g = grant_of_seq(h->seq);
+		memcpy(data_buf(), rg_data + off + o, n);
+		write_imm(h->addr + (uint64_t)(h->seq % h->window) * h->chunk, n, g->key, h->seq);
+		h->seq++;
+	}
+	m = (struct cp_msg){.type = CP_FILE_END};
+	m.end.bytes = len;
+	m.end.checksum = XXH3_64bits(rg_data + off, len);
+	h->decl[h->ndecl++] = (struct decl){.name = "", .bytes = len, .sum = m.end.checksum};
+	send_msg(&m);
+	if (!pump_until(answered, h) || h->errors)
+		return h->errors ? h->last_error : "a range never answered";
+	return NULL;
+}
+
+/* FILE_COMMIT of "big"; until FILE_DONE or an ERROR. */
+static void rg_commit(struct harness *h)
+{
+	struct cp_msg m = {.type = CP_FILE_COMMIT};
+
+	m.start.size = RG_SIZE;
+	m.start.name_len = 3;
+	memcpy(m.start.name, "big", 3);
+	m.start.stripe = RG_STRIPE;
+	m.start.sum = rg_fold();
+	/* FILE_DONE's, and the file it names */
+	h->decl[h->ndecl++] = (struct decl){.name = "", .bytes = RG_SIZE, .sum = m.start.sum};
+	h->decl[h->ndecl++] = (struct decl){
+		.name = "big", .bytes = RG_SIZE, .sum = XXH3_64bits(rg_data, RG_SIZE)};
+	dones_before = h->dones;
+	send_msg(&m);
+	pump_until(answered, h);
+	settle();
+}
+
+/* Is "big" there, the sender's bytes, and its partial gone? */
+static const char *rg_named(struct harness *h)
+{
+	uint8_t buf[RG_SIZE + 1];
+	int fd = openat(h->dirfd, "big", O_RDONLY | O_CLOEXEC);
+	ssize_t got = fd >= 0 ? read(fd, buf, sizeof(buf)) : -1;
+
+	if (fd >= 0)
+		close(fd);
+	if (got != RG_SIZE || memcmp(buf, rg_data, RG_SIZE))
+		return "big is not the sender's bytes";
+	if (size_of(h->dirfd, RG_PART) != UINT64_MAX)
+		return "the partial is still there";
+	return NULL;
+}
+
+static void rg_cleanup(struct harness *h)
+{
+	unlinkat(h->dirfd, "big", 0);
+	unlinkat(h->dirfd, RG_PART, 0);
+}
+
+static int rg_end(struct harness *h, unsigned int *n, const char *what, const char *bad)
+{
+	if (rg_held_fd >= 0)
+		close(rg_held_fd);
+	rg_held_fd = -1;
+	scenario_verify = rg_cleanup;
+	teardown(h);
+	scenario_verify = NULL;
+	scenario_opts = NULL;
+	H = NULL;
+	free(h);
+	printf("%s %u - %s%s%s\n", bad ? "not ok" : "ok", ++*n, what, bad ? ": " : "",
+	       bad ? bad : "");
+	return bad != NULL;
+}
+
+/* The refusal of the last step: an ERROR saying @text, and no "big". */
+static const char *rg_refused(struct harness *h, const char *text)
+{
+	settle();
+	if (!h->errors)
+		return "no ERROR";
+	if (!strstr(h->last_error, text))
+		return h->last_error;
+	if (size_of(h->dirfd, "big") != UINT64_MAX)
+		return "big was named";
+	return NULL;
+}
+
+/* A cut run's partial: range 0 whole, range 1's first chunk, no range 2. */
+static void plant_cut(int dirfd)
+{
+	int fd = openat(dirfd, RG_PART, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+
+	if (fd < 0 || pwrite(fd, rg_data, 12288, 0) != 12288)
+		fail("cannot plant the partial");
+	close(fd);
+}
+
+/* Another connection at work on "big": its partial open (flock LOCK_SH,
+ * as cp_store_open_range() holds it) with range 1 claimed. */
+static void hold_range_1(int dirfd)
+{
+	rg_held_fd = openat(dirfd, RG_PART, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (rg_held_fd < 0 || flock(rg_held_fd, LOCK_SH | LOCK_NB) ||
+	    cp_range_claim(rg_held_fd, RG_STRIPE, RG_STRIPE))
+		fail("cannot hold range 1");
+}
+
+static int ranges(unsigned int *n)
+{
+	static const uint32_t order[] = {2, 0, 1};
+	struct harness *h;
+	const char *bad = NULL;
+	uint64_t held[3] = {0};
+	struct cp_msg m;
+	int rc = 0;
+
+	for (uint32_t i = 0; i < RG_SIZE; i++)
+		rg_data[i] = (uint8_t)(i * 131 + (i >> 8));
+
+	/* Ranges in the order 2, 0, 1, then the commit: named whole. */
+	bad = NULL;
+	h = stall_begin();
+	for (size_t k = 0; k < 3 && !bad; k++)
+		bad = rg_send(h, order[k], &held[k]);
+	if (!bad) {
+		rg_commit(h);
+		bad = h->errors	      ? h->last_error
+		      : h->dones != 4 ? "the commit was not answered"
+				      : rg_named(h);
+	}
+	if (!bad && (held[0] || held[1] || held[2] || h->seq != 5))
+		bad = "a fresh file's ranges held bytes, or not 5 chunks went";
+	rc |= rg_end(h, n, "ranges 2, 0, 1 then FILE_COMMIT: the file named whole", bad);
+
+	/* A range missing in the middle: its hole rereads as zeros. */
+	bad = NULL;
+	h = stall_begin();
+	bad = rg_send(h, 0, &held[0]);
+	if (!bad)
+		bad = rg_send(h, 2, &held[2]);
+	if (!bad) {
+		rg_commit(h);
+		bad = rg_refused(h, "checksum mismatch");
+	}
+	if (!bad && size_of(h->dirfd, RG_PART) != RG_SIZE)
+		bad = "the partial, with its two ranges, was not kept";
+	rc |= rg_end(h, n, "FILE_COMMIT with range 1 missing is refused", bad);
+
+	/* The last range missing: the partial is short of the size. */
+	bad = NULL;
+	h = stall_begin();
+	bad = rg_send(h, 0, &held[0]);
+	if (!bad)
+		bad = rg_send(h, 1, &held[1]);
+	if (!bad) {
+		rg_commit(h);
+		bad = rg_refused(h, "a range is missing");
+	}
+	rc |= rg_end(h, n, "FILE_COMMIT with the last range missing is refused", bad);
+
+	/* No range at all: the commit's own open made an empty partial, which
+	 * goes again. */
+	bad = NULL;
+	h = stall_begin();
+	rg_commit(h);
+	bad = rg_refused(h, "a range is missing");
+	if (!bad && size_of(h->dirfd, RG_PART) != UINT64_MAX)
+		bad = "an empty partial was left";
+	rc |= rg_end(h, n, "FILE_COMMIT of no range is refused, nothing left", bad);
+
+	/* A range past the size: the decoder refuses it. */
+	bad = NULL;
+	h = stall_begin();
+	m = rg_start(3 * RG_STRIPE, RG_STRIPE, RG_STRIPE);
+	send_msg(&m);
+	bad = rg_refused(h, "a range not at a stripe of the file");
+	rc |= rg_end(h, n, "a range past the file's size is refused", bad);
+
+	/* Ranges off the chunks (a stripe of 6 KiB, chunks of 4): refused by
+	 * the receiver, which alone knows the chunk. */
+	bad = NULL;
+	h = stall_begin();
+	m = rg_start(6144, 6144, 6144);
+	send_msg(&m);
+	bad = rg_refused(h, "chunk");
+	rc |= rg_end(h, n, "a range that does not start on a chunk is refused", bad);
+
+	/* --max-size judges the whole file at each range. */
+	scenario_opts = opts_max_size;
+	bad = NULL;
+	h = stall_begin();
+	m = rg_start(0, RG_STRIPE, RG_STRIPE);
+	send_msg(&m);
+	bad = rg_refused(h, "over --max-size");
+	rc |= rg_end(h, n, "a range of a file over --max-size is refused", bad);
+
+	/* Range 1 held by another connection: range 0 shares the partial,
+	 * range 1 is refused busy and nothing of it is written. */
+	scenario_plant = hold_range_1;
+	bad = NULL;
+	h = stall_begin();
+	scenario_plant = NULL;
+	bad = rg_send(h, 0, &held[0]);
+	if (!bad) {
+		uint64_t seq = h->seq;
+
+		m = rg_start(RG_STRIPE, RG_STRIPE, RG_STRIPE);
+		send_msg(&m);
+		bad = rg_refused(h, "another connection receives this range");
+		if (!bad && (h->seq != seq || h->haves != 1))
+			bad = "range 1 was offered";
+	}
+	rc |= rg_end(h, n, "a range claimed by another connection is refused busy", bad);
+
+	/* Every range stored, but another connection holds the partial: the
+	 * commit is refused busy, nothing named. */
+	bad = NULL;
+	h = stall_begin();
+	for (uint32_t i = 0; i < 3 && !bad; i++)
+		bad = rg_send(h, i, &held[i]);
+	if (!bad) {
+		rg_held_fd = openat(h->dirfd, RG_PART, O_RDWR | O_CLOEXEC);
+		if (rg_held_fd < 0 || flock(rg_held_fd, LOCK_SH | LOCK_NB))
+			fail("cannot hold the partial");
+		rg_commit(h);
+		bad = rg_refused(h, "");
+		if (!bad && size_of(h->dirfd, RG_PART) != RG_SIZE)
+			bad = "the partial did not stay";
+	}
+	rc |= rg_end(h, n, "FILE_COMMIT while a range is held is refused", bad);
+
+	/* A cut run left range 0 whole and one chunk of range 1: range 0 is
+	 * not sent again, range 1 goes on after its chunk, range 2 whole;
+	 * two chunks in all, and the commit names the file. */
+	scenario_plant = plant_cut;
+	bad = NULL;
+	h = stall_begin();
+	scenario_plant = NULL;
+	for (uint32_t i = 0; i < 3 && !bad; i++)
+		bad = rg_send(h, i, &held[i]);
+	if (!bad && (held[0] != RG_STRIPE || held[1] != 4096 || held[2] != 0))
+		bad = "the ranges did not offer 8192, 4096 and 0 bytes";
+	if (!bad && h->seq != 2)
+		bad = "not exactly the two missing chunks went";
+	if (!bad) {
+		rg_commit(h);
+		bad = h->errors ? h->last_error : rg_named(h);
+	}
+	rc |= rg_end(h, n, "a cut range resumes after its held chunk, a whole one is not resent",
+		     bad);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	unsigned int n = 0;
@@ -2061,6 +2439,7 @@ int main(int argc, char **argv)
 	bad |= held_auth(&n);
 	bad |= relayed_login(&n);
 	bad |= same_reads(&n);
+	bad |= ranges(&n);
 	for (int i = 1; i < argc; i++) {
 		struct dirent **list;
 		int k = scandir(argv[i], &list, NULL, alphasort);

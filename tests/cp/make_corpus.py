@@ -9,7 +9,7 @@ import os
 import struct
 import sys
 
-MAGIC, VERSION = 0x50435252, 7
+MAGIC, VERSION = 0x50435252, 8
 
 
 def msg(t, payload, version=VERSION, magic=MAGIC, plen=None):
@@ -26,6 +26,9 @@ def entry(t, name, target=b"", mode=0, sec=0, nsec=0):
     """MKDIR (9), SYMLINK (10), DIR_META (11)."""
     return msg(t, struct.pack("<H", len(name)) + name + struct.pack("<H", len(target)) + target
                + meta(mode, sec, nsec))
+
+
+S = 1 << 26  # a stripe of 64 MiB
 
 
 def main(out):
@@ -85,6 +88,28 @@ def main(out):
         msg(1, struct.pack("<IIH", 4096, 3, 0), version=4),
         msg(1, struct.pack("<IIH", 4096, 3, 0), version=5),
         msg(1, struct.pack("<IIH", 4096, 3, 0), version=7),
+        # Ranges (version 8): FILE_START with CP_START_RANGE (4) and its
+        # offset, length and stripe; FILE_COMMIT (16) with stripe and sum.
+        msg(3, struct.pack("<QIH", 5 * S + 9, 6, 3) + b"big" + meta()
+            + struct.pack("<QQQ", S, S, S)),
+        msg(3, struct.pack("<QIH", 5 * S + 9, 14, 3) + b"big" + meta(0o600, 5, 6)
+            + struct.pack("<QQQ", 5 * S, 9, S)),  # the tail
+        msg(3, struct.pack("<QIH", 5 * S + 9, 6, 3) + b"big" + meta()
+            + struct.pack("<QQQ", 5 * S, S, S)),  # past the size
+        msg(3, struct.pack("<QIH", 5 * S + 9, 6, 3) + b"big" + meta()
+            + struct.pack("<QQQ", S // 2, S, S)),  # off the stripe
+        msg(3, struct.pack("<QIH", 5 * S + 9, 6, 3) + b"big" + meta()
+            + struct.pack("<QQQ", 0, S, 0)),  # stripe 0
+        msg(3, struct.pack("<QIH", 5 * S + 9, 4, 3) + b"big" + meta()
+            + struct.pack("<QQQ", 0, S, S)),  # not to resume
+        msg(16, struct.pack("<QIH", 5 * S + 9, 8, 3) + b"big" + meta(0o644, 7, 8)
+            + struct.pack("<QQ", S, 0x1122334455667788)),
+        msg(16, struct.pack("<QIH", 5 * S + 9, 0, 3) + b"big" + meta()
+            + struct.pack("<QQ", 0, 1)),  # stripe 0
+        msg(16, struct.pack("<QIH", 5 * S + 9, 2, 3) + b"big" + meta()
+            + struct.pack("<QQ", S, 1)),  # a flag of FILE_START's
+        msg(16, struct.pack("<QIH", 5 * S + 9, 0, 2) + b".." + meta()
+            + struct.pack("<QQ", S, 1)),
         msg(6, struct.pack("<QQ", 1, 2), plen=200),
         b"\x00" * 17,
         b"\xff" * 40,

@@ -49,6 +49,25 @@ def raw(b):
 
 
 WAIT, BYE = bytes([8, 8]), bytes([7])
+MAGIC, VERSION = 0x50435252, 8
+
+
+def msg(t, payload):
+    return struct.pack("<IBBH", MAGIC, VERSION, t, len(payload)) + payload
+
+
+def range_start(off, length, stripe, size=20480, name=b"big"):
+    """FILE_START of a range (version 8): resume and range flags."""
+    return msg(3, struct.pack("<QIH", size, 6, len(name)) + name + b"\x00" * 16
+               + struct.pack("<QQQ", off, length, stripe))
+
+
+def commit(stripe=8192, size=20480, name=b"big", fold=0):
+    return msg(16, struct.pack("<QIH", size, 0, len(name)) + name + b"\x00" * 16
+               + struct.pack("<QQ", stripe, fold))
+
+
+FROM0 = msg(13, struct.pack("<Q", 0))
 
 
 def main(out):
@@ -83,6 +102,15 @@ def main(out):
         # A crowd of requests while admitted, and while still without HELLO.
         bytes([WIN4 | CROWD]) + hello() + sized + WAIT,
         bytes([WIN4 | CROWD]) + WAIT,
+        # Ranges of a striped file (version 8): one into the partial, its
+        # FILE_END's sum wrong; ranges then a commit; a commit alone; a
+        # range off the chunks.
+        bytes([WIN4]) + hello() + raw(range_start(8192, 8192, 8192)) + WAIT + raw(FROM0)
+        + chunks(2) + end() + WAIT + BYE,
+        bytes([WIN4]) + hello() + raw(range_start(16384, 4096, 8192)) + WAIT + raw(FROM0)
+        + chunks(1) + end() + WAIT + raw(commit()) + WAIT + BYE,
+        bytes([WIN4]) + hello() + raw(commit()) + WAIT + BYE,
+        bytes([WIN4]) + hello() + raw(range_start(6144, 6144, 6144)) + WAIT,
     ]
     for s in seeds:
         name = hashlib.sha1(s).hexdigest()

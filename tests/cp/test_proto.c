@@ -79,6 +79,25 @@ Test(proto, round_trip_every_type)
 		 .have = {.bytes = 1ull << 32, .checksum = 0x0123456789abcdefull}},
 		{.type = CP_FILE_HAVE, .have = {.bytes = 7, .checksum = 9, .flags = CP_HAVE_NAMED}},
 		{.type = CP_FILE_FROM, .from = {.offset = 0xfedcba9876543210ull}},
+		{.type = CP_FILE_START,
+		 .start = {.size = (5ull << 26) + 100,
+			   .flags = CP_START_RESUME | CP_START_RANGE | CP_START_META,
+			   .name_len = 3,
+			   .name = "big",
+			   .mode = 0600,
+			   .mtime = {7, 8},
+			   .range_off = 5ull << 26,
+			   .range_len = 100,
+			   .stripe = 1ull << 26}},
+		{.type = CP_FILE_COMMIT,
+		 .start = {.size = (5ull << 26) + 100,
+			   .flags = CP_START_META,
+			   .name_len = 3,
+			   .name = "big",
+			   .mode = 0644,
+			   .mtime = {7, 8},
+			   .stripe = 1ull << 26,
+			   .sum = 0x1122334455667788ull}},
 	};
 	uint8_t buf[CP_MSG_MAX];
 	struct cp_msg out;
@@ -187,6 +206,100 @@ Test(proto, file_start_meta_rules)
 	m.start.flags = CP_START_META;
 	buf[6] = (uint8_t)(buf[6] - 16);
 	cr_assert_eq(decode_hex("v4 layout", buf, enc(&m, buf) - 16), -EPROTO);
+}
+
+/* A range of a striped file: the layout's own, whole, inside the file;
+ * a commit: a file of more than one stripe. Refused at decode. */
+Test(proto, ranges_checked_at_decode)
+{
+	const uint64_t stripe = 1ull << 20, size = 3 * stripe + 5;
+	struct cp_msg m = {.type = CP_FILE_START,
+			   .start = {.size = size,
+				     .flags = CP_START_RESUME | CP_START_RANGE,
+				     .name_len = 1,
+				     .name = "f",
+				     .range_off = stripe,
+				     .range_len = stripe,
+				     .stripe = stripe}};
+	struct cp_msg c = {.type = CP_FILE_COMMIT,
+			   .start = {.size = size, .name_len = 1, .name = "f", .stripe = stripe}};
+	uint8_t buf[CP_MSG_MAX];
+	struct cp_msg out;
+	char why[160];
+
+	cr_assert_eq(decode_hex("range 1", buf, enc(&m, buf)), 0);
+	m.start.range_off = 3 * stripe; /* the tail */
+	m.start.range_len = 5;
+	cr_assert_eq(decode_hex("tail", buf, enc(&m, buf)), 0);
+	m.start.range_len = stripe; /* past the size */
+	cr_assert_eq(decode_hex("tail past the size", buf, enc(&m, buf)), -EPROTO);
+	m.start.range_off = 4 * stripe;
+	m.start.range_len = 5;
+	cr_assert_eq(decode_hex("range past the size", buf, enc(&m, buf)), -EPROTO);
+	m.start.range_off = UINT64_MAX - 4; /* wraps */
+	cr_assert_eq(decode_hex("range wraps", buf, enc(&m, buf)), -EPROTO);
+	m.start.range_off = stripe / 2; /* overlaps ranges 0 and 1 */
+	m.start.range_len = stripe;
+	cr_assert_eq(decode_hex("off the stripe", buf, enc(&m, buf)), -EPROTO);
+	m.start.range_off = stripe;
+	m.start.range_len = stripe - 4096; /* a part of range 1 */
+	cr_assert_eq(decode_hex("short range", buf, enc(&m, buf)), -EPROTO);
+	m.start.range_len = 0;
+	cr_assert_eq(decode_hex("empty range", buf, enc(&m, buf)), -EPROTO);
+	m.start.range_len = stripe;
+	m.start.stripe = 0;
+	cr_assert_eq(decode_hex("stripe 0", buf, enc(&m, buf)), -EPROTO);
+	m.start.stripe = stripe;
+	m.start.size = stripe; /* one stripe goes whole */
+	m.start.range_off = 0;
+	cr_assert_eq(decode_hex("one stripe", buf, enc(&m, buf)), -EPROTO);
+	m.start.size = (uint64_t)CP_RANGES_MAX * 4096 + 1; /* 65,537 ranges */
+	m.start.stripe = 4096;
+	m.start.range_len = 4096;
+	cr_assert_eq(decode_hex("too many ranges", buf, enc(&m, buf)), -EPROTO);
+	m.start.size = (uint64_t)CP_RANGES_MAX * 4096;
+	cr_assert_eq(decode_hex("65,536 ranges", buf, enc(&m, buf)), 0);
+	m.start.flags = CP_START_RANGE; /* a range always resumes */
+	cr_assert_eq(decode_hex("range without resume", buf, enc(&m, buf)), -EPROTO);
+	/* A range's fields only under its flag: without it the message is
+	 * 24 bytes too long. */
+	m.start.flags = CP_START_RESUME | CP_START_RANGE;
+	{
+		size_t n = enc(&m, buf);
+
+		buf[CP_HDR_LEN + 8] = CP_START_RESUME;
+		cr_assert_eq(decode_hex("range fields, no flag", buf, n), -EPROTO);
+	}
+
+	cr_assert_eq(decode_hex("commit", buf, enc(&c, buf)), 0);
+	cr_assert_eq(cp_decode(buf, enc(&c, buf), &out, why, sizeof(why)), 0);
+	cr_assert_eq(out.start.stripe, stripe);
+	c.start.stripe = 0;
+	cr_assert_eq(decode_hex("commit stripe 0", buf, enc(&c, buf)), -EPROTO);
+	c.start.stripe = size;
+	cr_assert_eq(decode_hex("commit of one stripe", buf, enc(&c, buf)), -EPROTO);
+	c.start.stripe = stripe;
+	c.start.flags = CP_START_RESUME;
+	cr_assert_eq(decode_hex("commit to resume", buf, enc(&c, buf)), -EPROTO);
+	c.start.flags = 0;
+	c.start.name_len = 2;
+	memcpy(c.start.name, "..", 2);
+	cr_assert_eq(decode_hex("commit of ..", buf, enc(&c, buf)), -EACCES);
+}
+
+/* Version 7's HELLO is refused, naming both versions. */
+Test(proto, version_7_refused)
+{
+	struct cp_msg m = {.type = CP_HELLO, .hello = {.chunk = 4096, .window = 1}};
+	uint8_t buf[CP_MSG_MAX];
+	struct cp_msg out;
+	char why[160];
+	size_t n = enc(&m, buf);
+
+	cr_assert_eq(CP_VERSION, 8);
+	buf[4] = 7;
+	cr_assert_eq(cp_decode(buf, n, &out, why, sizeof(why)), -EPROTO);
+	cr_assert_str_eq(why, "protocol version 7, expected 8");
 }
 
 /* An entry message as the wire has it, whatever its fields: the encoder

@@ -407,6 +407,62 @@ Test(store, a_partial_is_kept_found_again_and_named)
 	expect_entries("", 1);
 }
 
+/*
+ * Ranges of one file (protocol 8): each connection's store shares the one
+ * partial and holds its own range alone; a whole-file receive or a commit
+ * has to wait for every range to end; ranges land at their offsets.
+ */
+Test(store, ranges_share_one_partial_and_each_is_claimed_once)
+{
+	struct cp_store a, b, c, w;
+
+	cr_assert_eq(cp_store_open_range(&a, &lp, dirfd_, "r", 0, 8, 8, on_done), 0);
+	cr_assert_eq(await(calls + 1), 0);
+	cr_assert_eq(cp_store_open_range(&b, &lp, dirfd_, "r", 0, 0, 8, on_done), 0);
+	cr_assert_eq(await(calls + 1), 0, "another range of the same file: %s", b.why);
+	/* Out of order: the second range first. */
+	cr_assert_eq(pwrite(a.fd, "ranges!\n", 8, 8), 8);
+	cr_assert_eq(pwrite(b.fd, "two sep ", 8, 0), 8);
+	/* The same range again, or one overlapping it: busy, nothing written. */
+	cr_assert_eq(cp_store_open_range(&c, &lp, dirfd_, "r", 0, 8, 8, on_done), 0);
+	cr_expect_eq(await(calls + 1), CP_E_BUSY, "a range claimed twice");
+	cr_expect(strstr(c.why, "receives this range"), "%s", c.why);
+	cr_assert_eq(cp_store_open_range(&c, &lp, dirfd_, "r", 0, 4, 8, on_done), 0);
+	cr_expect_eq(await(calls + 1), CP_E_BUSY, "an overlapping range");
+	/* The whole file (a resume, or the commit's open) while ranges are held. */
+	cr_assert_eq(cp_store_open(&w, &lp, dirfd_, "r", CP_STORE_PARTIAL, on_done), 0);
+	cr_expect_eq(await(calls + 1), CP_E_BUSY, "the whole file while ranges are held");
+	cp_store_abort(&a);
+	cp_store_abort(&b);
+	settle();
+	expect_entries("", 1);
+	/* Every range ended: the commit's open has the partial alone. */
+	cr_assert_eq(cp_store_open(&w, &lp, dirfd_, "r", CP_STORE_PARTIAL, on_done), 0);
+	cr_assert_eq(await(calls + 1), 0);
+	cr_expect_eq(w.partial_size, 16);
+	/* ... and no range gets it meanwhile. */
+	cr_assert_eq(cp_store_open_range(&c, &lp, dirfd_, "r", 0, 0, 8, on_done), 0);
+	cr_expect_eq(await(calls + 1), CP_E_BUSY, "a range while the file is committed");
+	cr_assert_eq(cp_store_commit(&w, on_done), 0);
+	cr_assert_eq(await(calls + 1), 0);
+	cp_store_abort(&w);
+	expect_file("r", "two sep ranges!\n");
+	expect_entries("", 1);
+}
+
+/* A range needs a partial: a name too long for one is refused. */
+Test(store, a_range_without_a_partial_name_is_refused)
+{
+	struct cp_store st;
+	char name[NAME_MAX + 1];
+
+	memset(name, 'n', CP_STORE_PART_MAX + 1);
+	name[CP_STORE_PART_MAX + 1] = 0;
+	cr_assert_eq(cp_store_open_range(&st, &lp, dirfd_, name, 0, 0, 4096, on_done),
+		     CP_E_NAME);
+	expect_entries("", 0);
+}
+
 static mode_t mode_of(const char *name)
 {
 	struct stat sb;

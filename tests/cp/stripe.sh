@@ -1,0 +1,82 @@
+#!/bin/bash
+# ringrdma-cp with big files striped into ranges (protocol 8), in the
+# lab: a file above --stripe goes as ranges over --conns 4 and is stored
+# byte for byte; a copy cut mid-file (sender killed) and sent again does
+# not send a completed range again and resends less than one stripe per
+# cut range (counted from --json and what the partial held).
+#   stripe.sh PATH/TO/ringrdma-cp
+CP=${1:?usage: stripe.sh PATH/TO/ringrdma-cp}
+. "$(dirname "$0")/lib.sh" 4
+PORT=7590
+GEOM=(--chunk 64K --window 8)
+STRIPE=$((1 << 20))
+
+mkdir -p "$T/src" "$T/dst"
+start_serve srv $PORT --dir "$T/dst" --token-file "$TOKEN" "${GEOM[@]}"
+
+# send NAME ARGS...: a send to serve, logs in $T/NAME.*; its exit status.
+send() {
+	local name=$1
+	shift
+	timeout 300 "$CP" send --token-file "$TOKEN" "${GEOM[@]}" --stripe $STRIPE --conns 4 \
+		--json "$T/$name.json" "$@" "$ADDR:$PORT" >"$T/$name.out" 2>"$T/$name.err"
+}
+
+# --- 24 MiB and a tail, as 25 ranges over 4 connections
+head -c $((24 * STRIPE + 12345)) /dev/urandom >"$T/src/big"
+send s1 "$T/src/big"
+rc=$?
+ok=0
+[ "$rc" = 0 ] && cmp -s "$T/src/big" "$T/dst/big" && [ ! -e "$T/dst/.big.rrcp-partial" ] &&
+	[ "$(json_field "$T/s1.json" ranges)" = 25 ] && [ "$(json_field "$T/s1.json" files)" = 1 ] && ok=1
+result $ok "a file of 25 ranges over --conns 4 is stored byte for byte (exit $rc, $(json_field "$T/s1.json" ranges) ranges)"
+[ $ok = 1 ] || show "$T/s1.err" "$T/srv.err"
+
+# --- cut mid-file: the sender killed about 2 s after the partial grew
+head -c $((16 * STRIPE)) /dev/urandom >"$T/src/cutme"
+"$CP" send --token-file "$TOKEN" "${GEOM[@]}" --stripe $STRIPE --conns 4 --limit-rate 2M \
+	"$T/src/cutme" "$ADDR:$PORT" >"$T/cut.out" 2>"$T/cut.err" &
+pid=$!
+PIDS+=("$pid")
+for ((i = 0; i < 600; i++)); do
+	[ -s "$T/dst/.cutme.rrcp-partial" ] && break
+	nap 0.1
+done
+nap 3
+kill -9 "$pid"
+wait "$pid" 2>/dev/null
+await_line "$T/srv.err" "during cutme after" "$SERVE_PID" 300
+# What the partial holds (its data blocks: ranges never written are holes).
+held=$(du -B1 "$T/dst/.cutme.rrcp-partial" 2>/dev/null | cut -f1)
+held=${held:-0}
+ok=0
+[ ! -e "$T/dst/cutme" ] && [ "$held" -gt 0 ] && ok=1
+result $ok "a striped copy killed mid-file leaves a partial holding $held bytes, nothing named"
+
+# Sent again (again while the last connections let go: "busy" is retried).
+for ((i = 0; i < 10; i++)); do
+	send s2 "$T/src/cutme"
+	rc=$?
+	[ "$rc" = 5 ] && grep -q 'another connection' "$T/s2.err" && { nap 1; continue; }
+	break
+done
+json_load "$T/s2.json"
+size=$((16 * STRIPE))
+bytes=$(json_field "$T/s2.json" bytes)
+resumed=$(json_field "$T/s2.json" bytes_resumed)
+rheld=$(json_field "$T/s2.json" ranges_held)
+rcut=$(json_field "$T/s2.json" ranges_cut)
+sent=$((${bytes:-0} - ${resumed:-0}))
+# Beyond what the partial was missing, what went again: chunks written
+# but not whole, or past a hole of a range (writes complete out of order).
+extra=$((sent - (size - held)))
+cuts=$((${rcut:-0} > 0 ? ${rcut:-0} : 1))
+ok=0
+[ "$rc" = 0 ] && cmp -s "$T/src/cutme" "$T/dst/cutme" && [ ! -e "$T/dst/.cutme.rrcp-partial" ] && ok=1
+result $ok "sent again it is stored byte for byte (exit $rc), no partial left"
+[ $ok = 1 ] || show "$T/s2.err" "$T/srv.err"
+ok=0
+[ "${rheld:-0}" -ge 1 ] && [ "$extra" -lt $((cuts * STRIPE)) ] && ok=1
+result $ok "completed ranges not resent ($rheld held whole, $rcut cut), $extra bytes resent for $cuts cut ranges (< one stripe each)"
+[ $ok = 1 ] || show "$T/s2.json"
+finish
