@@ -73,6 +73,11 @@ struct rr_cq {
 	bool active;		/* on set->active: polled every pass */
 	bool evented;		/* on the pending list of the current drain */
 	bool lazy;		/* on set->lazy: unarmed until the loop would block */
+	/* Adaptive re-poll (see cq_poll_slow()): re-polls after a short
+	 * batch that found nothing, in a row; short batches taken as empty
+	 * since the last probe; whether the next poll is such a re-poll. */
+	uint8_t repoll_idle, repoll_shorts;
+	bool repolling;
 	/* Hybrid: the spin window. */
 	enum { RR__SPIN_IDLE, RR__SPIN_BUSY, RR__SPIN_WINDOW } spin;
 	unsigned int spin_empty; /* empty polls in the current window */
