@@ -216,7 +216,8 @@ static unsigned int hand_out_batch(rr_cq *cq)
  * before the arm, which on rxe saves the arm's syscall and an event. Most
  * of the time that re-poll finds nothing, and costs a poll per wake-up.
  * So a short batch counts as empty once REPOLL_IDLE re-polls in a row
- * found nothing; every REPOLL_PROBE-th short batch is still re-polled to
+ * found nothing, on any CQ of the bridge (a CQ of one of many connections
+ * fires too rarely to learn alone); every REPOLL_PROBE-th short batch is still re-polled to
  * see whether that changed, and a re-poll or a poll after the arm that
  * finds something turns re-polls back on. Only the poll after an arm
  * decides that nothing is stranded, and it always polls.
@@ -226,17 +227,21 @@ static unsigned int hand_out_batch(rr_cq *cq)
 
 static inline void repoll_learn(rr_cq *cq, int n)
 {
+	struct rr__cqs *set = cq->set;
+
 	cq->repolling = false;
 	if (n > 0)
-		cq->repoll_idle = 0;
-	else if (cq->repoll_idle < REPOLL_IDLE)
-		cq->repoll_idle++;
+		set->repoll_idle = 0;
+	else if (set->repoll_idle < REPOLL_IDLE)
+		set->repoll_idle++;
 }
 
 /* A short batch: is a re-poll worth it? If not, the CQ counts as empty. */
 static inline void repoll_after_short(rr_cq *cq)
 {
-	if (cq->repoll_idle >= REPOLL_IDLE && ++cq->repoll_shorts % REPOLL_PROBE) {
+	struct rr__cqs *set = cq->set;
+
+	if (set->repoll_idle >= REPOLL_IDLE && ++set->repoll_shorts % REPOLL_PROBE) {
 		cq->empty_gen = cq->set->gen;
 		return;
 	}
@@ -585,7 +590,7 @@ static unsigned int poll_and_place(rr_cq *cq, enum rr__arm when)
 	/* Poll again: see the comment at the top of the file. */
 	n2 = cq_poll(cq, set->budget, &more);
 	if (n2)
-		cq->repoll_idle = 0; /* a re-poll would have saved this arm */
+		set->repoll_idle = 0; /* a re-poll would have saved this arm */
 	/* What came after the arm raised an event, and the wake-up it brings
 	 * costs the same whatever it finds: in event mode take what keeps
 	 * arriving until a poll finds nothing, as a loop on epoll that polls
