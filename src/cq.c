@@ -210,13 +210,51 @@ static unsigned int hand_out_batch(rr_cq *cq)
 }
 
 /*
+ * Adaptive re-poll. A short batch emptied the CQ when it was polled, but
+ * what its callbacks caused (a peer's answer over loopback, a reply they
+ * posted coming back) may be in it a moment later: worth one more poll
+ * before the arm, which on rxe saves the arm's syscall and an event. Most
+ * of the time that re-poll finds nothing, and costs a poll per wake-up.
+ * So a short batch counts as empty once REPOLL_IDLE re-polls in a row
+ * found nothing, on any CQ of the bridge (a CQ of one of many connections
+ * fires too rarely to learn alone); every REPOLL_PROBE-th short batch is still re-polled to
+ * see whether that changed, and a re-poll or a poll after the arm that
+ * finds something turns re-polls back on. Only the poll after an arm
+ * decides that nothing is stranded, and it always polls.
+ */
+#define REPOLL_IDLE  4
+#define REPOLL_PROBE 16
+
+static inline void repoll_learn(rr_cq *cq, int n)
+{
+	struct rr__cqs *set = cq->set;
+
+	cq->repolling = false;
+	if (n > 0)
+		set->repoll_idle = 0;
+	else if (set->repoll_idle < REPOLL_IDLE)
+		set->repoll_idle++;
+}
+
+/* A short batch: is a re-poll worth it? If not, the CQ counts as empty. */
+static inline void repoll_after_short(rr_cq *cq)
+{
+	struct rr__cqs *set = cq->set;
+
+	if (set->repoll_idle >= REPOLL_IDLE && ++set->repoll_shorts % REPOLL_PROBE) {
+		cq->empty_gen = cq->set->gen;
+		return;
+	}
+	cq->repolling = true;
+}
+
+/*
  * Hand out up to `budget` work completions; *more when the budget ran out.
  *
  * A CQ that a poll found empty earlier in this call into the library
  * (set->gen unchanged, no arm and no callback of it since) is not polled
- * again: only the poll after an arm decides that nothing is stranded, and
- * it always polls. (A short batch does not count as empty: what its
- * callbacks caused, a peer's answer over loopback, is worth a poll.)
+ * again; nor, mostly, one a short batch emptied (the adaptive re-poll
+ * above).
  */
 static unsigned int cq_poll_slow(rr_cq *cq, unsigned int budget, bool *more)
 {
@@ -246,6 +284,8 @@ static unsigned int cq_poll_slow(rr_cq *cq, unsigned int budget, bool *more)
 		/* Into the CQ's own buffer: a QP leaving during a callback
 		 * takes its completions from the rest of the batch first. */
 		n = ibv_poll_cq(cq->cq, want, cq->batch);
+		if (cq->repolling)
+			repoll_learn(cq, n);
 		if (n <= 0) {
 			if (n == 0) {
 				set->stats->empty_polls++;
@@ -257,6 +297,8 @@ static unsigned int cq_poll_slow(rr_cq *cq, unsigned int budget, bool *more)
 			window_hit(cq);
 		cq->nbatch = (uint32_t)n;
 		drained = n < want;
+		if (drained)
+			repoll_after_short(cq);
 		total += hand_out_batch(cq);
 		if (cq->destroy_deferred)
 			goto out;
@@ -547,6 +589,8 @@ static unsigned int poll_and_place(rr_cq *cq, enum rr__arm when)
 	}
 	/* Poll again: see the comment at the top of the file. */
 	n2 = cq_poll(cq, set->budget, &more);
+	if (n2)
+		set->repoll_idle = 0; /* a re-poll would have saved this arm */
 	/* What came after the arm raised an event, and the wake-up it brings
 	 * costs the same whatever it finds: in event mode take what keeps
 	 * arriving until a poll finds nothing, as a loop on epoll that polls

@@ -26,6 +26,10 @@ struct rr__cqs {
 	struct rr__list active; /* CQs polled every pass */
 	struct rr__list lazy;	/* event CQs drained by the loop, armed before it blocks */
 	unsigned int narmed;	/* CQs armed, all channels: none, no poll_armed() */
+	/* Adaptive re-poll (see cq.c), learnt over all CQs, so that many CQs
+	 * that each fire rarely learn as one does: re-polls after a short
+	 * batch that found nothing, in a row; short batches since a probe. */
+	unsigned int repoll_idle, repoll_shorts;
 	/* CQEs of channels handled (polls fired, events read through the
 	 * ring) since the built-in loop's pass began reaping: a pass that
 	 * reaped only those polls no armed CQ. */
@@ -73,6 +77,7 @@ struct rr_cq {
 	bool active;		/* on set->active: polled every pass */
 	bool evented;		/* on the pending list of the current drain */
 	bool lazy;		/* on set->lazy: unarmed until the loop would block */
+	bool repolling;		/* its next poll is a re-poll after a short batch */
 	/* Hybrid: the spin window. */
 	enum { RR__SPIN_IDLE, RR__SPIN_BUSY, RR__SPIN_WINDOW } spin;
 	unsigned int spin_empty; /* empty polls in the current window */

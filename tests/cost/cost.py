@@ -6,7 +6,15 @@ callgrind, split by where the code lives. Prints a table, writes JSON, and
 with --check fails when a count rose above its recorded bound.
 
   cost.py --bin BUILD/tests/cost/rr-cost [--ks 1,16,48,64] [--wakeups N]
-          [--fan-ns 1,64,1024] [--json FILE] [--check BOUNDS] [--record BOUNDS]
+          [--fan-ns 1,64,1024] [--strategies S,...] [--providers P,...]
+          [--json FILE] [--check BOUNDS] [--record BOUNDS [--changelog FILE]]
+
+--check fails when a count rose above its recorded bound (2 %, and less
+than one instruction per completion from K=16), fell far below it, when
+a syscall invariant breaks, or when a bridge row is above what the gate
+enforces against the floor (ENFORCE_*). --record merges the rows it
+measured into BOUNDS and refuses to raise a bound unless the newest
+stanza of the changelog has an entry naming tests/cost and the row.
 
 The fan-* rows hold N CQs on one channel (fan-cqs), N channels of one CQ
 each (fan-chans) or N endpoints (fan-eps), one of which fires per wake-up
@@ -37,15 +45,28 @@ PARTS = [("library", re.compile(r"(^|/)src/")),
 # Bounds: instructions may rise this much above the recorded count before
 # the gate fails (they are exact; the margin is for a compiler update).
 MARGIN = 0.02
+# ...but at K completions a wake-up, less than K: one more instruction per
+# completion fails the gate (2 % of a K=64 wake-up would let 1.3 through).
+DRIFT_PER_WC_FROM_K = 16
 # A count this far below its bound leaves the gate slack: record again.
 STALE = 0.10
-# Targets of the bridge against the hand-written io_uring loop (uring).
-TARGET_WAKE_K1 = 400      # bridge per wake-up at K=1: uring's + this
-TARGET_WC_K64 = 1.25      # bridge per completion at K=64: uring's x this
-TARGET_EP_WC_K64 = 1.6    # the endpoint layer's
+# Targets of the bridge against the hand-written io_uring loop (uring), in
+# both personalities, for the built-in loop, rr_bridge_handle_cqe() and
+# ring reads: what docs/performance.md aims at.
+TARGET_WAKE_K1 = 500      # per wake-up at K=1: uring's + this
+TARGET_WC = 1.30          # per completion at K=48 and K=64: uring's x this
+TARGET_EP_WC_K64 = 1.6    # the endpoint layer's, at K=64
 # on_wc_batch per completion at K=48 and K=64 (one call per poll, not per WC)
 TARGET_BATCH_WC = 1.15
-BATCH_KS = (48, 64)
+WC_KS = (48, 64)
+BRIDGE_ROWS = ("bridge", "bridge-embed", "bridge-read")
+# What the gate enforces (--check fails above it): the targets where they
+# are met, else the figure reached so far, so no change can lose what was
+# gained; docs/performance.md gives the arithmetic of each gap. Lower these
+# as the code gets there; never raise them.
+ENFORCE_WAKE_K1 = {"bridge": 900, "bridge-embed": 770, "bridge-read": 900}
+ENFORCE_WC = {"bridge": 1.60, "bridge-embed": 1.55, "bridge-read": 1.60,
+              "bridge-batch": 1.45}
 # fan-*: a wake-up with N objects costs at most this much more than with one
 TARGET_FAN = 0.05
 
@@ -116,6 +137,7 @@ def run_one(binary, strategy, provider, ks, wakeups, tmp):
         res[o.get("n", o["k"])] = {"syscalls": o["syscalls"]}
     out = os.path.join(tmp, "cg.%s.%s" % (strategy, provider))
     subprocess.run(["valgrind", "--tool=callgrind", "--collect-atstart=no",
+                    "--instr-atstart=no",
                     "--separate-threads=yes", "--callgrind-out-file=" + out] + args,
                    check=True, capture_output=True)
     for i, k in enumerate(ks):
@@ -191,8 +213,8 @@ def table(results, ks):
 
 
 def targets(results, ks):
-    """The bridge's instruction targets against the hand-written loop:
-    (what, ok) each. Reported; the gate holds the bounds instead."""
+    """The instruction targets: (what, ok, held) each, held False when the
+    gate's enforced figure (ENFORCE_*) is passed, None where none is."""
     out = []
     for prov, rows in results.items():
         for strat, byn in rows.items():
@@ -202,47 +224,49 @@ def targets(results, ks):
             one = byn[ns[0]]["instr"]["wake"]
             for n in ns[1:]:
                 w = byn[n]["instr"]["wake"]
+                ok = w <= one * (1 + TARGET_FAN)
                 out.append(("%s %s: %.0f instructions per wake-up at N=%d, N=%d's %.0f "
                             "(%+.1f %%, target <= %+.0f %%)"
                             % (prov, strat, w, n, ns[0], one, 100 * (w / one - 1),
-                               100 * TARGET_FAN), w <= one * (1 + TARGET_FAN)))
+                               100 * TARGET_FAN), ok, ok))
         u = rows.get("uring")
         if not u:
             continue
-        k1, kmax = ks[0], ks[-1]
-        for strat in ("bridge", "bridge-embed", "bridge-read", "bridge-waits",
-                      "bridge-read-waits"):
+        for strat in BRIDGE_ROWS + ("bridge-batch",):
             b = rows.get(strat)
             if not b:
                 continue
-            lim = u[k1]["instr"]["wake"] + TARGET_WAKE_K1
-            out.append(("%s %s: %.0f instructions per wake-up at K=%d, target <= %.0f"
-                        % (prov, strat, b[k1]["instr"]["wake"], k1, lim),
-                        b[k1]["instr"]["wake"] <= lim))
-            lim = u[kmax]["instr"]["wc"] * TARGET_WC_K64
-            out.append(("%s %s: %.1f per completion at K=%d, target <= %.1f"
-                        % (prov, strat, b[kmax]["instr"]["wc"], kmax, lim),
-                        b[kmax]["instr"]["wc"] <= lim))
-        b = rows.get("bridge-batch")
-        for k in BATCH_KS:
-            if not b or k not in ks:
-                continue
-            lim = u[k]["instr"]["wc"] * TARGET_BATCH_WC
-            out.append(("%s bridge-batch: %.1f per completion at K=%d, target <= %.1f "
-                        "(%.2fx the floor)" % (prov, b[k]["instr"]["wc"], k, lim,
-                                               b[k]["instr"]["wc"] / u[k]["instr"]["wc"]),
-                        b[k]["instr"]["wc"] <= lim))
+            if 1 in ks and 1 in u and strat in ENFORCE_WAKE_K1:
+                w, floor = b[1]["instr"]["wake"], u[1]["instr"]["wake"]
+                lim, held = floor + TARGET_WAKE_K1, floor + ENFORCE_WAKE_K1[strat]
+                out.append(("%s %s: %.0f instructions per wake-up at K=1, floor + %.0f "
+                            "(target <= floor + %d, enforced <= floor + %d)"
+                            % (prov, strat, w, w - floor, TARGET_WAKE_K1,
+                               ENFORCE_WAKE_K1[strat]), w <= lim, w <= held))
+            tgt = TARGET_BATCH_WC if strat == "bridge-batch" else TARGET_WC
+            for k in WC_KS:
+                if k not in ks or k not in u:
+                    continue
+                wc, floor = b[k]["instr"]["wc"], u[k]["instr"]["wc"]
+                enf = ENFORCE_WC.get(strat)
+                out.append(("%s %s: %.1f per completion at K=%d, %.2fx the floor's %.1f "
+                            "(target <= %.2fx%s)"
+                            % (prov, strat, wc, k, wc / floor, floor, tgt,
+                               ", enforced <= %.2fx" % enf if enf else ""),
+                            wc <= floor * tgt, wc <= floor * enf if enf else None))
         e = rows.get("ep")
-        if e:
+        kmax = ks[-1]
+        if e and kmax in u:
             lim = u[kmax]["instr"]["wc"] * TARGET_EP_WC_K64
             out.append(("%s ep: %.1f per completion at K=%d, target <= %.1f"
                         % (prov, e[kmax]["instr"]["wc"], kmax, lim),
-                        e[kmax]["instr"]["wc"] <= lim))
+                        e[kmax]["instr"]["wc"] <= lim, None))
         b, h = rows.get("busy-spin"), rows.get("hybrid-spin")
         if b and h:
+            k1 = ks[0]
             out.append(("%s hybrid-spin: %.0f instructions per empty pass, busy loop's empty "
                         "poll %.0f" % (prov, h[k1]["instr"]["wake"], b[k1]["instr"]["wake"]),
-                        h[k1]["instr"]["wake"] <= b[k1]["instr"]["wake"]))
+                        h[k1]["instr"]["wake"] <= b[k1]["instr"]["wake"], None))
     return out
 
 
@@ -281,19 +305,37 @@ def bounds_of(results):
             for prov, rows in results.items()}
 
 
+def drift_margin(strat, k, bound):
+    """How far a count may rise above its bound: MARGIN, but at K >=
+    DRIFT_PER_WC_FROM_K completions a wake-up less than one instruction
+    per completion."""
+    m = bound * MARGIN
+    if not is_fan(strat) and k >= DRIFT_PER_WC_FROM_K:
+        m = min(m, k - 0.5)
+    return m
+
+
 def check(results, bounds):
+    """Each measured count against its bound; bounds of rows not measured
+    in this run (another --strategies or --providers) are not checked."""
     bad = []
     for prov, rows in bounds.items():
+        if prov not in results:
+            continue
         for strat, byk in rows.items():
+            if strat not in results[prov]:
+                continue
             for k, b in byk.items():
-                got = results.get(prov, {}).get(strat, {}).get(int(k))
+                got = results[prov][strat].get(int(k))
                 if got is None:
                     bad.append("%s %s K=%s: not measured" % (prov, strat, k))
                     continue
                 w = got["instr"]["wake"]
-                if w > b["instr_wake"] * (1 + MARGIN):
-                    bad.append("%s %s K=%s: %.1f instructions per wake-up, bound %.1f"
-                               % (prov, strat, k, w, b["instr_wake"]))
+                if w > b["instr_wake"] + drift_margin(strat, int(k), b["instr_wake"]):
+                    bad.append("%s %s K=%s: %.1f instructions per wake-up, bound %.1f "
+                               "(+%.1f allowed)" % (prov, strat, k, w, b["instr_wake"],
+                                                    drift_margin(strat, int(k),
+                                                                 b["instr_wake"])))
                 elif w < b["instr_wake"] * (1 - STALE):
                     bad.append("%s %s K=%s: %.1f instructions per wake-up, far below its "
                                "bound %.1f: record the bounds again (--record)"
@@ -303,6 +345,63 @@ def check(results, bounds):
                         s["all"] > b["syscalls"] + 0.001:
                     bad.append("%s %s K=%s: %g syscalls per wake-up, bound %g"
                                % (prov, strat, k, s["all"], b["syscalls"]))
+    return bad
+
+
+def raised(old, new):
+    """The rows whose bound a record would raise: {strategy: [what, ...]}."""
+    out = {}
+    for prov, rows in new.items():
+        for strat, byk in rows.items():
+            for k, b in byk.items():
+                o = old.get(prov, {}).get(strat, {}).get(k)
+                if o is None:
+                    continue
+                if b["instr_wake"] > o["instr_wake"] or \
+                        (b["syscalls"] or 0) > (o["syscalls"] or 0) + 0.001:
+                    out.setdefault(strat, []).append(
+                        "%s %s K=%s: %.1f -> %.1f instructions, %s -> %s syscalls"
+                        % (prov, strat, k, o["instr_wake"], b["instr_wake"],
+                           o["syscalls"], b["syscalls"]))
+    return out
+
+
+def changelog_entries(path):
+    """The entries of the changelog's newest stanza (debian/changelog: up
+    to its first ' -- ' trailer), each joined into one line."""
+    entries, cur = [], None
+    with open(path) as f:
+        next(f, None)  # the stanza's heading
+        for line in f:
+            if line.startswith(" -- "):
+                break
+            if line.lstrip().startswith("* "):
+                cur = line.strip()[2:]
+                entries.append(cur)
+            elif line.strip() and entries:
+                entries[-1] += " " + line.strip()
+    return entries
+
+
+def record_refusals(old, new, changelog):
+    """Why a --record must not go ahead: each raised row whose strategy no
+    entry of the changelog's newest stanza that names tests/cost names."""
+    up = raised(old, new)
+    if not up:
+        return []
+    try:
+        entries = [e for e in changelog_entries(changelog) if "tests/cost" in e]
+    except OSError as e:
+        entries = []
+        print("cost: %s: %s" % (changelog, e), file=sys.stderr)
+    bad = []
+    for strat, what in sorted(up.items()):
+        if not any(re.search(r"(^|[^\w-])%s([^\w-]|$)" % re.escape(strat), e)
+                   for e in entries):
+            bad += ["would raise the bound of " + w for w in what]
+    if bad:
+        bad.append("a bound rises only with an entry in the newest stanza of %s that names "
+                   "tests/cost and the row (e.g. 'bridge-batch'), saying why" % changelog)
     return bad
 
 
@@ -317,6 +416,10 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--check")
     ap.add_argument("--record")
+    ap.add_argument("--changelog",
+                    default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                         "..", "..", "debian", "changelog"),
+                    help="where a raised bound must be explained (--record)")
     a = ap.parse_args()
     ks = [int(k) for k in a.ks.split(",")]
     ns = [int(n) for n in a.fan_ns.split(",")]
@@ -332,9 +435,10 @@ def main():
     tgt = targets(results, ks)
     inv = invariants(results)
     if tgt:
-        print("\nTargets (reported):")
-        for what, ok in tgt:
-            print("  %s %s" % ("ok  " if ok else "MISS", what))
+        print("\nTargets (ok / MISS; FAIL: above what the gate enforces):")
+        for what, ok, held in tgt:
+            print("  %s %s" % ("ok  " if ok else "MISS" if held is not False else "FAIL",
+                               what))
     if inv:
         print("\nSyscalls: %d of %d checks hold (each bridge way <= epoll's, ring reads <= "
               "a blocked thread's on rxe, one io_uring_enter per wake-up)"
@@ -348,17 +452,33 @@ def main():
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"ks": ks, "fan_ns": ns, "wakeups": a.wakeups, "results": results,
-                       "targets": [{"what": w, "ok": ok} for w, ok in tgt],
+                       "targets": [{"what": w, "ok": ok, "held": held}
+                                   for w, ok, held in tgt],
                        "syscall_checks": [{"what": w, "ok": ok} for w, ok in inv]}, f, indent=1)
-    if a.record:
-        with open(a.record, "w") as f:
-            json.dump(bounds_of(results), f, indent=1, sort_keys=True)
-            f.write("\n")
     status = 0
+    if a.record:
+        # Merged into what is there: a run of some rows records those.
+        old = {}
+        if os.path.exists(a.record):
+            with open(a.record) as f:
+                old = json.load(f)
+        new = bounds_of(results)
+        refused = record_refusals(old, new, a.changelog)
+        for b in refused:
+            print("cost: " + b, file=sys.stderr)
+        if refused:
+            print("\ncost: bounds not recorded")
+            return 1
+        for prov, rows in new.items():
+            old.setdefault(prov, {}).update(rows)
+        with open(a.record, "w") as f:
+            json.dump(old, f, indent=1, sort_keys=True)
+            f.write("\n")
     if a.check:
         with open(a.check) as f:
             bad = check(results, json.load(f))
         bad += [w for w, ok in inv if not ok]
+        bad += ["above what the gate enforces: " + w for w, _, held in tgt if held is False]
         for b in bad:
             print("cost: " + b, file=sys.stderr)
         status = 1 if bad else 0
