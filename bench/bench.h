@@ -303,7 +303,7 @@ int side_loop(struct bside *s);
 /* filer.c: mixed workload file reads; io_uring or pread by strategy. */
 int filer_open(struct filer *f, const char *path, bool direct, unsigned int depth);
 void filer_close(struct filer *f);
-int filer_kick(struct bside *s);  /* keep io_uring reads in flight */
+int filer_kick(struct bside *s); /* keep io_uring reads in flight */
 /* epoll-aio: an AIO context whose completions signal an eventfd in the
  * side's epoll set; top the reads up (one io_submit()); on the eventfd's
  * wake-up, reap what completed. 0 or -errno. */

@@ -15,13 +15,13 @@
 /* Exit codes (documented in docs/man/ringrdma-cp.1.md). */
 enum cp_exit {
 	CP_EXIT_OK = 0,
-	CP_EXIT_FAIL = 1,	 /* other failure */
-	CP_EXIT_USAGE = 2,	 /* bad command line */
-	CP_EXIT_LOCAL_IO = 3,	 /* a local file or directory could not be read or written */
-	CP_EXIT_NET = 4,	 /* connection failed, lost or timed out */
-	CP_EXIT_REFUSED = 5,	 /* the peer refused: token, name, existing file, busy */
-	CP_EXIT_INTEGRITY = 6,	 /* checksum mismatch or protocol violation */
-	CP_EXIT_REMOTE_IO = 7,	 /* the receiver could not store the data (e.g. disk full) */
+	CP_EXIT_FAIL = 1,	   /* other failure */
+	CP_EXIT_USAGE = 2,	   /* bad command line */
+	CP_EXIT_LOCAL_IO = 3,	   /* a local file or directory could not be read or written */
+	CP_EXIT_NET = 4,	   /* connection failed, lost or timed out */
+	CP_EXIT_REFUSED = 5,	   /* the peer refused: token, name, existing file, busy */
+	CP_EXIT_INTEGRITY = 6,	   /* checksum mismatch or protocol violation */
+	CP_EXIT_REMOTE_IO = 7,	   /* the receiver could not store the data (e.g. disk full) */
 	CP_EXIT_INTERRUPTED = 130, /* SIGINT or SIGTERM */
 };
 
@@ -33,7 +33,7 @@ struct cp_opts {
 	const char *listen;
 	const char *dir;
 	bool force;
-	bool direct; /* O_DIRECT writes */
+	bool direct;		      /* O_DIRECT writes */
 	unsigned int max_conns;	      /* admitted connections at once */
 	unsigned int max_pending;     /* connections not admitted yet, at once */
 	unsigned int hello_timeout_s; /* an established connection's HELLO is due */
@@ -47,17 +47,17 @@ struct cp_opts {
 	/* send */
 	char **files;
 	int nfiles;
-	const char *as; /* remote name of the single FILE */
-	uint64_t rate;	/* bytes per second, 0: unlimited */
+	const char *as;	    /* remote name of the single FILE */
+	uint64_t rate;	    /* bytes per second, 0: unlimited */
 	unsigned int conns; /* connections side by side (0: 1) */
-	bool recursive; /* -r: directories as trees */
-	bool links;	/* --links: symbolic links in a tree as links */
+	bool recursive;	    /* -r: directories as trees */
+	bool links;	    /* --links: symbolic links in a tree as links */
 	bool no_resume;	    /* never continue a partial the receiver kept */
 	uint64_t stripe;    /* --stripe: files above it go as ranges; 0: never */
 	/* proxy */
 	const char *tcp_listen;
 	const char *prefix;
-	unsigned int max_clients; /* TCP clients at once */
+	unsigned int max_clients;		 /* TCP clients at once */
 	const char *tcp_allow[CP_TCP_ALLOW_MAX]; /* CIDRs beside loopback */
 	unsigned int n_tcp_allow;
 	uint64_t min_rate;	 /* bytes/s a client must keep up while awaited, 0: any */

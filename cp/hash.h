@@ -41,9 +41,9 @@ struct cp_hasher {
 		int fd; /* >= 0: read @len bytes at @off of it, not @buf */
 		uint64_t off;
 	} q[CP_WINDOW_MAX];
-	uint64_t queued, done; /* jobs given, jobs hashed; under mu */
-	int err;	       /* a file job's read failed: -errno; under mu */
-	uint8_t *rbuf;	       /* the thread's, for file jobs */
+	uint64_t queued, done;	  /* jobs given, jobs hashed; under mu */
+	int err;		  /* a file job's read failed: -errno; under mu */
+	uint8_t *rbuf;		  /* the thread's, for file jobs */
 	const struct cp_xxh *xxh; /* cp_xxh(), the process's */
 	void *state;		  /* the thread's while queued != done */
 	int efd;

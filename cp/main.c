@@ -19,19 +19,19 @@
 #include "cp.h"
 #include "optab.h"
 
-#define DEFAULT_CHUNK	(1u << 20)
-#define DEFAULT_STRIPE	(64ull << 20) /* CP_STRIPE_DEFAULT */
-#define DEFAULT_WINDOW	64u
-#define DEFAULT_TIMEOUT 60u
-#define DEFAULT_CONNS	16u
-#define DEFAULT_PENDING 16u
-#define DEFAULT_HELLO	5u
-#define DEFAULT_CLIENTS 16u
-#define DEFAULT_MIN_RATE 1024u
+#define DEFAULT_CHUNK	    (1u << 20)
+#define DEFAULT_STRIPE	    (64ull << 20) /* CP_STRIPE_DEFAULT */
+#define DEFAULT_WINDOW	    64u
+#define DEFAULT_TIMEOUT	    60u
+#define DEFAULT_CONNS	    16u
+#define DEFAULT_PENDING	    16u
+#define DEFAULT_HELLO	    5u
+#define DEFAULT_CLIENTS	    16u
+#define DEFAULT_MIN_RATE    1024u
 #define DEFAULT_PARTIAL_AGE (7u * 86400) /* a week */
-#define CP_THREADS_MAX	64
-#define CP_STR_(x)	#x
-#define CP_STR(x)	CP_STR_(x)
+#define CP_THREADS_MAX	    64
+#define CP_STR_(x)	    #x
+#define CP_STR(x)	    CP_STR_(x)
 
 enum { CP_SERVE = 1, CP_SEND = 2, CP_PROXY = 4, CP_ALL = 7 };
 
@@ -80,10 +80,23 @@ static int parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
 	if (errno || end == s || *s == '-')
 		return -EINVAL;
 	switch (*end) {
-	case 'k': case 'K': shift = 10; end++; break;
-	case 'm': case 'M': shift = 20; end++; break;
-	case 'g': case 'G': shift = 30; end++; break;
-	default: break;
+	case 'k':
+	case 'K':
+		shift = 10;
+		end++;
+		break;
+	case 'm':
+	case 'M':
+		shift = 20;
+		end++;
+		break;
+	case 'g':
+	case 'G':
+		shift = 30;
+		end++;
+		break;
+	default:
+		break;
 	}
 	if (*end || (shift && v > (UINT64_MAX >> shift)))
 		return -EINVAL;
@@ -396,16 +409,18 @@ int main(int argc, char **argv)
 		if (only(seen, CP_SERVE, mode))
 			goto bad;
 		if (!o.listen || !o.dir || optind != argc) {
-			fprintf(stderr, CP_PROG ": serve needs --listen and --dir and no operands\n");
+			fprintf(stderr,
+				CP_PROG ": serve needs --listen and --dir and no operands\n");
 			goto bad;
 		}
 		/* Open to anyone only when asked for in so many words. */
 		if (o.have_token == o.no_auth) {
-			fprintf(stderr, o.no_auth ? CP_PROG ": serve takes --token-file or --no-auth, "
-							    "not both\n"
-						  : CP_PROG ": serve needs --token-file FILE (a shared "
-							    "secret senders must present), or --no-auth to "
-							    "take files from anyone who can reach it\n");
+			fprintf(stderr,
+				o.no_auth ? CP_PROG ": serve takes --token-file or --no-auth, "
+						    "not both\n"
+					  : CP_PROG ": serve needs --token-file FILE (a shared "
+						    "secret senders must present), or --no-auth to "
+						    "take files from anyone who can reach it\n");
 			goto bad;
 		}
 		if (!cp_have_device())
@@ -442,7 +457,8 @@ int main(int argc, char **argv)
 		if (only(seen, CP_PROXY, mode))
 			goto bad;
 		if (!o.tcp_listen || !o.to || optind != argc) {
-			fprintf(stderr, CP_PROG ": proxy needs --tcp-listen and --to and no operands\n");
+			fprintf(stderr,
+				CP_PROG ": proxy needs --tcp-listen and --to and no operands\n");
 			goto bad;
 		}
 		if (!cp_name_ok(o.prefix, strlen(o.prefix)) || strchr(o.prefix, '/') ||

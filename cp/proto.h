@@ -17,16 +17,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CP_MAGIC     0x50435252u /* "RRCP" on the wire */
+#define CP_MAGIC      0x50435252u /* "RRCP" on the wire */
 #define CP_VERSION    8
-#define CP_HDR_LEN   8
-#define CP_MSG_MAX   512 /* every receive buffer holds this much */
-#define CP_NAME_MAX  255
-#define CP_TOKEN_MAX 128
-#define CP_TOKEN_MIN 16 /* what a --token-file must hold */
-#define CP_NONCE_LEN 32 /* HELLO's and CHALLENGE's random bytes */
-#define CP_PROOF_LEN 32 /* HMAC-SHA256 over both nonces, keyed by the token */
-#define CP_TEXT_MAX  200
+#define CP_HDR_LEN    8
+#define CP_MSG_MAX    512 /* every receive buffer holds this much */
+#define CP_NAME_MAX   255
+#define CP_TOKEN_MAX  128
+#define CP_TOKEN_MIN  16 /* what a --token-file must hold */
+#define CP_NONCE_LEN  32 /* HELLO's and CHALLENGE's random bytes */
+#define CP_PROOF_LEN  32 /* HMAC-SHA256 over both nonces, keyed by the token */
+#define CP_TEXT_MAX   200
 #define CP_TARGET_MAX 224 /* a symbolic link's target: SYMLINK fits CP_MSG_MAX */
 
 #define CP_CHUNK_MIN	  4096u

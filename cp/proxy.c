@@ -346,8 +346,8 @@ static void client_ended(struct client *c, int result, const char *msg)
 		p->n.chunks += c->chunks;
 		p->n.checksum = c->sum;
 		c->rlen = (size_t)snprintf(c->reply, sizeof(c->reply), "OK %llu xxh3:%016llx %s\n",
-					   (unsigned long long)c->bytes,
-					   (unsigned long long)c->sum, c->name);
+					   (unsigned long long)c->bytes, (unsigned long long)c->sum,
+					   c->name);
 		if (!p->o->quiet)
 			cp_log("proxy: client %u stored as %s: %llu bytes, xxh3 %016llx", c->id,
 			       c->name, (unsigned long long)c->bytes, (unsigned long long)c->sum);

@@ -527,9 +527,8 @@ static int room_for(struct rx *r, const struct cp_msg *m)
 	avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
 	if (avail < o->min_free || avail - o->min_free < (stream ? 0 : m->start.size)) {
 		rx_fail(r, CP_E_NOSPC, CP_EXIT_REFUSED,
-			"%s: %llu bytes would leave less than --min-free %llu free",
-			m->start.name, (unsigned long long)m->start.size,
-			(unsigned long long)o->min_free);
+			"%s: %llu bytes would leave less than --min-free %llu free", m->start.name,
+			(unsigned long long)m->start.size, (unsigned long long)o->min_free);
 		return -1;
 	}
 	return 0;

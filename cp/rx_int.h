@@ -102,13 +102,13 @@ struct rx {
 	bool lost;
 	int lost_status;
 	uint64_t lost_at;
-	bool authed;		  /* the token was good and it was admitted */
+	bool authed; /* the token was good and it was admitted */
 	uint8_t client_nonce[CP_NONCE_LEN], server_nonce[CP_NONCE_LEN];
 	uint8_t server_id[CP_SERVER_ID_LEN]; /* our address as the sender reached it */
-	uint32_t want_chunk, want_window; /* HELLO's */
-	bool error_out;		  /* an ERROR is being sent */
-	struct cp_gate_ticket gt; /* in env->gate until admitted or freed */
-	uint64_t born_at;	  /* its connect request: the HELLO deadline runs from here */
+	uint32_t want_chunk, want_window;    /* HELLO's */
+	bool error_out;			     /* an ERROR is being sent */
+	struct cp_gate_ticket gt;	     /* in env->gate until admitted or freed */
+	uint64_t born_at; /* its connect request: the HELLO deadline runs from here */
 	uint64_t down_at, closing_at, last_activity;
 	int result;
 
@@ -149,10 +149,10 @@ struct rx {
 	bool cur_range, cur_commit;
 	uint64_t range_off, range_len, stripe;
 	struct cp_range_verify rv;
-	uint64_t have;	/* FILE_HAVE: bytes the partial holds */
-	int same_fd;	/* RX_SCAN of a named file, RX_SAME: its fd */
-	int pad_fd;	/* RX_SAME: the received file, read past the named one's end */
-	uint64_t w_off; /* where the chunks the window admits begin */
+	uint64_t have;	      /* FILE_HAVE: bytes the partial holds */
+	int same_fd;	      /* RX_SCAN of a named file, RX_SAME: its fd */
+	int pad_fd;	      /* RX_SAME: the received file, read past the named one's end */
+	uint64_t w_off;	      /* where the chunks the window admits begin */
 	struct cp_work trunc; /* RX_TRUNC: ftruncate(trunc_fd), on the worker */
 	int trunc_fd;
 	struct cp_hasher hs;

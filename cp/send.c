@@ -118,7 +118,8 @@ static int pick(struct sender *s, int c)
 		}
 		if (e->kind == CP_DIR_META) {
 			/* Later entries do not depend on it: they may pass. */
-			if (!s->e[e->own].left && dir_ready(s, e->own, c) && dir_ready(s, e->dir, c))
+			if (!s->e[e->own].left && dir_ready(s, e->own, c) &&
+			    dir_ready(s, e->dir, c))
 				return i;
 			all_went = false;
 			continue;
@@ -515,8 +516,9 @@ static int walk(struct sender *s, const char *path, const char *name, const stru
 	char **list = NULL;
 	int me, n, ret = 0;
 
-	me = add(s, (struct entry){.kind = CP_MKDIR, .path = strdup(path), .name = strdup(name),
-				   .dir = dir});
+	me = add(s,
+		 (struct entry){
+			 .kind = CP_MKDIR, .path = strdup(path), .name = strdup(name), .dir = dir});
 	if (me < 0)
 		return walk_fail(s, "out of memory");
 	list = list_dir(dfd, &n);
@@ -541,8 +543,9 @@ static int walk(struct sender *s, const char *path, const char *name, const stru
 				/* the other pass */
 			} else if (strlen(cname) > CP_NAME_MAX ||
 				   !cp_name_ok(cname, strlen(cname))) {
-				ret = walk_fail(s, "%s: its name on the receiver, %s, is longer "
-					       "than %d bytes or has control characters",
+				ret = walk_fail(s,
+						"%s: its name on the receiver, %s, is longer "
+						"than %d bytes or has control characters",
 						cpath, cname, CP_NAME_MAX);
 			} else if (S_ISDIR(cb.st_mode)) {
 				cfd = openat(dfd, base,
@@ -577,24 +580,32 @@ static int walk(struct sender *s, const char *path, const char *name, const stru
 				if (tl < 0)
 					ret = walk_fail(s, "%s: %s", cpath, strerror(errno));
 				else if (tl == 0 || tl > CP_TARGET_MAX)
-					ret = walk_fail(s, "%s: a link target of %zd bytes (at most %d "
-						       "go)", cpath, tl, CP_TARGET_MAX);
+					ret = walk_fail(
+						s,
+						"%s: a link target of %zd bytes (at most %d "
+						"go)",
+						cpath, tl, CP_TARGET_MAX);
 				if (ret)
 					goto next;
 				target[tl] = 0;
-				if (add(s, (struct entry){.kind = CP_SYMLINK, .path = cpath,
-							  .name = cname, .target = strdup(target),
-							  .mtime = mtime_of(&cb), .dir = me}) < 0)
+				if (add(s, (struct entry){.kind = CP_SYMLINK,
+							  .path = cpath,
+							  .name = cname,
+							  .target = strdup(target),
+							  .mtime = mtime_of(&cb),
+							  .dir = me}) < 0)
 					ret = walk_fail(s, "out of memory");
 				cpath = cname = NULL;
 			} else {
 				/* rsync and scp skip them too, and say so. */
 				if (!s->o->quiet)
-					cp_log("send: skipping %s %s%s", S_ISLNK(cb.st_mode) ?
-					       "symbolic link" : "special file", cpath,
+					cp_log("send: skipping %s %s%s",
+					       S_ISLNK(cb.st_mode) ? "symbolic link"
+								   : "special file",
+					       cpath,
 					       S_ISLNK(cb.st_mode) ? " (--links sends links)" : "");
 			}
-next:
+		next:
 			free(cpath);
 			free(cname);
 		}
@@ -604,8 +615,12 @@ next:
 	free(list);
 	if (ret)
 		return ret;
-	if (add(s, (struct entry){.kind = CP_DIR_META, .path = strdup(path), .name = strdup(name),
-				  .mode = sb->st_mode & 0777, .mtime = mtime_of(sb), .own = me,
+	if (add(s, (struct entry){.kind = CP_DIR_META,
+				  .path = strdup(path),
+				  .name = strdup(name),
+				  .mode = sb->st_mode & 0777,
+				  .mtime = mtime_of(sb),
+				  .own = me,
 				  .dir = dir}) < 0)
 		return walk_fail(s, "out of memory");
 	return 0;
@@ -688,8 +703,10 @@ static int check_files(struct sender *s)
 				return walk_fail(s, "%s: a directory (-r sends its tree)", path);
 			name = top_name(path, s->o->as);
 			if (!name)
-				return walk_fail(s, "%s: no name to give it on the receiver (--as "
-						    "gives one)", path);
+				return walk_fail(s,
+						 "%s: no name to give it on the receiver (--as "
+						 "gives one)",
+						 path);
 			if (!cp_name_ok(name, strlen(name))) {
 				ret = walk_fail(s, "%s: cannot be sent as %s", path, name);
 				free(name);

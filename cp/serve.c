@@ -26,7 +26,7 @@
 #include "serve.h"
 #include "store.h"
 
-#define RING_ENTRIES 1024
+#define RING_ENTRIES  1024
 #define EXIT_DRAIN_MS 10000
 
 static bool closing(const struct serve *s)

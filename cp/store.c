@@ -782,8 +782,7 @@ static bool is_partial_name(const char *n)
 	return n[0] == '.' && len > sizeof(part) && !strcmp(n + len - (sizeof(part) - 1), part);
 }
 
-static int expire_in(int dfd, uint64_t max_age_s, int64_t now, unsigned int *removed,
-		     int depth)
+static int expire_in(int dfd, uint64_t max_age_s, int64_t now, unsigned int *removed, int depth)
 {
 	int fd = dup(dfd), rc = 0;
 	DIR *d = fd < 0 ? NULL : fdopendir(fd);
@@ -815,7 +814,8 @@ static int expire_in(int dfd, uint64_t max_age_s, int64_t now, unsigned int *rem
 			continue;
 		}
 		if (!S_ISREG(sb.st_mode) || !is_partial_name(de->d_name) || sb.st_nlink != 1 ||
-		    sb.st_uid != geteuid() || (int64_t)sb.st_mtim.tv_sec + (int64_t)max_age_s >= now)
+		    sb.st_uid != geteuid() ||
+		    (int64_t)sb.st_mtim.tv_sec + (int64_t)max_age_s >= now)
 			continue;
 		/* Not one a connection (of another serve, say) holds. */
 		cfd = openat(dfd, de->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);

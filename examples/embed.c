@@ -190,7 +190,8 @@ int main(int argc, char **argv)
 			fail(&app, "io_uring_submit_and_wait", rc);
 			break;
 		}
-		io_uring_for_each_cqe(&app.ring, head, cqe) {
+		io_uring_for_each_cqe(&app.ring, head, cqe)
+		{
 			/* ...and offering it every CQE. */
 			if (!rr_bridge_handle_cqe(app.b, cqe))
 				handle_my_cqe(&app, cqe);

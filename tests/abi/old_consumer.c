@@ -20,14 +20,14 @@
 /* The calls whose form changed between releases, one branch per API. */
 #if RR_VERSION_MAJOR == 0 && RR_VERSION_MINOR < 8
 #define BRIDGE_CREATE(b, ring, o) rr_bridge_create(b, ring, o)
-#define GET_STATS(b, st) (rr_bridge_get_stats(b, st), 0)
+#define GET_STATS(b, st)	  (rr_bridge_get_stats(b, st), 0)
 #else
 #define BRIDGE_CREATE(b, ring, o) rr_bridge_create(b, ring, o, sizeof(*(o)))
-#define GET_STATS(b, st) rr_bridge_get_stats(b, st, sizeof(*(st)))
+#define GET_STATS(b, st)	  rr_bridge_get_stats(b, st, sizeof(*(st)))
 #endif
 
 #define APP_USER_DATA 0x1234abcdULL
-#define CANARY 0xa5
+#define CANARY	      0xa5
 
 static int app_cqes;
 static int bad_cb;
@@ -107,7 +107,8 @@ int main(void)
 		return fail("rr_bridge_get_stats", rc);
 	for (i = sizeof(*st); i < sizeof(*st) + 64; i++)
 		if (buf[i] != CANARY)
-			return fail("rr_bridge_get_stats wrote past the old struct at byte", (int)i);
+			return fail("rr_bridge_get_stats wrote past the old struct at byte",
+				    (int)i);
 	for (i = 0; i < sizeof(*st) / sizeof(uint64_t); i++)
 		if (((uint64_t *)st)[i] == 0xa5a5a5a5a5a5a5a5ULL)
 			return fail("rr_bridge_get_stats left a counter unwritten: index", (int)i);

@@ -27,8 +27,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 		if (n != size || memcmp(out, data, size))
 			abort();
-		if (m.type == CP_FILE_START && (!cp_name_ok(m.start.name, strlen(m.start.name)) ||
-						m.start.mode > 0777 || m.start.mtime.nsec >= 1000000000u))
+		if (m.type == CP_FILE_START &&
+		    (!cp_name_ok(m.start.name, strlen(m.start.name)) || m.start.mode > 0777 ||
+		     m.start.mtime.nsec >= 1000000000u))
 			abort();
 		/* A range lies inside its file, is not empty, and the file has
 		 * more than one stripe; so does a commit's. */

@@ -185,7 +185,8 @@ static int do_send(const struct sockaddr_in *sa, const char *path)
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0) {
-			rc = n < 0 ? fail("sendfile") : (fprintf(stderr, "tcp_copy: %s shrank\n", path), 1);
+			rc = n < 0 ? fail("sendfile")
+				   : (fprintf(stderr, "tcp_copy: %s shrank\n", path), 1);
 			goto out;
 		}
 		bytes += (uint64_t)n;

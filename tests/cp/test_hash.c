@@ -258,9 +258,9 @@ Test(hash, file_prefix_then_chunks, .init = setup, .fini = teardown)
  * block of 1 KiB, more), and from unaligned addresses. */
 Test(xxh, every_implementation_agrees)
 {
-	static const size_t lens[] = {0,   1,	 3,    4,    8,	   9,	  16,	 17,	  128,
-				      129, 240,	 241,  255,  256,  1023,  1024,	 1025,	  4096,
-				      4097, 65537, 1u << 20, (1u << 20) + 123};
+	static const size_t lens[] = {
+		0,   1,	  3,   4,    8,	   9,	 16,   17,   128,   129,      240,
+		241, 255, 256, 1023, 1024, 1025, 4096, 4097, 65537, 1u << 20, (1u << 20) + 123};
 	const struct cp_xxh *all[8];
 	unsigned int n = cp_xxh_all(all, 8);
 	size_t max = (1u << 20) + 130;
@@ -276,8 +276,8 @@ Test(xxh, every_implementation_agrees)
 				void *st = all[i]->create();
 				size_t at = 0, step = 1;
 
-				cr_assert_eq(all[i]->hash(b, lens[k]), want, "%s one-shot, %zu bytes",
-					     all[i]->name, lens[k]);
+				cr_assert_eq(all[i]->hash(b, lens[k]), want,
+					     "%s one-shot, %zu bytes", all[i]->name, lens[k]);
 				cr_assert_not_null(st);
 				while (at < lens[k]) {
 					size_t m = lens[k] - at < step ? lens[k] - at : step;
@@ -290,7 +290,8 @@ Test(xxh, every_implementation_agrees)
 					     all[i]->name, lens[k]);
 				all[i]->reset(st);
 				all[i]->update(st, b, lens[k]);
-				cr_assert_eq(all[i]->digest(st), want, "%s after reset", all[i]->name);
+				cr_assert_eq(all[i]->digest(st), want, "%s after reset",
+					     all[i]->name);
 				all[i]->destroy(st);
 			}
 		}

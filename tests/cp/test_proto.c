@@ -135,8 +135,8 @@ static size_t start_msg(uint8_t *buf, const char *name)
 
 Test(proto, hostile_names_refused)
 {
-	static const char *const bad[] = {"/etc/passwd", "..", "../x", "a/../../x", "a/..", ".",
-					   "./x", "a//b", "a/", "x\x01y", "x\x7fy"};
+	static const char *const bad[] = {"/etc/passwd", "..",	 "../x", "a/../../x", "a/..",  ".",
+					  "./x",	 "a//b", "a/",	 "x\x01y",    "x\x7fy"};
 	uint8_t buf[CP_MSG_MAX];
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
@@ -185,8 +185,12 @@ Test(proto, hostile_messages_refused)
 Test(proto, file_start_meta_rules)
 {
 	struct cp_msg m = {.type = CP_FILE_START,
-			   .start = {.size = 1, .flags = CP_START_META, .name_len = 1, .name = "f",
-				     .mode = 0777, .mtime = {1, 999999999}}};
+			   .start = {.size = 1,
+				     .flags = CP_START_META,
+				     .name_len = 1,
+				     .name = "f",
+				     .mode = 0777,
+				     .mtime = {1, 999999999}}};
 	uint8_t buf[CP_MSG_MAX];
 
 	cr_assert_eq(decode_hex("ok", buf, enc(&m, buf)), 0);
@@ -305,8 +309,8 @@ Test(proto, version_7_refused)
 /* An entry message as the wire has it, whatever its fields: the encoder
  * would refuse the bad ones. Little-endian host assumed, as everywhere
  * the lab runs. */
-static size_t raw_entry(uint8_t *buf, uint8_t type, const char *name, const char *target,
-			size_t tl, uint32_t mode, int64_t sec, uint32_t nsec)
+static size_t raw_entry(uint8_t *buf, uint8_t type, const char *name, const char *target, size_t tl,
+			uint32_t mode, int64_t sec, uint32_t nsec)
 {
 	size_t n = strlen(name), len = 2 + n + 2 + tl + 16;
 	uint8_t *p = buf + CP_HDR_LEN;
@@ -341,28 +345,36 @@ Test(proto, tree_entries_refuse_hostile_fields)
 	struct cp_msg m;
 
 	cr_assert_eq(decode_hex("mkdir", buf, raw_entry(buf, CP_MKDIR, "d", "", 0, 0, 0, 0)), 0);
-	cr_assert_eq(decode_hex("mkdir mode", buf,
-				raw_entry(buf, CP_MKDIR, "d", "", 0, 0755, 0, 0)), -EPROTO);
-	cr_assert_eq(decode_hex("mkdir mtime", buf,
-				raw_entry(buf, CP_MKDIR, "d", "", 0, 0, 1, 0)), -EPROTO);
-	cr_assert_eq(decode_hex("mkdir target", buf,
-				raw_entry(buf, CP_MKDIR, "d", "t", 1, 0, 0, 0)), -EPROTO);
-	cr_assert_eq(decode_hex("link", buf, raw_entry(buf, CP_SYMLINK, "l", "t", 1, 0, -1, 5)),
-		     0);
-	cr_assert_eq(decode_hex("link no target", buf,
-				raw_entry(buf, CP_SYMLINK, "l", "", 0, 0, 0, 0)), -EPROTO);
-	cr_assert_eq(decode_hex("link mode", buf,
-				raw_entry(buf, CP_SYMLINK, "l", "t", 1, 0777, 0, 0)), -EPROTO);
+	cr_assert_eq(
+		decode_hex("mkdir mode", buf, raw_entry(buf, CP_MKDIR, "d", "", 0, 0755, 0, 0)),
+		-EPROTO);
+	cr_assert_eq(decode_hex("mkdir mtime", buf, raw_entry(buf, CP_MKDIR, "d", "", 0, 0, 1, 0)),
+		     -EPROTO);
+	cr_assert_eq(
+		decode_hex("mkdir target", buf, raw_entry(buf, CP_MKDIR, "d", "t", 1, 0, 0, 0)),
+		-EPROTO);
+	cr_assert_eq(decode_hex("link", buf, raw_entry(buf, CP_SYMLINK, "l", "t", 1, 0, -1, 5)), 0);
+	cr_assert_eq(
+		decode_hex("link no target", buf, raw_entry(buf, CP_SYMLINK, "l", "", 0, 0, 0, 0)),
+		-EPROTO);
+	cr_assert_eq(
+		decode_hex("link mode", buf, raw_entry(buf, CP_SYMLINK, "l", "t", 1, 0777, 0, 0)),
+		-EPROTO);
 	cr_assert_eq(decode_hex("NUL in target", buf,
-				raw_entry(buf, CP_SYMLINK, "l", "a\0b", 3, 0, 0, 0)), -EPROTO);
+				raw_entry(buf, CP_SYMLINK, "l", "a\0b", 3, 0, 0, 0)),
+		     -EPROTO);
 	cr_assert_eq(decode_hex("meta", buf,
-				raw_entry(buf, CP_DIR_META, "d", "", 0, 0777, 1, 999999999)), 0);
+				raw_entry(buf, CP_DIR_META, "d", "", 0, 0777, 1, 999999999)),
+		     0);
 	cr_assert_eq(decode_hex("meta sticky", buf,
-				raw_entry(buf, CP_DIR_META, "d", "", 0, 01777, 0, 0)), -EPROTO);
+				raw_entry(buf, CP_DIR_META, "d", "", 0, 01777, 0, 0)),
+		     -EPROTO);
 	cr_assert_eq(decode_hex("meta nsec", buf,
-				raw_entry(buf, CP_DIR_META, "d", "", 0, 0, 0, 1000000000u)), -EPROTO);
-	cr_assert_eq(decode_hex("meta target", buf,
-				raw_entry(buf, CP_DIR_META, "d", "t", 1, 0, 0, 0)), -EPROTO);
+				raw_entry(buf, CP_DIR_META, "d", "", 0, 0, 0, 1000000000u)),
+		     -EPROTO);
+	cr_assert_eq(
+		decode_hex("meta target", buf, raw_entry(buf, CP_DIR_META, "d", "t", 1, 0, 0, 0)),
+		-EPROTO);
 	memset(big, 't', sizeof(big));
 	cr_assert_eq(decode_hex("target too long", buf,
 				raw_entry(buf, CP_SYMLINK, "l", big, CP_TARGET_MAX + 1, 0, 0, 0)),
@@ -447,8 +459,8 @@ Test(proto, hostile_geometry_and_errors)
 		{.type = CP_HELLO, .hello = {.chunk = 32u << 20, .window = 1}},
 		{.type = CP_WELCOME, .welcome = {.chunk = 65536, .window = 3}},
 		{.type = CP_WELCOME, .welcome = {.chunk = 65536, .window = 8, .addr = ~0ull}},
-		{.type = CP_FILE_START, .start = {.size = 5, .flags = CP_START_STREAM, .name_len = 1,
-						  .name = "s"}},
+		{.type = CP_FILE_START,
+		 .start = {.size = 5, .flags = CP_START_STREAM, .name_len = 1, .name = "s"}},
 		{.type = CP_ERROR, .error = {.code = 0, .len = 1, .text = "x"}},
 		{.type = CP_ERROR, .error = {.code = 99, .len = 1, .text = "x"}},
 		{.type = CP_ERROR, .error = {.code = 1, .len = 2, .text = "\n"}},
@@ -456,7 +468,8 @@ Test(proto, hostile_geometry_and_errors)
 	uint8_t buf[CP_MSG_MAX];
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-		cr_assert_eq(decode_hex("bad", buf, enc(&bad[i], buf)), -EPROTO, "case %zu accepted", i);
+		cr_assert_eq(decode_hex("bad", buf, enc(&bad[i], buf)), -EPROTO,
+			     "case %zu accepted", i);
 }
 
 Test(proto, encode_refuses_oversized)
@@ -473,8 +486,8 @@ Test(proto, encode_refuses_oversized)
 
 Test(proto, admit_in_order_granted_sized)
 {
-	struct cp_rx_window w = {.chunk = 4096, .window = 4, .limit = 4, .file_open = true,
-				 .size = 4096 * 2 + 1};
+	struct cp_rx_window w = {
+		.chunk = 4096, .window = 4, .limit = 4, .file_open = true, .size = 4096 * 2 + 1};
 	char why[160];
 	uint32_t slot;
 
@@ -496,8 +509,12 @@ Test(proto, admit_in_order_granted_sized)
 
 Test(proto, admit_only_granted_across_wrap)
 {
-	struct cp_rx_window w = {.chunk = 4096, .window = 4, .stream = true, .file_open = true,
-				 .next_seq = 0xfffffffeu, .limit = 0xfffffffeu};
+	struct cp_rx_window w = {.chunk = 4096,
+				 .window = 4,
+				 .stream = true,
+				 .file_open = true,
+				 .next_seq = 0xfffffffeu,
+				 .limit = 0xfffffffeu};
 	char why[160];
 	uint32_t slot;
 

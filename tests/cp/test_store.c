@@ -458,8 +458,7 @@ Test(store, a_range_without_a_partial_name_is_refused)
 
 	memset(name, 'n', CP_STORE_PART_MAX + 1);
 	name[CP_STORE_PART_MAX + 1] = 0;
-	cr_assert_eq(cp_store_open_range(&st, &lp, dirfd_, name, 0, 0, 4096, on_done),
-		     CP_E_NAME);
+	cr_assert_eq(cp_store_open_range(&st, &lp, dirfd_, name, 0, 0, 4096, on_done), CP_E_NAME);
 	expect_entries("", 0);
 }
 

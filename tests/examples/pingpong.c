@@ -17,7 +17,7 @@
 #include "rdma_sync.h"
 
 #define TIMEOUT_MS 20000
-#define FLAG_LAST 1u
+#define FLAG_LAST  1u
 
 enum { WR_RECV = 1, WR_SEND };
 
@@ -174,10 +174,12 @@ static int client(const char *addr, uint16_t port, long iters, uint32_t size, in
 		for (i = 0; i < iters; i++)
 			sum += rtt[i];
 		qsort(rtt, (size_t)iters, sizeof(double), cmp_double);
-		printf("rr-pingpong: %ld round trips of %u bytes (%s), all echoes verified\n", iters,
-		       size, use_events ? "completion events" : "busy polling");
-		printf("rr-pingpong: round trip avg %.1f us  p50 %.1f us  p99 %.1f us  max %.1f us\n",
-		       sum / (double)iters, rtt[iters / 2], rtt[(iters * 99) / 100], rtt[iters - 1]);
+		printf("rr-pingpong: %ld round trips of %u bytes (%s), all echoes verified\n",
+		       iters, size, use_events ? "completion events" : "busy polling");
+		printf("rr-pingpong: round trip avg %.1f us  p50 %.1f us  p99 %.1f us  max %.1f "
+		       "us\n",
+		       sum / (double)iters, rtt[iters / 2], rtt[(iters * 99) / 100],
+		       rtt[iters - 1]);
 	}
 	if (mr)
 		ibv_dereg_mr(mr);
@@ -202,20 +204,41 @@ int main(int argc, char **argv)
 
 	while ((opt = getopt(argc, argv, "sc:a:p:n:S:r:eh")) != -1) {
 		switch (opt) {
-		case 's': server = 1; break;
-		case 'c': addr = optarg; break;
-		case 'a': addr = optarg; break;
-		case 'p': port = strtol(optarg, NULL, 10); break;
-		case 'n': iters = strtol(optarg, NULL, 10); break;
-		case 'S': size = strtol(optarg, NULL, 10); break;
-		case 'r': rounds = strtol(optarg, NULL, 10); break;
-		case 'e': use_events = 1; break;
-		case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
+		case 's':
+			server = 1;
+			break;
+		case 'c':
+			addr = optarg;
+			break;
+		case 'a':
+			addr = optarg;
+			break;
+		case 'p':
+			port = strtol(optarg, NULL, 10);
+			break;
+		case 'n':
+			iters = strtol(optarg, NULL, 10);
+			break;
+		case 'S':
+			size = strtol(optarg, NULL, 10);
+			break;
+		case 'r':
+			rounds = strtol(optarg, NULL, 10);
+			break;
+		case 'e':
+			use_events = 1;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
 		}
 	}
 	if (port <= 0 || port > 65535 || iters < 1 || iters > 100000000 ||
-	    size < (long)sizeof(struct hdr) || size > (1 << 20) || rounds < 1 || (!server && !addr)) {
+	    size < (long)sizeof(struct hdr) || size > (1 << 20) || rounds < 1 ||
+	    (!server && !addr)) {
 		usage(stderr);
 		return 2;
 	}

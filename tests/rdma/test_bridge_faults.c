@@ -74,8 +74,8 @@ Test(faults, connect_refused_without_listener)
 	run_connect(addr, 9, &r, &rc, 30000);
 	cr_assert_eq(rc, 0);
 	cr_assert_eq(r.calls, 1, "connect callback called %d times", r.calls);
-	cr_assert(r.status == -ECONNREFUSED || r.status == -EHOSTUNREACH,
-		  "status %d (%s)", r.status, strerror(-r.status));
+	cr_assert(r.status == -ECONNREFUSED || r.status == -EHOSTUNREACH, "status %d (%s)",
+		  r.status, strerror(-r.status));
 }
 
 Test(faults, connect_bad_address_fails_synchronously)
@@ -100,8 +100,7 @@ Test(faults, connect_unreachable_host_times_out)
 	run_connect("192.0.2.77", 7000, &r, &rc, 30000);
 	cr_assert_eq(rc, 0);
 	cr_assert_eq(r.calls, 1);
-	cr_assert(r.status == -ETIMEDOUT || r.status == -EHOSTUNREACH ||
-			  r.status == -EADDRNOTAVAIL,
+	cr_assert(r.status == -ETIMEDOUT || r.status == -EHOSTUNREACH || r.status == -EADDRNOTAVAIL,
 		  "status %d (%s)", r.status, strerror(-r.status));
 }
 
@@ -308,8 +307,8 @@ Test(faults, peer_killed_mid_stream)
 	cr_assert_eq(bp_run_pred(b, is_connected, &s, 20000), 0);
 	cr_assert_eq(s.connect_status, 0);
 	cr_assert_eq(bp_run_pred(b, stream_settled, &s, 120000), 0,
-		     "stream did not settle: posted %u completed %u in flight %u, down %d", s.posted,
-		     s.completed, s.inflight, s.down_calls);
+		     "stream did not settle: posted %u completed %u in flight %u, down %d",
+		     s.posted, s.completed, s.inflight, s.down_calls);
 	waitpid(pid, &status, 0);
 	cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "victim status %#x", status);
 	cr_assert_eq(s.completed, s.posted, "posted %u, completed %u", s.posted, s.completed);
@@ -399,11 +398,14 @@ Test(faults, thousand_connect_abort_destroy_cycles, .timeout = 600)
 		default: { /* connected; case 3 also leaves a receive posted */
 			struct ibv_mr *mr = NULL;
 
-			cr_assert_eq(bp_run_pred(b, cyc_done, &c, 20000), 0, "cycle %d: no callback", i);
+			cr_assert_eq(bp_run_pred(b, cyc_done, &c, 20000), 0,
+				     "cycle %d: no callback", i);
 			cr_assert(c.connected, "cycle %d: connect failed", i);
 			if (i % 4 == 3) {
 				cr_assert_eq(rr_ep_reg_mr(ep, buf, sizeof(buf), 0, &mr), 0);
-				cr_assert_eq(rr_ep_post_recv(ep, buf, sizeof(buf), mr, cyc_flush, &c), 0);
+				cr_assert_eq(
+					rr_ep_post_recv(ep, buf, sizeof(buf), mr, cyc_flush, &c),
+					0);
 				expect_flushed++;
 			}
 			rr_ep_destroy(ep);
@@ -417,7 +419,8 @@ Test(faults, thousand_connect_abort_destroy_cycles, .timeout = 600)
 		for (int k = 0; k < c.naccepted; k++)
 			rr_ep_destroy(c.accepted[k]);
 		c.naccepted = 0;
-		cr_assert_leq(c.connect_calls, 1, "cycle %d: %d connect callbacks", i, c.connect_calls);
+		cr_assert_leq(c.connect_calls, 1, "cycle %d: %d connect callbacks", i,
+			      c.connect_calls);
 	}
 	/* Let stragglers (events of destroyed ids) drain. */
 	for (int k = 0; k < 100; k++)
@@ -493,7 +496,8 @@ static bool pp_done(void *arg)
 {
 	struct pp_side *s = arg;
 
-	return s->rounds >= PP_ROUNDS || s->failed || (s->stop && __atomic_load_n(s->stop, __ATOMIC_ACQUIRE));
+	return s->rounds >= PP_ROUNDS || s->failed ||
+	       (s->stop && __atomic_load_n(s->stop, __ATOMIC_ACQUIRE));
 }
 
 static void pp_accept(rr_listener *l, rr_ep *ep, void *data)
@@ -553,8 +557,8 @@ static void pingpong_two_threads(enum rr_wait_mode mode)
 	pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
 	uint16_t port = 0;
 	int stop = 0;
-	struct pp_side srv = {.mode = mode, .lock = &lock, .cond = &cond, .port_out = &port,
-			      .stop = &stop};
+	struct pp_side srv = {
+		.mode = mode, .lock = &lock, .cond = &cond, .port_out = &port, .stop = &stop};
 	struct pp_side cli = {.mode = mode};
 	struct rr_ep_opts o = {.mode = mode, .spin_us = 2, .data = &cli};
 	pthread_t t;
@@ -686,8 +690,8 @@ Test(faults, first_sends_meet_receives_and_precede_disconnect)
 	cr_assert_eq(O.qp_ready_cli, 1);
 	cr_assert_eq(O.qp_ready_srv, 1);
 	cr_assert(O.order_ok, "on_qp_ready ran after on_connect");
-	cr_assert_eq(O.received_at_down, BURST,
-		     "on_disconnect came after %d of %d receives", O.received_at_down, BURST);
+	cr_assert_eq(O.received_at_down, BURST, "on_disconnect came after %d of %d receives",
+		     O.received_at_down, BURST);
 	rr_ep_destroy(cli);
 	rr_ep_destroy(O.srv);
 	rr_mr_dereg(O.cli_mr);

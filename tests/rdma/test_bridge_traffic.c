@@ -14,7 +14,7 @@
 #include "rdma_sync.h"
 #include "require.h"
 
-#define MSG 256
+#define MSG   256
 #define RECVS 128
 
 struct traffic {
@@ -119,7 +119,8 @@ static bool all_done(void *arg)
 static void run(uint32_t total, uint32_t qd, int use_imm, enum rr_wait_mode mode)
 {
 	const char *addr = rr_test_require_rdma();
-	struct rr_ep_opts o = {.max_send_wr = 64, .max_recv_wr = RECVS, .mode = mode, .spin_us = 100};
+	struct rr_ep_opts o = {
+		.max_send_wr = 64, .max_recv_wr = RECVS, .mode = mode, .spin_us = 100};
 	struct traffic t = {.total = total, .qd = qd, .use_imm = use_imm};
 	size_t srv_slots;
 	int rc;
@@ -136,15 +137,16 @@ static void run(uint32_t total, uint32_t qd, int use_imm, enum rr_wait_mode mode
 	cr_assert(t.sbuf && t.rbuf && t.wbuf && t.seen);
 	cr_assert_eq(rr_ep_reg_mr(t.p.cli.ep, t.sbuf, (size_t)t.slots * MSG, 0, &t.smr), 0);
 	cr_assert_eq(rr_ep_reg_mr(t.p.srv.ep, t.rbuf, (size_t)RECVS * MSG, 0, &t.rmr), 0);
-	cr_assert_eq(rr_ep_reg_mr(t.p.srv.ep, t.wbuf, srv_slots * MSG, IBV_ACCESS_REMOTE_WRITE,
-				  &t.wmr),
-		     0);
+	cr_assert_eq(
+		rr_ep_reg_mr(t.p.srv.ep, t.wbuf, srv_slots * MSG, IBV_ACCESS_REMOTE_WRITE, &t.wmr),
+		0);
 	for (uint32_t i = 0; i < RECVS; i++)
 		cr_assert_eq(rr_ep_post_recv(t.p.srv.ep, t.rbuf + (size_t)i * MSG, MSG, t.rmr,
 					     on_recv_done, (void *)(uintptr_t)i),
 			     0);
 	post_next();
-	rc = bp_run_pred(t.p.b, all_done, NULL, getenv("RR_STALL_MS") ? atoi(getenv("RR_STALL_MS")) : 240000);
+	rc = bp_run_pred(t.p.b, all_done, NULL,
+			 getenv("RR_STALL_MS") ? atoi(getenv("RR_STALL_MS")) : 240000);
 	if (rc) {
 		struct rr_bridge_stats st;
 
@@ -154,14 +156,16 @@ static void run(uint32_t total, uint32_t qd, int use_imm, enum rr_wait_mode mode
 		rr_cq_set_mode(rr_ep_cq(t.p.srv.ep), RR_WAIT_BUSY, 0);
 		for (int i = 0; i < 200; i++)
 			rr_bridge_run_once(t.p.b, 10);
-		cr_assert_fail("traffic stalled (busy polling then got %u more): posted %u sent %u received %u; down: cli %d srv %d; "
+		cr_assert_fail("traffic stalled (busy polling then got %u more): posted %u sent %u "
+			       "received %u; down: cli %d srv %d; "
 			       "cqes %llu cq_events %llu arms %llu wcs %llu empty %llu rearms %llu "
 			       "async %llu",
-			       t.recv_done - before, t.posted, t.send_done, before, t.p.cli.down_status,
-			       t.p.srv.down_status, (unsigned long long)st.cqes,
-			       (unsigned long long)st.cq_events, (unsigned long long)st.notify_arms,
-			       (unsigned long long)st.wcs, (unsigned long long)st.empty_polls,
-			       (unsigned long long)st.rearms, (unsigned long long)st.async_events);
+			       t.recv_done - before, t.posted, t.send_done, before,
+			       t.p.cli.down_status, t.p.srv.down_status,
+			       (unsigned long long)st.cqes, (unsigned long long)st.cq_events,
+			       (unsigned long long)st.notify_arms, (unsigned long long)st.wcs,
+			       (unsigned long long)st.empty_polls, (unsigned long long)st.rearms,
+			       (unsigned long long)st.async_events);
 	}
 	cr_assert_eq(t.errors, 0, "%u errors", t.errors);
 	cr_assert_eq(t.bad_payload, 0, "%u payloads differ", t.bad_payload);

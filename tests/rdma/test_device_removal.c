@@ -137,7 +137,8 @@ Test(removal, link_delete_during_traffic, .timeout = 300)
 	cr_assert_eq(R.recv_completed, R.recv_posted, "posted %u receives, %u completed",
 		     R.recv_posted, R.recv_completed);
 	rr_listener_destroy(R.p.l);
-	cr_assert(rr__list_empty(&R.p.b->devs.devices), "the bridge still holds the removed device");
+	cr_assert(rr__list_empty(&R.p.b->devs.devices),
+		  "the bridge still holds the removed device");
 	bp_close(&R.p);
 	(void)status; /* the remover finishes after we exit; the script waits */
 }

@@ -359,8 +359,9 @@ static void destroy_from_callbacks(unsigned int flags)
 			     R.status[i]);
 	for (int i = 0; i < 8; i++) {
 		cr_assert_eq(R.recv_calls[i], 1, "receive %d: %d callbacks", i, R.recv_calls[i]);
-		cr_assert_eq(R.recv_status[i], 0, "receive %d: status %d after the server's destroy",
-			     i, R.recv_status[i]);
+		cr_assert_eq(R.recv_status[i], 0,
+			     "receive %d: status %d after the server's destroy", i,
+			     R.recv_status[i]);
 	}
 	cr_assert_null(p.cli.ep);
 	cr_assert_null(p.srv.ep);

@@ -48,9 +48,11 @@ static void *server_thread(void *arg)
 
 static void run_threads(int rounds, int use_events)
 {
-	struct server_arg s = {.addr = rr_test_require_rdma(), .rounds = rounds,
+	struct server_arg s = {.addr = rr_test_require_rdma(),
+			       .rounds = rounds,
 			       .use_events = use_events,
-			       .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+			       .lock = PTHREAD_MUTEX_INITIALIZER,
+			       .cond = PTHREAD_COND_INITIALIZER};
 	pthread_t t;
 	char err[300] = "";
 	int rc = 0;
@@ -61,8 +63,8 @@ static void run_threads(int rounds, int use_events)
 		pthread_cond_wait(&s.cond, &s.lock);
 	pthread_mutex_unlock(&s.lock);
 	for (int i = 0; i < rounds && rc == 0; i++)
-		rc = smoke_client(s.addr, s.port, 100 + (uint32_t)i, use_events, SMOKE_TIMEOUT_MS, err,
-				  sizeof(err));
+		rc = smoke_client(s.addr, s.port, 100 + (uint32_t)i, use_events, SMOKE_TIMEOUT_MS,
+				  err, sizeof(err));
 	pthread_join(t, NULL);
 	cr_expect_eq(rc, 0, "%s (%d)", err, rc);
 	cr_assert_eq(s.rc, 0, "%s (%d)", s.err, s.rc);
@@ -112,15 +114,16 @@ Test(smoke, two_processes)
 		_exit(rc ? 1 : 0);
 	}
 	close(p[1]);
-	cr_assert_eq(read(p[0], &port, sizeof(port)), (ssize_t)sizeof(port), "server failed to listen");
+	cr_assert_eq(read(p[0], &port, sizeof(port)), (ssize_t)sizeof(port),
+		     "server failed to listen");
 	close(p[0]);
 	rc = smoke_client(addr, port, 7, 0, SMOKE_TIMEOUT_MS, err, sizeof(err));
 	if (rc)
 		kill(pid, SIGKILL);
 	cr_assert_eq(waitpid(pid, &status, 0), pid);
 	cr_expect_eq(rc, 0, "%s (%d)", err, rc);
-	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "server process failed (status %#x)",
-		  status);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		  "server process failed (status %#x)", status);
 }
 
 Test(smoke, refused_without_listener)

@@ -21,7 +21,8 @@ Test(two_hosts, smoke_across_vms, .timeout = 180)
 	rr_test_require_rdma();
 	if (!peer || !*peer) {
 		if (rr_test_rdma_required())
-			cr_assert_fail("RDMA_LAB_PEER_ADDR is not set: run with tools/rdma-lab run --hosts 2");
+			cr_assert_fail("RDMA_LAB_PEER_ADDR is not set: run with tools/rdma-lab run "
+				       "--hosts 2");
 		cr_skip_test("needs a second host (tools/rdma-lab run --hosts 2)");
 	}
 	for (uint32_t i = 0; i < 2; i++) {

@@ -112,8 +112,8 @@ static int build_qp(struct rs_conn *c, struct rdma_cm_id *id)
 	return 0;
 }
 
-static int parse_addr(struct rs_conn *c, const char *addr, uint16_t port, struct rdma_addrinfo **res,
-		      int passive)
+static int parse_addr(struct rs_conn *c, const char *addr, uint16_t port,
+		      struct rdma_addrinfo **res, int passive)
 {
 	return cmsync_lookup(addr, port, passive, res, c->err, sizeof(c->err));
 }
@@ -209,7 +209,8 @@ static int reopen(struct rs_conn *c, const char *addr, uint16_t port, int timeou
 	rc = resolve(c, addr, port, timeout_ms);
 	for (int i = 0; !rc && i < c->npre; i++) {
 		struct rs_recv *r = &c->pre[i];
-		struct ibv_sge sge = {.addr = (uintptr_t)r->buf, .length = r->len, .lkey = r->mr->lkey};
+		struct ibv_sge sge = {
+			.addr = (uintptr_t)r->buf, .length = r->len, .lkey = r->mr->lkey};
 		struct ibv_recv_wr wr = {.wr_id = r->wr_id, .sg_list = &sge, .num_sge = 1}, *bad;
 
 		rc = ibv_post_recv(c->id->qp, &wr, &bad);
@@ -221,7 +222,8 @@ static int reopen(struct rs_conn *c, const char *addr, uint16_t port, int timeou
 
 int rs_connect(struct rs_conn *c, const char *addr, uint16_t port, int timeout_ms)
 {
-	struct rdma_conn_param p = {.responder_resources = 1, .initiator_depth = 1, .retry_count = 7};
+	struct rdma_conn_param p = {
+		.responder_resources = 1, .initiator_depth = 1, .retry_count = 7};
 	long long deadline = now_ms() + timeout_ms;
 	int rc;
 
@@ -275,8 +277,8 @@ static int post_send(struct rs_conn *c, struct ibv_send_wr *wr)
 int rs_post_send(struct rs_conn *c, struct ibv_mr *mr, void *buf, uint32_t len, uint64_t wr_id)
 {
 	struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = len, .lkey = mr->lkey};
-	struct ibv_send_wr wr = {.wr_id = wr_id, .sg_list = &sge, .num_sge = 1,
-				 .opcode = IBV_WR_SEND};
+	struct ibv_send_wr wr = {
+		.wr_id = wr_id, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_SEND};
 
 	return post_send(c, &wr);
 }
@@ -285,8 +287,8 @@ int rs_post_write(struct rs_conn *c, struct ibv_mr *mr, void *buf, uint32_t len,
 		  uint32_t rkey, uint64_t wr_id)
 {
 	struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = len, .lkey = mr->lkey};
-	struct ibv_send_wr wr = {.wr_id = wr_id, .sg_list = &sge, .num_sge = 1,
-				 .opcode = IBV_WR_RDMA_WRITE};
+	struct ibv_send_wr wr = {
+		.wr_id = wr_id, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE};
 
 	wr.wr.rdma.remote_addr = raddr;
 	wr.wr.rdma.rkey = rkey;
@@ -341,7 +343,8 @@ int rs_wait_wc(struct rs_conn *c, struct ibv_wc *wc, int timeout_ms)
 	}
 	if (wc->status != IBV_WC_SUCCESS)
 		return fail(c, -EIO, "work completion %llu failed: %s (%d)",
-			    (unsigned long long)wc->wr_id, ibv_wc_status_str(wc->status), wc->status);
+			    (unsigned long long)wc->wr_id, ibv_wc_status_str(wc->status),
+			    wc->status);
 	return 0;
 }
 

@@ -31,12 +31,12 @@ struct rs_conn {
 	struct ibv_pd *pd;
 	struct ibv_comp_channel *ch;
 	struct ibv_cq *cq;
-	int ec_borrowed;       /* ec belongs to another rs_conn (a listener) */
-	int use_events;        /* wait on the completion channel, not busy polling */
-	unsigned int unacked;  /* CQ events read but not yet acknowledged */
+	int ec_borrowed;      /* ec belongs to another rs_conn (a listener) */
+	int use_events;	      /* wait on the completion channel, not busy polling */
+	unsigned int unacked; /* CQ events read but not yet acknowledged */
 	uint32_t qp_depth;
 	int connected;
-	int npre;                      /* receives posted before connecting */
+	int npre; /* receives posted before connecting */
 	struct rs_recv pre[RS_MAX_PRE];
 	char err[256];
 };
@@ -63,8 +63,8 @@ int rs_connect(struct rs_conn *c, const char *addr, uint16_t port, int timeout_m
 struct ibv_mr *rs_reg(struct rs_conn *c, void *buf, size_t len, int access);
 int rs_post_recv(struct rs_conn *c, struct ibv_mr *mr, void *buf, uint32_t len, uint64_t wr_id);
 int rs_post_send(struct rs_conn *c, struct ibv_mr *mr, void *buf, uint32_t len, uint64_t wr_id);
-int rs_post_write(struct rs_conn *c, struct ibv_mr *mr, void *buf, uint32_t len,
-		  uint64_t raddr, uint32_t rkey, uint64_t wr_id);
+int rs_post_write(struct rs_conn *c, struct ibv_mr *mr, void *buf, uint32_t len, uint64_t raddr,
+		  uint32_t rkey, uint64_t wr_id);
 
 /* Wait for one work completion; a failed completion status is an error. */
 int rs_wait_wc(struct rs_conn *c, struct ibv_wc *wc, int timeout_ms);

@@ -34,8 +34,10 @@ static inline const char *rr_test_require_rdma(void)
 	if (n > 0 && addr)
 		return addr;
 	if (rr_test_rdma_required())
-		cr_assert_fail("RDMA required but %s", n ? "RR_TEST_ADDR is not set" : "no RDMA device found");
-	cr_skip_test("needs an RDMA device and RR_TEST_ADDR (run through tools/test or tools/rdma-lab)");
+		cr_assert_fail("RDMA required but %s",
+			       n ? "RR_TEST_ADDR is not set" : "no RDMA device found");
+	cr_skip_test(
+		"needs an RDMA device and RR_TEST_ADDR (run through tools/test or tools/rdma-lab)");
 	return NULL;
 }
 

@@ -9,7 +9,7 @@
 #include "smoke.h"
 
 #define SMOKE_MAGIC 0x72727331u
-#define PAYLOAD 1000
+#define PAYLOAD	    1000
 
 enum { MSG_OFFER = 1, MSG_DONE, MSG_RESULT };
 enum { WR_RECV0 = 1, WR_RECV1, WR_SEND, WR_WRITE };
@@ -38,7 +38,8 @@ static int setup_bufs(struct rs_conn *c, struct bufs *b, int remote_write)
 	b->data = calloc(1, SMOKE_WRITE_LEN);
 	if (!b->msg_mr || !b->data)
 		return -ENOMEM;
-	b->data_mr = rs_reg(c, b->data, SMOKE_WRITE_LEN, remote_write ? IBV_ACCESS_REMOTE_WRITE : 0);
+	b->data_mr =
+		rs_reg(c, b->data, SMOKE_WRITE_LEN, remote_write ? IBV_ACCESS_REMOTE_WRITE : 0);
 	return b->data_mr ? 0 : -ENOMEM;
 }
 
@@ -77,8 +78,11 @@ static int serve_one(struct rs_conn *c, struct bufs *b)
 		return rc;
 
 	memset(b->data, 0, SMOKE_WRITE_LEN);
-	*out = (struct msg){.magic = SMOKE_MAGIC, .kind = MSG_OFFER, .addr = (uintptr_t)b->data,
-			    .rkey = b->data_mr->rkey, .len = SMOKE_WRITE_LEN};
+	*out = (struct msg){.magic = SMOKE_MAGIC,
+			    .kind = MSG_OFFER,
+			    .addr = (uintptr_t)b->data,
+			    .rkey = b->data_mr->rkey,
+			    .len = SMOKE_WRITE_LEN};
 	rc = rs_post_send(c, b->msg_mr, out, sizeof(*out), WR_SEND);
 	/* The OFFER's send completion and the client's DONE, in any order. */
 	for (int sent = 0, got = 0; !rc && !(sent && got);) {
@@ -179,7 +183,9 @@ int smoke_client(const char *addr, uint16_t port, uint32_t seed, int use_events,
 	}
 	if (!rc) {
 		rs_fill(b.data, SMOKE_WRITE_LEN, seed);
-		*out = (struct msg){.magic = SMOKE_MAGIC, .kind = MSG_DONE, .len = SMOKE_WRITE_LEN,
+		*out = (struct msg){.magic = SMOKE_MAGIC,
+				    .kind = MSG_DONE,
+				    .len = SMOKE_WRITE_LEN,
 				    .seed = seed};
 		rs_fill(out->payload, PAYLOAD, seed + 1);
 		rc = rs_post_write(&c, b.data_mr, b.data, SMOKE_WRITE_LEN, offer->addr, offer->rkey,
@@ -201,7 +207,8 @@ int smoke_client(const char *addr, uint16_t port, uint32_t seed, int use_events,
 		}
 	}
 	if (!rc && result->status) {
-		snprintf(c.err, sizeof(c.err), "server found a mismatch (status %d)", result->status);
+		snprintf(c.err, sizeof(c.err), "server found a mismatch (status %d)",
+			 result->status);
 		rc = -EBADMSG;
 	}
 	if (rc && err)

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SMOKE_WRITE_LEN (64 * 1024 + 13) /* odd on purpose */
+#define SMOKE_WRITE_LEN	 (64 * 1024 + 13) /* odd on purpose */
 #define SMOKE_TIMEOUT_MS 20000
 
 /* Called once the server listens, with the port it listens on. */

@@ -125,8 +125,8 @@ struct fake_wqe {
 };
 
 struct fake_qp {
-	struct ibv_qp qp;     /* first */
-	struct fake_qp *next; /* live QPs */
+	struct ibv_qp qp;      /* first */
+	struct fake_qp *next;  /* live QPs */
 	struct fake_qp *hnext; /* qp_hash[] */
 	struct fake_qp *peer;
 	struct fake_srq *srq;

@@ -614,8 +614,14 @@ Test(contract, bridge_sqes_are_tagged)
 
 Test(contract, app_cqes_pass_through_untouched)
 {
-	static const uint64_t uds[] = {0, 1, 2, 0x7fffffffffffULL, 0x7271ffffffffffffULL,
-				       0x7273000000000000ULL, UINT64_MAX, 0xdeadbeef};
+	static const uint64_t uds[] = {0,
+				       1,
+				       2,
+				       0x7fffffffffffULL,
+				       0x7271ffffffffffffULL,
+				       0x7273000000000000ULL,
+				       UINT64_MAX,
+				       0xdeadbeef};
 	const int rounds = 20, nuds = sizeof(uds) / sizeof(uds[0]);
 	int count[8] = {0};
 	struct fixture f;
@@ -645,8 +651,8 @@ Test(contract, app_cqes_pass_through_untouched)
 				count[k]++;
 	}
 	for (int k = 0; k < nuds; k++)
-		cr_assert_eq(count[k], rounds, "user_data %#llx seen %d times", (unsigned long long)uds[k],
-			     count[k]);
+		cr_assert_eq(count[k], rounds, "user_data %#llx seen %d times",
+			     (unsigned long long)uds[k], count[k]);
 	cr_assert_eq(L.wcs[0] + L.wcs[1], (unsigned int)rounds * 3);
 	teardown_fx(&f);
 }
@@ -1806,7 +1812,7 @@ Test(teardown, cancel_of_a_firing_poll_is_asked_again)
 	cr_assert_eq(rr_bridge_create(&b, &ring, NULL, 0), 0);
 	cr_assert_eq(rr_channel_create(b, &fake_ctx, &ch), 0);
 	cr_assert_eq(rr_cq_create(b, ch, &fake_ctx, &co, sizeof(co), &cq), 0);
-	cr_assert_geq(rr_bridge_run_once(b, 0), 0); /* the poll is in the kernel */
+	cr_assert_geq(rr_bridge_run_once(b, 0), 0);	/* the poll is in the kernel */
 	fake_complete(fake_cq_of(rr_cq_ibv(cq)), 1, 1); /* fires; task work waits */
 	cr_assert_eq(rr_cq_destroy(cq), 0);
 	cr_assert_eq(rr_channel_destroy(ch), 0);
@@ -1892,9 +1898,7 @@ static void complete_unhandled(struct fixture *f)
 		unsigned int head;
 
 		io_uring_submit_and_get_events(&f->ring);
-		io_uring_for_each_cqe(&f->ring, head, cqe)
-			if (cqe->user_data == ud)
-				return;
+		io_uring_for_each_cqe(&f->ring, head, cqe) if (cqe->user_data == ud) return;
 		usleep(500);
 	}
 	cr_assert_fail("the channel's CQE never came");

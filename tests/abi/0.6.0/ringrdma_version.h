@@ -4,9 +4,9 @@
 #ifndef RINGRDMA_VERSION_H
 #define RINGRDMA_VERSION_H
 
-#define RR_VERSION_MAJOR 0
-#define RR_VERSION_MINOR 6
-#define RR_VERSION_PATCH 0
+#define RR_VERSION_MAJOR  0
+#define RR_VERSION_MINOR  6
+#define RR_VERSION_PATCH  0
 #define RR_VERSION_STRING "0.6.0"
 
 #endif

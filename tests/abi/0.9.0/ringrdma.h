@@ -186,9 +186,8 @@ typedef void (*rr_app_cqe_cb)(rr_bridge *b, const struct io_uring_cqe *cqe, void
  * set the device up, so neither its events nor the device's reach that
  * bridge (create one CQ with a NULL channel to hear them). An event naming
  * an object the application created itself reaches the bridge that read
- * it; what its element points to is the application's to judge. A failed async fd (a hot-unplugged mlx5
- * device reports POLLERR and fails every read) is reported as a
- * DEVICE_FATAL with port 0.
+ * it; what its element points to is the application's to judge. A failed async fd (a hot-unplugged
+ * mlx5 device reports POLLERR and fails every read) is reported as a DEVICE_FATAL with port 0.
  *
  * The callback may destroy the endpoint, CQ or SRQ the event names (it is
  * held until the callback returns), and post or destroy other objects of

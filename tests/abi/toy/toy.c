@@ -35,7 +35,7 @@ int toy_set_mode(struct toy *t, enum toy_mode mode)
 
 int toy_get_stats(struct toy *t, struct toy_stats *out, size_t size)
 {
-	struct toy_stats st = { .count = 1 };
+	struct toy_stats st = {.count = 1};
 
 	memcpy(out, &st, size < sizeof(st) ? size : sizeof(st));
 	return 0;
