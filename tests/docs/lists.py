@@ -4,8 +4,9 @@
 Each list has one place, and the others link there:
   - each folder's tests (as registered, from the build's
     meson-info/intro-tests.json): CONTRIBUTING.md's "What each folder
-    covers", under the folder's bullet; tests/cp's in docs/ringrdma-cp.md's
-    "Tests" (a bullet's leading names must be registered tests too);
+    covers", under the folder's bullet; tests/cp's in
+    docs/ringrdma-cp-tests.md's "Tests" (a bullet's leading names must be
+    registered tests too);
   - the folders of tests/: that same section, and tests/meson.build's
     opening comment;
   - the files of src/: CONTRIBUTING.md's "The layers", the endpoint
@@ -93,10 +94,10 @@ def check_tests():
         by_folder.setdefault(suites[0], []).append(t["name"])
     contributing = section(read("CONTRIBUTING.md"), "### What each folder covers")
     folders = bullets(contributing, "-")
-    cp_tests = section(read("docs/ringrdma-cp.md"), "## Tests")
+    cp_tests = section(read("docs/ringrdma-cp-tests.md"), "## Tests")
     for folder, names in sorted(by_folder.items()):
         if folder == "cp":
-            where, text = "docs/ringrdma-cp.md Tests", cp_tests
+            where, text = "docs/ringrdma-cp-tests.md Tests", cp_tests
         else:
             where = f"CONTRIBUTING.md, tests/{folder}/"
             text = folders.get(f"tests/{folder}/", "")
@@ -109,7 +110,7 @@ def check_tests():
     for b in re.split(r"^\* ", cp_tests, flags=re.M)[1:]:
         lead = b.split(" (")[0]
         gone += [x for x in re.findall(r"`([a-z0-9-]+)`", lead) if x not in registered]
-    case(not gone, "docs/ringrdma-cp.md Tests describes registered tests only",
+    case(not gone, "docs/ringrdma-cp-tests.md Tests describes registered tests only",
          "not registered: " + " ".join(gone))
     # The folders, in CONTRIBUTING and tests/meson.build's opening comment.
     head = re.match(r"((?:#.*\n)*)", read("tests/meson.build")).group(1)
