@@ -43,9 +43,10 @@ static void *worker(void *arg)
 
 	/* Give way to the loop thread, which on rxe carries the device's own
 	 * work inside its posts: a hash of equal weight, woken beside it,
-	 * preempted it there up to twice per chunk (docs/ringrdma-cp.md).
-	 * Lowering one's own priority needs no privilege; a failure only
-	 * leaves the thread at the loop's. */
+	 * preempted it there up to twice per chunk
+	 * (docs/ringrdma-cp-figures.md, "One large file"). Lowering one's own
+	 * priority needs no privilege; a failure only leaves the thread at
+	 * the loop's. */
 	errno = 0;
 	nice = getpriority(PRIO_PROCESS, 0);
 	if (!errno)

@@ -7,7 +7,7 @@
  * natively SSE2 or AVX2 hash about twice as fast as scalar code, while
  * under an emulator (QEMU's TCG, the lab) the emulated vector instructions
  * make scalar code twice as fast as SSE2 and five times Debian's
- * libxxhash (docs/ringrdma-cp.md). RINGRDMA_CP_XXH=NAME forces one.
+ * libxxhash (docs/ringrdma-cp-figures.md). RINGRDMA_CP_XXH=NAME forces one.
  */
 #ifndef CP_XXH_H
 #define CP_XXH_H

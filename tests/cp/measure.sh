@@ -1,5 +1,5 @@
 #!/bin/bash
-# Not a test: the figures of docs/ringrdma-cp.md in one lab boot.
+# Not a test: the figures of docs/ringrdma-cp-figures.md in one lab boot.
 #   tools/rdma-lab run -- tests/cp/measure.sh build/cp/ringrdma-cp [RUN...]
 # perftest ib_write_bw with 1 MiB messages at cp's window (-t 16),
 # ib_read_bw with one outstanding read (as libringrdma allows), then

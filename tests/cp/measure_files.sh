@@ -1,5 +1,5 @@
 #!/bin/bash
-# Not a test: the small-files figures of docs/ringrdma-cp.md in one lab boot.
+# Not a test: the small-files figures of docs/ringrdma-cp-figures.md in one lab boot.
 #   tools/rdma-lab run -- tests/cp/measure_files.sh build/cp/ringrdma-cp [ROUNDS [CP...]]
 # 1,000 random 4 KiB files in the guest's own /tmp sent to a serve whose
 # DIR is there too, over --conns 1, --conns 4, and --conns 4 to
