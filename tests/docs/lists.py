@@ -25,19 +25,7 @@ import re
 import subprocess
 import sys
 
-n = 0
-failed = False
-
-
-def case(ok, desc, diag=None):
-    global n, failed
-    n += 1
-    print(("ok" if ok else "not ok") + f" {n} - {desc}")
-    if not ok:
-        failed = True
-        if diag:
-            for line in diag.splitlines():
-                print("# " + line)
+from tap import case, done
 
 
 def read(path):
@@ -206,8 +194,7 @@ def main():
     check_tests()
     check_sources()
     check_descriptions()
-    print(f"1..{n}")
-    return 1 if failed else 0
+    return done()
 
 
 if __name__ == "__main__":

@@ -15,19 +15,7 @@ import sys
 
 OPT = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*|-[A-Za-z])(?![\w-])")
 
-n = 0
-failed = False
-
-
-def case(ok, desc, diag=None):
-    global n, failed
-    n += 1
-    print(("ok" if ok else "not ok") + f" {n} - {desc}")
-    if not ok:
-        failed = True
-        if diag:
-            for line in diag.splitlines():
-                print("# " + line)
+from tap import case, done
 
 
 def table(prog):
@@ -100,8 +88,7 @@ def main():
         extra = sorted(o for o in found if o not in opts and o not in short)
         case(not extra, f"{where} names no option {prog.rsplit('/', 1)[-1]} lacks",
              "not in the table: " + " ".join(extra))
-    print(f"1..{n}")
-    return 1 if failed else 0
+    return done()
 
 
 if __name__ == "__main__":
