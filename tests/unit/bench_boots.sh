@@ -4,7 +4,8 @@
 # or missed, as tools/demo prints it; the targets come from one file,
 # tools/bench-targets.txt: each printed once, none out of reach, a name
 # listed twice refused, and docs/performance.md's table of them checked
-# against the file (a target missing on either side fails) (TAP).
+# against the file (a target missing on either side fails); a boot that
+# fails prints the end of its output (TAP).
 set -u
 TOOL=${1:?usage: bench_boots.sh PATH/TO/bench-boots}
 SRC=$(cd "$(dirname "$TOOL")/.." && pwd)
@@ -50,7 +51,7 @@ out=$("$TOOL" --from "$dir"/b1.json "$dir"/b2.json "$dir"/b3.json)
 echo "$out" | sed 's/^/# /'
 # shellcheck source=tests/tap.sh
 . "$(dirname "$0")/../tap.sh"
-tap_plan 24
+tap_plan 25
 line() { echo "$out" | grep -F "$1" | tr -s ' '; }
 # check DESC LINE REGEX: the line of the table matches.
 check() {
@@ -106,4 +107,15 @@ check "summary: a target met" "$(echo "$sum" | grep -F 'qd 4 p50: uring / epoll-
 check "summary: a target missed" "$(echo "$sum" | grep -F 'pingpong p50: uring / thread' | tr -s ' ')" '2\.00 <= 1 missed$'
 check "summary: one boot decides nothing, and the 3-boot command" "${sum//$'\n'/ }" \
 	'One boot decides nothing.*3-boot medians on both kernels: tools/bench-boots --boots 3 .*--kernel 6\.12'
+# A boot that fails says why: the end of its output, kept beside its JSON.
+tree=$dir/tree
+mkdir -p "$tree/tools" "$tree/build/bench"
+cp "$TOOL" "$TARGETS" "$tree/tools/"
+printf '#!/bin/sh\nexit 0\n' >"$tree/build/bench/ringrdma-bench"
+printf '#!/bin/sh\necho "guest: epoll-aio qd 16: io_submit: Resource temporarily unavailable"\nexit 1\n' \
+	>"$tree/tools/bench-lab"
+chmod +x "$tree/build/bench/ringrdma-bench" "$tree/tools/bench-lab"
+check "a failed boot prints the end of its output" \
+	"$("$tree/tools/bench-boots" --boots 1 --keep "$dir/keep" 2>&1 | tr '\n' ' '; echo "status ${PIPESTATUS[0]}")" \
+	"boot 1 failed \(status 1\); the end of .*boot-1\.log:.*io_submit: Resource temporarily unavailable.*status 1"
 tap_done
