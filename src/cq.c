@@ -593,7 +593,8 @@ static unsigned int poll_and_place(rr_cq *cq, enum rr__arm when)
 		set_active(cq, true);
 		return n;
 	}
-	set_active(cq, false);
+	if (cq->active) /* mostly not: spare the call */
+		set_active(cq, false);
 	/* Asked after the poll: its callbacks may have queued a CQE. */
 	if (cq->mode == RR_WAIT_EVENT && !cq->armed &&
 	    (when == RR__ARM_LATER ||
@@ -702,6 +703,15 @@ unsigned int rr__cqs_settle(struct rr__cqs *set, enum rr__arm when, bool armed_t
 		n += poll_armed(set);
 	if (rr__list_empty(&set->lazy))
 		return n;
+	/* Mostly one CQ: take it alone, no list to splice. */
+	if (set->lazy.next == set->lazy.prev) {
+		rr_cq *cq = rr__container_of(set->lazy.next, rr_cq, lazy_link);
+
+		rr__list_init(&set->lazy);
+		rr__list_init(&cq->lazy_link);
+		cq->lazy = false;
+		return n + service_as(cq, when);
+	}
 	/* Take the list, as rr__cq_poll_active() does: a CQ left unarmed
 	 * goes back on set->lazy, not on `pass`. */
 	pass.next = set->lazy.next;
