@@ -850,6 +850,7 @@ static void channel_ready(void *ctx, int revents)
 	rr_channel *ch = ctx;
 	struct rr__cqs *set = ch->set;
 	struct rr__list pending;
+	rr_cq *first = NULL;
 	struct ibv_cq *icq;
 	void *cctx;
 	int err = 0;
@@ -886,10 +887,14 @@ static void channel_ready(void *ctx, int revents)
 
 		took_event(cq);
 		set_lazy(cq, false); /* served now */
-		/* Queue it once; a CQ already on the active list is polled there. */
+		/* Queue it once; a CQ already on the active list is polled there.
+		 * Mostly one event: the first needs no list. */
 		if (!cq->evented && !cq->active) {
 			cq->evented = true;
-			rr__list_add_tail(&pending, &cq->active_link);
+			if (!first)
+				first = cq;
+			else
+				rr__list_add_tail(&pending, &cq->active_link);
 		}
 		/* Each armed CQ raises one event at most: when none is left
 		 * armed the channel is empty, and the read that would say
@@ -903,6 +908,11 @@ static void channel_ready(void *ctx, int revents)
 		rr__poll_close(set->ring, ch->slot);
 		set->stats->poll_failures++;
 		channel_lost(ch);
+	}
+	/* Served first, before any callback could destroy it. */
+	if (first) {
+		first->evented = false;
+		service(first);
 	}
 	while (!rr__list_empty(&pending)) {
 		rr_cq *cq = rr__container_of(pending.next, rr_cq, active_link);
