@@ -254,20 +254,35 @@ static inline void repoll_after_short(rr_cq *cq)
  * A CQ that a poll found empty earlier in this call into the library
  * (set->gen unchanged, no arm and no callback of it since) is not polled
  * again; nor, mostly, one a short batch emptied (the adaptive re-poll
- * above).
+ * above). @n > 0: cq_poll() polled a batch of @n for @want already.
  */
-static unsigned int cq_poll_slow(rr_cq *cq, unsigned int budget, bool *more)
+static unsigned int cq_poll_slow(rr_cq *cq, unsigned int budget, bool *more, int n, int want)
 {
 	struct rr__cqs *set = cq->set;
-	unsigned int total = 0;
+	unsigned int total = 0, kept;
 	bool drained = cq->empty_gen == set->gen;
-	int n, want;
 
 	*more = false;
 	cq->dispatch_depth++;
-	while (total < budget) {
-		unsigned int kept = hand_out_kept(cq, budget - total);
-
+	for (;;) {
+		/* @n: a batch just polled, into the CQ's own buffer: a QP
+		 * leaving during a callback takes its completions from the
+		 * rest of the batch first. */
+		if (n > 0) {
+			if (cq->spin == RR__SPIN_WINDOW)
+				window_hit(cq);
+			cq->nbatch = (uint32_t)n;
+			n = 0;
+			drained = cq->nbatch < (uint32_t)want;
+			if (drained)
+				repoll_after_short(cq);
+			total += hand_out_batch(cq);
+			if (cq->destroy_deferred)
+				goto out;
+		}
+		if (total >= budget)
+			break;
+		kept = hand_out_kept(cq, budget - total);
 		if (kept) {
 			total += kept;
 			/* Destroyed from its own callback: the rest of the
@@ -281,8 +296,6 @@ static unsigned int cq_poll_slow(rr_cq *cq, unsigned int budget, bool *more)
 		if (drained)
 			break;
 		want = (int)(budget - total < set->cq_batch ? budget - total : set->cq_batch);
-		/* Into the CQ's own buffer: a QP leaving during a callback
-		 * takes its completions from the rest of the batch first. */
 		n = ibv_poll_cq(cq->cq, want, cq->batch);
 		if (cq->repolling)
 			repoll_learn(cq, n);
@@ -293,15 +306,6 @@ static unsigned int cq_poll_slow(rr_cq *cq, unsigned int budget, bool *more)
 			}
 			break;
 		}
-		if (cq->spin == RR__SPIN_WINDOW)
-			window_hit(cq);
-		cq->nbatch = (uint32_t)n;
-		drained = n < want;
-		if (drained)
-			repoll_after_short(cq);
-		total += hand_out_batch(cq);
-		if (cq->destroy_deferred)
-			goto out;
 	}
 	*more = total >= budget;
 out:
@@ -310,15 +314,32 @@ out:
 	return total;
 }
 
+/*
+ * The common calls stay out of the loop above: a CQ found empty earlier
+ * in this call into the library, and a poll that finds nothing (most
+ * polls after the first of a wake-up). Kept completions go first, there.
+ */
 static inline unsigned int cq_poll(rr_cq *cq, unsigned int budget, bool *more)
 {
-	/* Most calls after the first of a pass: empty, nothing kept. */
-	if (cq->empty_gen == cq->set->gen && cq->batch_head >= cq->nbatch &&
-	    cq->stash_head >= cq->nstash) {
-		*more = false;
+	struct rr__cqs *set = cq->set;
+	int n, want;
+
+	if (cq->batch_head < cq->nbatch || cq->stash_head < cq->nstash || !budget)
+		return cq_poll_slow(cq, budget, more, 0, 0);
+	*more = false;
+	if (cq->empty_gen == set->gen)
 		return 0;
+	want = (int)(budget < set->cq_batch ? budget : set->cq_batch);
+	n = ibv_poll_cq(cq->cq, want, cq->batch);
+	if (cq->repolling)
+		repoll_learn(cq, n);
+	if (n > 0)
+		return cq_poll_slow(cq, budget, more, n, want);
+	if (n == 0) {
+		set->stats->empty_polls++;
+		cq->empty_gen = set->gen;
 	}
-	return cq_poll_slow(cq, budget, more);
+	return 0;
 }
 
 /*
@@ -572,7 +593,8 @@ static unsigned int poll_and_place(rr_cq *cq, enum rr__arm when)
 		set_active(cq, true);
 		return n;
 	}
-	set_active(cq, false);
+	if (cq->active) /* mostly not: spare the call */
+		set_active(cq, false);
 	/* Asked after the poll: its callbacks may have queued a CQE. */
 	if (cq->mode == RR_WAIT_EVENT && !cq->armed &&
 	    (when == RR__ARM_LATER ||
@@ -681,6 +703,15 @@ unsigned int rr__cqs_settle(struct rr__cqs *set, enum rr__arm when, bool armed_t
 		n += poll_armed(set);
 	if (rr__list_empty(&set->lazy))
 		return n;
+	/* Mostly one CQ: take it alone, no list to splice. */
+	if (set->lazy.next == set->lazy.prev) {
+		rr_cq *cq = rr__container_of(set->lazy.next, rr_cq, lazy_link);
+
+		rr__list_init(&set->lazy);
+		rr__list_init(&cq->lazy_link);
+		cq->lazy = false;
+		return n + service_as(cq, when);
+	}
 	/* Take the list, as rr__cq_poll_active() does: a CQ left unarmed
 	 * goes back on set->lazy, not on `pass`. */
 	pass.next = set->lazy.next;
@@ -819,6 +850,7 @@ static void channel_ready(void *ctx, int revents)
 	rr_channel *ch = ctx;
 	struct rr__cqs *set = ch->set;
 	struct rr__list pending;
+	rr_cq *first = NULL;
 	struct ibv_cq *icq;
 	void *cctx;
 	int err = 0;
@@ -855,10 +887,14 @@ static void channel_ready(void *ctx, int revents)
 
 		took_event(cq);
 		set_lazy(cq, false); /* served now */
-		/* Queue it once; a CQ already on the active list is polled there. */
+		/* Queue it once; a CQ already on the active list is polled there.
+		 * Mostly one event: the first needs no list. */
 		if (!cq->evented && !cq->active) {
 			cq->evented = true;
-			rr__list_add_tail(&pending, &cq->active_link);
+			if (!first)
+				first = cq;
+			else
+				rr__list_add_tail(&pending, &cq->active_link);
 		}
 		/* Each armed CQ raises one event at most: when none is left
 		 * armed the channel is empty, and the read that would say
@@ -872,6 +908,11 @@ static void channel_ready(void *ctx, int revents)
 		rr__poll_close(set->ring, ch->slot);
 		set->stats->poll_failures++;
 		channel_lost(ch);
+	}
+	/* Served first, before any callback could destroy it. */
+	if (first) {
+		first->evented = false;
+		service(first);
 	}
 	while (!rr__list_empty(&pending)) {
 		rr_cq *cq = rr__container_of(pending.next, rr_cq, active_link);

@@ -41,6 +41,9 @@ struct rr__eps {
 	unsigned int holding;	  /* depth of passes */
 	struct rr__list held_eps; /* endpoints holding some */
 	struct rr__list held_srqs;
+	/* Set with either list non-empty; cleared by rr__eps_post_all_held()
+	 * once it finds both empty: one test a check instead of two. */
+	bool any_held;
 };
 
 /* Work requests held for one queue, in posting order, chained by their
@@ -135,7 +138,7 @@ void rr__eps_post_all_held(struct rr__eps *set);
 /* Inline: a pass calls these several times, and mostly nothing is held. */
 static inline void rr__eps_post_held(struct rr__eps *set)
 {
-	if (!rr__list_empty(&set->held_srqs) || !rr__list_empty(&set->held_eps))
+	if (set->any_held)
 		rr__eps_post_all_held(set);
 }
 

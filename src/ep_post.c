@@ -81,8 +81,10 @@ static bool holds(const rr_ep *ep)
 static void hold(rr_ep *ep, struct rr__chain *c, struct rr__req *req)
 {
 	rr__chain_add(c, req);
-	if (rr__list_empty(&ep->held_link))
+	if (rr__list_empty(&ep->held_link)) {
 		rr__list_add_tail(&ep->set->held_eps, &ep->held_link);
+		ep->set->any_held = true;
+	}
 }
 
 static int can_post_send(rr_ep *ep)
@@ -376,6 +378,7 @@ void rr__eps_posts_init(struct rr__eps *set, struct rr_bridge_stats *stats)
 	set->holding = 0;
 	rr__list_init(&set->held_eps);
 	rr__list_init(&set->held_srqs);
+	set->any_held = false;
 }
 
 /* SRQs first: their receives serve every endpoint. A callback of a
@@ -393,6 +396,7 @@ void rr__eps_post_all_held(struct rr__eps *set)
 			if (rr__ep_post_held(ep))
 				rr__ep_release_if_done(ep);
 		} else {
+			set->any_held = false;
 			break;
 		}
 	}

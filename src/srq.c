@@ -89,8 +89,10 @@ int rr_srq_post_recv(rr_srq *srq, void *buf, uint32_t len, struct ibv_mr *mr, rr
 	if (srq->set->holding) {
 		/* A pass is on: the receive goes with the SRQ's chain. */
 		rr__chain_add(&srq->held, req);
-		if (rr__list_empty(&srq->held_link))
+		if (rr__list_empty(&srq->held_link)) {
 			rr__list_add_tail(&srq->set->held_srqs, &srq->held_link);
+			srq->set->any_held = true;
+		}
 	} else {
 		rc = ibv_post_srq_recv(srq->srq, &req->wr.recv, &bad);
 		if (rc)
