@@ -310,6 +310,7 @@ int filer_kick(struct bside *s); /* keep io_uring reads in flight */
 int filer_aio_attach(struct bside *s);
 int filer_aio_kick(struct filer *f);
 int filer_aio_reap(struct filer *f);
+int filer_aio_efd(const struct filer *f); /* its eventfd, in the epoll set */
 /* The eventfd's epoll_event.data.u64, beside the channel's 0. */
 #define FILER_AIO_EVENT 1
 int filer_pread(struct filer *f); /* one synchronous chunk */

@@ -231,6 +231,11 @@ int filer_aio_kick(struct filer *f)
 	return rc < n ? -EAGAIN : 0;
 }
 
+int filer_aio_efd(const struct filer *f)
+{
+	return f->aio ? f->aio->efd : -1;
+}
+
 int filer_aio_reap(struct filer *f)
 {
 	struct io_event ev[FILER_MAX_DEPTH];
@@ -240,10 +245,11 @@ int filer_aio_reap(struct filer *f)
 	f->calls++;
 	if (read(f->aio->efd, &done, sizeof(done)) != sizeof(done))
 		return errno == EAGAIN ? 0 : -errno;
-	if (done > f->depth)
-		done = f->depth;
-	/* The eventfd counted `done` completions: this returns at once. */
-	n = io_getevents(f->aio->ctx, (long)done, f->depth, ev, NULL);
+	/* Whatever the ring holds, without waiting: the count read may
+	 * already have been reaped (a completion that came between an
+	 * earlier read(2) and its io_getevents()), and waiting for it with
+	 * nothing in flight would block the loop for good. */
+	n = io_getevents(f->aio->ctx, 0, f->depth, ev, &(struct timespec){0});
 	f->calls++;
 	if (n < 0)
 		return n;
@@ -276,6 +282,12 @@ int filer_aio_reap(struct filer *f)
 {
 	(void)f;
 	return -ENOSYS;
+}
+
+int filer_aio_efd(const struct filer *f)
+{
+	(void)f;
+	return -1;
 }
 #endif
 
