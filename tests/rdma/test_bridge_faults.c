@@ -370,13 +370,15 @@ Test(faults, thousand_connect_abort_destroy_cycles, .timeout = 600)
 	static uint8_t buf[64];
 	int fds0 = 0, expect_flushed = 0;
 	long rss0 = 0;
+	/* Past the warm-up's 100, enough to see fds or memory grow. */
+	int cycles = (int)rr_test_count("RR_TEST_CYCLES", 1000, 200);
 
 	cr_assert_eq(rr_test_ring_init(&ring, 128), 0);
 	cr_assert_eq(
 		rr_bridge_create(&b, &ring, rr_test_bridge_opts(), sizeof(struct rr_bridge_opts)),
 		0);
 	cr_assert_eq(rr_listen(b, addr, 0, &o, sizeof(o), cyc_accept, &c, &l), 0);
-	for (int i = 0; i < 1000; i++) {
+	for (int i = 0; i < cycles; i++) {
 		rr_ep *ep;
 
 		if (i == 100) { /* after warm-up: caches and pools are filled */
@@ -444,7 +446,8 @@ Test(faults, thousand_connect_abort_destroy_cycles, .timeout = 600)
 
 /* ---- two threads, two rings: no lost wake-up ---- */
 
-#define PP_ROUNDS 20000
+#define PP_ROUNDS 20000 /* RR_TEST_ROUNDS may lower it */
+static unsigned int pp_rounds;
 
 struct pp_side {
 	struct io_uring ring;
@@ -488,7 +491,7 @@ static void pp_recv(rr_ep *ep, const struct rr_completion *c, void *data)
 		return;
 	}
 	s->rounds++;
-	if (s->rounds < PP_ROUNDS || s->port_out) /* the server answers every ping */
+	if (s->rounds < pp_rounds || s->port_out) /* the server answers every ping */
 		pp_bounce(s);
 }
 
@@ -496,7 +499,7 @@ static bool pp_done(void *arg)
 {
 	struct pp_side *s = arg;
 
-	return s->rounds >= PP_ROUNDS || s->failed ||
+	return s->rounds >= pp_rounds || s->failed ||
 	       (s->stop && __atomic_load_n(s->stop, __ATOMIC_ACQUIRE));
 }
 
@@ -565,6 +568,7 @@ static void pingpong_two_threads(enum rr_wait_mode mode)
 	int rc;
 
 	srv.addr = cli.addr = rr_test_require_rdma();
+	pp_rounds = rr_test_count("RR_TEST_ROUNDS", PP_ROUNDS, 1000);
 	cr_assert_eq(pthread_create(&t, NULL, pp_server, &srv), 0);
 	pthread_mutex_lock(&lock);
 	while (!port)
@@ -583,7 +587,7 @@ static void pingpong_two_threads(enum rr_wait_mode mode)
 	rr_bridge_destroy(cli.b);
 	io_uring_queue_exit(&cli.ring);
 	pthread_join(t, NULL);
-	cr_assert_eq(rc, 0, "ping-pong stalled after %u of %d rounds", cli.rounds, PP_ROUNDS);
+	cr_assert_eq(rc, 0, "ping-pong stalled after %u of %u rounds", cli.rounds, pp_rounds);
 	cr_assert_eq(cli.failed, 0);
 	cr_assert_eq(srv.failed, 0);
 }

@@ -16,6 +16,13 @@ unsigned int rr_test_ring_flags(void)
 	return env_uint("RR_TEST_RING_FLAGS", 0);
 }
 
+unsigned int rr_test_count(const char *name, unsigned int dflt, unsigned int least)
+{
+	unsigned int n = env_uint(name, dflt);
+
+	return n < least ? least : n;
+}
+
 unsigned int rr_test_bridge_flags(void)
 {
 	return env_uint("RR_TEST_BRIDGE_FLAGS", 0);
