@@ -6,7 +6,7 @@
 #   disk.sh PATH/TO/ringrdma-cp
 CP=${1:?usage: disk.sh PATH/TO/ringrdma-cp}
 . "$(dirname "$0")/lib.sh" 8
-PORT=7540
+PORT=7650
 
 # ext4 in a file on the guest's /tmp, mounted at $T/root/cold.
 mkdir -p "$T/src" "$T/root/cold" "$T/ram"

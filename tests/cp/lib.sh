@@ -24,6 +24,8 @@ trap cleanup EXIT
 failed=0
 n=0
 echo "1..$PLAN"
+# Each result says how long its part took: where a lab run's time goes.
+last=$SECONDS
 result() { # OK? DESCRIPTION
 	n=$((n + 1))
 	if [ "$1" = 1 ]; then
@@ -33,6 +35,8 @@ result() { # OK? DESCRIPTION
 		echo "not ok $n - $2" >&2
 		failed=1
 	fi
+	echo "# $((SECONDS - last)) s"
+	last=$SECONDS
 }
 # Failures go to stderr as well: meson prints a failed test's stderr, so
 # a CI log says why without its meson-logs.
