@@ -8,9 +8,10 @@
  *                       the bridge meets a full SQ.
  *   RR_TEST_BRIDGE_FLAGS rr_bridge_opts.flags the tests' bridges add, e.g.
  *                       8 (RR_BRIDGE_RING_READ).
- *   RR_TEST_CYCLES, RR_TEST_ROUNDS  how many connect cycles and ping-pong
- *                       rounds the long cases run: fewer where a flavour
- *                       repeats a case the plain run holds at full length.
+ *   RR_TEST_CYCLES, RR_TEST_ROUNDS, RR_TEST_CONNS  how many connect
+ *                       cycles, ping-pong rounds and connections the long
+ *                       cases run: fewer where a flavour repeats a case the
+ *                       plain run holds at full length.
  * tests/meson.build runs the bridge tests once per flavour.
  */
 #ifndef RR_TESTS_TEST_RING_H
@@ -28,7 +29,7 @@ unsigned int rr_test_ring_flags(void);
  * bridge options with only those. */
 unsigned int rr_test_bridge_flags(void);
 const struct rr_bridge_opts *rr_test_bridge_opts(void);
-/* A count the environment may lower (RR_TEST_CYCLES, RR_TEST_ROUNDS):
+/* A count the environment may lower (RR_TEST_CYCLES and the others):
  * @dflt without it, never below @least. */
 unsigned int rr_test_count(const char *name, unsigned int dflt, unsigned int least);
 
