@@ -397,6 +397,9 @@ static void *thread_main(void *arg)
 	if (cp_loop_init_thread(&th->lp, RING_ENTRIES)) {
 		fail(th, "cannot start a sender thread's ring");
 	} else {
+		/* Its CQs' interrupts on a vector of their own, as serve's
+		 * groups (modulo the device's vectors). */
+		rr_bridge_set_comp_vector(th->lp.b, (unsigned int)(th - s->th));
 		run_thread(th);
 		cp_loop_fini(&th->lp);
 	}
