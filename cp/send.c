@@ -20,7 +20,9 @@
  * take from the one list. The first thread is the caller's and reads
  * the signals (the others block them); a failure or a signal sets one
  * flag every thread's loop reads at each pass (a 100 ms tick at the
- * latest) and ends its own connections on. Counts, progress and the
+ * latest) and ends its own connections on. A FILE_DONE that lets a
+ * waiting entry go wakes the other threads through their eventfds, so
+ * their waiting connections ask again at once. Counts, progress and the
  * "sent" lines are shared under one mutex.
  */
 #include <dirent.h>
@@ -33,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -56,6 +59,12 @@ struct sthread {
 	bool failed;   /* its loop or a connection's start failed */
 	pthread_t thread;
 	bool started;
+	/* Written by another thread when one of its FILE_DONEs may let an
+	 * entry go that a connection here waits for (open to the end). */
+	int efd;
+	struct cp_op wake;
+	bool wake_on;
+	uint64_t wake_buf;
 };
 
 /* One connection; its files go in turn, the connections' side by side. */
@@ -95,6 +104,47 @@ struct sender {
 static int conn_index(const struct sconn *c)
 {
 	return (int)(c - c->th->s->c);
+}
+
+/* An entry may go now: the other threads' waiting connections ask
+ * again at their next pass, not at their next tick. */
+static void wake_others(struct sthread *th)
+{
+	struct sender *s = th->s;
+	uint64_t one = 1;
+
+	for (unsigned int k = 0; k < s->nthreads; k++) {
+		if (&s->th[k] == th || s->th[k].efd < 0)
+			continue;
+		/* Fails only when the count is full: a wake is due anyway. */
+		if (write(s->th[k].efd, &one, sizeof(one)) < 0)
+			continue;
+	}
+}
+
+static void arm_wake(struct sthread *th)
+{
+	struct io_uring_sqe *sqe;
+
+	if (th->wake_on || th->efd < 0 || th->lp.stop)
+		return;
+	sqe = cp_loop_sqe(&th->lp, &th->wake);
+	if (!sqe)
+		return; /* the tick still asks again */
+	io_uring_prep_read(sqe, th->efd, &th->wake_buf, sizeof(th->wake_buf), 0);
+	io_uring_sqe_set_data(sqe, &th->wake);
+	th->wake_on = true;
+}
+
+/* Woken: the loop's poll, which follows every batch of completions,
+ * asks the waiting connections again. */
+static void wake_done(struct cp_op *op, int res)
+{
+	struct sthread *th = (struct sthread *)((char *)op - offsetof(struct sthread, wake));
+
+	th->wake_on = false;
+	if (res >= 0 || res == -EINTR)
+		arm_wake(th); /* else the tick still asks again */
 }
 
 /* A file's source: opened, still a regular file, its size, mode and mtime. */
@@ -204,7 +254,8 @@ static void file_done(struct tx *t, const struct tx_src *src, uint64_t bytes, ui
 	const struct cp_sendq_entry *e = &s->q.e[src->id];
 	uint64_t now = cp_now_ns();
 
-	cp_sendq_stored(&s->q, (int)src->id, sum);
+	if (cp_sendq_stored(&s->q, (int)src->id, sum) && s->nthreads > 1)
+		wake_others(c->th);
 	c->chunks = tx_chunks(t);
 	c->resumed = tx_resumed(t);
 	atomic_store_explicit(&c->acked, tx_bytes(t), memory_order_relaxed);
@@ -361,6 +412,8 @@ static void run_thread(struct sthread *th)
 	int rc = 0;
 
 	th->lp.poll = send_poll;
+	th->wake.done = wake_done;
+	arm_wake(th);
 	for (unsigned int i = th->first; i < th->first + th->n; i++) {
 		h.data = &s->c[i];
 		s->c[i].t = tx_start(&th->lp, &s->conn_opts, s->host, s->port, &h);
@@ -385,6 +438,9 @@ static void run_thread(struct sthread *th)
 		while (th->live && cp_loop_pass(&th->lp, 100) >= 0)
 			poll_conns(th);
 	}
+	th->lp.stop = true; /* no more wakes armed */
+	if (th->wake_on)
+		cp_loop_cancel(&th->lp, &th->wake);
 }
 
 /* A thread but the first: its ring and bridge are made here, where they
@@ -767,10 +823,18 @@ static int plan(struct sender *s)
 	s->th = calloc(s->nthreads, sizeof(*s->th));
 	if (!s->th)
 		return walk_fail(s, "out of memory");
+	for (unsigned int k = 0; k < s->nthreads; k++)
+		s->th[k].efd = -1;
 	for (unsigned int k = 0; k < s->nthreads; k++) {
 		struct sthread *th = &s->th[k];
 
 		th->s = s;
+		if (s->nthreads > 1) {
+			/* Blocking, as the worker's: the ring's read waits. */
+			th->efd = eventfd(0, EFD_CLOEXEC);
+			if (th->efd < 0)
+				return walk_fail(s, "eventfd: %s", strerror(errno));
+		}
 		th->first = k * s->nconns / s->nthreads;
 		th->n = (k + 1) * s->nconns / s->nthreads - th->first;
 		for (unsigned int i = th->first; i < th->first + th->n; i++)
@@ -874,6 +938,10 @@ out:
 	}
 	cp_json_report(o, &sum);
 	free(thread_conns);
+	/* After every thread ended: none writes to another's any more. */
+	for (unsigned int k = 0; s->th && k < s->nthreads; k++)
+		if (s->th[k].efd >= 0)
+			close(s->th[k].efd);
 	cp_sendq_free(&s->q);
 	for (int i = 0; i < s->ntops; i++)
 		close(s->tops[i]);

@@ -143,19 +143,23 @@ int cp_sendq_take(struct cp_sendq *q, int conn)
 	return i;
 }
 
-void cp_sendq_stored(struct cp_sendq *q, int i, uint64_t sum)
+bool cp_sendq_stored(struct cp_sendq *q, int i, uint64_t sum)
 {
 	struct cp_sendq_entry *e = &q->e[i];
+	bool ready = e->kind == CP_MKDIR;
 
 	pthread_mutex_lock(&q->mu);
 	e->done = true;
 	for (int d = e->dir; d >= 0; d = q->e[d].dir)
-		q->e[d].left--;
+		if (!--q->e[d].left)
+			ready = true;
 	if (e->range) {
 		q->e[e->commit].sums[e->index] = sum;
-		q->e[e->commit].left--;
+		if (!--q->e[e->commit].left)
+			ready = true;
 	}
 	pthread_mutex_unlock(&q->mu);
+	return ready;
 }
 
 int cp_sendq_commit_sum(struct cp_sendq *q, int i, uint64_t *sum)

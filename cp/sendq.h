@@ -88,8 +88,10 @@ int cp_sendq_add_striped(struct cp_sendq *q, struct cp_sendq_entry e, uint64_t s
  * must wait for others to be stored.
  */
 int cp_sendq_take(struct cp_sendq *q, int conn);
-/* cp_sendq_stored() - entry @i was stored by the receiver, with @sum. */
-void cp_sendq_stored(struct cp_sendq *q, int i, uint64_t sum);
+/* cp_sendq_stored() - entry @i was stored by the receiver, with @sum:
+ * true if an entry waiting for that may go now (a MKDIR, the last entry
+ * beneath a directory, the last range of a file), false if none can. */
+bool cp_sendq_stored(struct cp_sendq *q, int i, uint64_t sum);
 /* cp_sendq_commit_sum() - a CP_FILE_COMMIT entry @i taken: its ranges'
  * sums folded in range order into *sum. 0, or -ENOMEM. */
 int cp_sendq_commit_sum(struct cp_sendq *q, int i, uint64_t *sum);

@@ -5,7 +5,8 @@
  * go: in order; in a directory only once its MKDIR was stored or went on
  * the same connection; DIR_META once everything beneath was stored; a
  * striped file's FILE_COMMIT once every range was, with their sums
- * folded in range order; and, taken by four threads at once, each entry
+ * folded in range order; a store says whether anything may go now (the
+ * other threads are woken then); and, taken by four threads at once, each entry
  * exactly once by those rules, to the end.
  */
 #include <criterion/criterion.h>
@@ -102,7 +103,7 @@ Test(sendq, an_entry_waits_for_its_mkdir_on_another_connection)
 	f = file(&q, d, "d/f");
 	cr_assert_eq(cp_sendq_take(&q, 0), d);
 	cr_assert_eq(cp_sendq_take(&q, 1), -2);
-	cp_sendq_stored(&q, d, 0);
+	cr_assert(cp_sendq_stored(&q, d, 0), "a MKDIR stored: others may go");
 	cr_assert_eq(cp_sendq_take(&q, 1), f, "once stored, any connection");
 	cp_sendq_free(&q);
 }
@@ -130,9 +131,9 @@ Test(sendq, dir_meta_waits_for_everything_beneath)
 	cr_assert_eq(cp_sendq_take(&q, 0), -2);
 	cp_sendq_stored(&q, d, 0);
 	cp_sendq_stored(&q, s, 0);
-	cp_sendq_stored(&q, f, 0);
+	cr_assert(!cp_sendq_stored(&q, f, 0), "d/f stored: nothing more may go");
 	cr_assert_eq(cp_sendq_take(&q, 1), -2, "d/s/f not stored: neither goes");
-	cp_sendq_stored(&q, sf, 0);
+	cr_assert(cp_sendq_stored(&q, sf, 0), "the last beneath d/s: its DIR_META may go");
 	/* d/s's DIR_META is beneath d: d's waits for it. */
 	cr_assert_eq(cp_sendq_take(&q, 1), sm);
 	cr_assert_eq(cp_sendq_take(&q, 1), -2);
@@ -167,9 +168,9 @@ Test(sendq, commit_waits_for_every_range_and_folds_in_order)
 	/* Stored out of order: still not before the last one. */
 	cp_sendq_stored(&q, r + 2, sums[2]);
 	cp_sendq_stored(&q, r + 0, sums[0]);
-	cp_sendq_stored(&q, r + 3, sums[3]);
+	cr_assert(!cp_sendq_stored(&q, r + 3, sums[3]), "a range before the last");
 	cr_assert_eq(cp_sendq_take(&q, 1), -2, "range 1 not stored");
-	cp_sendq_stored(&q, r + 1, sums[1]);
+	cr_assert(cp_sendq_stored(&q, r + 1, sums[1]), "the last range: the commit may go");
 	cr_assert_eq(cp_sendq_take(&q, 1), c);
 	cr_assert_eq(cp_sendq_commit_sum(&q, c, &sum), 0);
 	cr_assert_eq(cp_range_fold_init(&f), 0);
