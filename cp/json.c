@@ -104,6 +104,8 @@ static int write_summary(FILE *f, const struct cp_opts *o, const struct cp_summa
 		for (unsigned int i = 0; i < s->threads; i++)
 			fprintf(f, "%s%u", i ? ", " : "", s->thread_conns[i]);
 		fputs("],\n", f);
+	}
+	if (s->threads && strcmp(s->mode, "send")) {
 		member(f, "files_ahead", "%llu", (unsigned long long)n->files_ahead);
 	}
 	member(f, "chunk", "%u", o->chunk);

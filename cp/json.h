@@ -12,7 +12,8 @@ struct cp_summary {
 	struct cp_tally n;
 	uint64_t start_ns; /* the clock starts here */
 	uint64_t data_ns;  /* send: first WELCOME to last FILE_DONE, 0 if none */
-	/* serve: its threads, and the connections each one ended */
+	/* serve: its threads, and the connections each one ended; send
+	 * --threads N (N > 1): its threads and the connections each one ran */
 	unsigned int threads;
 	const unsigned int *thread_conns;
 };

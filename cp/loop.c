@@ -169,6 +169,11 @@ int cp_loop_init_group(struct cp_loop *lp, unsigned int entries)
 	return loop_init(lp, entries, RR_BRIDGE_GROUP, false);
 }
 
+int cp_loop_init_thread(struct cp_loop *lp, unsigned int entries)
+{
+	return loop_init(lp, entries, 0, false);
+}
+
 /*
  * The loop's worker: calls with no io_uring op run here, so that a stuck
  * file system holds a thread of it and the connections that wait on it,

@@ -56,6 +56,9 @@ int cp_loop_init(struct cp_loop *lp, unsigned int entries);
 /* A poll group's loop (RR_BRIDGE_GROUP bridge), on the thread that will
  * run it; no signals: those go to the listener's loop. */
 int cp_loop_init_group(struct cp_loop *lp, unsigned int entries);
+/* Another thread's loop (send --threads), on the thread that will run
+ * it: a plain bridge, no signals (the first thread's loop reads them). */
+int cp_loop_init_thread(struct cp_loop *lp, unsigned int entries);
 /* An SQE whose CQE goes to @op; NULL (and an error printed) if the ring is full. */
 struct io_uring_sqe *cp_loop_sqe(struct cp_loop *lp, struct cp_op *op);
 /* Ask the kernel to cancel @op; its own CQE still comes. */

@@ -303,6 +303,10 @@ static const struct optab cp_optab[] = {
 	{"conns", 0, "N", CP_SEND, NUM(conns, 1, CP_SEND_CONNS_MAX),
 	 .help = "send over N connections side by side, each file over\n"
 		 "one (default 1; each holds chunk x window bytes)"},
+	{"threads", 0, "N", CP_SEND,
+	 .help = "send from N threads, each with its own ring and a share\n"
+		 "of max(N, --conns) connections (default 1; at most "
+		 "16)"},
 	{"stripe", 0, "BYTES", CP_SEND, NUM(stripe, 0, UINT64_MAX),
 	 .want = "want a byte count, 0 for off",
 	 .help = "a file above BYTES goes as ranges of BYTES that any\n"
@@ -430,6 +434,11 @@ int main(int argc, char **argv)
 	if (!strcmp(mode, "send")) {
 		if (only(seen, CP_SEND, mode))
 			goto bad;
+		if (o.threads > CP_SEND_CONNS_MAX) {
+			fprintf(stderr, CP_PROG ": --threads %u: want 1 to %d in send\n", o.threads,
+				CP_SEND_CONNS_MAX);
+			goto bad;
+		}
 		if (o.links && !o.recursive) {
 			fprintf(stderr, CP_PROG ": --links needs -r\n");
 			goto bad;

@@ -13,21 +13,36 @@
  * keeps a connection's order), and DIR_META only once everything beneath
  * it was stored (a name made in a directory changes its mtime, and a
  * directory without write or search permission takes nothing more).
+ * The list and those rules are cp/sendq.c's.
+ *
+ * With --threads N (N > 1) the connections are spread over N threads,
+ * each with a ring, bridge and loop of its own made where it runs; all
+ * take from the one list. The first thread is the caller's and reads
+ * the signals (the others block them); a failure or a signal sets one
+ * flag every thread's loop reads at each pass (a 100 ms tick at the
+ * latest) and ends its own connections on. A FILE_DONE that lets a
+ * waiting entry go wakes the other threads through their eventfds, so
+ * their waiting connections ask again at once. Counts, progress and the
+ * "sent" lines are shared under one mutex.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "json.h"
 #include "progress.h"
 #include "range.h"
+#include "sendq.h"
 #include "store.h"
 #include "tx.h"
 
@@ -35,57 +50,47 @@
 
 struct sender;
 
-/* One thing to send: a file, or with -r a directory entry. */
-struct entry {
-	char *path;   /* local */
-	char *name;   /* on the receiver */
-	char *target; /* CP_SYMLINK */
-	uint8_t kind; /* 0: a file; CP_MKDIR, CP_SYMLINK, CP_DIR_META */
-	uint32_t mode;
-	struct cp_time mtime;
-	int dir;  /* the MKDIR of the directory it is in, -1: none */
-	int own;  /* CP_DIR_META: its directory's MKDIR */
-	int left; /* CP_MKDIR: entries beneath it not yet stored */
-	int conn; /* the connection it went on, -1: not yet */
-	bool done;
-	/* A striped file: an entry per range (range set: its bytes, and
-	 * @commit, the index of the file's CP_FILE_COMMIT entry after them),
-	 * then that entry, which goes once every range was stored (@left
-	 * counts them) with the ranges' sums folded in range order. */
-	bool range;
-	uint32_t index; /* a range's number in its file */
-	int commit;
-	uint64_t size, range_off, range_len, stripe;
-	uint64_t *sums; /* CP_FILE_COMMIT: each range's, as stored */
-	/* A file: what the walk found, the only file sent under its path;
-	 * in_tree: found by -r's walk (no link as its last component),
-	 * path + rel beneath the tree's top directory, tops[top]. */
-	dev_t dev;
-	ino_t ino;
-	bool in_tree;
-	int top;
-	size_t rel;
+/* A thread of connections: its loop, and s->c[first .. first + n). */
+struct sthread {
+	struct cp_loop lp; /* first: the loop's hooks get it */
+	struct sender *s;
+	unsigned int first, n, live;
+	bool stopping; /* its connections were told to end (s->stop) */
+	bool failed;   /* its loop or a connection's start failed */
+	pthread_t thread;
+	bool started;
+	/* Written by another thread when one of its FILE_DONEs may let an
+	 * entry go that a connection here waits for (open to the end). */
+	int efd;
+	struct cp_op wake;
+	bool wake_on;
+	uint64_t wake_buf;
 };
 
 /* One connection; its files go in turn, the connections' side by side. */
 struct sconn {
-	struct sender *s;
+	struct sthread *th; /* the thread that runs it */
 	struct tx *t;
-	int fd;		/* the file being sent on it */
-	uint64_t acked; /* tx_bytes() when it ended */
-	uint64_t chunks;
-	uint64_t resumed; /* tx_resumed() */
+	int fd;			/* the file being sent on it */
+	_Atomic uint64_t acked; /* tx_bytes(), as its thread last saw it */
+	uint64_t chunks;	/* tx_chunks() */
+	uint64_t resumed;	/* tx_resumed() */
 };
 
 struct sender {
-	struct cp_loop lp;
 	const struct cp_opts *o;
 	struct cp_opts conn_opts; /* o, with each connection's share of the rate */
+	char host[256];
+	uint16_t port;
 	struct sconn c[CP_SEND_CONNS_MAX];
-	unsigned int nconns, live;
-	struct entry *e;
-	int ne, cap;
-	int first; /* every entry before it went */
+	unsigned int nconns, nthreads;
+	struct sthread *th;
+	struct cp_sendq q;
+	/* Set once: the result every thread ends its connections with. */
+	atomic_int stop;
+	atomic_bool signalled;
+	atomic_uint running; /* threads but the first still running */
+	pthread_mutex_t mu;  /* over what follows, once connections run */
 	uint64_t total;
 	struct cp_tally n;	       /* files, bytes, checksum as they are stored */
 	uint64_t data_start, data_end; /* first WELCOME, last FILE_DONE */
@@ -96,52 +101,59 @@ struct sender {
 	int ntops;
 };
 
-/* Can an entry in the directory of MKDIR @d go on connection @c now? */
-static bool dir_ready(const struct sender *s, int d, int c)
+static int conn_index(const struct sconn *c)
 {
-	return d < 0 || s->e[d].done || s->e[d].conn == c;
+	return (int)(c - c->th->s->c);
 }
 
-/* The next entry connection @c may send: its index, -1 when every entry
- * went, -2 when the ones left must wait for others to be stored. */
-static int pick(struct sender *s, int c)
+/* An entry may go now: the other threads' waiting connections ask
+ * again at their next pass, not at their next tick. */
+static void wake_others(struct sthread *th)
 {
-	bool all_went = true;
+	struct sender *s = th->s;
+	uint64_t one = 1;
 
-	for (int i = s->first; i < s->ne; i++) {
-		const struct entry *e = &s->e[i];
-
-		if (e->conn >= 0) {
-			if (i == s->first)
-				s->first++;
+	for (unsigned int k = 0; k < s->nthreads; k++) {
+		if (&s->th[k] == th || s->th[k].efd < 0)
 			continue;
-		}
-		if (e->kind == CP_DIR_META) {
-			/* Later entries do not depend on it: they may pass. */
-			if (!s->e[e->own].left && dir_ready(s, e->own, c) &&
-			    dir_ready(s, e->dir, c))
-				return i;
-			all_went = false;
+		/* Fails only when the count is full: a wake is due anyway. */
+		if (write(s->th[k].efd, &one, sizeof(one)) < 0)
 			continue;
-		}
-		if (e->kind == CP_FILE_COMMIT) {
-			/* Once every range was stored; later entries may pass. */
-			if (!e->left && dir_ready(s, e->dir, c))
-				return i;
-			all_went = false;
-			continue;
-		}
-		return dir_ready(s, e->dir, c) ? i : -2;
 	}
-	return all_went ? -1 : -2;
+}
+
+static void arm_wake(struct sthread *th)
+{
+	struct io_uring_sqe *sqe;
+
+	if (th->wake_on || th->efd < 0 || th->lp.stop)
+		return;
+	sqe = cp_loop_sqe(&th->lp, &th->wake);
+	if (!sqe)
+		return; /* the tick still asks again */
+	io_uring_prep_read(sqe, th->efd, &th->wake_buf, sizeof(th->wake_buf), 0);
+	io_uring_sqe_set_data(sqe, &th->wake);
+	th->wake_on = true;
+}
+
+/* Woken: the loop's poll, which follows every batch of completions,
+ * asks the waiting connections again. */
+static void wake_done(struct cp_op *op, int res)
+{
+	struct sthread *th = (struct sthread *)((char *)op - offsetof(struct sthread, wake));
+
+	th->wake_on = false;
+	if (res >= 0 || res == -EINTR)
+		arm_wake(th); /* else the tick still asks again */
 }
 
 /* A file's source: opened, still a regular file, its size, mode and mtime. */
 static bool open_file(struct sconn *c, struct tx *t, struct tx_src *src, const char *path)
 {
-	struct sender *s = c->s;
-	const struct entry *e = &s->e[src->id];
+	struct sender *s = c->th->s;
+	const struct cp_sendq_entry *e = &s->q.e[src->id];
 	struct stat sb = {0};
+	char msg[256];
 
 	/* The file the walk found, and nothing else: not what a link put at
 	 * its name (or at a directory's on its path) leads to since, and no
@@ -151,7 +163,7 @@ static bool open_file(struct sconn *c, struct tx *t, struct tx_src *src, const c
 	if (c->fd < 0 || fstat(c->fd, &sb)) {
 		int err = c->fd < 0 ? -c->fd : errno;
 
-		snprintf(s->msg, sizeof(s->msg), "cannot open %s: %s", path,
+		snprintf(msg, sizeof(msg), "cannot open %s: %s", path,
 			 err == EINVAL	 ? "not a regular file"
 			 : err == ESTALE ? "not the file found before connecting (changed since)"
 			 : err == ELOOP	 ? "a symbolic link now (changed since)"
@@ -159,16 +171,16 @@ static bool open_file(struct sconn *c, struct tx *t, struct tx_src *src, const c
 		if (c->fd >= 0)
 			close(c->fd);
 		c->fd = -1;
-		tx_abort(t, CP_EXIT_LOCAL_IO, s->msg);
+		tx_abort(t, CP_EXIT_LOCAL_IO, msg);
 		return false;
 	}
 	if (e->range && (uint64_t)sb.st_size != e->size) {
-		snprintf(s->msg, sizeof(s->msg),
+		snprintf(msg, sizeof(msg),
 			 "%s: %llu bytes now, %llu when its ranges were made (changed since)", path,
 			 (unsigned long long)sb.st_size, (unsigned long long)e->size);
 		close(c->fd);
 		c->fd = -1;
-		tx_abort(t, CP_EXIT_LOCAL_IO, s->msg);
+		tx_abort(t, CP_EXIT_LOCAL_IO, msg);
 		return false;
 	}
 	src->fd = c->fd;
@@ -186,22 +198,21 @@ static bool open_file(struct sconn *c, struct tx *t, struct tx_src *src, const c
 static bool next_file(struct tx *t, struct tx_src *src, void *data)
 {
 	struct sconn *c = data;
-	struct sender *s = c->s;
-	struct entry *e;
+	struct sender *s = c->th->s;
+	const struct cp_sendq_entry *e;
 	int i;
 
 	if (c->fd >= 0)
 		close(c->fd); /* its FILE_END went: every read of it ended */
 	c->fd = -1;
-	i = pick(s, (int)(c - s->c));
+	i = cp_sendq_take(&s->q, conn_index(c));
 	if (i == -1)
 		return false;
 	if (i == -2) {
 		src->wait = true;
 		return true;
 	}
-	e = &s->e[i];
-	e->conn = (int)(c - s->c);
+	e = &s->q.e[i];
 	src->id = i;
 	src->label = e->path;
 	src->kind = e->kind;
@@ -209,16 +220,10 @@ static bool next_file(struct tx *t, struct tx_src *src, void *data)
 	if (!e->kind)
 		return open_file(c, t, src, e->path);
 	if (e->kind == CP_FILE_COMMIT) {
-		struct cp_range_fold f;
-
-		if (cp_range_fold_init(&f)) {
+		if (cp_sendq_commit_sum(&s->q, i, &src->sum)) {
 			tx_abort(t, CP_EXIT_FAIL, "out of memory");
 			return false;
 		}
-		for (uint32_t k = 0; k < cp_range_count(e->size, e->stripe); k++)
-			cp_range_fold_add(&f, e->sums[k]);
-		src->sum = cp_range_fold_sum(&f);
-		cp_range_fold_free(&f);
 		src->size = e->size;
 		src->stripe = e->stripe;
 	}
@@ -229,13 +234,14 @@ static bool next_file(struct tx *t, struct tx_src *src, void *data)
 	return true;
 }
 
-/* Bytes the receiver acknowledged, over every connection. */
+/* Bytes the receiver acknowledged, over every connection (as their
+ * threads last saw them). */
 static uint64_t acked(const struct sender *s)
 {
 	uint64_t n = 0;
 
 	for (unsigned int i = 0; i < s->nconns; i++)
-		n += s->c[i].t ? tx_bytes(s->c[i].t) : s->c[i].acked;
+		n += atomic_load_explicit(&s->c[i].acked, memory_order_relaxed);
 	return n;
 }
 
@@ -244,24 +250,22 @@ static void file_done(struct tx *t, const struct tx_src *src, uint64_t bytes, ui
 {
 	char l[CP_ESC_LEN(256)], n[CP_ESC_LEN(CP_NAME_MAX)];
 	struct sconn *c = data;
-	struct sender *s = c->s;
-	struct entry *e = &s->e[src->id];
+	struct sender *s = c->th->s;
+	const struct cp_sendq_entry *e = &s->q.e[src->id];
+	uint64_t now = cp_now_ns();
 
-	e->done = true;
-	for (int d = e->dir; d >= 0; d = s->e[d].dir)
-		s->e[d].left--;
-	s->data_end = cp_now_ns();
-	if (!s->data_start || tx_welcome_ns(t) < s->data_start)
-		s->data_start = tx_welcome_ns(t);
+	if (cp_sendq_stored(&s->q, (int)src->id, sum) && s->nthreads > 1)
+		wake_others(c->th);
 	c->chunks = tx_chunks(t);
 	c->resumed = tx_resumed(t);
+	atomic_store_explicit(&c->acked, tx_bytes(t), memory_order_relaxed);
+	pthread_mutex_lock(&s->mu);
+	s->data_end = now;
+	if (!s->data_start || tx_welcome_ns(t) < s->data_start)
+		s->data_start = tx_welcome_ns(t);
 	if (e->range) {
 		/* Its file's bytes, counted as they are stored; the file once
 		 * it is committed. */
-		struct entry *ce = &s->e[e->commit];
-
-		ce->sums[e->index] = sum;
-		ce->left--;
 		s->n.ranges++;
 		s->n.bytes += bytes;
 		if (src->from == bytes) {
@@ -272,10 +276,10 @@ static void file_done(struct tx *t, const struct tx_src *src, uint64_t bytes, ui
 		}
 		if (!s->o->quiet)
 			cp_progress_update(&s->prog, acked(s), false);
-		return;
+		goto out;
 	}
 	if (src->kind && src->kind != CP_FILE_COMMIT)
-		return; /* a directory or link: no bytes, no line */
+		goto out; /* a directory or link: no bytes, no line */
 	s->n.files++;
 	if (!src->kind)
 		s->n.bytes += bytes;
@@ -289,57 +293,174 @@ static void file_done(struct tx *t, const struct tx_src *src, uint64_t bytes, ui
 		       (unsigned long long)bytes, (unsigned long long)sum);
 		fflush(stdout);
 	}
+out:
+	pthread_mutex_unlock(&s->mu);
 }
 
-/* Poll every live connection; a failure ends the others. */
-static void poll_conns(struct sender *s)
+/* Every thread is to end its connections with @result (the first asked
+ * for counts). */
+static void stop_all(struct sender *s, int result)
 {
-	for (unsigned int i = 0; i < s->nconns; i++) {
+	int none = 0;
+
+	atomic_compare_exchange_strong(&s->stop, &none, result);
+}
+
+/* Something of a thread failed, not a connection: @why is the error
+ * unless a connection said one first; every thread stops. */
+static void fail(struct sthread *th, const char *why)
+{
+	struct sender *s = th->s;
+
+	th->failed = true;
+	pthread_mutex_lock(&s->mu);
+	if (!s->msg[0])
+		snprintf(s->msg, sizeof(s->msg), "%s", why);
+	pthread_mutex_unlock(&s->mu);
+	stop_all(s, CP_EXIT_FAIL);
+}
+
+/* A thread's own connections end, if the sender is stopping. */
+static void check_stop(struct sthread *th)
+{
+	struct sender *s = th->s;
+	int result = atomic_load(&s->stop);
+
+	if (!result || th->stopping)
+		return;
+	th->stopping = true;
+	for (unsigned int i = th->first; i < th->first + th->n; i++)
+		if (s->c[i].t)
+			tx_abort(s->c[i].t, result,
+				 atomic_load(&s->signalled) ? "sender interrupted"
+							    : "another connection failed");
+}
+
+/* Poll the thread's live connections; a failure ends the others. */
+static void poll_conns(struct sthread *th)
+{
+	struct sender *s = th->s;
+
+	for (unsigned int i = th->first; i < th->first + th->n; i++) {
 		struct sconn *c = &s->c[i];
 		char msg[256];
 		int result = 0;
 
 		if (!c->t)
 			continue;
-		c->acked = tx_bytes(c->t);
+		atomic_store_explicit(&c->acked, tx_bytes(c->t), memory_order_relaxed);
 		c->chunks = tx_chunks(c->t);
 		c->resumed = tx_resumed(c->t);
 		if (tx_poll(c->t, &result, msg, sizeof(msg)) != TX_ENDED)
 			continue;
 		c->t = NULL;
-		s->live--;
-		if (!result || s->result)
+		th->live--;
+		if (!result)
 			continue;
-		s->result = result;
-		snprintf(s->msg, sizeof(s->msg), "%s", msg);
-		for (unsigned int k = 0; k < s->nconns; k++)
-			if (s->c[k].t)
-				tx_abort(s->c[k].t, result, "another connection failed");
+		pthread_mutex_lock(&s->mu);
+		if (!s->result) {
+			s->result = result;
+			snprintf(s->msg, sizeof(s->msg), "%s", msg);
+		}
+		pthread_mutex_unlock(&s->mu);
+		stop_all(s, result);
+		check_stop(th);
 	}
 }
 
 static void send_poll(struct cp_loop *lp)
 {
-	struct sender *s = (struct sender *)lp;
+	struct sthread *th = (struct sthread *)lp;
+	struct sender *s = th->s;
 
-	if (!s->live)
-		return;
-	poll_conns(s);
-	if (!s->live) {
-		lp->stop = true;
+	check_stop(th);
+	if (th->live)
+		poll_conns(th);
+	if (!th->live) {
+		/* The first thread reads the signals: it stays until the
+		 * others are done. */
+		if (th != s->th || !atomic_load(&s->running))
+			lp->stop = true;
 		return;
 	}
-	if (!s->o->quiet)
+	if (!s->o->quiet) {
+		pthread_mutex_lock(&s->mu);
 		cp_progress_update(&s->prog, acked(s), false);
+		pthread_mutex_unlock(&s->mu);
+	}
 }
 
 static void send_signal(struct cp_loop *lp, int signo)
 {
-	struct sender *s = (struct sender *)lp;
+	struct sthread *th = (struct sthread *)lp;
+	struct sender *s = th->s;
 
-	for (unsigned int i = 0; i < s->nconns; i++)
+	(void)signo;
+	atomic_store(&s->signalled, true);
+	stop_all(s, CP_EXIT_INTERRUPTED);
+	for (unsigned int i = th->first; i < th->first + th->n; i++)
 		if (s->c[i].t)
 			tx_abort(s->c[i].t, CP_EXIT_INTERRUPTED, "sender interrupted");
+	th->stopping = true;
+}
+
+/* A thread's connections, from their start to their end, on its loop. */
+static void run_thread(struct sthread *th)
+{
+	struct sender *s = th->s;
+	struct tx_hooks h = {.next = next_file, .file_done = file_done};
+	int rc = 0;
+
+	th->lp.poll = send_poll;
+	th->wake.done = wake_done;
+	arm_wake(th);
+	for (unsigned int i = th->first; i < th->first + th->n; i++) {
+		h.data = &s->c[i];
+		s->c[i].t = tx_start(&th->lp, &s->conn_opts, s->host, s->port, &h);
+		if (!s->c[i].t) {
+			fail(th, "out of memory");
+			for (unsigned int k = th->first; k < i; k++)
+				tx_abort(s->c[k].t, CP_EXIT_FAIL, "out of memory");
+			th->stopping = true;
+			break;
+		}
+		th->live++;
+	}
+	rc = th->failed ? -1 : cp_loop_run(&th->lp);
+	if (rc && !th->failed)
+		fail(th, "event loop failed");
+	if (th->live) {
+		/* The loop broke: still end the connections before the bridge. */
+		for (unsigned int i = th->first; i < th->first + th->n; i++)
+			if (s->c[i].t)
+				tx_abort(s->c[i].t, CP_EXIT_FAIL, "event loop failed");
+		th->stopping = true;
+		while (th->live && cp_loop_pass(&th->lp, 100) >= 0)
+			poll_conns(th);
+	}
+	th->lp.stop = true; /* no more wakes armed */
+	if (th->wake_on)
+		cp_loop_cancel(&th->lp, &th->wake);
+}
+
+/* A thread but the first: its ring and bridge are made here, where they
+ * run (SIGINT and SIGTERM stay blocked: the first thread reads them). */
+static void *thread_main(void *arg)
+{
+	struct sthread *th = arg;
+	struct sender *s = th->s;
+
+	if (cp_loop_init_thread(&th->lp, RING_ENTRIES)) {
+		fail(th, "cannot start a sender thread's ring");
+	} else {
+		/* Its CQs' interrupts on a vector of their own, as serve's
+		 * groups (modulo the device's vectors). */
+		rr_bridge_set_comp_vector(th->lp.b, (unsigned int)(th - s->th));
+		run_thread(th);
+		cp_loop_fini(&th->lp);
+	}
+	atomic_fetch_sub(&s->running, 1);
+	return NULL;
 }
 
 static int walk_fail(struct sender *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -356,33 +477,6 @@ static int walk_fail(struct sender *s, const char *fmt, ...)
 	return CP_EXIT_LOCAL_IO;
 }
 
-/* Append an entry (its strings are taken over) in directory @dir; its
- * index, or -1 out of memory. */
-static int add(struct sender *s, struct entry e)
-{
-	if (!e.path || !e.name || (e.kind == CP_SYMLINK && !e.target))
-		goto nomem;
-	if (s->ne == s->cap) {
-		int cap = s->cap ? 2 * s->cap : 64;
-		struct entry *n = realloc(s->e, (size_t)cap * sizeof(*n));
-
-		if (!n)
-			goto nomem;
-		s->e = n;
-		s->cap = cap;
-	}
-	e.conn = -1;
-	for (int d = e.dir; d >= 0; d = s->e[d].dir)
-		s->e[d].left++;
-	s->e[s->ne] = e;
-	return s->ne++;
-nomem:
-	free(e.path);
-	free(e.name);
-	free(e.target);
-	return -1;
-}
-
 static struct cp_time mtime_of(const struct stat *sb)
 {
 	return (struct cp_time){sb->st_mtim.tv_sec, (uint32_t)sb->st_mtim.tv_nsec};
@@ -393,49 +487,18 @@ static struct cp_time mtime_of(const struct stat *sb)
  * last component short enough for a partial) an entry per range and
  * its CP_FILE_COMMIT entry after them. 0, or -1 out of memory.
  */
-static int add_file(struct sender *s, struct entry e, const struct stat *sb)
+static int add_file(struct sender *s, struct cp_sendq_entry e, const struct stat *sb)
 {
 	uint64_t size = (uint64_t)sb->st_size;
 	uint64_t stripe = cp_stripe_for(size, s->o->stripe, s->o->chunk);
 	const char *base = strrchr(e.name ? e.name : "", '/');
-	uint32_t n;
-	int first;
 
 	base = base ? base + 1 : e.name;
-	if (!stripe || !e.name || strlen(base) > CP_STORE_PART_MAX)
-		return add(s, e) < 0 ? -1 : 0;
-	n = cp_range_count(size, stripe);
-	first = s->ne;
-	for (uint32_t i = 0; i < n; i++) {
-		struct entry r = e;
-
-		r.path = strdup(e.path);
-		r.name = strdup(e.name);
-		r.range = true;
-		r.index = i;
-		r.commit = first + (int)n;
-		r.size = size;
-		r.stripe = stripe;
-		cp_range_at(size, stripe, i, &r.range_off, &r.range_len);
-		if (add(s, r) < 0)
-			goto nomem;
-	}
-	e.kind = CP_FILE_COMMIT;
-	e.size = size;
-	e.stripe = stripe;
-	e.left = (int)n;
+	if (!stripe || !e.name || !e.path || strlen(base) > CP_STORE_PART_MAX)
+		return cp_sendq_add(&s->q, e) < 0 ? -1 : 0;
 	e.mode = sb->st_mode & 0777;
 	e.mtime = mtime_of(sb);
-	e.sums = calloc(n, sizeof(*e.sums));
-	if (!e.sums)
-		goto nomem;
-	if (add(s, e) < 0)
-		return -1;
-	return 0;
-nomem:
-	free(e.path);
-	free(e.name);
-	return -1;
+	return cp_sendq_add_striped(&s->q, e, size, stripe);
 }
 
 static int by_bytes(const void *a, const void *b)
@@ -516,9 +579,10 @@ static int walk(struct sender *s, const char *path, const char *name, const stru
 	char **list = NULL;
 	int me, n, ret = 0;
 
-	me = add(s,
-		 (struct entry){
-			 .kind = CP_MKDIR, .path = strdup(path), .name = strdup(name), .dir = dir});
+	me = cp_sendq_add(&s->q, (struct cp_sendq_entry){.kind = CP_MKDIR,
+							 .path = strdup(path),
+							 .name = strdup(name),
+							 .dir = dir});
 	if (me < 0)
 		return walk_fail(s, "out of memory");
 	list = list_dir(dfd, &n);
@@ -564,12 +628,12 @@ static int walk(struct sender *s, const char *path, const char *name, const stru
 				if (faccessat(dfd, base, R_OK, 0))
 					ret = walk_fail(s, "%s: %s", cpath, strerror(errno));
 				else if (add_file(s,
-						  (struct entry){.path = cpath,
-								 .name = cname,
-								 .dir = me,
-								 .dev = cb.st_dev,
-								 .ino = cb.st_ino,
-								 .in_tree = true},
+						  (struct cp_sendq_entry){.path = cpath,
+									  .name = cname,
+									  .dir = me,
+									  .dev = cb.st_dev,
+									  .ino = cb.st_ino,
+									  .in_tree = true},
 						  &cb) < 0)
 					ret = walk_fail(s, "out of memory");
 				else
@@ -588,12 +652,13 @@ static int walk(struct sender *s, const char *path, const char *name, const stru
 				if (ret)
 					goto next;
 				target[tl] = 0;
-				if (add(s, (struct entry){.kind = CP_SYMLINK,
-							  .path = cpath,
-							  .name = cname,
-							  .target = strdup(target),
-							  .mtime = mtime_of(&cb),
-							  .dir = me}) < 0)
+				if (cp_sendq_add(&s->q,
+						 (struct cp_sendq_entry){.kind = CP_SYMLINK,
+									 .path = cpath,
+									 .name = cname,
+									 .target = strdup(target),
+									 .mtime = mtime_of(&cb),
+									 .dir = me}) < 0)
 					ret = walk_fail(s, "out of memory");
 				cpath = cname = NULL;
 			} else {
@@ -615,13 +680,13 @@ static int walk(struct sender *s, const char *path, const char *name, const stru
 	free(list);
 	if (ret)
 		return ret;
-	if (add(s, (struct entry){.kind = CP_DIR_META,
-				  .path = strdup(path),
-				  .name = strdup(name),
-				  .mode = sb->st_mode & 0777,
-				  .mtime = mtime_of(sb),
-				  .own = me,
-				  .dir = dir}) < 0)
+	if (cp_sendq_add(&s->q, (struct cp_sendq_entry){.kind = CP_DIR_META,
+							.path = strdup(path),
+							.name = strdup(name),
+							.mode = sb->st_mode & 0777,
+							.mtime = mtime_of(sb),
+							.own = me,
+							.dir = dir}) < 0)
 		return walk_fail(s, "out of memory");
 	return 0;
 }
@@ -660,7 +725,7 @@ static char *top_name(const char *path, const char *as)
  * operand is followed), opened and checked to be that one, then walked. */
 static int walk_top(struct sender *s, const char *path, const char *name, const struct stat *sb)
 {
-	int dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC), ret, first = s->ne, *tops;
+	int dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC), ret, first = s->q.ne, *tops;
 	struct stat ob;
 
 	if (dfd < 0)
@@ -678,9 +743,9 @@ static int walk_top(struct sender *s, const char *path, const char *name, const 
 	 * whose directories may be links by then (cp_open_walked()). */
 	s->tops = tops;
 	s->tops[s->ntops] = dfd;
-	for (int i = first; i < s->ne; i++) {
-		s->e[i].top = s->ntops;
-		s->e[i].rel = strlen(path) + 1; /* walk() joins "path/..." */
+	for (int i = first; i < s->q.ne; i++) {
+		s->q.e[i].top = s->ntops;
+		s->q.e[i].rel = strlen(path) + 1; /* walk() joins "path/..." */
 	}
 	s->ntops++;
 	return 0;
@@ -725,11 +790,11 @@ static int check_files(struct sender *s)
 		base = strrchr(path, '/');
 		base = base ? base + 1 : path;
 		if (add_file(s,
-			     (struct entry){.path = strdup(path),
-					    .name = strdup(s->o->as ? s->o->as : base),
-					    .dir = -1,
-					    .dev = sb.st_dev,
-					    .ino = sb.st_ino},
+			     (struct cp_sendq_entry){.path = strdup(path),
+						     .name = strdup(s->o->as ? s->o->as : base),
+						     .dir = -1,
+						     .dev = sb.st_dev,
+						     .ino = sb.st_ino},
 			     &sb) < 0)
 			return walk_fail(s, "out of memory");
 		s->total += (uint64_t)sb.st_size;
@@ -737,71 +802,117 @@ static int check_files(struct sender *s)
 	return 0;
 }
 
+/*
+ * The connections and threads: no more connections than entries (each
+ * would only say goodbye), at least one per thread, and no more threads
+ * than connections; thread k runs its share, in connection order.
+ */
+static int plan(struct sender *s)
+{
+	const struct cp_opts *o = s->o;
+	unsigned int want = o->threads > 1 ? o->threads : 1;
+
+	s->nconns = o->conns ? o->conns : 1;
+	if (s->nconns < want)
+		s->nconns = want;
+	if (s->nconns > CP_SEND_CONNS_MAX)
+		s->nconns = CP_SEND_CONNS_MAX;
+	if (s->nconns > (unsigned int)s->q.ne)
+		s->nconns = (unsigned int)s->q.ne;
+	s->nthreads = want < s->nconns ? want : s->nconns;
+	s->th = calloc(s->nthreads, sizeof(*s->th));
+	if (!s->th)
+		return walk_fail(s, "out of memory");
+	for (unsigned int k = 0; k < s->nthreads; k++)
+		s->th[k].efd = -1;
+	for (unsigned int k = 0; k < s->nthreads; k++) {
+		struct sthread *th = &s->th[k];
+
+		th->s = s;
+		if (s->nthreads > 1) {
+			/* Blocking, as the worker's: the ring's read waits. */
+			th->efd = eventfd(0, EFD_CLOEXEC);
+			if (th->efd < 0)
+				return walk_fail(s, "eventfd: %s", strerror(errno));
+		}
+		th->first = k * s->nconns / s->nthreads;
+		th->n = (k + 1) * s->nconns / s->nthreads - th->first;
+		for (unsigned int i = th->first; i < th->first + th->n; i++)
+			s->c[i].th = th;
+	}
+	return 0;
+}
+
+/* Threads but the first, each with its own loop; SIGINT and SIGTERM are
+ * blocked already (the first thread's loop): they inherit that. */
+static void start_threads(struct sender *s)
+{
+	for (unsigned int k = 1; k < s->nthreads; k++) {
+		struct sthread *th = &s->th[k];
+		int rc;
+
+		atomic_fetch_add(&s->running, 1);
+		rc = pthread_create(&th->thread, NULL, thread_main, th);
+		if (rc) {
+			atomic_fetch_sub(&s->running, 1);
+			cp_log("send: cannot start a thread: %s", strerror(rc));
+			fail(th, "cannot start a thread");
+			break;
+		}
+		th->started = true;
+	}
+}
+
 int cp_send(const struct cp_opts *o)
 {
-	struct tx_hooks h = {.next = next_file, .file_done = file_done};
 	struct cp_summary sum = {.mode = "send", .start_ns = cp_now_ns()};
+	unsigned int *thread_conns = NULL;
 	struct sender *s;
-	char host[256];
-	uint16_t port;
-	int ret, rc;
+	int ret;
 
-	if (cp_parse_hostport(o->to, host, sizeof(host), &port)) {
-		cp_log("send: the destination must be ADDR:PORT, got \"%s\"", o->to);
-		return CP_EXIT_USAGE;
-	}
 	s = calloc(1, sizeof(*s));
 	if (!s) {
 		cp_log("send: out of memory");
 		return CP_EXIT_FAIL;
 	}
+	if (cp_parse_hostport(o->to, s->host, sizeof(s->host), &s->port)) {
+		cp_log("send: the destination must be ADDR:PORT, got \"%s\"", o->to);
+		free(s);
+		return CP_EXIT_USAGE;
+	}
 	s->o = o;
+	cp_sendq_init(&s->q);
+	pthread_mutex_init(&s->mu, NULL);
 	for (unsigned int i = 0; i < CP_SEND_CONNS_MAX; i++)
-		s->c[i] = (struct sconn){.s = s, .fd = -1};
+		s->c[i] = (struct sconn){.fd = -1};
 	ret = check_files(s);
+	if (!ret)
+		ret = plan(s);
 	if (ret)
 		goto out;
-	/* No more connections than entries: each would only say goodbye. */
-	s->nconns = o->conns ? o->conns : 1;
-	if (s->nconns > (unsigned int)s->ne)
-		s->nconns = (unsigned int)s->ne;
 	s->conn_opts = *o;
 	if (o->rate)
 		s->conn_opts.rate = o->rate / s->nconns ? o->rate / s->nconns : 1;
-	if (cp_loop_init(&s->lp, RING_ENTRIES)) {
+	if (cp_loop_init(&s->th[0].lp, RING_ENTRIES)) {
 		ret = CP_EXIT_FAIL;
 		goto out;
 	}
-	s->lp.poll = send_poll;
-	s->lp.on_signal = send_signal;
+	s->th[0].lp.on_signal = send_signal;
 	cp_progress_init(&s->prog, o->quiet ? 0 : o->progress, s->total);
-	for (unsigned int i = 0; i < s->nconns; i++) {
-		h.data = &s->c[i];
-		s->c[i].t = tx_start(&s->lp, &s->conn_opts, host, port, &h);
-		if (!s->c[i].t) {
-			cp_log("send: out of memory");
+	start_threads(s);
+	run_thread(&s->th[0]);
+	for (unsigned int k = 1; k < s->nthreads; k++)
+		if (s->th[k].started)
+			pthread_join(s->th[k].thread, NULL);
+	for (unsigned int k = 0; k < s->nthreads; k++)
+		if (s->th[k].failed)
 			ret = CP_EXIT_FAIL;
-			for (unsigned int k = 0; k < i; k++)
-				tx_abort(s->c[k].t, CP_EXIT_FAIL, "out of memory");
-			break;
-		}
-		s->live++;
-	}
-	rc = s->live == s->nconns ? cp_loop_run(&s->lp) : -1;
-	if (s->live) {
-		/* The loop broke: still end the connections before the bridge. */
-		for (unsigned int i = 0; i < s->nconns; i++)
-			if (s->c[i].t)
-				tx_abort(s->c[i].t, CP_EXIT_FAIL, "event loop failed");
-		while (s->live && cp_loop_pass(&s->lp, 100) >= 0)
-			poll_conns(s);
-	}
-	ret = ret ? ret : rc ? CP_EXIT_FAIL : s->result;
+	ret = ret ? ret : s->result;
 	if (!o->quiet && s->prog.drawn)
 		cp_progress_update(&s->prog, s->n.bytes, true);
 	if (ret)
 		cp_log("send: %s", s->msg[0] ? s->msg : "failed");
-	cp_loop_fini(&s->lp);
+	cp_loop_fini(&s->th[0].lp);
 out:
 	for (unsigned int i = 0; i < CP_SEND_CONNS_MAX; i++)
 		if (s->c[i].fd >= 0)
@@ -816,17 +927,27 @@ out:
 	sum.error = ret && s->msg[0] ? s->msg : NULL;
 	sum.n = s->n;
 	sum.data_ns = s->n.files ? s->data_end - s->data_start : 0;
-	cp_json_report(o, &sum);
-	for (int i = 0; i < s->ne; i++) {
-		free(s->e[i].path);
-		free(s->e[i].name);
-		free(s->e[i].target);
-		free(s->e[i].sums);
+	/* With threads: how many connections each ran. */
+	if (s->nthreads > 1)
+		thread_conns = calloc(s->nthreads, sizeof(*thread_conns));
+	if (thread_conns) {
+		for (unsigned int k = 0; k < s->nthreads; k++)
+			thread_conns[k] = s->th[k].n;
+		sum.threads = s->nthreads;
+		sum.thread_conns = thread_conns;
 	}
-	free(s->e);
+	cp_json_report(o, &sum);
+	free(thread_conns);
+	/* After every thread ended: none writes to another's any more. */
+	for (unsigned int k = 0; s->th && k < s->nthreads; k++)
+		if (s->th[k].efd >= 0)
+			close(s->th[k].efd);
+	cp_sendq_free(&s->q);
 	for (int i = 0; i < s->ntops; i++)
 		close(s->tops[i]);
 	free(s->tops);
+	free(s->th);
+	pthread_mutex_destroy(&s->mu);
 	free(s);
 	return ret;
 }

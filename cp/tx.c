@@ -574,8 +574,12 @@ static void next_source(struct tx *t)
 	cp_hasher_reset(&t->hs);
 	/* A name the receiver refuses would end the connection before the
 	 * last file is stored: that one goes only after its FILE_DONE; so
-	 * does a tree entry, which the receiver takes only between files. */
-	if (t->awaiting && (t->src.kind || !cp_name_ok(t->src.name, strlen(t->src.name)))) {
+	 * does a tree entry, which the receiver takes only between files,
+	 * and anything after a FILE_COMMIT, which the receiver handles as a
+	 * file without a FILE_END (it takes no FILE_START until its
+	 * FILE_DONE went: "unexpected FILE_START" before). */
+	if (t->awaiting && (t->src.kind || t->done.kind == CP_FILE_COMMIT ||
+			    !cp_name_ok(t->src.name, strlen(t->src.name)))) {
 		t->state = TX_NEXT;
 		return;
 	}

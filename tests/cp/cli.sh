@@ -111,7 +111,7 @@ tap_check "every serve option is taken" 1 "$nodev" \
 	--min-free 0 --partial-age 0
 tap_check "every send option is taken" 1 "$nodev" \
 	send -r --links --as x --limit-rate 1M --conns 2 --no-resume --stripe 8M --progress \
-	--no-progress \
+	--no-progress --threads 2 \
 	"$t/d" 192.0.2.1:1
 tap_check "every proxy option is taken" 1 "$nodev" \
 	proxy --tcp-listen 127.0.0.1:1 --to 192.0.2.1:1 --prefix p --max-clients 2 \
@@ -128,6 +128,7 @@ refused max-conns 4097 "want 1 to 4096"
 refused max-pending 0 "want 1 to 4096"
 refused hello-timeout 3601 "want 1 to 3600 seconds"
 refused threads 65 "want 1 to 64"
+refused threads 17 "want 1 to 16 in send"
 refused conns 17 "want 1 to 16"
 refused max-clients 0 "want 1 to 4096"
 refused partial-age -1 "want seconds, 0 to keep them"

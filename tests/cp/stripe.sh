@@ -3,10 +3,12 @@
 # lab: a file above --stripe goes as ranges over --conns 4 and is stored
 # byte for byte; a copy cut mid-file (sender killed) and sent again does
 # not send a completed range again and resends less than one stripe per
-# cut range (counted from --json and what the partial held).
+# cut range (counted from --json and what the partial held). Two striped
+# files over one connection: the ranges of the second pass the first's
+# FILE_COMMIT, and what follows it waits for its FILE_DONE.
 #   stripe.sh PATH/TO/ringrdma-cp
 CP=${1:?usage: stripe.sh PATH/TO/ringrdma-cp}
-. "$(dirname "$0")/lib.sh" 4
+. "$(dirname "$0")/lib.sh" 5
 PORT=7590
 GEOM=(--chunk 64K --window 8)
 STRIPE=$((1 << 20))
@@ -79,4 +81,18 @@ ok=0
 [ "${rheld:-0}" -ge 1 ] && [ "$extra" -lt $((cuts * STRIPE)) ] && ok=1
 result $ok "completed ranges not resent ($rheld held whole, $rcut cut), $extra bytes resent for $cuts cut ranges (< one stripe each)"
 [ $ok = 1 ] || show "$T/s2.json"
+
+# --- two striped files over one connection: the FILE_COMMIT of the
+# first goes between ranges of the second, and the range after it waits
+# for its FILE_DONE (the receiver takes no FILE_START before it).
+head -c $((3 * STRIPE + 100)) /dev/urandom >"$T/src/two1"
+head -c $((3 * STRIPE + 200)) /dev/urandom >"$T/src/two2"
+timeout 300 "$CP" send --token-file "$TOKEN" "${GEOM[@]}" --stripe $STRIPE --json "$T/two.json" \
+	"$T/src/two1" "$T/src/two2" "$ADDR:$PORT" >"$T/two.out" 2>"$T/two.err"
+rc=$?
+ok=0
+[ "$rc" = 0 ] && cmp -s "$T/src/two1" "$T/dst/two1" && cmp -s "$T/src/two2" "$T/dst/two2" &&
+	[ "$(json_field "$T/two.json" ranges)" = 8 ] && [ "$(json_field "$T/two.json" files)" = 2 ] && ok=1
+result $ok "two striped files over one connection are stored byte for byte (exit $rc)"
+[ $ok = 1 ] || show "$T/two.err" "$T/srv.err"
 finish

@@ -140,11 +140,11 @@ result $ok "the stranger was evicted from the other thread; serve exits 0 (exit 
 c1=$?
 "$CP" serve --listen "$ADDR:$PORT" --no-auth --dir "$T" --threads 65 >/dev/null 2>>"$T/usage.err"
 c2=$?
-"$CP" send --threads 2 "$T/src32" "$ADDR:$PORT" >/dev/null 2>>"$T/usage.err"
+"$CP" send --threads 17 "$T/src32" "$ADDR:$PORT" >/dev/null 2>>"$T/usage.err"
 c3=$?
 ok=0
-[ "$c1" = 2 ] && [ "$c2" = 2 ] && [ "$c3" = 2 ] && grep -q "does not apply to send" "$T/usage.err" &&
+[ "$c1" = 2 ] && [ "$c2" = 2 ] && [ "$c3" = 2 ] && grep -q "want 1 to 16 in send" "$T/usage.err" &&
 	ok=1
-result $ok "--threads 0, 65, and on send: usage errors (exit $c1, $c2, $c3)"
+result $ok "--threads 0, 65, and 17 on send: usage errors (exit $c1, $c2, $c3)"
 [ $ok = 1 ] || show "$T/usage.err"
 finish

@@ -1,0 +1,304 @@
+// SPDX-License-Identifier: MIT
+/*
+ * cp/sendq.c on the host: the one list of entries every sender
+ * connection (of every --threads thread) takes from, and when each may
+ * go: in order; in a directory only once its MKDIR was stored or went on
+ * the same connection; DIR_META once everything beneath was stored; a
+ * striped file's FILE_COMMIT once every range was, with their sums
+ * folded in range order; a store says whether anything may go now (the
+ * other threads are woken then); and, taken by four threads at once, each entry
+ * exactly once by those rules, to the end.
+ */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "range.h"
+#include "sendq.h"
+
+static int add(struct cp_sendq *q, uint8_t kind, int dir, int own, const char *name)
+{
+	int i = cp_sendq_add(
+		q, (struct cp_sendq_entry){.kind = kind,
+					   .path = strdup(name),
+					   .name = strdup(name),
+					   .target = kind == CP_SYMLINK ? strdup("t") : NULL,
+					   .dir = dir,
+					   .own = own});
+
+	cr_assert(i >= 0);
+	return i;
+}
+
+static int mkdir_(struct cp_sendq *q, int dir, const char *name)
+{
+	return add(q, CP_MKDIR, dir, -1, name);
+}
+
+static int file(struct cp_sendq *q, int dir, const char *name)
+{
+	return add(q, 0, dir, -1, name);
+}
+
+static int dir_meta(struct cp_sendq *q, int dir, int own, const char *name)
+{
+	return add(q, CP_DIR_META, dir, own, name);
+}
+
+/* The ranges and FILE_COMMIT of a file of @n stripes of 1 MiB in @dir:
+ * the first range's index. */
+static int striped(struct cp_sendq *q, int dir, const char *name, uint32_t n)
+{
+	int first = q->ne;
+
+	cr_assert(!cp_sendq_add_striped(
+		q,
+		(struct cp_sendq_entry){
+			.path = strdup(name), .name = strdup(name), .dir = dir, .mode = 0644},
+		(uint64_t)n << 20, 1 << 20));
+	cr_assert_eq(q->ne, first + (int)n + 1);
+	return first;
+}
+
+Test(sendq, files_go_in_order_then_none)
+{
+	struct cp_sendq q;
+
+	cp_sendq_init(&q);
+	file(&q, -1, "a");
+	file(&q, -1, "b");
+	cr_assert_eq(cp_sendq_take(&q, 0), 0);
+	cr_assert_eq(cp_sendq_take(&q, 1), 1);
+	cr_assert_eq(cp_sendq_take(&q, 0), -1, "every entry went");
+	cp_sendq_stored(&q, 1, 0);
+	cp_sendq_stored(&q, 0, 0);
+	cr_assert_eq(cp_sendq_take(&q, 2), -1);
+	cp_sendq_free(&q);
+}
+
+Test(sendq, an_entry_waits_for_its_mkdir_on_another_connection)
+{
+	struct cp_sendq q;
+	int d, f, g;
+
+	cp_sendq_init(&q);
+	d = mkdir_(&q, -1, "d");
+	f = file(&q, d, "d/f");
+	g = file(&q, -1, "g");
+	cr_assert_eq(cp_sendq_take(&q, 0), d);
+	/* Not stored yet: another connection waits (and so does what comes
+	 * after it in the list: the order is kept), the same one goes on. */
+	cr_assert_eq(cp_sendq_take(&q, 1), -2);
+	cr_assert_eq(cp_sendq_take(&q, 1), -2, "asked again, still waits");
+	cr_assert_eq(cp_sendq_take(&q, 0), f, "the MKDIR's own connection goes on");
+	cr_assert_eq(cp_sendq_take(&q, 1), g);
+	cp_sendq_free(&q);
+
+	cp_sendq_init(&q);
+	d = mkdir_(&q, -1, "d");
+	f = file(&q, d, "d/f");
+	cr_assert_eq(cp_sendq_take(&q, 0), d);
+	cr_assert_eq(cp_sendq_take(&q, 1), -2);
+	cr_assert(cp_sendq_stored(&q, d, 0), "a MKDIR stored: others may go");
+	cr_assert_eq(cp_sendq_take(&q, 1), f, "once stored, any connection");
+	cp_sendq_free(&q);
+}
+
+Test(sendq, dir_meta_waits_for_everything_beneath)
+{
+	struct cp_sendq q;
+	int d, f, s, sf, sm, m, after;
+
+	cp_sendq_init(&q);
+	d = mkdir_(&q, -1, "d");
+	f = file(&q, d, "d/f");
+	s = mkdir_(&q, d, "d/s");
+	sf = file(&q, s, "d/s/f");
+	sm = dir_meta(&q, d, s, "d/s");
+	m = dir_meta(&q, -1, d, "d");
+	after = file(&q, -1, "after");
+	cr_assert_eq(cp_sendq_take(&q, 0), d);
+	cr_assert_eq(cp_sendq_take(&q, 0), f);
+	cr_assert_eq(cp_sendq_take(&q, 0), s);
+	cr_assert_eq(cp_sendq_take(&q, 0), sf);
+	/* Everything went on connection 0, nothing stored: both DIR_METAs
+	 * wait, and the file after them passes them. */
+	cr_assert_eq(cp_sendq_take(&q, 0), after);
+	cr_assert_eq(cp_sendq_take(&q, 0), -2);
+	cp_sendq_stored(&q, d, 0);
+	cp_sendq_stored(&q, s, 0);
+	cr_assert(!cp_sendq_stored(&q, f, 0), "d/f stored: nothing more may go");
+	cr_assert_eq(cp_sendq_take(&q, 1), -2, "d/s/f not stored: neither goes");
+	cr_assert(cp_sendq_stored(&q, sf, 0), "the last beneath d/s: its DIR_META may go");
+	/* d/s's DIR_META is beneath d: d's waits for it. */
+	cr_assert_eq(cp_sendq_take(&q, 1), sm);
+	cr_assert_eq(cp_sendq_take(&q, 1), -2);
+	cp_sendq_stored(&q, sm, 0);
+	cr_assert_eq(cp_sendq_take(&q, 1), m);
+	cr_assert_eq(cp_sendq_take(&q, 1), -1);
+	cp_sendq_free(&q);
+}
+
+Test(sendq, commit_waits_for_every_range_and_folds_in_order)
+{
+	const uint64_t sums[] = {0x1111, 0x2222, 0x3333, 0x4444};
+	struct cp_range_fold f;
+	struct cp_sendq q;
+	uint64_t sum = 0;
+	int r, c, next;
+
+	cp_sendq_init(&q);
+	r = striped(&q, -1, "big", 4);
+	c = r + 4;
+	next = file(&q, -1, "next");
+	cr_assert(q.e[c].kind == CP_FILE_COMMIT && q.e[c].left == 4);
+	for (int i = 0; i < 4; i++) {
+		cr_assert(q.e[r + i].range && q.e[r + i].commit == c &&
+			  q.e[r + i].index == (uint32_t)i);
+		cr_assert_eq(q.e[r + i].range_off, (uint64_t)i << 20);
+		cr_assert_eq(cp_sendq_take(&q, i), r + i);
+	}
+	/* The commit waits; the next file passes it. */
+	cr_assert_eq(cp_sendq_take(&q, 0), next);
+	cr_assert_eq(cp_sendq_take(&q, 0), -2);
+	/* Stored out of order: still not before the last one. */
+	cp_sendq_stored(&q, r + 2, sums[2]);
+	cp_sendq_stored(&q, r + 0, sums[0]);
+	cr_assert(!cp_sendq_stored(&q, r + 3, sums[3]), "a range before the last");
+	cr_assert_eq(cp_sendq_take(&q, 1), -2, "range 1 not stored");
+	cr_assert(cp_sendq_stored(&q, r + 1, sums[1]), "the last range: the commit may go");
+	cr_assert_eq(cp_sendq_take(&q, 1), c);
+	cr_assert_eq(cp_sendq_commit_sum(&q, c, &sum), 0);
+	cr_assert_eq(cp_range_fold_init(&f), 0);
+	for (int i = 0; i < 4; i++)
+		cp_range_fold_add(&f, sums[i]);
+	cr_assert_eq(sum, cp_range_fold_sum(&f), "folded in range order");
+	cp_range_fold_free(&f);
+	cr_assert_eq(cp_sendq_take(&q, 1), -1);
+	cp_sendq_free(&q);
+}
+
+/* Four threads, a connection each, take a tree of directories, files,
+ * links and striped files until none is left. */
+#define THREADS 4
+
+struct taker {
+	struct cp_sendq *q;
+	int conn;
+	int taken;
+	char why[160]; /* the first rule seen broken */
+};
+
+static atomic_int times_taken[4096];
+
+/* The rules, checked under the list's lock right after a take (what
+ * was stored stays stored: a rule kept at the take still holds). */
+static void check_taken(struct taker *k, int i)
+{
+	struct cp_sendq *q = k->q;
+	const struct cp_sendq_entry *e = &q->e[i];
+
+	pthread_mutex_lock(&q->mu);
+	if (e->conn != k->conn)
+		snprintf(k->why, sizeof(k->why), "%d not marked as on connection %d", i, k->conn);
+	else if (e->dir >= 0 && !q->e[e->dir].done && q->e[e->dir].conn != k->conn)
+		snprintf(k->why, sizeof(k->why), "%d before its MKDIR %d was stored", i, e->dir);
+	else if (e->kind == CP_DIR_META && q->e[e->own].left)
+		snprintf(k->why, sizeof(k->why), "DIR_META %d before all beneath was stored", i);
+	else if (e->kind == CP_FILE_COMMIT && e->left)
+		snprintf(k->why, sizeof(k->why), "FILE_COMMIT %d before its ranges", i);
+	else if (e->kind == CP_FILE_COMMIT)
+		for (int r = i - 1; r >= 0 && q->e[r].range && q->e[r].commit == i; r--)
+			if (!q->e[r].done)
+				snprintf(k->why, sizeof(k->why), "FILE_COMMIT %d before range %d",
+					 i, r);
+	pthread_mutex_unlock(&q->mu);
+}
+
+static void *take_all(void *arg)
+{
+	struct taker *k = arg;
+	unsigned int seed = (unsigned int)k->conn * 7919u + 1;
+
+	for (;;) {
+		int i = cp_sendq_take(k->q, k->conn);
+
+		if (i == -1)
+			break;
+		if (i == -2) {
+			sched_yield();
+			continue;
+		}
+		atomic_fetch_add(&times_taken[i], 1);
+		check_taken(k, i);
+		k->taken++;
+		/* Stored a little later, now and then. */
+		if (rand_r(&seed) % 4 == 0)
+			sched_yield();
+		cp_sendq_stored(k->q, i, (uint64_t)i);
+	}
+	return NULL;
+}
+
+/* A directory @name with @files files, a link, a striped file and @depth
+ * levels of two subdirectories each, as send -r's walk lists them. */
+static void tree(struct cp_sendq *q, int dir, const char *name, int depth, int files)
+{
+	char sub[256];
+	int me = mkdir_(q, dir, name);
+
+	for (int i = 0; i < files; i++) {
+		snprintf(sub, sizeof(sub), "%s/f%d", name, i);
+		file(q, me, sub);
+	}
+	snprintf(sub, sizeof(sub), "%s/link", name);
+	add(q, CP_SYMLINK, me, -1, sub);
+	snprintf(sub, sizeof(sub), "%s/big", name);
+	striped(q, me, sub, 3);
+	for (int i = 0; depth > 0 && i < 2; i++) {
+		snprintf(sub, sizeof(sub), "%s/s%d", name, i);
+		tree(q, me, sub, depth - 1, files);
+	}
+	dir_meta(q, dir, me, name);
+}
+
+Test(sendq, four_threads_take_each_entry_once_by_the_rules)
+{
+	for (int round = 0; round < 20; round++) {
+		struct taker k[THREADS];
+		pthread_t th[THREADS];
+		struct cp_sendq q;
+		int total = 0;
+
+		cp_sendq_init(&q);
+		file(&q, -1, "first");
+		tree(&q, -1, "top", 4, 1 + round % 3);
+		striped(&q, -1, "alone", 5);
+		cr_assert(q.ne <= (int)(sizeof(times_taken) / sizeof(times_taken[0])));
+		for (int i = 0; i < q.ne; i++)
+			atomic_store(&times_taken[i], 0);
+		for (int t = 0; t < THREADS; t++) {
+			k[t] = (struct taker){.q = &q, .conn = t};
+			cr_assert_eq(pthread_create(&th[t], NULL, take_all, &k[t]), 0);
+		}
+		for (int t = 0; t < THREADS; t++) {
+			pthread_join(th[t], NULL);
+			cr_assert_str_empty(k[t].why, "round %d, connection %d: %s", round, t,
+					    k[t].why);
+			total += k[t].taken;
+		}
+		cr_assert_eq(total, q.ne, "round %d: %d taken of %d", round, total, q.ne);
+		for (int i = 0; i < q.ne; i++) {
+			cr_assert_eq(atomic_load(&times_taken[i]), 1, "entry %d taken %d times", i,
+				     atomic_load(&times_taken[i]));
+			cr_assert(q.e[i].done);
+			if (q.e[i].kind == CP_MKDIR)
+				cr_assert_eq(q.e[i].left, 0, "MKDIR %d: %d left", i, q.e[i].left);
+		}
+		cp_sendq_free(&q);
+	}
+}
