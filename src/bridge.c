@@ -98,6 +98,7 @@ int rr_bridge_create(rr_bridge **out, struct io_uring *ring, const struct rr_bri
 	rr__eps_posts_init(&b->eps, &b->stats);
 	b->cqs.posts_due = post_held;
 	b->cqs.posts_ctx = &b->eps;
+	b->cqs.posts_held = &b->eps.any_held;
 	rr__cm_init(&b->cm, &b->ring, &b->devs, &b->eps, &b->stats);
 	if (b->opts.flags & RR_BRIDGE_NO_MSG_RING)
 		rr__ring_no_msg_ring(&b->ring);
