@@ -112,7 +112,7 @@ static void disarm(rr_cq *cq)
 static void window_hit(rr_cq *cq);
 
 /* cq's event was read: it is no longer armed; ack in batches. */
-static void took_event(rr_cq *cq)
+static inline void took_event(rr_cq *cq)
 {
 	cq->set->stats->cq_events++;
 	cq->unacked++;
@@ -656,7 +656,7 @@ static unsigned int service_as(rr_cq *cq, enum rr__arm when)
  * Mostly the CQ was polled empty just before its event was read (see
  * channel_ready()): what poll_and_place() would do then, put it on the
  * lazy list, is done here without it. */
-static unsigned int service(rr_cq *cq)
+static inline unsigned int service(rr_cq *cq)
 {
 	struct rr__cqs *set = cq->set;
 	const struct rr__ring *r = set->ring;
