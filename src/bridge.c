@@ -98,6 +98,7 @@ int rr_bridge_create(rr_bridge **out, struct io_uring *ring, const struct rr_bri
 	rr__eps_posts_init(&b->eps, &b->stats);
 	b->cqs.posts_due = post_held;
 	b->cqs.posts_ctx = &b->eps;
+	b->cqs.posts_held = &b->eps.any_held;
 	rr__cm_init(&b->cm, &b->ring, &b->devs, &b->eps, &b->stats);
 	if (b->opts.flags & RR_BRIDGE_NO_MSG_RING)
 		rr__ring_no_msg_ring(&b->ring);
@@ -236,11 +237,23 @@ static int settle(rr_bridge *b, enum rr__arm when, bool armed_too)
 }
 
 /* The next CQE. liburing's peek calls into the library when it finds
- * none, which only a CQ overflow needs: the last peek of every pass. */
+ * none, which only a CQ overflow needs: the last peek of every pass. With
+ * IORING_FEAT_EXT_ARG no CQE is liburing's own (its timeouts ride on the
+ * enter), so one found is taken as it is, without the peek's second read
+ * of the ring's head and tail. */
 static inline int next_cqe(struct io_uring *io, struct io_uring_cqe **cqe)
 {
-	if (!io_uring_cq_ready(io) && !(IO_URING_READ_ONCE(*io->sq.kflags) & IORING_SQ_CQ_OVERFLOW))
-		return -EAGAIN;
+	unsigned int head = *io->cq.khead;
+
+	if (head == io_uring_smp_load_acquire(io->cq.ktail)) {
+		if (!(IO_URING_READ_ONCE(*io->sq.kflags) & IORING_SQ_CQ_OVERFLOW))
+			return -EAGAIN;
+	} else if (io->features & IORING_FEAT_EXT_ARG) {
+		unsigned int shift = io->flags & IORING_SETUP_CQE32 ? 1 : 0;
+
+		*cqe = &io->cq.cqes[(head & io->cq.ring_mask) << shift];
+		return 0;
+	}
 	return io_uring_peek_cqe(io, cqe);
 }
 

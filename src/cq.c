@@ -112,7 +112,7 @@ static void disarm(rr_cq *cq)
 static void window_hit(rr_cq *cq);
 
 /* cq's event was read: it is no longer armed; ack in batches. */
-static void took_event(rr_cq *cq)
+static inline void took_event(rr_cq *cq)
 {
 	cq->set->stats->cq_events++;
 	cq->unacked++;
@@ -352,11 +352,11 @@ static inline unsigned int cq_poll(rr_cq *cq, unsigned int budget, bool *more)
  * dispatch depth, so a callback of a refused request that destroys the
  * CQ leaves it to reap_deferred().
  */
-static void posts_due(rr_cq *cq)
+static inline void posts_due(rr_cq *cq)
 {
 	struct rr__cqs *set = cq->set;
 
-	if (!set->posts_due)
+	if (!set->posts_due || (set->posts_held && !*set->posts_held))
 		return;
 	cq->dispatch_depth++;
 	set->posts_due(set->posts_ctx);
@@ -585,13 +585,16 @@ static unsigned int poll_and_place(rr_cq *cq, enum rr__arm when)
 		set_active(cq, true);
 		return n;
 	}
-	if (cq->mode == RR_WAIT_BUSY || cq->ch->deaf) {
-		set_active(cq, true);
-		return n;
-	}
-	if (is_hybrid(cq) && keep_spinning(cq, n)) {
-		set_active(cq, true);
-		return n;
+	/* Mostly an event CQ on a live channel: one test for the others. */
+	if (cq->mode != RR_WAIT_EVENT || cq->ch->deaf) {
+		if (cq->mode == RR_WAIT_BUSY || cq->ch->deaf) {
+			set_active(cq, true);
+			return n;
+		}
+		if (is_hybrid(cq) && keep_spinning(cq, n)) {
+			set_active(cq, true);
+			return n;
+		}
 	}
 	if (cq->active) /* mostly not: spare the call */
 		set_active(cq, false);
@@ -649,12 +652,26 @@ static unsigned int service_as(rr_cq *cq, enum rr__arm when)
 }
 
 /* Inside the built-in loop, arming waits until the loop could block; in
- * a pass of the application's loop, until the pass ends (its posts gone). */
-static unsigned int service(rr_cq *cq)
+ * a pass of the application's loop, until the pass ends (its posts gone).
+ * Mostly the CQ was polled empty just before its event was read (see
+ * channel_ready()): what poll_and_place() would do then, put it on the
+ * lazy list, is done here without it. */
+static inline unsigned int service(rr_cq *cq)
 {
-	const struct rr__ring *r = cq->set->ring;
+	struct rr__cqs *set = cq->set;
+	const struct rr__ring *r = set->ring;
 
-	return service_as(cq, r->loop_owned || r->arm_at_end ? RR__ARM_LATER : RR__ARM_NOW);
+	if (!(r->loop_owned || r->arm_at_end))
+		return service_as(cq, RR__ARM_NOW);
+	if (cq->empty_gen != set->gen || cq->mode != RR_WAIT_EVENT || cq->armed || cq->active ||
+	    cq->destroy_deferred || cq->ch->deaf || cq->batch_head < cq->nbatch ||
+	    cq->stash_head < cq->nstash)
+		return service_as(cq, RR__ARM_LATER);
+	set_lazy(cq, true);
+	/* Last: the hook may destroy the CQ. */
+	if (cq->hooks.after_dispatch)
+		cq->hooks.after_dispatch(cq->hooks.ctx);
+	return 0;
 }
 
 /* Poll an armed event CQ without touching its arm: what it hands out
@@ -710,6 +727,8 @@ unsigned int rr__cqs_settle(struct rr__cqs *set, enum rr__arm when, bool armed_t
 		rr__list_init(&set->lazy);
 		rr__list_init(&cq->lazy_link);
 		cq->lazy = false;
+		if (!n)
+			return service_as(cq, when); /* a tail call */
 		return n + service_as(cq, when);
 	}
 	/* Take the list, as rr__cq_poll_active() does: a CQ left unarmed

@@ -38,6 +38,9 @@ struct rr__cqs {
 	 * before the event read and every arm (see posts_due() in cq.c). */
 	void (*posts_due)(void *ctx);
 	void *posts_ctx;
+	/* Its flag that anything is held (NULL: call it every time): while
+	 * false the call, which would find nothing, is spared. */
+	const bool *posts_held;
 };
 
 struct rr_channel {

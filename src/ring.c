@@ -213,6 +213,7 @@ void rr__ring_fini(struct rr__ring *r)
 	r->peers = NULL;
 	r->msgs = NULL;
 	r->npeers = r->nmsgs = 0;
+	r->owing = r->pend_head != RR__NO_SLOT || r->kick_wanted;
 	if (r->bell_efd >= 0) {
 		bell_live(r->uid, false);
 		close(r->bell_efd);
@@ -260,6 +261,7 @@ static void owe(struct rr__ring *r, uint32_t idx, uint8_t what)
 	struct rr__poll *p = &r->slots[idx];
 
 	p->want |= what;
+	r->owing = true;
 	if (p->queued)
 		return;
 	p->queued = true;
@@ -465,6 +467,7 @@ void rr__ring_want_kick(struct rr__ring *r)
 	if (r->loop_owned || r->kick_pending)
 		return;
 	r->kick_wanted = true;
+	r->owing = true;
 	rr__ring_flush(r);
 }
 
@@ -849,6 +852,7 @@ unsigned int rr__ring_flush_owed(struct rr__ring *r)
 	} else if (r->loop_owned) {
 		r->kick_wanted = false; /* the loop comes back by itself */
 	}
+	r->owing = r->pend_head != RR__NO_SLOT || r->nmsgs || r->kick_wanted;
 	return owed(r);
 }
 
@@ -1021,6 +1025,14 @@ enum rr__ud_kind rr__ring_cqe(struct rr__ring *r, const struct io_uring_cqe *cqe
 
 	if (rr__ud_inst(ud) != r->inst)
 		return 0; /* an earlier bridge's */
+	/* Mostly a slot's poll (a channel's, a read's): asked first. */
+	if (kind == RR__UD_POLL) {
+		if (idx >= r->nslots || !r->slots[idx].in_use ||
+		    (r->slots[idx].gen & 0xfff) != rr__ud_gen(ud))
+			return 0; /* stale: from an earlier use of the slot */
+		poll_cqe(r, idx, cqe);
+		return kind;
+	}
 	if (kind == RR__UD_KICK) {
 		r->kick_pending = false;
 		return kind;
@@ -1047,12 +1059,9 @@ enum rr__ud_kind rr__ring_cqe(struct rr__ring *r, const struct io_uring_cqe *cqe
 	if (idx >= r->nslots || !r->slots[idx].in_use ||
 	    (r->slots[idx].gen & 0xfff) != rr__ud_gen(ud))
 		return 0; /* stale: from an earlier use of the slot */
-	if (kind == RR__UD_POLL)
-		poll_cqe(r, idx, cqe);
-	else if (kind == RR__UD_CANCEL)
-		cancel_cqe(r, idx, cqe);
-	else
+	if (kind != RR__UD_CANCEL)
 		return 0;
+	cancel_cqe(r, idx, cqe);
 	return kind;
 }
 
@@ -1218,6 +1227,7 @@ int rr__ring_peer_queue(struct rr__ring *r, uint32_t peer)
 		if (r->msgs[i] == peer)
 			return RR__BELL_NONE;
 	r->msgs[r->nmsgs++] = peer;
+	r->owing = true;
 	return RR__BELL_MSG_RING;
 }
 

@@ -104,6 +104,9 @@ struct rr__ring {
 	bool arm_at_end;   /* a pass is on that settles event CQs as it ends */
 	bool kick_wanted;  /* a kick NOP is owed */
 	bool kick_pending; /* a kick NOP is in the SQ or the kernel */
+	/* Any SQE owed (a slot queued, a MSG_RING, a kick): set with each,
+	 * cleared by rr__ring_flush_owed() once none is left. */
+	bool owing;
 	struct rr__poll *slots;
 	uint32_t nslots, free_slot, live_slots;
 	unsigned int cancels;	       /* cancel SQEs whose CQE has not arrived */
@@ -250,7 +253,7 @@ unsigned int rr__ring_flush_owed(struct rr__ring *r);
 /* Are SQEs owed? Cheap: for callers that flush only when needed. */
 static inline bool rr__ring_owes(const struct rr__ring *r)
 {
-	return r->pend_head != RR__NO_SLOT || r->nmsgs || r->kick_wanted;
+	return r->owing;
 }
 
 /* Inline: called several times a pass, and mostly nothing is owed. */
