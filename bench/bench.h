@@ -3,6 +3,7 @@
 #ifndef RR_BENCH_H
 #define RR_BENCH_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -194,8 +195,9 @@ struct bside {
 	bool done;
 	bool listening; /* side_listen() succeeded */
 	struct filer *filer;
-	struct filer *aio_filer; /* epoll-aio: reaped on its eventfd even
-				  * after the measurement dropped filer */
+	struct filer *aio_filer;     /* epoll-aio: reaped on its eventfd even
+				      * after the measurement dropped filer */
+	volatile sig_atomic_t *stop; /* set (by a signal handler): side_loop() ends */
 };
 
 /* Message header: the first 8 bytes of every message. */
@@ -205,6 +207,29 @@ struct msg_hdr {
 };
 #define HDR_STOP 0xfffffff0u /* client: measurement over, send figures */
 #define HDR_FIN	 0xfffffff1u /* server: here are my figures */
+
+/* A run's parameters, from the client in its connection requests' rdma_cm
+ * private data (at most 56 bytes). */
+#define HELLO_MAGIC 0x72726231u /* "rrb1" */
+struct hello {
+	uint32_t magic;
+	uint8_t strat, wl, op, signal_every;
+	uint16_t qd, conns;
+	uint32_t msg_size;
+	uint32_t iters;
+	uint32_t idle_ms;
+	uint32_t spin_us;
+	uint32_t rkey;
+	uint64_t addr;
+	uint32_t conn;
+	uint32_t timeout_s;
+	uint8_t spin_fixed;
+	uint8_t ring_read;
+	uint8_t flags; /* HELLO_COUNT */
+} __attribute__((packed));
+#define HELLO_COUNT    1u /* a counting pass: count syscalls, time nothing */
+#define HELLO_POST_NOW 2u /* endpoints post at once: --post-now */
+_Static_assert(sizeof(struct hello) <= RR_PRIVATE_DATA_CONNECT_MAX, "hello fits a request");
 
 /* wr_id: connection, kind and slot index. */
 enum { WR_RECV = 1, WR_MSG, WR_CTRL };

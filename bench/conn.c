@@ -27,30 +27,8 @@
 #include "cmsync.h"
 
 #define CM_TIMEOUT_MS 10000
-#define SPARE_SLOTS   64	  /* server: places for half-made connections */
-#define CONNECT_TRIES 6		  /* client: a connection after the first */
-#define HELLO_MAGIC   0x72726231u /* "rrb1" */
-
-/* rdma_cm private data: at most 56 bytes in a connection request. */
-struct hello {
-	uint32_t magic;
-	uint8_t strat, wl, op, signal_every;
-	uint16_t qd, conns;
-	uint32_t msg_size;
-	uint32_t iters;
-	uint32_t idle_ms;
-	uint32_t spin_us;
-	uint32_t rkey;
-	uint64_t addr;
-	uint32_t conn;
-	uint32_t timeout_s;
-	uint8_t spin_fixed;
-	uint8_t ring_read;
-	uint8_t flags; /* HELLO_COUNT */
-} __attribute__((packed));
-#define HELLO_COUNT    1u /* a counting pass: count syscalls, time nothing */
-#define HELLO_POST_NOW 2u /* endpoints post at once: --post-now */
-_Static_assert(sizeof(struct hello) <= RR_PRIVATE_DATA_CONNECT_MAX, "hello fits a request");
+#define SPARE_SLOTS   64 /* server: places for half-made connections */
+#define CONNECT_TRIES 6	 /* client: a connection after the first */
 
 static int wait_cm(struct bside *s, enum rdma_cm_event_type want, struct cmsync_event *ev)
 {

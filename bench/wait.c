@@ -193,6 +193,8 @@ static int step_epoll(struct bside *s)
 			if (rc)
 				return rc;
 		}
+		if (k < 0)
+			break; /* a signal: side_loop() looks at s->stop */
 	}
 	return n;
 }
@@ -319,10 +321,11 @@ int side_step(struct bside *s)
 
 int side_loop(struct bside *s)
 {
-	while (!s->done && !s->err) {
+	while (!s->done && !s->err && !(s->stop && *s->stop)) {
 		int rc = side_step(s);
 
-		if (rc < 0 && !s->err)
+		/* EINTR: a signal, which says through s->stop what it meant. */
+		if (rc < 0 && rc != -EINTR && !s->err)
 			s->err = rc;
 		if (side_trace)
 			side_trace->wcs = side_counts.wcs;
