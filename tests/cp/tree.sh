@@ -54,44 +54,6 @@ for i in range(10000):
         fh.write(os.urandom(i % 97))
 PY
 
-# same_tree SRC DST LINKS: compare both listings; prints the differences
-# (none: success). Modes as serve stores them: permission bits less its
-# umask (022); links only with LINKS=1; special files never.
-same_tree() {
-	python3 -S - "$@" <<'PY'
-import hashlib, os, stat, sys
-src, dst, links = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
-def listing(root, expect):
-    out = {}
-    for d, dirs, files in os.walk(root):
-        for n in dirs + files:
-            p = os.path.join(d, n)
-            st = os.lstat(p)
-            rel = os.path.relpath(p, root)
-            mode = stat.S_IMODE(st.st_mode)
-            if stat.S_ISLNK(st.st_mode):
-                if expect and not links:
-                    continue
-                out[rel] = ("l", os.readlink(p), st.st_mtime_ns)
-            elif stat.S_ISDIR(st.st_mode):
-                out[rel] = ("d", mode & 0o777 & ~0o022 if expect else mode, st.st_mtime_ns)
-            elif stat.S_ISREG(st.st_mode):
-                with open(p, "rb") as fh:
-                    h = hashlib.sha256(fh.read()).hexdigest()
-                out[rel] = ("f", mode & 0o777 & ~0o022 if expect else mode, st.st_mtime_ns,
-                            st.st_size, h)
-            elif not expect:
-                out[rel] = ("other",)
-    return out
-a, b = listing(src, True), listing(dst, False)
-bad = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
-for k in bad[:10]:
-    print("%s: sent %s, stored %s" % (k, a.get(k), b.get(k)))
-if bad:
-    print("%d of %d entries differ" % (len(bad), len(a)))
-PY
-}
-
 # 1. Links skipped (the default), three connections side by side.
 mkdir -p "$T/d1" "$T/d2" "$T/d3" "$T/d4/real" "$T/outside"
 start_serve s1 $PORT --dir "$T/d1" --count 3 "${TOK[@]}" --json "$T/s1.json"
