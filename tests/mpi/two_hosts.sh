@@ -12,7 +12,6 @@ if [ -z "${RDMA_LAB_AGENT:-}" ] || [ "$(wc -w <<<"${RDMA_LAB_HOSTS:-}")" -lt 2 ]
 fi
 read -r a b _ <<<"$RDMA_LAB_HOSTS"
 echo "1..1"
-export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0
 start=$SECONDS
 out=$(timeout 240 mpirun -n 4 --host "$a:2,$b:2" "$PROG" 4 2 2>&1)
 rc=$?
