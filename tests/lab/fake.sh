@@ -13,12 +13,8 @@ touch "$dir/cache/fake/ready"
 truncate -s 1M "$dir/cache/disk-1g.ext4"
 export PATH=$here/fake:$PATH RDMA_LAB_CACHE=$dir/cache RDMA_LAB_KVER=fake TMPDIR=$dir/tmp
 export FAKE_QEMU_PIDS=$dir/pids
-echo "1..15"
-n=0 failed=0
-ok() {
-	n=$((n + 1))
-	if [ "$1" = 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; failed=1; fi
-}
+. "$(dirname "$0")/../tap.sh"
+tap_plan 15
 # lab OUT ARGS...: run the lab under a generous watchdog (124 past it).
 lab() {
 	local out=$1
@@ -38,24 +34,24 @@ qemus_gone() {
 }
 
 FAKE_QEMU_H2=silent lab out1 --hosts 2 --peer-cmd 'while :; do sleep 1; done' -- sh -c 'exit 7'
-ok $([ "$rc" = 7 ]; echo $?) "a peer that never ends, quietly: the command's status (7) once the first VM is done (got $rc)"
-ok $(qemus_gone; echo $?) "... and the peer's QEMU itself is stopped"
+tap_is $([ "$rc" = 7 ]; echo $?) "a peer that never ends, quietly: the command's status (7) once the first VM is done (got $rc)"
+tap_is $(qemus_gone; echo $?) "... and the peer's QEMU itself is stopped"
 
 FAKE_QEMU_H2=stubborn lab out2 --hosts 2 -- true
-ok $([ "$rc" = 0 ] && qemus_gone; echo $?) "a QEMU that ignores SIGTERM is killed (got $rc)"
+tap_is $([ "$rc" = 0 ] && qemus_gone; echo $?) "a QEMU that ignores SIGTERM is killed (got $rc)"
 
 FAKE_QEMU_H1=panic-after lab out3 -- true
-ok $([ "$rc" = 125 ]; echo $?) "a panic after the command's status was written fails the run with 125 (got $rc)"
-ok $(grep -q "kernel panicked" "$dir/out3" && grep -q "^  VM 1: .*Kernel panic - not syncing: Attempted to kill init" "$dir/out3"; echo $?) \
+tap_is $([ "$rc" = 125 ]; echo $?) "a panic after the command's status was written fails the run with 125 (got $rc)"
+tap_is $(grep -q "kernel panicked" "$dir/out3" && grep -q "^  VM 1: .*Kernel panic - not syncing: Attempted to kill init" "$dir/out3"; echo $?) \
 	"... saying so, quoting the kernel"
 
 FAKE_QEMU_H2=panic-after lab out4 --hosts 2 --peer-cmd true -- true
-ok $([ "$rc" = 125 ] && grep -q "^  VM 2: .*Kernel panic" "$dir/out4"; echo $?) \
+tap_is $([ "$rc" = 125 ] && grep -q "^  VM 2: .*Kernel panic" "$dir/out4"; echo $?) \
 	"a panic of the peer VM fails the run too (got $rc)"
 
 lab out5 -- sh -c 'echo the-command-ran; exit 3'
-ok $([ "$rc" = 3 ] && grep -q the-command-ran "$dir/out5"; echo $?) "a clean run returns the command's status (3, got $rc) and its output"
-ok $(! grep -q "rdma-lab:" "$dir/out5"; echo $?) "... with no word from the lab"
+tap_is $([ "$rc" = 3 ] && grep -q the-command-ran "$dir/out5"; echo $?) "a clean run returns the command's status (3, got $rc) and its output"
+tap_is $(! grep -q "rdma-lab:" "$dir/out5"; echo $?) "... with no word from the lab"
 
 # Four VMs: the peer command on every peer, each VM's address named,
 # and no QEMU or switch left on any way out: a clean end, a peer that
@@ -67,18 +63,18 @@ lab_gone() {
 }
 FAKE_QEMU_H3=silent FAKE_QEMU_H4=silent lab out6 --hosts 4 \
 	--peer-cmd 'echo "peer $RDMA_LAB_HOST of $RDMA_LAB_HOSTS"' -- sh -c 'exit 5'
-ok $([ "$rc" = 5 ] && [ "$(wc -l <"$FAKE_QEMU_PIDS")" = 4 ]; echo $?) \
+tap_is $([ "$rc" = 5 ] && [ "$(wc -l <"$FAKE_QEMU_PIDS")" = 4 ]; echo $?) \
 	"--hosts 4: four VMs, the first one's status (5, got $rc)"
-ok $(grep -q '^\[peer2\] peer 2 of 192.0.2.1 192.0.2.2 192.0.2.3 192.0.2.4$' "$dir/out6"; echo $?) \
+tap_is $(grep -q '^\[peer2\] peer 2 of 192.0.2.1 192.0.2.2 192.0.2.3 192.0.2.4$' "$dir/out6"; echo $?) \
 	"... the peer command ran on a peer that knew every address"
-ok $(lab_gone; echo $?) "... every QEMU and the switch stopped"
+tap_is $(lab_gone; echo $?) "... every QEMU and the switch stopped"
 
 FAKE_QEMU_H4=dead lab out7 --hosts 4 -- true
-ok $([ "$rc" = 125 ] && grep -q 'peer VM 4 did not come up' "$dir/out7" && lab_gone; echo $?) \
+tap_is $([ "$rc" = 125 ] && grep -q 'peer VM 4 did not come up' "$dir/out7" && lab_gone; echo $?) \
 	"a peer that never boots: 125, said so, nothing left running (got $rc)"
 
 FAKE_QEMU_H3=panic-boot lab out9 --hosts 4 -- true
-ok $([ "$rc" = 125 ] && grep -q "a peer's kernel panicked or locked up while booting" "$dir/out9" &&
+tap_is $([ "$rc" = 125 ] && grep -q "a peer's kernel panicked or locked up while booting" "$dir/out9" &&
 	[ "$(grep -c 'booting the lab once more' "$dir/out9")" = 1 ] && lab_gone; echo $?) \
 	"a peer's kernel panics while booting: said so, booted once more, then 125 (got $rc)"
 
@@ -93,8 +89,8 @@ done
 kill -TERM "$labpid"
 wait "$labpid"
 rc=$?
-ok $([ "$rc" = 130 ] && lab_gone; echo $?) "interrupted with four VMs up: 130, nothing left running (got $rc)"
+tap_is $([ "$rc" = 130 ] && lab_gone; echo $?) "interrupted with four VMs up: 130, nothing left running (got $rc)"
 
 left=$(ls -A "$dir/tmp"; ls -A "$dir/cache" | grep -v -x -e fake -e disk-1g.ext4)
-ok $([ -z "$left" ]; echo $?) "every run's directory and disk copy removed (left: ${left:-none})"
-exit $failed
+tap_is $([ -z "$left" ]; echo $?) "every run's directory and disk copy removed (left: ${left:-none})"
+tap_done

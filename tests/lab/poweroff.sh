@@ -11,19 +11,15 @@ LAB=${1:?usage: poweroff.sh PATH/TO/rdma-lab BUILD_DIR}
 BUILD=${2:?usage: poweroff.sh PATH/TO/rdma-lab BUILD_DIR}
 dir=$(mktemp -d "$BUILD/lab-poweroff.XXXXXX") || exit 1
 trap 'rm -rf "$dir"' EXIT
-echo "1..2"
-n=0 failed=0
-ok() {
-	n=$((n + 1))
-	if [ "$1" = 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; failed=1; fi
-}
+. "$(dirname "$0")/../tap.sh"
+tap_plan 2
 
 # /bin, /sbin and /lib are links into /usr.
 "$LAB" run --timeout 120 -- bash -c 'mount -t tmpfs none /usr && echo usr-hidden' \
 	>"$dir/out" 2>&1
 rc=$?
 sed 's/^/# /' "$dir/out" | tail -n 8
-ok $([ "$rc" = 0 ] && grep -q usr-hidden "$dir/out"; echo $?) \
+tap_is $([ "$rc" = 0 ] && grep -q usr-hidden "$dir/out"; echo $?) \
 	"all of /usr hidden from PID 1: the command's status (0, got $rc)"
-ok $(! grep -q "Kernel panic" "$dir/out"; echo $?) "... and no kernel panic on the way out"
-exit $failed
+tap_is $(! grep -q "Kernel panic" "$dir/out"; echo $?) "... and no kernel panic on the way out"
+tap_done

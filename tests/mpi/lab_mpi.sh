@@ -22,14 +22,8 @@ command -v mpirun >/dev/null || {
 # The guest sees the checkout (writable) but not the host's /tmp.
 dir=$(mktemp -d "$BUILD/mpi-lab.XXXXXX") || exit 1
 trap 'rm -rf "$dir"' EXIT
-echo "1..5"
-n=0 failed=0
-ok() {
-	n=$((n + 1))
-	if [ "$1" = 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; failed=1; fi
-}
-# An ASan build's program: Open MPI's own allocations are not its leaks.
-export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0
+. "$(dirname "$0")/../tap.sh"
+tap_plan 5
 
 script='
 t0=$SECONDS
@@ -49,13 +43,13 @@ secs=$((SECONDS - start))
 sed 's/^/# /' "$dir/out" | tail -n 40
 echo "# lab run: status $rc, ${secs}s in all"
 field() { sed -n "s/^@@ $1 .*$2=\([0-9]*\).*/\1/p" "$dir/out"; }
-ok $([ "$rc" = 0 ]; echo $?) "four VMs booted and the script ran (lab status $rc)"
-ok $([ "$(field one-per-vm rc)" = 0 ] && grep -q '^ok: 4 ranks on 4 hosts' "$dir/out"; echo $?) \
+tap_is $([ "$rc" = 0 ]; echo $?) "four VMs booted and the script ran (lab status $rc)"
+tap_is $([ "$(field one-per-vm rc)" = 0 ] && grep -q '^ok: 4 ranks on 4 hosts' "$dir/out"; echo $?) \
 	"mpirun -n 4, one rank on each of 4 VMs: every check of rank 0 held"
-ok $([ "$(field two-by-two rc)" = 0 ] && grep -q '^ok: 4 ranks on 2 hosts' "$dir/out"; echo $?) \
+tap_is $([ "$(field two-by-two rc)" = 0 ] && grep -q '^ok: 4 ranks on 2 hosts' "$dir/out"; echo $?) \
 	"mpirun -n 4 on 2 VMs x 2 ranks: every check of rank 0 held"
-ok $(! grep -q '^FAIL' "$dir/out"; echo $?) "... no rank saw rxe0's counters move while MPI talked"
+tap_is $(! grep -q '^FAIL' "$dir/out"; echo $?) "... no rank saw rxe0's counters move while MPI talked"
 r=$(field unreachable rc)
-ok $([ -n "$r" ] && [ "$r" != 0 ] && [ "$r" != 124 ] && grep -q 'agent: cannot reach lab9' "$dir/out"; echo $?) \
+tap_is $([ -n "$r" ] && [ "$r" != 0 ] && [ "$r" != 124 ] && grep -q 'agent: cannot reach lab9' "$dir/out"; echo $?) \
 	"a VM that does not exist: mpirun fails (status ${r:-none}, not 124: no hang), the agent says why"
-exit $failed
+tap_done
