@@ -64,6 +64,8 @@ struct cp_opts {
 	unsigned int max_time_s; /* a client's whole time, 0: unlimited */
 	/* send and proxy */
 	const char *to;
+	/* send and serve: ranks of an MPI job (cp/mpi.h) */
+	bool mpi;
 	/* all */
 	unsigned int count; /* serve: admitted connections; proxy: clients */
 	uint32_t chunk, window;

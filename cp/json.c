@@ -11,6 +11,7 @@
 
 #include "cp.h"
 #include "json.h"
+#include "ranks.h"
 #include "xxh.h"
 
 void cp_tally_add(struct cp_tally *to, const struct cp_tally *from)
@@ -103,6 +104,27 @@ static int write_summary(FILE *f, const struct cp_opts *o, const struct cp_summa
 		fputs("  \"thread_conns\": [", f);
 		for (unsigned int i = 0; i < s->threads; i++)
 			fprintf(f, "%s%u", i ? ", " : "", s->thread_conns[i]);
+		fputs("],\n", f);
+	}
+	if (s->ranks) {
+		/* --mpi: each rank's own figures, rank 0 first */
+		member(f, "ranks", "%u", s->ranks);
+		fputs("  \"rank_figs\": [", f);
+		for (unsigned int r = 0; r < s->ranks; r++) {
+			const struct cp_rank_figs *k = &s->rank_figs[r];
+
+			fprintf(f, "%s\n    {\"rank\": %u, \"host\": ", r ? "," : "", r);
+			put_string(f, k->host);
+			fprintf(f,
+				", \"exit_code\": %d, \"files\": %llu, \"bytes\": %llu, "
+				"\"ranges\": %llu, \"chunks\": %llu, \"connections\": %u, "
+				"\"mpi_requests\": %llu, \"data_seconds\": %.6f}",
+				k->exit_code, (unsigned long long)k->n.files,
+				(unsigned long long)k->n.bytes, (unsigned long long)k->n.ranges,
+				(unsigned long long)k->n.chunks, k->n.connections,
+				(unsigned long long)k->requests,
+				(double)(k->data_end - k->data_start) / 1e9);
+		}
 		fputs("],\n", f);
 	}
 	if (s->threads && strcmp(s->mode, "send")) {

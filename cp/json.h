@@ -5,6 +5,8 @@
 
 #include "cp.h"
 
+struct cp_rank_figs; /* ranks.h */
+
 struct cp_summary {
 	const char *mode; /* "send", "serve" or "proxy" */
 	int exit_code;
@@ -16,6 +18,9 @@ struct cp_summary {
 	 * --threads N (N > 1): its threads and the connections each one ran */
 	unsigned int threads;
 	const unsigned int *thread_conns;
+	/* --mpi: the job's ranks, and what each one did */
+	unsigned int ranks;
+	const struct cp_rank_figs *rank_figs;
 };
 
 /* @to gets @from's counts added, and its checksum if it has files. */

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "cp.h"
+#include "ranks.h"
 #include "optab.h"
 
 #define DEFAULT_CHUNK	    (1u << 20)
@@ -290,6 +291,10 @@ static const struct optab cp_optab[] = {
 	 .help = "at start, remove partials unchanged for SECS (default\n"
 		 "604800, a week; 0 keeps them)"},
 
+	{"mpi", 0, NULL, CP_SERVE, FLAG(mpi),
+	 .help = "run as a rank of an MPI job (mpirun, srun): listen on\n"
+		 "PORT plus the rank's number on its host"},
+
 	{"recursive", 'r', NULL, CP_SEND, FLAG(recursive),
 	 .help = "a FILE that is a directory goes as a tree: its\n"
 		 "subdirectories, files, modes and mtimes"},
@@ -315,6 +320,10 @@ static const struct optab cp_optab[] = {
 	{"no-resume", 0, NULL, CP_SEND, FLAG(no_resume),
 	 .help = "send every file whole: never continue a partial the\n"
 		 "receiver kept from a cut transfer"},
+	{"mpi", 0, NULL, CP_SEND,
+	 .help = "run as a rank of an MPI job (mpirun, srun): the ranks\n"
+		 "share the entries, connection k of rank r going to the\n"
+		 "(r x conns + k)th ADDR:PORT of the list"},
 	{"progress", 0, NULL, CP_SEND, FLAG(progress)},
 	{"no-progress", 0, NULL, CP_SEND, .parse = optab_flag, F(progress), .min = 0,
 	 .help = "force the progress line on or off"},
@@ -365,6 +374,20 @@ static int only(uint64_t seen, unsigned int mode, const char *name)
 		return 0;
 	fprintf(stderr, CP_PROG ": --%s does not apply to %s\n", opt, name);
 	return -1;
+}
+
+/* serve or send, as a rank of an MPI job with --mpi. */
+static int with_mpi(const struct cp_opts *o, int (*run)(const struct cp_opts *))
+{
+	int ret;
+
+	if (!o->mpi)
+		return run(o);
+	if (cp_mpi_init(NULL, NULL))
+		return CP_EXIT_FAIL;
+	ret = run(o);
+	cp_mpi_fini();
+	return ret;
 }
 
 int main(int argc, char **argv)
@@ -427,9 +450,14 @@ int main(int argc, char **argv)
 						    "take files from anyone who can reach it\n");
 			goto bad;
 		}
+		if (o.mpi && !cp_mpi_built()) {
+			fprintf(stderr,
+				CP_PROG ": --mpi: this ringrdma-cp was built without MPI\n");
+			goto bad;
+		}
 		if (!cp_have_device())
 			return cp_no_device(mode);
-		return cp_serve(&o);
+		return with_mpi(&o, cp_serve);
 	}
 	if (!strcmp(mode, "send")) {
 		if (only(seen, CP_SEND, mode))
@@ -458,9 +486,14 @@ int main(int argc, char **argv)
 			fprintf(stderr, CP_PROG ": --as wants 1 to %d bytes\n", CP_NAME_MAX);
 			goto bad;
 		}
+		if (o.mpi && !cp_mpi_built()) {
+			fprintf(stderr,
+				CP_PROG ": --mpi: this ringrdma-cp was built without MPI\n");
+			goto bad;
+		}
 		if (!cp_have_device())
 			return cp_no_device(mode);
-		return cp_send(&o);
+		return with_mpi(&o, cp_send);
 	}
 	if (!strcmp(mode, "proxy")) {
 		if (only(seen, CP_PROXY, mode))

@@ -40,6 +40,7 @@
 #include <unistd.h>
 
 #include "json.h"
+#include "ranks.h"
 #include "progress.h"
 #include "range.h"
 #include "sendq.h"
@@ -77,11 +78,24 @@ struct sconn {
 	uint64_t resumed;	/* tx_resumed() */
 };
 
+#define CP_DEST_MAX 64
+
+/* A serve address; connection g (numbered across ranks) goes to g mod n. */
+struct dest {
+	char host[256];
+	uint16_t port;
+};
+
 struct sender {
 	const struct cp_opts *o;
 	struct cp_opts conn_opts; /* o, with each connection's share of the rate */
-	char host[256];
-	uint16_t port;
+	struct dest dest[CP_DEST_MAX];
+	unsigned int ndest;
+	/* --mpi: this rank's number among the job's, and rank 0's list */
+	bool mpi;
+	int rank, ranks;
+	struct cp_mpiq mq;
+	uint64_t last_ask; /* the other ranks: when rank 0 was last asked */
 	struct sconn c[CP_SEND_CONNS_MAX];
 	unsigned int nconns, nthreads;
 	struct sthread *th;
@@ -108,9 +122,8 @@ static int conn_index(const struct sconn *c)
 
 /* An entry may go now: the other threads' waiting connections ask
  * again at their next pass, not at their next tick. */
-static void wake_others(struct sthread *th)
+static void wake_others(struct sender *s, const struct sthread *th)
 {
-	struct sender *s = th->s;
 	uint64_t one = 1;
 
 	for (unsigned int k = 0; k < s->nthreads; k++) {
@@ -195,19 +208,43 @@ static bool open_file(struct sconn *c, struct tx *t, struct tx_src *src, const c
 	return true;
 }
 
+/* With --mpi: rank 0 said every rank stops (with what, and why). */
+static void stopped_by_rank0(struct sender *s)
+{
+	int result = atomic_load(&s->mq.stop);
+
+	if (!result)
+		return;
+	pthread_mutex_lock(&s->mu);
+	if (!s->result) {
+		s->result = result;
+		snprintf(s->msg, sizeof(s->msg), "%s", s->mq.stop_msg);
+	}
+	pthread_mutex_unlock(&s->mu);
+	atomic_compare_exchange_strong(&s->stop, &(int){0}, result);
+}
+
 static bool next_file(struct tx *t, struct tx_src *src, void *data)
 {
 	struct sconn *c = data;
 	struct sender *s = c->th->s;
 	const struct cp_sendq_entry *e;
+	uint64_t commit_sum = 0;
 	int i;
 
 	if (c->fd >= 0)
 		close(c->fd); /* its FILE_END went: every read of it ended */
 	c->fd = -1;
-	i = cp_sendq_take(&s->q, conn_index(c));
+	i = s->mpi ? cp_mpiq_take(&s->mq, conn_index(c), &commit_sum)
+		   : cp_sendq_take(&s->q, conn_index(c));
 	if (i == -1)
 		return false;
+	if (i == -3 || i == -ENOMEM) {
+		stopped_by_rank0(s);
+		tx_abort(t, i == -3 && s->mq.stop ? s->mq.stop : CP_EXIT_FAIL,
+			 i == -3 ? "another rank failed" : "out of memory");
+		return false;
+	}
 	if (i == -2) {
 		src->wait = true;
 		return true;
@@ -220,7 +257,8 @@ static bool next_file(struct tx *t, struct tx_src *src, void *data)
 	if (!e->kind)
 		return open_file(c, t, src, e->path);
 	if (e->kind == CP_FILE_COMMIT) {
-		if (cp_sendq_commit_sum(&s->q, i, &src->sum)) {
+		src->sum = commit_sum;
+		if (!s->mpi && cp_sendq_commit_sum(&s->q, i, &src->sum)) {
 			tx_abort(t, CP_EXIT_FAIL, "out of memory");
 			return false;
 		}
@@ -254,8 +292,10 @@ static void file_done(struct tx *t, const struct tx_src *src, uint64_t bytes, ui
 	const struct cp_sendq_entry *e = &s->q.e[src->id];
 	uint64_t now = cp_now_ns();
 
-	if (cp_sendq_stored(&s->q, (int)src->id, sum) && s->nthreads > 1)
-		wake_others(c->th);
+	if ((s->mpi ? cp_mpiq_stored(&s->mq, (int)src->id, sum)
+		    : cp_sendq_stored(&s->q, (int)src->id, sum)) &&
+	    s->nthreads > 1)
+		wake_others(s, c->th);
 	c->chunks = tx_chunks(t);
 	c->resumed = tx_resumed(t);
 	atomic_store_explicit(&c->acked, tx_bytes(t), memory_order_relaxed);
@@ -298,12 +338,43 @@ out:
 }
 
 /* Every thread is to end its connections with @result (the first asked
- * for counts). */
+ * for counts); with --mpi every rank's. */
 static void stop_all(struct sender *s, int result)
 {
+	char msg[sizeof(s->mq.stop_msg)];
 	int none = 0;
 
-	atomic_compare_exchange_strong(&s->stop, &none, result);
+	if (!atomic_compare_exchange_strong(&s->stop, &none, result) || !s->mpi)
+		return;
+	if (atomic_load(&s->mq.stop))
+		return; /* rank 0 said it: it knows */
+	pthread_mutex_lock(&s->mu);
+	snprintf(msg, sizeof(msg), "rank %d: %.180s", s->rank,
+		 s->msg[0]		      ? s->msg
+		 : atomic_load(&s->signalled) ? "interrupted"
+					      : "failed");
+	pthread_mutex_unlock(&s->mu);
+	cp_mpiq_fail(&s->mq, result, msg);
+}
+
+/* With --mpi, on rank 0's thread that answers the others: another rank
+ * failed (@msg names it), or stored an entry others may wait for. */
+static void rank_failed(void *data, int result, const char *msg)
+{
+	struct sender *s = data;
+
+	pthread_mutex_lock(&s->mu);
+	if (!s->result) {
+		s->result = result;
+		snprintf(s->msg, sizeof(s->msg), "%s", msg);
+	}
+	pthread_mutex_unlock(&s->mu);
+	stop_all(s, result);
+}
+
+static void rank_stored(void *data)
+{
+	wake_others(data, NULL);
 }
 
 /* Something of a thread failed, not a connection: @why is the error
@@ -373,6 +444,16 @@ static void send_poll(struct cp_loop *lp)
 	struct sthread *th = (struct sthread *)lp;
 	struct sender *s = th->s;
 
+	if (s->mpi && s->rank && th == s->th) {
+		/* Whether another rank failed: asked of rank 0 every 100 ms. */
+		uint64_t now = cp_now_ns();
+
+		if (now - s->last_ask >= 100000000ull) {
+			s->last_ask = now;
+			if (cp_mpiq_stopped(&s->mq))
+				stopped_by_rank0(s);
+		}
+	}
 	check_stop(th);
 	if (th->live)
 		poll_conns(th);
@@ -415,8 +496,12 @@ static void run_thread(struct sthread *th)
 	th->wake.done = wake_done;
 	arm_wake(th);
 	for (unsigned int i = th->first; i < th->first + th->n; i++) {
+		/* Numbered across ranks, so that every serve address gets
+		 * its share of the job's connections. */
+		const struct dest *d = &s->dest[((unsigned int)s->rank * s->nconns + i) % s->ndest];
+
 		h.data = &s->c[i];
-		s->c[i].t = tx_start(&th->lp, &s->conn_opts, s->host, s->port, &h);
+		s->c[i].t = tx_start(&th->lp, &s->conn_opts, d->host, d->port, &h);
 		if (!s->c[i].t) {
 			fail(th, "out of memory");
 			for (unsigned int k = th->first; k < i; k++)
@@ -829,8 +914,10 @@ static int plan(struct sender *s)
 		struct sthread *th = &s->th[k];
 
 		th->s = s;
-		if (s->nthreads > 1) {
-			/* Blocking, as the worker's: the ring's read waits. */
+		if (s->nthreads > 1 || s->mpi) {
+			/* Blocking, as the worker's: the ring's read waits.
+			 * With --mpi rank 0's thread answering the other ranks
+			 * writes it too. */
 			th->efd = eventfd(0, EFD_CLOEXEC);
 			if (th->efd < 0)
 				return walk_fail(s, "eventfd: %s", strerror(errno));
@@ -863,10 +950,63 @@ static void start_threads(struct sender *s)
 	}
 }
 
+/* "ADDR:PORT[,ADDR:PORT...]" into s->dest: 0, or -1. */
+static int parse_dests(struct sender *s, const char *to)
+{
+	char buf[CP_DEST_MAX * 272], *save = NULL, *one;
+
+	if (strlen(to) >= sizeof(buf))
+		return -1;
+	snprintf(buf, sizeof(buf), "%s", to);
+	for (one = strtok_r(buf, ",", &save); one; one = strtok_r(NULL, ",", &save)) {
+		struct dest *d = &s->dest[s->ndest];
+
+		if (s->ndest == CP_DEST_MAX ||
+		    cp_parse_hostport(one, d->host, sizeof(d->host), &d->port))
+			return -1;
+		s->ndest++;
+	}
+	return s->ndest ? 0 : -1;
+}
+
+/*
+ * --mpi, every rank: the ranks' figures to rank 0, into @sum there
+ * (their sum, each rank's in @all, room for every rank's), and the worst rank's exit status,
+ * which every rank returns.
+ */
+static int gather(struct sender *s, int ret, struct cp_summary *sum, struct cp_rank_figs *all)
+{
+	struct cp_rank_figs mine = {.n = s->n,
+				    .data_start = s->data_start,
+				    .data_end = s->data_end,
+				    .requests = s->mq.requests,
+				    .exit_code = ret};
+
+	gethostname(mine.host, sizeof(mine.host) - 1);
+	if (cp_mpi_gather(&mine, all) || s->rank)
+		all = NULL;
+	for (int r = 0; all && r < s->ranks; r++) {
+		/* Each rank's clock is its host's: the longest span counts. */
+		uint64_t span =
+			all[r].n.files || all[r].n.ranges ? all[r].data_end - all[r].data_start : 0;
+
+		cp_tally_add(&sum->n, &all[r].n);
+		if (span > sum->data_ns)
+			sum->data_ns = span;
+	}
+	if (all) {
+		sum->ranks = (unsigned int)s->ranks;
+		sum->rank_figs = all;
+	}
+	return cp_mpi_worst(ret);
+}
+
 int cp_send(const struct cp_opts *o)
 {
 	struct cp_summary sum = {.mode = "send", .start_ns = cp_now_ns()};
 	unsigned int *thread_conns = NULL;
+	struct cp_rank_figs *ranks = NULL;
+	bool mq_on = false;
 	struct sender *s;
 	int ret;
 
@@ -875,19 +1015,42 @@ int cp_send(const struct cp_opts *o)
 		cp_log("send: out of memory");
 		return CP_EXIT_FAIL;
 	}
-	if (cp_parse_hostport(o->to, s->host, sizeof(s->host), &s->port)) {
-		cp_log("send: the destination must be ADDR:PORT, got \"%s\"", o->to);
+	if (parse_dests(s, o->to)) {
+		cp_log("send: the destination must be ADDR:PORT[,ADDR:PORT...] (at most %d), got "
+		       "\"%s\"",
+		       CP_DEST_MAX, o->to);
 		free(s);
 		return CP_EXIT_USAGE;
 	}
 	s->o = o;
+	s->mpi = o->mpi;
+	s->rank = o->mpi ? cp_mpi_rank() : 0;
+	s->ranks = o->mpi ? cp_mpi_size() : 1;
 	cp_sendq_init(&s->q);
 	pthread_mutex_init(&s->mu, NULL);
 	for (unsigned int i = 0; i < CP_SEND_CONNS_MAX; i++)
 		s->c[i] = (struct sconn){.fd = -1};
 	ret = check_files(s);
+	if (s->mpi && !s->rank && !ret &&
+	    !(ranks = calloc((size_t)s->ranks, sizeof(*ranks)))) /* the end must not fail */
+		ret = walk_fail(s, "out of memory");
+	if (s->mpi) /* every rank walked the same list, or none sends */
+		ret = cp_mpi_agree(&s->q, ret, s->msg, sizeof(s->msg));
 	if (!ret)
 		ret = plan(s);
+	if (s->mpi)
+		ret = cp_mpi_worst(ret); /* each rank's plan */
+	if (s->mpi && !ret) {
+		s->mq.on_fail = rank_failed;
+		s->mq.on_ready = rank_stored;
+		s->mq.data = s;
+		if (cp_mpiq_start(&s->mq, &s->q)) {
+			/* The other ranks would wait for its answers. */
+			cp_log("send: cannot start rank 0's thread for the other ranks");
+			cp_mpi_abort(CP_EXIT_FAIL);
+		}
+		mq_on = true;
+	}
 	if (ret)
 		goto out;
 	s->conn_opts = *o;
@@ -908,6 +1071,8 @@ int cp_send(const struct cp_opts *o)
 		if (s->th[k].failed)
 			ret = CP_EXIT_FAIL;
 	ret = ret ? ret : s->result;
+	if (!ret && s->mpi)
+		ret = atomic_load(&s->stop); /* another rank's */
 	if (!o->quiet && s->prog.drawn)
 		cp_progress_update(&s->prog, s->n.bytes, true);
 	if (ret)
@@ -923,10 +1088,20 @@ out:
 	}
 	s->n.connections = s->nconns;
 	s->n.failures = ret != 0;
+	if (mq_on) {
+		if (ret)
+			stop_all(s, ret); /* e.g. its loop did not start */
+		/* Rank 0's thread answers until every other rank said done. */
+		cp_mpiq_finish(&s->mq, ret, s->msg);
+		ret = gather(s, ret, &sum, ranks);
+		if (s->rank)
+			goto done; /* rank 0 writes the summary */
+	} else {
+		sum.n = s->n;
+		sum.data_ns = s->n.files ? s->data_end - s->data_start : 0;
+	}
 	sum.exit_code = ret;
 	sum.error = ret && s->msg[0] ? s->msg : NULL;
-	sum.n = s->n;
-	sum.data_ns = s->n.files ? s->data_end - s->data_start : 0;
 	/* With threads: how many connections each ran. */
 	if (s->nthreads > 1)
 		thread_conns = calloc(s->nthreads, sizeof(*thread_conns));
@@ -937,6 +1112,8 @@ out:
 		sum.thread_conns = thread_conns;
 	}
 	cp_json_report(o, &sum);
+done:
+	free(ranks);
 	free(thread_conns);
 	/* After every thread ended: none writes to another's any more. */
 	for (unsigned int k = 0; s->th && k < s->nthreads; k++)

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "json.h"
+#include "ranks.h"
 #include "serve.h"
 #include "store.h"
 
@@ -331,6 +332,29 @@ static void stop_groups(struct serve_all *a)
 	}
 }
 
+/*
+ * --mpi, every rank at its end: each rank's figures to rank 0, summed
+ * into @sum there (each in @all, room for every rank's), and the worst rank's exit status in
+ * *ret on every rank. True on the ranks but 0, which write no summary.
+ */
+static bool gather(struct cp_summary *sum, int *ret, struct cp_rank_figs *all)
+{
+	struct cp_rank_figs mine = {.n = sum->n, .exit_code = *ret};
+	int me = cp_mpi_rank(), n = cp_mpi_size();
+
+	gethostname(mine.host, sizeof(mine.host) - 1);
+	if (!cp_mpi_gather(&mine, all) && !me) {
+		sum->n = (struct cp_tally){0};
+		for (int r = 0; r < n; r++)
+			cp_tally_add(&sum->n, &all[r].n);
+		sum->ranks = (unsigned int)n;
+		sum->rank_figs = all;
+	}
+	*ret = cp_mpi_worst(*ret);
+	sum->exit_code = *ret;
+	return me != 0;
+}
+
 int cp_serve(const struct cp_opts *o)
 {
 	struct rr_ep_opts eo = {
@@ -344,6 +368,9 @@ int cp_serve(const struct cp_opts *o)
 	struct cp_summary sum = {.mode = "serve"};
 	unsigned int nthreads = o->threads > 1 ? o->threads : 1;
 	unsigned int *thread_conns = NULL;
+	struct cp_rank_figs *ranks = NULL;
+	bool listen_agreed = false;
+	char rank_words[32] = "";
 	struct serve_all *a;
 	char host[256], mw_dev[128];
 	uint16_t port;
@@ -354,6 +381,16 @@ int cp_serve(const struct cp_opts *o)
 	if (cp_parse_hostport(o->listen, host, sizeof(host), &port)) {
 		cp_log("serve: --listen wants ADDR:PORT, got \"%s\"", o->listen);
 		return CP_EXIT_USAGE;
+	}
+	if (o->mpi) {
+		/* One port per rank of this host: PORT, PORT + 1, ... */
+		if (port + cp_mpi_local_rank() > 65535) {
+			cp_log("serve: --mpi: port %u + rank %d is past 65535", port,
+			       cp_mpi_local_rank());
+			return CP_EXIT_USAGE;
+		}
+		port = (uint16_t)(port + cp_mpi_local_rank());
+		snprintf(rank_words, sizeof(rank_words), "rank %d ", cp_mpi_rank());
 	}
 	s = calloc(1, sizeof(*s));
 	a = calloc(1, sizeof(*a));
@@ -371,8 +408,28 @@ int cp_serve(const struct cp_opts *o)
 	a->o = o;
 	start_ns = cp_now_ns();
 	a->dirfd = open(o->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (a->dirfd < 0) {
+	if (a->dirfd < 0)
 		cp_log("serve: cannot open directory %s: %s", o->dir, strerror(errno));
+	if (o->mpi) {
+		char why[256];
+
+		/* Room for the ranks' figures now: the end must not fail. */
+		if (!cp_mpi_rank() && !(ranks = calloc((size_t)cp_mpi_size(), sizeof(*ranks))))
+			cp_log("serve: out of memory");
+		/* Every rank goes on, or none: the others would wait for it. */
+		ret = cp_mpi_worst(a->dirfd < 0		      ? CP_EXIT_LOCAL_IO
+				   : !cp_mpi_rank() && !ranks ? CP_EXIT_FAIL
+							      : 0);
+		if (!ret)
+			ret = cp_mpi_same_dir(a->dirfd, why, sizeof(why));
+		if (ret) {
+			if (a->dirfd >= 0 && !cp_mpi_rank())
+				cp_log("serve: --mpi: %s", why);
+			if (a->dirfd >= 0)
+				close(a->dirfd);
+			goto out_free;
+		}
+	} else if (a->dirfd < 0) {
 		ret = CP_EXIT_LOCAL_IO;
 		goto out_free;
 	}
@@ -415,8 +472,18 @@ int cp_serve(const struct cp_opts *o)
 	s->lp.poll = serve_poll;
 	s->lp.on_signal = serve_signal;
 	rc = rr_listen(s->lp.b, host, port, &eo, sizeof(eo), on_accept, s, &s->l);
-	if (rc) {
+	if (rc)
 		cp_log("serve: cannot listen on %s:%u: %s", host, port, strerror(-rc));
+	listen_agreed = true;
+	if (o->mpi && cp_mpi_worst(rc ? CP_EXIT_NET : 0)) {
+		/* One rank that cannot listen ends them all, before any
+		 * connection was taken. */
+		if (!rc)
+			rr_listener_destroy(s->l);
+		ret = CP_EXIT_NET;
+		goto out_loop;
+	}
+	if (rc) {
 		ret = CP_EXIT_NET;
 		goto out_loop;
 	}
@@ -434,11 +501,11 @@ int cp_serve(const struct cp_opts *o)
 			ret = CP_EXIT_FAIL;
 			goto out_loop;
 		}
-		printf(CP_PROG ": serve: listening on %s:%u, storing into %s, %u threads\n", host,
-		       port, o->dir, nthreads);
+		printf(CP_PROG ": serve: %slistening on %s:%u, storing into %s, %u threads\n",
+		       rank_words, host, port, o->dir, nthreads);
 	} else {
-		printf(CP_PROG ": serve: listening on %s:%u, storing into %s\n", host, port,
-		       o->dir);
+		printf(CP_PROG ": serve: %slistening on %s:%u, storing into %s\n", rank_words, host,
+		       port, o->dir);
 	}
 	fflush(stdout);
 	rc = cp_loop_run(&s->lp);
@@ -464,6 +531,10 @@ out_dir:
 		thread_conns[i] = a->groups[i]->n.connections;
 	}
 	sum.start_ns = a->first_ns ? a->first_ns : start_ns;
+	if (o->mpi && !listen_agreed)
+		cp_mpi_worst(ret ? ret : CP_EXIT_FAIL); /* the others ask it at their listen */
+	if (o->mpi && gather(&sum, &ret, ranks))
+		goto out_free; /* rank 0 writes the summary */
 	sum.threads = nthreads;
 	sum.thread_conns = thread_conns;
 	if (nthreads > 1 && !o->quiet && a->ngroups == nthreads) {
@@ -483,6 +554,7 @@ out_free:
 	pthread_mutex_destroy(&a->mu);
 	cp_gate_fini(&a->gate);
 	cp_dirs_free(&a->made);
+	free(ranks);
 	free(thread_conns);
 	free(a);
 	free(s);

@@ -1,0 +1,128 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ringrdma-cp --mpi: send and serve as ranks of an MPI job (mpirun, srun).
+ * MPI only coordinates; every byte of the copy goes over RDMA as without
+ * it (docs/ringrdma-cp.md, "Ranks on MPI").
+ *
+ * send: every rank walks the same operands into the same list (checked
+ * to be the same on every rank before anything moves); rank 0's list is
+ * the one the rules of cp/sendq.c run on. A thread of rank 0 answers the
+ * other ranks' connections: which entry to take next, which entry was
+ * stored. Their own copies of the list give each entry's path and name.
+ *
+ * Built without MPI (-Dmpi=disabled, or none installed) every function
+ * here answers -ENOSYS and --mpi is refused before anything starts.
+ */
+#ifndef CP_RANKS_H
+#define CP_RANKS_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cp.h"
+#include "sendq.h"
+
+/* Whether this ringrdma-cp was built with MPI. */
+bool cp_mpi_built(void);
+/*
+ * cp_mpi_init() - join the MPI job (SIGINT and SIGTERM blocked first, so
+ * that MPI's own threads never take them: the loop's signalfd reads
+ * them). 0, or -1 with the reason logged.
+ */
+int cp_mpi_init(int *argc, char ***argv);
+void cp_mpi_fini(void);
+int cp_mpi_rank(void);
+int cp_mpi_size(void);
+/* This rank's number among the job's ranks on its host (0 first). */
+int cp_mpi_local_rank(void);
+
+/* cp_mpi_abort() - end the whole job with @status: only where a rank can
+ * no longer take part and the others would wait for it for ever. */
+void cp_mpi_abort(int status);
+/* The worst of every rank's @status (each rank gets it): the largest. */
+int cp_mpi_worst(int status);
+
+/* What one rank did, gathered at rank 0 for --json and the last line. */
+struct cp_rank_figs {
+	struct cp_tally n;
+	uint64_t data_start, data_end; /* CLOCK_MONOTONIC of each rank's host */
+	uint64_t requests;	       /* MPI messages this rank sent to rank 0 */
+	int exit_code;
+	char host[64];
+};
+
+/*
+ * cp_mpi_gather() - every rank's @mine at rank 0, into @all (size() of
+ * them; ignored elsewhere). 0, or a negative errno.
+ */
+int cp_mpi_gather(const struct cp_rank_figs *mine, struct cp_rank_figs *all);
+
+/*
+ * cp_mpi_agree() - whether every rank walked the same list (@q, with its
+ * own walk's status @walk_ret): 0 when all did and none failed; else the
+ * worst walk status, or CP_EXIT_LOCAL_IO when the lists differ, with
+ * why in @msg.
+ */
+int cp_mpi_agree(const struct cp_sendq *q, int walk_ret, char *msg, size_t len);
+
+/*
+ * cp_mpi_same_dir() - serve: whether every rank's @dirfd is one directory
+ * whose locks every rank sees (rank 0 makes a file there and holds a
+ * lock over it; every other rank must find the file and be refused the
+ * lock). 0, or CP_EXIT_LOCAL_IO with why in @msg (every rank gets it).
+ */
+int cp_mpi_same_dir(int dirfd, char *msg, size_t len);
+
+/* The list's rules across ranks (send). */
+struct cp_mpiq {
+	struct cp_sendq *q;
+	int rank, size;
+	pthread_mutex_t mu; /* one request to rank 0 at a time */
+	/* rank 0: the thread answering the others, until each said done */
+	pthread_t server;
+	bool server_on;
+	/* rank 0, on the server's thread: another rank stored an entry that
+	 * lets one go (wake the waiting connections), or failed with
+	 * @result (end every connection; m->stop is set already) */
+	void (*on_ready)(void *data);
+	void (*on_fail)(void *data, int result, const char *msg);
+	/* rank 0, optional: entry @i was taken for connection @conn (numbered
+	 * across ranks: rank r's k is r * CP_SEND_CONNS_MAX + k), under no lock */
+	void (*on_take)(void *data, int conn, int i);
+	void *data;
+	/* What every rank ends with once one failed (the first failure, set
+	 * by cp_mpiq_fail() on rank 0 and by a failure another rank told it;
+	 * answered to every request after; learned by the others from it). */
+	atomic_int stop;
+	pthread_mutex_t stop_mu; /* over stop_msg */
+	char stop_msg[200];
+	uint64_t requests; /* sent (other ranks) or answered (rank 0) */
+};
+
+/* Between cp_mpi_init() and cp_mpi_fini(); rank 0 starts its server. */
+int cp_mpiq_start(struct cp_mpiq *m, struct cp_sendq *q);
+/*
+ * cp_mpiq_take() - cp_sendq_take() on rank 0's list for this rank's
+ * connection @conn: the entry, -1 when every entry went, -2 to wait, -3
+ * when the run stops (m->stop says with what). A CP_FILE_COMMIT entry's
+ * folded sum in *sum.
+ */
+int cp_mpiq_take(struct cp_mpiq *m, int conn, uint64_t *sum);
+/* cp_mpiq_stored() - cp_sendq_stored() on rank 0's list: whether an
+ * entry may go now (on rank 0 only; the others' waiting connections ask
+ * again on their next pass). */
+bool cp_mpiq_stored(struct cp_mpiq *m, int i, uint64_t sum);
+/* cp_mpiq_fail() - this rank failed with @result (@msg): every rank
+ * stops (on rank 0 at once, the others as they ask it next). */
+void cp_mpiq_fail(struct cp_mpiq *m, int result, const char *msg);
+/* cp_mpiq_stopped() - 0, or the result every rank stops with (asking
+ * rank 0 from the other ranks). */
+int cp_mpiq_stopped(struct cp_mpiq *m);
+/* cp_mpiq_finish() - this rank's connections all ended, with @result
+ * (@msg): the others tell rank 0; rank 0 waits for every rank to have
+ * done so. */
+void cp_mpiq_finish(struct cp_mpiq *m, int result, const char *msg);
+
+#endif

@@ -1,0 +1,22 @@
+#!/bin/bash
+# cp/ranks.c on the host: test-cp-ranks as 3 ranks of one MPI job on
+# this host (shared memory only; no RDMA, no network), TAP from rank 0.
+#   ranks.sh PATH/TO/test-cp-ranks|none BUILD_DIR
+PROG=${1:?usage: ranks.sh PATH/TO/test-cp-ranks|none BUILD_DIR}
+BUILD=${2:?usage: ranks.sh PATH/TO/test-cp-ranks|none BUILD_DIR}
+if [ "$PROG" = none ]; then
+	echo "1..0 # SKIP built without MPI (-Dmpi=disabled, or no MPI installed)"
+	exit 0
+fi
+command -v mpirun >/dev/null || {
+	echo "1..0 # SKIP mpirun is missing (apt-get install openmpi-bin)"
+	exit 0
+}
+dir=$(mktemp -d "$BUILD/cp-ranks.XXXXXX") || exit 1
+trap 'rm -rf "$dir"' EXIT
+# Open MPI: as root only when told so (CI runs as root); shared memory
+# within the host, and three ranks even on a machine of two cores.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_btl=self,vader OMPI_MCA_pml=ob1 OMPI_MCA_osc=^ucx
+export OMPI_MCA_rmaps_base_oversubscribe=1
+exec timeout 150 mpirun -n 3 "$PROG" "$dir"

@@ -1,0 +1,125 @@
+#!/bin/bash
+# ringrdma-cp's ranks across four lab VMs (suite boots-lab): MPI started
+# through the lab's agent, every byte over RDMA. From the host: the data
+# is made here, one boot of four VMs runs tests/cp/ranks_guest.sh on
+# lab1, and the results are checked here. TAP output.
+#   - serve ranks on two hosts sharing --dir over 9p (locks each host's
+#     own) are refused before they listen;
+#   - a tree of small files and a striped big file, 2 hosts x 2 send
+#     ranks to 2 serve ranks, stored identical; --json at rank 0 has
+#     every rank's figures, and every rank sent;
+#   - a wrong token: every rank refused, nothing stored;
+#   - a send rank SIGKILLed mid-file: the job fails, nothing named; the
+#     same copy again completes without resending a completed range, and
+#     resends less than one stripe per cut range.
+# RR_CP_RANKS_FILES (default 2000) and RR_CP_RANKS_MB (default 64) size
+# the copy: 10000 and 1024 are issue 47's; the lab's VMs get 1.5 GiB.
+#   ranks_lab.sh PATH/TO/rdma-lab PATH/TO/ringrdma-cp BUILD_DIR
+set -u
+LAB=${1:?usage: ranks_lab.sh PATH/TO/rdma-lab PATH/TO/ringrdma-cp BUILD_DIR}
+CP=${2:?usage: ranks_lab.sh PATH/TO/rdma-lab PATH/TO/ringrdma-cp BUILD_DIR}
+BUILD=${3:?usage: ranks_lab.sh PATH/TO/rdma-lab PATH/TO/ringrdma-cp BUILD_DIR}
+FILES=${RR_CP_RANKS_FILES:-2000}
+MB=${RR_CP_RANKS_MB:-64}
+STRIPE=$((4 << 20))
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../tap.sh"
+if ! "$CP" --help | grep -q -- --mpi; then
+	echo "1..0 # SKIP this ringrdma-cp has no --mpi"
+	exit 0
+fi
+if [ "${RR_REQUIRE_RDMA:-}" != 1 ] && ! command -v mpirun >/dev/null; then
+	echo "1..0 # SKIP mpirun is missing (apt-get install openmpi-bin)"
+	exit 0
+fi
+# The guests see the checkout (writable) but not the host's /tmp.
+D=$(mktemp -d "$BUILD/cp-ranks-lab.XXXXXX") || exit 1
+# RR_CP_RANKS_KEEP=1 keeps it (logs, JSON) for a look afterwards.
+[ "${RR_CP_RANKS_KEEP:-}" = 1 ] && echo "# kept: $D" || trap 'rm -rf "$D"' EXIT
+tap_plan 9
+
+# The source: FILES small files in 20 directories (1 to 8 KiB), and big.
+python3 -S - "$D/src" "$FILES" <<'PY'
+import os, random, sys
+root, n = sys.argv[1], int(sys.argv[2])
+r = random.Random(47)
+for i in range(n):
+    d = os.path.join(root, "d%02d" % (i % 20))
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "f%05d" % i), "wb") as f:
+        f.write(r.randbytes(r.randint(1, 8) * 1024))
+PY
+head -c $((MB << 20)) /dev/urandom >"$D/src/big"
+(umask 077 && printf 'ranks-%05d%05d\n' "$RANDOM" "$RANDOM" >"$D/token")
+
+start=$SECONDS
+"$LAB" run --hosts 4 --mem 1536 --timeout 900 -- \
+	bash "$here/ranks_guest.sh" "$CP" "$D" >"$D/lab.out" 2>&1
+rc=$?
+echo "# lab run: status $rc, $((SECONDS - start))s in all"
+grep '^@@' "$D/lab.out" | sed 's/^/# /'
+field() { sed -n "s/^@@ $1 .*$2=\([0-9]*\).*/\1/p" "$D/lab.out"; }
+js() { # FILE EXPR: a value of the JSON file (python expression over d)
+	python3 -S -c 'import json, sys
+try:
+    d = json.load(open(sys.argv[1]))
+    print(eval(sys.argv[2]))
+except Exception:
+    pass' "$1" "$2"
+}
+tap_is $([ "$rc" = 0 ]; echo $?) "four VMs booted and the ranks' script ran (lab status $rc)" \
+	"$(tail -n 30 "$D/lab.out")"
+
+r=$(field split rc)
+tap_is $([ "$r" = 3 ] && grep -q 'does not share locks' "$D/split.out"; echo $?) \
+	"serve ranks on lab3 and lab4 sharing --dir over 9p are refused (status ${r:-none}): its locks are each host's own" \
+	"$(tail -n 5 "$D/split.out" 2>/dev/null)"
+
+r=$(field ninep rc)
+tap_is $([ "$r" = 3 ] && grep -q 'collide' "$D/ninep.out"; echo $?) \
+	"serve ranks on lab3 alone with --dir over 9p are refused (status ${r:-none}): flock and range locks collide there" \
+	"$(grep -a ringrdma-cp "$D/ninep.out" 2>/dev/null | tail -n 3)"
+
+r=$(field send1 rc)
+diffs=$(head -n 5 "$D/diff1" 2>/dev/null)
+tap_is $([ "$r" = 0 ] && [ "$(field serve1 rc)" = 0 ] && [ "$(field same1 rc)" = 0 ]; echo $?) \
+	"$FILES files and $MB MiB, 2 hosts x 2 send ranks to 2 serve ranks: stored identical (send ${r:-none}, serve $(field serve1 rc), $(field send1 secs)s)" \
+	"$diffs" "$(grep -a 'ringrdma-cp' "$D/send1.out" 2>/dev/null | head -n 10)"
+
+want_files=$((FILES + 1))
+ranks=$(js "$D/send1.json" 'd["ranks"]')
+busy=$(js "$D/send1.json" 'sum(1 for k in d["rank_figs"] if k["files"] + k["ranges"] > 0)')
+files=$(js "$D/send1.json" 'd["files"]')
+ranges=$(js "$D/send1.json" 'd["ranges"]')
+tap_is $([ "$ranks" = 4 ] && [ "$busy" = 4 ] && [ "$files" = "$want_files" ] && [ "$ranges" = $(((MB << 20) / STRIPE)) ]; echo $?) \
+	"rank 0's --json: 4 ranks, each sent ($busy did), $files files and $ranges ranges in all" \
+	"$(js "$D/send1.json" 'd.get("rank_figs")')"
+
+sfiles=$(js "$D/serve1.json" 'd["files"]')
+tap_is $([ "$(js "$D/serve1.json" 'd["ranks"]')" = 2 ] && [ "$sfiles" = "$want_files" ]; echo $?) \
+	"serve's rank 0 --json: 2 ranks, $sfiles files stored in all"
+
+r=$(field wrong rc)
+tap_is $([ "$r" = 5 ] && [ "$(field empty2 rc)" = 0 ]; echo $?) \
+	"a wrong token: every rank refused (status ${r:-none}), nothing stored" \
+	"$(grep -a 'ringrdma-cp' "$D/wrong.out" 2>/dev/null | head -n 8)"
+
+held=$(cat "$D/held" 2>/dev/null)
+held=${held:-0}
+r=$(field cut rc)
+tap_is $([ -n "$r" ] && [ "$r" != 0 ] && [ "$held" -gt 0 ] && [ "$(field named3 rc)" = 0 ]; echo $?) \
+	"a send rank SIGKILLed mid-file: the job fails (status ${r:-none}), the partial holds $held bytes, nothing named" \
+	"$(grep -a 'ringrdma-cp' "$D/cut.out" 2>/dev/null | head -n 8)"
+
+r=$(field resend rc)
+bytes=$(js "$D/resend.json" 'd["bytes"]')
+resumed=$(js "$D/resend.json" 'd["bytes_resumed"]')
+rheld=$(js "$D/resend.json" 'd["ranges_held"]')
+rcut=$(js "$D/resend.json" 'd["ranges_cut"]')
+sent=$((${bytes:-0} - ${resumed:-0}))
+extra=$((sent - ((MB << 20) - held)))
+cuts=$((${rcut:-0} > 0 ? ${rcut:-0} : 1))
+tap_is $([ "$r" = 0 ] && [ "$(field same3 rc)" = 0 ] && [ "${rheld:-0}" -ge 1 ] && [ "$extra" -lt $((cuts * STRIPE)) ]; echo $?) \
+	"sent again by 4 ranks: identical (status ${r:-none}), $rheld ranges held whole, $rcut cut, $extra bytes resent for $cuts cut ranges (< one stripe each)" \
+	"$(grep -a 'ringrdma-cp' "$D/resend.out" 2>/dev/null | head -n 8)"
+tap_done
