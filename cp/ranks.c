@@ -183,7 +183,7 @@ int cp_mpi_same_dir(int dirfd, char *msg, size_t len)
 	/* rank 0: a file of its own in DIR, held as a range's partial is:
 	 * flock(LOCK_SH) over it and a byte-range lock over its first byte */
 	if (!me) {
-		id = (long long)getpid() ^ ((long long)cp_now_ns() << 20);
+		id = (long long)(((uint64_t)getpid() ^ (cp_now_ns() << 20)) >> 1);
 		snprintf(name, sizeof(name), ".ringrdma-cp-ranks.%llx", id);
 		fd = openat(dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
 		if (fd < 0 || flock(fd, LOCK_SH | LOCK_NB) || fcntl(fd, F_OFD_SETLK, &lk))

@@ -46,9 +46,9 @@ static void die(const char *what)
 static int me, nranks, tests;
 
 /* One check of every rank: ok only where all of them hold it. */
-static void ok(bool mine, const char *what, const char *why)
+static void ok(bool holds, const char *what, const char *why)
 {
-	int all = mine;
+	int mine = holds, all = holds;
 
 	MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
 	if (!me) {
