@@ -2,12 +2,12 @@
 # Inside the four-VM lab boot of ranks_lab.sh, on lab1: ringrdma-cp's
 # ranks under mpirun through the lab's agent. Prints "@@ NAME rc=N" per
 # step; ranks_lab.sh checks the results on the host.
-#   ranks_guest.sh CP DIR   (DIR on the shared checkout: src/, token)
-# The serve ranks store on lab3's own disk (9p refuses them, below);
-# what they stored is compared there, with the source over 9p.
+#   ranks_guest.sh CP DIR [LOCAL]   (DIR on the shared checkout: src/, token)
+# The serve ranks store in lab3's LOCAL (default its own disk: 9p refuses
+# them, below); what they stored is compared there, with the source over 9p.
 set -u
 CP=$1 D=$2
-L=/run/rdma-lab/disk # on lab3
+L=${3:-/run/rdma-lab/disk} # on lab3
 on3() { "$RDMA_LAB_AGENT" lab3 "$@"; }
 PORT=7700
 STRIPE=$((4 << 20))
@@ -62,30 +62,31 @@ step send1 "$rc" $((SECONDS - t0))
 step serve1 $src 0
 on3 diff -r "$D/src" $L/dst/src >"$D/diff1" 2>&1
 step same1 $? 0
+on3 rm -rf $L/dst # room on lab3's disk
 
-# 3. A wrong token: every rank refused, nothing stored.
+# 3. A wrong token: every rank refused, nothing stored (refused
+#    connections do not count toward serve's --count).
 t0=$SECONDS
 (umask 077 && echo wrong-secret-0123456789 >"$D/wrong")
-serve_ranks "$D/serve2.out" $L/dst2
+serve_ranks "$D/serve3.out" $L/dst3
 timeout 120 mpirun -x ASAN_OPTIONS -n 4 --host lab1:2,lab2:2 "$CP" send --mpi --token-file "$D/wrong" \
 	--no-progress "$D/src/big" "$addr3:$PORT,$addr3:$((PORT + 1))" >"$D/wrong.out" 2>&1
 step wrong $? $((SECONDS - t0))
-kill $SPID # refused connections never count toward --count
-wait $SPID
-step empty2 "$(on3 ls -A $L/dst2 | wc -l)" 0
+step empty2 "$(on3 ls -A $L/dst3 | wc -l)" 0
 
 # 4. A send rank killed mid-file (SIGKILL), then the same copy again.
 t0=$SECONDS
-serve_ranks "$D/serve3.out" $L/dst3
 mpirun -x ASAN_OPTIONS -n 4 --host lab1:2,lab2:2 "$CP" send --mpi --token-file "$D/token" --chunk 256K \
 	--window 16 --stripe $STRIPE --limit-rate 512K --no-progress "$D/src/big" \
 	"$addr3:$PORT,$addr3:$((PORT + 1))" >"$D/cut.out" 2>&1 &
 mpid=$!
-for _ in $(seq 120); do
-	on3 test -s $L/dst3/.big.rrcp-partial && break
+# Cut once the partial holds 5 stripes' worth: with four ranges in
+# flight at once, some are whole by then and others midway.
+for _ in $(seq 240); do
+	held=$(on3 du -B1 $L/dst3/.big.rrcp-partial 2>/dev/null | cut -f1)
+	[ "${held:-0}" -ge $((5 * STRIPE)) ] && break
 	sleep 0.5
 done
-sleep 3
 victim=$(pgrep -x ringrdma-cp | head -n 1) # a send rank here (serve runs on lab3)
 kill -9 "$victim"
 wait $mpid

@@ -12,15 +12,17 @@
 #   - a send rank SIGKILLed mid-file: the job fails, nothing named; the
 #     same copy again completes without resending a completed range, and
 #     resends less than one stripe per cut range.
-# RR_CP_RANKS_FILES (default 2000) and RR_CP_RANKS_MB (default 64) size
-# the copy: 10000 and 1024 are issue 47's; the lab's VMs get 1.5 GiB.
+# RR_CP_RANKS_FILES (default 500) and RR_CP_RANKS_MB (default 48) size
+# the copy: 10000 and 1024 are issue 47's, with RR_CP_RANKS_DST=/tmp
+# (lab3's RAM; its disk is 1 GiB) and RR_CP_RANKS_MEM=3072 (MB per VM;
+# default 1536).
 #   ranks_lab.sh PATH/TO/rdma-lab PATH/TO/ringrdma-cp BUILD_DIR
 set -u
 LAB=${1:?usage: ranks_lab.sh PATH/TO/rdma-lab PATH/TO/ringrdma-cp BUILD_DIR}
 CP=${2:?usage: ranks_lab.sh PATH/TO/rdma-lab PATH/TO/ringrdma-cp BUILD_DIR}
 BUILD=${3:?usage: ranks_lab.sh PATH/TO/rdma-lab PATH/TO/ringrdma-cp BUILD_DIR}
-FILES=${RR_CP_RANKS_FILES:-2000}
-MB=${RR_CP_RANKS_MB:-64}
+FILES=${RR_CP_RANKS_FILES:-500}
+MB=${RR_CP_RANKS_MB:-48}
 STRIPE=$((4 << 20))
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../tap.sh"
@@ -53,8 +55,8 @@ head -c $((MB << 20)) /dev/urandom >"$D/src/big"
 (umask 077 && printf 'ranks-%05d%05d\n' "$RANDOM" "$RANDOM" >"$D/token")
 
 start=$SECONDS
-"$LAB" run --hosts 4 --mem 1536 --timeout 900 -- \
-	bash "$here/ranks_guest.sh" "$CP" "$D" >"$D/lab.out" 2>&1
+"$LAB" run --hosts 4 --mem "${RR_CP_RANKS_MEM:-1536}" --timeout 1800 -- \
+	bash "$here/ranks_guest.sh" "$CP" "$D" ${RR_CP_RANKS_DST:+"$RR_CP_RANKS_DST"} >"$D/lab.out" 2>&1
 rc=$?
 echo "# lab run: status $rc, $((SECONDS - start))s in all"
 grep '^@@' "$D/lab.out" | sed 's/^/# /'
