@@ -297,6 +297,8 @@ static bool answer(struct cp_mpiq *m, const struct req *r, int from)
 		p.stop = atomic_load(&m->stop);
 		break;
 	case OP_PING:
+		if (m->bytes)
+			atomic_store(&m->bytes[from], r->sum);
 		break;
 	default:
 		return false;
@@ -340,9 +342,15 @@ int cp_mpiq_start(struct cp_mpiq *m, struct cp_sendq *q)
 	pthread_mutex_init(&m->stop_mu, NULL);
 	if (me || ranks == 1)
 		return 0;
+	m->bytes = calloc((size_t)ranks, sizeof(*m->bytes));
+	if (!m->bytes)
+		return -ENOMEM;
 	rc = pthread_create(&m->server, NULL, serve_ranks, m);
-	if (rc)
+	if (rc) {
+		free(m->bytes);
+		m->bytes = NULL;
 		return -rc;
+	}
 	m->server_on = true;
 	return 0;
 }
@@ -409,14 +417,23 @@ void cp_mpiq_fail(struct cp_mpiq *m, int result, const char *msg)
 	ask(m, &r, &p);
 }
 
-int cp_mpiq_stopped(struct cp_mpiq *m)
+int cp_mpiq_stopped(struct cp_mpiq *m, uint64_t bytes)
 {
-	struct req r = {.op = OP_PING};
+	struct req r = {.op = OP_PING, .sum = bytes};
 	struct rep p = {0};
 
 	if (m->rank && !atomic_load(&m->stop))
 		ask(m, &r, &p);
 	return atomic_load(&m->stop);
+}
+
+uint64_t cp_mpiq_others_bytes(const struct cp_mpiq *m)
+{
+	uint64_t n = 0;
+
+	for (int r = 1; m->bytes && r < m->size; r++)
+		n += atomic_load(&m->bytes[r]);
+	return n;
 }
 
 void cp_mpiq_finish(struct cp_mpiq *m, int result, const char *msg)
@@ -432,6 +449,8 @@ void cp_mpiq_finish(struct cp_mpiq *m, int result, const char *msg)
 		pthread_join(m->server, NULL);
 		m->server_on = false;
 	}
+	free(m->bytes);
+	m->bytes = NULL;
 	pthread_mutex_destroy(&m->mu);
 	pthread_mutex_destroy(&m->stop_mu);
 }
@@ -520,7 +539,13 @@ void cp_mpiq_fail(struct cp_mpiq *m, int result, const char *msg)
 	(void)m, (void)result, (void)msg;
 }
 
-int cp_mpiq_stopped(struct cp_mpiq *m)
+int cp_mpiq_stopped(struct cp_mpiq *m, uint64_t bytes)
+{
+	(void)m, (void)bytes;
+	return 0;
+}
+
+uint64_t cp_mpiq_others_bytes(const struct cp_mpiq *m)
 {
 	(void)m;
 	return 0;

@@ -99,6 +99,8 @@ struct cp_mpiq {
 	pthread_mutex_t stop_mu; /* over stop_msg */
 	char stop_msg[200];
 	uint64_t requests; /* sent (other ranks) or answered (rank 0) */
+	/* rank 0: each other rank's acknowledged bytes, as it last said */
+	_Atomic uint64_t *bytes;
 };
 
 /* Between cp_mpi_init() and cp_mpi_fini(); rank 0 starts its server. */
@@ -118,8 +120,11 @@ bool cp_mpiq_stored(struct cp_mpiq *m, int i, uint64_t sum);
  * stops (on rank 0 at once, the others as they ask it next). */
 void cp_mpiq_fail(struct cp_mpiq *m, int result, const char *msg);
 /* cp_mpiq_stopped() - 0, or the result every rank stops with (asking
- * rank 0 from the other ranks). */
-int cp_mpiq_stopped(struct cp_mpiq *m);
+ * rank 0 from the other ranks, telling it this rank's @bytes so far). */
+int cp_mpiq_stopped(struct cp_mpiq *m, uint64_t bytes);
+/* cp_mpiq_others_bytes() - rank 0: the other ranks' bytes, as each last
+ * said; 0 elsewhere. */
+uint64_t cp_mpiq_others_bytes(const struct cp_mpiq *m);
 /* cp_mpiq_finish() - this rank's connections all ended, with @result
  * (@msg): the others tell rank 0; rank 0 waits for every rank to have
  * done so. */

@@ -283,6 +283,12 @@ static uint64_t acked(const struct sender *s)
 	return n;
 }
 
+/* Rank 0's progress line counts every rank's (as each last said). */
+static uint64_t acked_all(const struct sender *s)
+{
+	return acked(s) + (s->mpi ? cp_mpiq_others_bytes(&s->mq) : 0);
+}
+
 static void file_done(struct tx *t, const struct tx_src *src, uint64_t bytes, uint64_t sum,
 		      void *data)
 {
@@ -315,7 +321,7 @@ static void file_done(struct tx *t, const struct tx_src *src, uint64_t bytes, ui
 			s->n.bytes_after_cut += bytes - src->from;
 		}
 		if (!s->o->quiet)
-			cp_progress_update(&s->prog, acked(s), false);
+			cp_progress_update(&s->prog, acked_all(s), false);
 		goto out;
 	}
 	if (src->kind && src->kind != CP_FILE_COMMIT)
@@ -325,7 +331,7 @@ static void file_done(struct tx *t, const struct tx_src *src, uint64_t bytes, ui
 		s->n.bytes += bytes;
 	s->n.checksum = sum;
 	if (!s->o->quiet) {
-		cp_progress_update(&s->prog, acked(s), false);
+		cp_progress_update(&s->prog, acked_all(s), false);
 		if (s->prog.drawn)
 			fputs("\r\033[K", stderr);
 		printf(CP_PROG ": sent %s as %s: %llu bytes, xxh3 %016llx\n",
@@ -450,7 +456,7 @@ static void send_poll(struct cp_loop *lp)
 
 		if (now - s->last_ask >= 100000000ull) {
 			s->last_ask = now;
-			if (cp_mpiq_stopped(&s->mq))
+			if (cp_mpiq_stopped(&s->mq, acked(s)))
 				stopped_by_rank0(s);
 		}
 	}
@@ -466,7 +472,7 @@ static void send_poll(struct cp_loop *lp)
 	}
 	if (!s->o->quiet) {
 		pthread_mutex_lock(&s->mu);
-		cp_progress_update(&s->prog, acked(s), false);
+		cp_progress_update(&s->prog, acked_all(s), false);
 		pthread_mutex_unlock(&s->mu);
 	}
 }
@@ -1061,7 +1067,8 @@ int cp_send(const struct cp_opts *o)
 		goto out;
 	}
 	s->th[0].lp.on_signal = send_signal;
-	cp_progress_init(&s->prog, o->quiet ? 0 : o->progress, s->total);
+	/* With --mpi rank 0 draws the job's: every rank walked it all. */
+	cp_progress_init(&s->prog, o->quiet || s->rank ? 0 : o->progress, s->total);
 	start_threads(s);
 	run_thread(&s->th[0]);
 	for (unsigned int k = 1; k < s->nthreads; k++)

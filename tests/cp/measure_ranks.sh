@@ -1,0 +1,89 @@
+#!/bin/bash
+# Not a test: ringrdma-cp send --mpi with 1, 2 and 4 send ranks (1 VM x
+# 1, 2 VMs x 1, 2 VMs x 2) to 2 serve ranks on a third VM, in one boot of
+# four lab VMs, each send rank under `strace -f -c`: per rank, the
+# syscalls, the MPI requests to rank 0 and the chunks (RDMA WRITEs with
+# immediate) per file and per MiB, which should not grow with the ranks;
+# and the copy's files/s and MB/s beside ib_write_bw lab1 -> lab3 (1 MiB
+# messages) in the same boot. The lab's VMs have one vCPU each: the
+# rates say little of a host with cores to spare, the counts do.
+#   tests/cp/measure_ranks.sh [BUILD]    (FILES=2000, MB=256 size it)
+set -u
+BUILD=${1:-build}
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+CP=$root/$BUILD/cp/ringrdma-cp
+FILES=${FILES:-2000}
+MB=${MB:-256}
+D=$(mktemp -d "$root/$BUILD/measure-ranks.XXXXXX") || exit 1
+trap 'rm -rf "$D"' EXIT
+python3 -S - "$D/src" "$FILES" <<'PY'
+import os, random, sys
+root, n = sys.argv[1], int(sys.argv[2])
+r = random.Random(47)
+for i in range(n):
+    d = os.path.join(root, "d%02d" % (i % 20))
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "f%05d" % i), "wb") as f:
+        f.write(r.randbytes(r.randint(1, 8) * 1024))
+PY
+head -c $((MB << 20)) /dev/urandom >"$D/src/big"
+(umask 077 && printf 'measure-ranks-%05d%05d\n' "$RANDOM" "$RANDOM" >"$D/token")
+cat >"$D/guest.sh" <<'GUEST'
+set -u
+CP=$1 D=$2 PORT=7720 L=/run/rdma-lab/disk
+a3=$(getent hosts lab3 | awk '{print $1; exit}')
+on3() { "$RDMA_LAB_AGENT" lab3 "$@"; }
+on3 ib_write_bw -s 1048576 -n 2000 >/dev/null 2>&1 &
+sleep 2
+echo "@@ bw $(ib_write_bw -s 1048576 -n 2000 "$a3" 2>&1 | awk '$1 == 1048576 {print $4}')"
+wait
+for hosts in lab1:1 lab1:1,lab2:1 lab1:2,lab2:2; do
+	R=$(($(tr ',' '\n' <<<"$hosts" | cut -d: -f2 | paste -sd+)))
+	on3 rm -rf $L/dst
+	on3 mkdir -p $L/dst
+	mpirun -n 2 --host lab3:2 "$CP" serve --mpi --listen "$a3:$PORT" --dir $L/dst \
+		--token-file "$D/token" >"$D/serve.$R" 2>&1 &
+	spid=$!
+	for _ in $(seq 600); do [ "$(grep -c 'listening on' "$D/serve.$R")" = 2 ] && break; sleep 0.1; done
+	t0=$(date +%s.%N)
+	mpirun -n "$R" --host "$hosts" bash -c 'exec strace -f -c -o "$0/st.$1.$OMPI_COMM_WORLD_RANK" "${@:2}"' \
+		"$D" "$R" "$CP" send --mpi -r --conns 1 --chunk 256K --window 16 --stripe 4M --no-progress \
+		--token-file "$D/token" --json "$D/send.$R.json" "$D/src" "$a3:$PORT,$a3:$((PORT + 1))" \
+		>"$D/send.$R" 2>&1
+	echo "@@ ranks $R rc=$? secs=$(echo "$(date +%s.%N) - $t0" | bc)"
+	kill $spid 2>/dev/null # serve's ranks end on SIGTERM through mpirun
+	wait $spid
+done
+GUEST
+"$root/tools/rdma-lab" run --hosts 4 --mem 1536 --timeout 1800 -- bash "$D/guest.sh" "$CP" "$D" \
+	>"$D/lab.out" 2>&1
+echo "lab: status $?"
+grep '^@@' "$D/lab.out"
+python3 -S - "$D" "$MB" <<'PY'
+import json, os, sys
+d, mb = sys.argv[1], int(sys.argv[2])
+print("ranks  files/s  MB/s(data)  | per rank: files  MiB  syscalls/file  syscalls/MiB  mpi/file  chunks/MiB")
+for r in (1, 2, 4):
+    try:
+        j = json.load(open(os.path.join(d, "send.%d.json" % r)))
+    except (OSError, ValueError):
+        print(r, "no json"); continue
+    secs = j.get("data_seconds") or j["seconds"]
+    print("%5d  %7.1f  %10.1f" % (r, j["files"] / secs, j["bytes"] / 1e6 / secs))
+    for k in j.get("rank_figs", []):
+        st = os.path.join(d, "st.%d.%d" % (r, k["rank"]))
+        calls = 0
+        try:
+            for line in open(st):
+                f = line.split()
+                if len(f) >= 5 and f[-1] == "total":
+                    calls = int(f[3])
+        except OSError:
+            pass
+        files = k["files"] or 1
+        mib = k["bytes"] / 1048576 or 1
+        print("         rank %d (%s): %6d  %6.1f  %9.1f  %9.1f  %6.2f  %6.2f" % (
+            k["rank"], k["host"], k["files"], k["bytes"] / 1048576, calls / files,
+            calls / mib, k["mpi_requests"] / files, k["chunks"] / mib))
+PY
