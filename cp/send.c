@@ -208,20 +208,15 @@ static bool open_file(struct sconn *c, struct tx *t, struct tx_src *src, const c
 	return true;
 }
 
+static void failed(struct sender *s, int result, const char *msg);
+
 /* With --mpi: rank 0 said every rank stops (with what, and why). */
 static void stopped_by_rank0(struct sender *s)
 {
 	int result = atomic_load(&s->mq.stop);
 
-	if (!result)
-		return;
-	pthread_mutex_lock(&s->mu);
-	if (!s->result) {
-		s->result = result;
-		snprintf(s->msg, sizeof(s->msg), "%s", s->mq.stop_msg);
-	}
-	pthread_mutex_unlock(&s->mu);
-	atomic_compare_exchange_strong(&s->stop, &(int){0}, result);
+	if (result)
+		failed(s, result, s->mq.stop_msg);
 }
 
 static bool next_file(struct tx *t, struct tx_src *src, void *data)
@@ -363,12 +358,10 @@ static void stop_all(struct sender *s, int result)
 	cp_mpiq_fail(&s->mq, result, msg);
 }
 
-/* With --mpi, on rank 0's thread that answers the others: another rank
- * failed (@msg names it), or stored an entry others may wait for. */
-static void rank_failed(void *data, int result, const char *msg)
+/* A connection or a rank failed with @result: the first says why, and
+ * every thread (every rank) stops. */
+static void failed(struct sender *s, int result, const char *msg)
 {
-	struct sender *s = data;
-
 	pthread_mutex_lock(&s->mu);
 	if (!s->result) {
 		s->result = result;
@@ -376,6 +369,13 @@ static void rank_failed(void *data, int result, const char *msg)
 	}
 	pthread_mutex_unlock(&s->mu);
 	stop_all(s, result);
+}
+
+/* With --mpi, on rank 0's thread that answers the others: another rank
+ * failed (@msg names it), or stored an entry others may wait for. */
+static void rank_failed(void *data, int result, const char *msg)
+{
+	failed(data, result, msg);
 }
 
 static void rank_stored(void *data)
@@ -434,13 +434,7 @@ static void poll_conns(struct sthread *th)
 		th->live--;
 		if (!result)
 			continue;
-		pthread_mutex_lock(&s->mu);
-		if (!s->result) {
-			s->result = result;
-			snprintf(s->msg, sizeof(s->msg), "%s", msg);
-		}
-		pthread_mutex_unlock(&s->mu);
-		stop_all(s, result);
+		failed(s, result, msg);
 		check_stop(th);
 	}
 }

@@ -4,14 +4,8 @@
 #   ranks.sh PATH/TO/test-cp-ranks|none BUILD_DIR
 PROG=${1:?usage: ranks.sh PATH/TO/test-cp-ranks|none BUILD_DIR}
 BUILD=${2:?usage: ranks.sh PATH/TO/test-cp-ranks|none BUILD_DIR}
-if [ "$PROG" = none ]; then
-	echo "1..0 # SKIP built without MPI (-Dmpi=disabled, or no MPI installed)"
-	exit 0
-fi
-command -v mpirun >/dev/null || {
-	echo "1..0 # SKIP mpirun is missing (apt-get install openmpi-bin)"
-	exit 0
-}
+. "$(dirname "$0")/../support/mpi.sh"
+mpi_require "$PROG"
 dir=$(mktemp -d "$BUILD/cp-ranks.XXXXXX") || exit 1
 trap 'rm -rf "$dir"' EXIT
 # Open MPI: as root only when told so (CI runs as root); shared memory

@@ -41,17 +41,7 @@ D=$(mktemp -d "$BUILD/cp-ranks-lab.XXXXXX") || exit 1
 tap_plan 9
 
 # The source: FILES small files in 20 directories (1 to 8 KiB), and big.
-python3 -S - "$D/src" "$FILES" <<'PY'
-import os, random, sys
-root, n = sys.argv[1], int(sys.argv[2])
-r = random.Random(47)
-for i in range(n):
-    d = os.path.join(root, "d%02d" % (i % 20))
-    os.makedirs(d, exist_ok=True)
-    with open(os.path.join(d, "f%05d" % i), "wb") as f:
-        f.write(r.randbytes(r.randint(1, 8) * 1024))
-PY
-head -c $((MB << 20)) /dev/urandom >"$D/src/big"
+python3 -S "$here/make_src.py" "$D/src" "$FILES" "$MB" || exit 1
 (umask 077 && printf 'ranks-%05d%05d\n' "$RANDOM" "$RANDOM" >"$D/token")
 
 start=$SECONDS

@@ -11,14 +11,8 @@ set -u
 LAB=${1:?usage: lab_mpi.sh PATH/TO/rdma-lab LAB_RANKS|none BUILD_DIR}
 PROG=${2:?usage: lab_mpi.sh PATH/TO/rdma-lab LAB_RANKS|none BUILD_DIR}
 BUILD=${3:?usage: lab_mpi.sh PATH/TO/rdma-lab LAB_RANKS|none BUILD_DIR}
-if [ "$PROG" = none ]; then
-	echo "1..0 # SKIP built without MPI (-Dmpi=disabled, or no MPI installed)"
-	exit 0
-fi
-command -v mpirun >/dev/null || {
-	echo "1..0 # SKIP mpirun is missing (apt-get install openmpi-bin)"
-	exit 0
-}
+. "$(dirname "$0")/../support/mpi.sh"
+mpi_require "$PROG"
 # The guest sees the checkout (writable) but not the host's /tmp.
 dir=$(mktemp -d "$BUILD/mpi-lab.XXXXXX") || exit 1
 trap 'rm -rf "$dir"' EXIT
