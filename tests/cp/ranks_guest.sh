@@ -102,3 +102,22 @@ wait $SPID
 step resend "$rc" $((SECONDS - t0))
 on3 cmp "$D/src/big" $L/dst3/big
 step same3 $? 0
+
+# 5. A serve rank SIGKILLed mid-file: the send ranks fail with a clear
+#    error, and nothing is named.
+t0=$SECONDS
+serve_ranks "$D/serve5.out" $L/dst5
+mpirun -x ASAN_OPTIONS -n 4 --host lab1:2,lab2:2 "$CP" send --mpi --token-file "$D/token" \
+	--chunk 256K --window 16 --stripe $STRIPE --limit-rate 512K --no-progress "$D/src/big" \
+	"$addr3:$PORT,$addr3:$((PORT + 1))" >"$D/lost.out" 2>&1 &
+mpid=$!
+for _ in $(seq 240); do
+	held=$(on3 du -B1 $L/dst5/.big.rrcp-partial 2>/dev/null | cut -f1)
+	[ "${held:-0}" -ge $((2 * STRIPE)) ] && break
+	sleep 0.5
+done
+on3 'kill -9 $(pgrep -x ringrdma-cp | head -n 1)'
+wait $mpid
+step lost $? $((SECONDS - t0))
+wait $SPID
+step named5 "$(on3 ls $L/dst5 | wc -l)" 0

@@ -11,7 +11,9 @@
 #   - a wrong token: every rank refused, nothing stored;
 #   - a send rank SIGKILLed mid-file: the job fails, nothing named; the
 #     same copy again completes without resending a completed range, and
-#     resends less than one stripe per cut range.
+#     resends less than one stripe per cut range;
+#   - a serve rank SIGKILLed mid-file: the send job fails saying why,
+#     nothing named.
 # RR_CP_RANKS_FILES (default 500) and RR_CP_RANKS_MB (default 48) size
 # the copy: 10000 and 1024 are issue 47's, with RR_CP_RANKS_DST=/tmp
 # (lab3's RAM; its disk is 1 GiB) and RR_CP_RANKS_MEM=3072 (MB per VM;
@@ -38,7 +40,7 @@ fi
 D=$(mktemp -d "$BUILD/cp-ranks-lab.XXXXXX") || exit 1
 # RR_CP_RANKS_KEEP=1 keeps it (logs, JSON) for a look afterwards.
 [ "${RR_CP_RANKS_KEEP:-}" = 1 ] && echo "# kept: $D" || trap 'rm -rf "$D"' EXIT
-tap_plan 9
+tap_plan 10
 
 # The source: FILES small files in 20 directories (1 to 8 KiB), and big.
 python3 -S "$here/make_src.py" "$D/src" "$FILES" "$MB" || exit 1
@@ -114,4 +116,9 @@ cuts=$((${rcut:-0} > 0 ? ${rcut:-0} : 1))
 tap_is $([ "$r" = 0 ] && [ "$(field same3 rc)" = 0 ] && [ "${rheld:-0}" -ge 1 ] && [ "$extra" -lt $((cuts * STRIPE)) ]; echo $?) \
 	"sent again by 4 ranks: identical (status ${r:-none}), $rheld ranges held whole, $rcut cut, $extra bytes resent for $cuts cut ranges (< one stripe each)" \
 	"$(grep -a 'ringrdma-cp' "$D/resend.out" 2>/dev/null | head -n 8)"
+r=$(field lost rc)
+tap_is $([ -n "$r" ] && [ "$r" != 0 ] && [ "$(field named5 rc)" = 0 ] &&
+	grep -aq 'ringrdma-cp: send: ' "$D/lost.out"; echo $?) \
+	"a serve rank SIGKILLed mid-file: the send job fails (status ${r:-none}) saying why, nothing named" \
+	"$(grep -a 'ringrdma-cp: send' "$D/lost.out" 2>/dev/null | head -n 4)"
 tap_done
