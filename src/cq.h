@@ -101,7 +101,9 @@ struct rr_cq {
 	struct rr__list armed_link;  /* ch->armed */
 	struct rr__list link;	     /* set->cqs */
 	unsigned int dispatch_depth; /* >0 while handing out its WCs */
-	bool moved;		     /* a callback took from the batch, or destroyed the CQ */
+	/* Completions kept: the rest of a batch or the stash below. One
+	 * test for cq_poll(); set where they change (see cq.c). */
+	bool kept;
 	/* The batch being handed out (set->cq_batch entries). */
 	struct ibv_wc *batch;
 	uint32_t batch_head, nbatch;
