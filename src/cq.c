@@ -576,6 +576,20 @@ static bool reap_deferred(rr_cq *cq)
 }
 
 /*
+ * May the CQ wait unarmed on the lazy list, to be armed when the loop
+ * could block (see rr__cqs_settle())? An event CQ on a live channel, not
+ * armed and not being destroyed, whose completions are all handed out
+ * (then it leaves the active list, if on it). What poll_and_place() asks
+ * of a CQ it just polled, and service() of one polled empty earlier in
+ * this call into the library.
+ */
+static inline bool may_wait_lazy(const rr_cq *cq)
+{
+	return cq->mode == RR_WAIT_EVENT && !cq->armed && !cq->kept && !cq->destroy_deferred &&
+	       !cq->ch->deaf;
+}
+
+/*
  * Poll a CQ and decide whether it stays on the active list or is armed;
  * an event CQ found empty and unarmed may go on the lazy list instead
  * (@when), to be armed when the loop could block.
@@ -594,6 +608,15 @@ static unsigned int poll_and_place(rr_cq *cq, enum rr__arm when)
 		set_active(cq, true);
 		return n;
 	}
+	/* Asked after the poll: its callbacks may have queued a CQE. */
+	if ((when == RR__ARM_LATER ||
+	     (when == RR__ARM_IF_IDLE && rr__ring_cqe_waiting(set->ring))) &&
+	    may_wait_lazy(cq)) {
+		if (cq->active) /* mostly not: spare the call */
+			set_active(cq, false);
+		set_lazy(cq, true);
+		return n;
+	}
 	/* Mostly an event CQ on a live channel: one test for the others. */
 	if (cq->mode != RR_WAIT_EVENT || cq->ch->deaf) {
 		if (cq->mode == RR_WAIT_BUSY || cq->ch->deaf) {
@@ -607,13 +630,6 @@ static unsigned int poll_and_place(rr_cq *cq, enum rr__arm when)
 	}
 	if (cq->active) /* mostly not: spare the call */
 		set_active(cq, false);
-	/* Asked after the poll: its callbacks may have queued a CQE. */
-	if (cq->mode == RR_WAIT_EVENT && !cq->armed &&
-	    (when == RR__ARM_LATER ||
-	     (when == RR__ARM_IF_IDLE && rr__ring_cqe_waiting(set->ring)))) {
-		set_lazy(cq, true);
-		return n;
-	}
 	posts_due(cq);
 	if (cq->destroy_deferred)
 		return n;
@@ -672,8 +688,7 @@ static inline unsigned int service(rr_cq *cq)
 
 	if (!(r->loop_owned || r->arm_at_end))
 		return service_as(cq, RR__ARM_NOW);
-	if (cq->empty_gen != set->gen || cq->mode != RR_WAIT_EVENT || cq->armed || cq->active ||
-	    cq->destroy_deferred || cq->ch->deaf || cq->kept)
+	if (cq->empty_gen != set->gen || cq->active || !may_wait_lazy(cq))
 		return service_as(cq, RR__ARM_LATER);
 	set_lazy(cq, true);
 	/* Last: the hook may destroy the CQ. */
