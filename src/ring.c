@@ -763,8 +763,8 @@ static int enter_min_wait(struct rr__ring *r, unsigned int wait_nr, unsigned int
 			       sizeof(arg));
 }
 
-int rr__ring_wait(struct rr__ring *r, unsigned int wait_nr, unsigned int min_wait_us,
-		  int timeout_ms)
+int rr__ring_wait_timed(struct rr__ring *r, unsigned int wait_nr, unsigned int min_wait_us,
+			int timeout_ms)
 {
 	struct io_uring_cqe *cqe;
 	int rc;
@@ -965,6 +965,18 @@ static void poll_cqe(struct rr__ring *r, uint32_t idx, const struct io_uring_cqe
 	}
 	if (p->is_read) {
 		read_cqe(r, idx, cqe);
+		return;
+	}
+	/* Mostly a clean result of a multishot poll that stays armed: once
+	 * the handler ran, nothing is owed whatever it did to the slot (a
+	 * close owes its cancel itself, a slot released or reused is not
+	 * this one's). oneshot goes only with errors. */
+	if (more && p->armed && cqe->res >= 0 && !(cqe->res & POLL_FAILED)) {
+		if (p->errors) {
+			p->errors = 0;
+			p->oneshot = false;
+		}
+		p->fn(p->ctx, cqe->res);
 		return;
 	}
 	if (cqe->res >= 0) {
