@@ -815,9 +815,23 @@ static void flush_msgs(struct rr__ring *r)
 	}
 }
 
+/* What owing stands for: a slot queued, a MSG_RING or a kick owed. */
+static inline bool owing_derived(const struct rr__ring *r)
+{
+	return r->pend_head != RR__NO_SLOT || r->nmsgs || r->kick_wanted;
+}
+
 unsigned int rr__ring_flush_owed(struct rr__ring *r)
 {
 	struct io_uring_sqe *sqe;
+
+#ifndef NDEBUG
+	/* owing is derived state, kept by hand where its parts change: a
+	 * debug build checks it at every flush. Counted, not aborted on
+	 * (library code never aborts); the unit tests assert the count. */
+	if (r->owing != owing_derived(r))
+		r->owing_wrong++;
+#endif
 
 	while (r->pend_head != RR__NO_SLOT) {
 		uint32_t idx = r->pend_head;
@@ -852,7 +866,7 @@ unsigned int rr__ring_flush_owed(struct rr__ring *r)
 	} else if (r->loop_owned) {
 		r->kick_wanted = false; /* the loop comes back by itself */
 	}
-	r->owing = r->pend_head != RR__NO_SLOT || r->nmsgs || r->kick_wanted;
+	r->owing = owing_derived(r);
 	return owed(r);
 }
 

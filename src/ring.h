@@ -107,6 +107,9 @@ struct rr__ring {
 	/* Any SQE owed (a slot queued, a MSG_RING, a kick): set with each,
 	 * cleared by rr__ring_flush_owed() once none is left. */
 	bool owing;
+	/* Without NDEBUG: flushes that found owing other than what it stands
+	 * for (see rr__ring_flush_owed()); the tests want none. */
+	unsigned int owing_wrong;
 	struct rr__poll *slots;
 	uint32_t nslots, free_slot, live_slots;
 	unsigned int cancels;	       /* cancel SQEs whose CQE has not arrived */
