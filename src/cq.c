@@ -734,7 +734,9 @@ static unsigned int poll_armed(struct rr__cqs *set)
 	return free_poll(cq);
 }
 
-unsigned int rr__cqs_settle(struct rr__cqs *set, enum rr__arm when, bool armed_too)
+/* The general settle: an armed CQ polled first, or several lazy CQs. */
+static __attribute__((noinline)) unsigned int settle_all(struct rr__cqs *set, enum rr__arm when,
+							 bool armed_too)
 {
 	struct rr__list pass;
 	unsigned int n = 0;
@@ -743,17 +745,6 @@ unsigned int rr__cqs_settle(struct rr__cqs *set, enum rr__arm when, bool armed_t
 		n += poll_armed(set);
 	if (rr__list_empty(&set->lazy))
 		return n;
-	/* Mostly one CQ: take it alone, no list to splice. */
-	if (set->lazy.next == set->lazy.prev) {
-		rr_cq *cq = rr__container_of(set->lazy.next, rr_cq, lazy_link);
-
-		rr__list_init(&set->lazy);
-		rr__list_init(&cq->lazy_link);
-		cq->lazy = false;
-		if (!n)
-			return service_as(cq, when); /* a tail call */
-		return n + service_as(cq, when);
-	}
 	/* Take the list, as rr__cq_poll_active() does: a CQ left unarmed
 	 * goes back on set->lazy, not on `pass`. */
 	pass.next = set->lazy.next;
@@ -769,6 +760,24 @@ unsigned int rr__cqs_settle(struct rr__cqs *set, enum rr__arm when, bool armed_t
 		n += service_as(cq, when);
 	}
 	return n;
+}
+
+unsigned int rr__cqs_settle(struct rr__cqs *set, enum rr__arm when, bool armed_too)
+{
+	rr_cq *cq;
+
+	/* Mostly no armed CQ to poll and one lazy CQ, or none: taken alone,
+	 * no list to splice, no frame (the rest is out of line). An empty
+	 * list's next and prev are the same too. */
+	if (armed_too || set->lazy.next != set->lazy.prev)
+		return settle_all(set, when, armed_too);
+	if (rr__list_empty(&set->lazy))
+		return 0;
+	cq = rr__container_of(set->lazy.next, rr_cq, lazy_link);
+	rr__list_init(&set->lazy);
+	rr__list_init(&cq->lazy_link);
+	cq->lazy = false;
+	return service_as(cq, when); /* a tail call */
 }
 
 unsigned int rr__cq_poll_active(struct rr__cqs *set)
