@@ -70,6 +70,9 @@ _Static_assert(sizeof(struct rr__getevents_arg) == sizeof(struct io_uring_geteve
 	       "the 6.12 layout of io_uring_getevents_arg");
 
 struct rr__poll {
+	/* Its POLL user_data (instance, generation, slot) while in use, 0
+	 * while free: a CQE of its current use carries exactly this. */
+	uint64_t ud;
 	int fd;
 	uint32_t gen;
 	bool in_use;
@@ -288,6 +291,7 @@ static uint32_t take_slot(struct rr__ring *r, rr__poll_fn fn, void *ctx, int fd)
 	p->multi = false;
 	p->errors = 0;
 	p->in_use = true;
+	p->ud = rr__ud(RR__UD_POLL, r->inst, p->gen, idx);
 	r->live_slots++;
 	return idx;
 }
@@ -310,6 +314,7 @@ static void release(struct rr__ring *r, uint32_t idx)
 	p->fn = NULL;
 	p->ctx = NULL;
 	p->gen++; /* late CQEs of this use no longer match */
+	p->ud = 0;
 	p->next_free = r->free_slot;
 	r->free_slot = idx;
 	r->live_slots--;
@@ -1046,19 +1051,21 @@ static void poll_cqe(struct rr__ring *r, uint32_t idx, const struct io_uring_cqe
 enum rr__ud_kind rr__ring_cqe(struct rr__ring *r, const struct io_uring_cqe *cqe)
 {
 	uint64_t ud = cqe->user_data;
-	enum rr__ud_kind kind = rr__ud_kind(ud);
+	enum rr__ud_kind kind;
 	uint32_t idx = rr__ud_slot(ud);
 
+	/* Mostly a slot's poll (a channel's, a read's): asked first, as one
+	 * comparison with the user_data of the slot's current use (this
+	 * instance, this generation; 0 for a free slot). */
+	if (idx < r->nslots && r->slots[idx].ud == ud) {
+		poll_cqe(r, idx, cqe);
+		return RR__UD_POLL;
+	}
+	kind = rr__ud_kind(ud);
 	if (rr__ud_inst(ud) != r->inst)
 		return 0; /* an earlier bridge's */
-	/* Mostly a slot's poll (a channel's, a read's): asked first. */
-	if (kind == RR__UD_POLL) {
-		if (idx >= r->nslots || !r->slots[idx].in_use ||
-		    (r->slots[idx].gen & 0xfff) != rr__ud_gen(ud))
-			return 0; /* stale: from an earlier use of the slot */
-		poll_cqe(r, idx, cqe);
-		return kind;
-	}
+	if (kind == RR__UD_POLL)
+		return 0; /* stale: from an earlier use of the slot */
 	if (kind == RR__UD_KICK) {
 		r->kick_pending = false;
 		return kind;
@@ -1093,7 +1100,8 @@ enum rr__ud_kind rr__ring_cqe(struct rr__ring *r, const struct io_uring_cqe *cqe
 
 uint64_t rr__ring_poll_ud(const struct rr__ring *r, uint32_t idx)
 {
-	return rr__ud(RR__UD_POLL, r->inst, r->slots[idx].gen, idx);
+	return r->slots[idx].in_use ? r->slots[idx].ud
+				    : rr__ud(RR__UD_POLL, r->inst, r->slots[idx].gen, idx);
 }
 
 bool rr__ring_slot_armed(const struct rr__ring *r, uint32_t idx)
