@@ -153,6 +153,18 @@ static __attribute__((noinline)) unsigned int hand_out_array(rr_cq *cq, unsigned
 	return n;
 }
 
+/* A stash entry goes as a copy: take_qp may grow the stash under the
+ * callback. Out of line: the copy needs a frame the others do not. */
+static __attribute__((noinline)) unsigned int hand_out_stashed(rr_cq *cq)
+{
+	struct ibv_wc w = cq->stash[cq->stash_head++];
+
+	if (cq->stash_head == cq->nstash)
+		cq->stash_head = cq->nstash = 0;
+	cq->on_wc(cq, &w, cq->data);
+	return 1;
+}
+
 /*
  * Hand out the oldest of what the CQ keeps, at most @max: the rest of the
  * batch being handed out, then what another QP's teardown took out of the
@@ -160,13 +172,10 @@ static __attribute__((noinline)) unsigned int hand_out_array(rr_cq *cq, unsigned
  *
  * A batch entry goes to the callback in place: rr__cq_take_qp() moves only
  * the entries after it, and no poll of this CQ refills the batch while
- * one of its callbacks runs. A stash entry is copied: take_qp may grow
- * the stash under it.
+ * one of its callbacks runs.
  */
 static inline unsigned int hand_out_kept(rr_cq *cq, unsigned int max)
 {
-	struct ibv_wc w;
-
 	if (cq->batch_head >= cq->nbatch && cq->stash_head >= cq->nstash)
 		return 0;
 	if (cq->on_wc_batch)
@@ -175,37 +184,33 @@ static inline unsigned int hand_out_kept(rr_cq *cq, unsigned int max)
 		cq->on_wc(cq, &cq->batch[cq->batch_head++], cq->data);
 		return 1;
 	}
-	w = cq->stash[cq->stash_head++];
-	if (cq->stash_head == cq->nstash)
-		cq->stash_head = cq->nstash = 0;
-	cq->on_wc(cq, &w, cq->data);
-	return 1;
+	return hand_out_stashed(cq);
 }
 
 /*
- * A batch just polled, handed out from registers while no callback takes
- * from it (rr__cq_take_qp()) or destroys the CQ; after one does, the rest
- * goes one at a time through hand_out_kept(). Returns how many went. With
- * on_wc_batch the whole batch goes in one call.
+ * A batch just polled, handed out in order from its first entry. A
+ * callback may take another QP's completions out of the rest
+ * (rr__cq_take_qp() moves those after batch_head down and lowers nbatch)
+ * or destroy the CQ (rr_cq_destroy() lowers nbatch to batch_head): the
+ * bound is read again after each call, so the loop goes on with what is
+ * left, or ends. Returns how many went. With on_wc_batch the whole batch
+ * goes in one call.
  */
-static unsigned int hand_out_batch(rr_cq *cq)
+static inline unsigned int hand_out_batch(rr_cq *cq)
 {
 	const struct ibv_wc *wc = cq->batch;
 	rr_wc_cb fn = cq->on_wc;
 	void *data = cq->data;
-	uint32_t n = cq->nbatch, i = 0;
+	uint32_t i = 0;
 
 	if (cq->on_wc_batch) {
 		cq->batch_head = 0;
-		return hand_out_array(cq, n);
+		return hand_out_array(cq, cq->nbatch);
 	}
-	cq->moved = false;
-	while (i < n) {
-		cq->batch_head = i + 1; /* where take_qp starts, if called */
-		fn(cq, &wc[i++], data);
-		if (cq->moved)
-			break;
-	}
+	do {
+		cq->batch_head = ++i; /* where take_qp starts, if called */
+		fn(cq, wc++, data);
+	} while (i < cq->nbatch);
 	return i;
 }
 
@@ -309,6 +314,10 @@ static unsigned int cq_poll_slow(rr_cq *cq, unsigned int budget, bool *more, int
 	}
 	*more = total >= budget;
 out:
+	/* Only a batch the budget cut, or what was kept already (also by
+	 * take_qp under a callback), can leave completions kept. */
+	if (cq->kept || total >= budget)
+		cq->kept = cq->batch_head < cq->nbatch || cq->stash_head < cq->nstash;
 	set->stats->wcs += total;
 	cq->dispatch_depth--;
 	return total;
@@ -324,7 +333,7 @@ static inline unsigned int cq_poll(rr_cq *cq, unsigned int budget, bool *more)
 	struct rr__cqs *set = cq->set;
 	int n, want;
 
-	if (cq->batch_head < cq->nbatch || cq->stash_head < cq->nstash || !budget)
+	if (cq->kept)
 		return cq_poll_slow(cq, budget, more, 0, 0);
 	*more = false;
 	if (cq->empty_gen == set->gen)
@@ -567,6 +576,20 @@ static bool reap_deferred(rr_cq *cq)
 }
 
 /*
+ * May the CQ wait unarmed on the lazy list, to be armed when the loop
+ * could block (see rr__cqs_settle())? An event CQ on a live channel, not
+ * armed and not being destroyed, whose completions are all handed out
+ * (then it leaves the active list, if on it). What poll_and_place() asks
+ * of a CQ it just polled, and service() of one polled empty earlier in
+ * this call into the library.
+ */
+static inline bool may_wait_lazy(const rr_cq *cq)
+{
+	return cq->mode == RR_WAIT_EVENT && !cq->armed && !cq->kept && !cq->destroy_deferred &&
+	       !cq->ch->deaf;
+}
+
+/*
  * Poll a CQ and decide whether it stays on the active list or is armed;
  * an event CQ found empty and unarmed may go on the lazy list instead
  * (@when), to be armed when the loop could block.
@@ -585,6 +608,15 @@ static unsigned int poll_and_place(rr_cq *cq, enum rr__arm when)
 		set_active(cq, true);
 		return n;
 	}
+	/* Asked after the poll: its callbacks may have queued a CQE. */
+	if ((when == RR__ARM_LATER ||
+	     (when == RR__ARM_IF_IDLE && rr__ring_cqe_waiting(set->ring))) &&
+	    may_wait_lazy(cq)) {
+		if (cq->active) /* mostly not: spare the call */
+			set_active(cq, false);
+		set_lazy(cq, true);
+		return n;
+	}
 	/* Mostly an event CQ on a live channel: one test for the others. */
 	if (cq->mode != RR_WAIT_EVENT || cq->ch->deaf) {
 		if (cq->mode == RR_WAIT_BUSY || cq->ch->deaf) {
@@ -598,13 +630,6 @@ static unsigned int poll_and_place(rr_cq *cq, enum rr__arm when)
 	}
 	if (cq->active) /* mostly not: spare the call */
 		set_active(cq, false);
-	/* Asked after the poll: its callbacks may have queued a CQE. */
-	if (cq->mode == RR_WAIT_EVENT && !cq->armed &&
-	    (when == RR__ARM_LATER ||
-	     (when == RR__ARM_IF_IDLE && rr__ring_cqe_waiting(set->ring)))) {
-		set_lazy(cq, true);
-		return n;
-	}
 	posts_due(cq);
 	if (cq->destroy_deferred)
 		return n;
@@ -663,9 +688,7 @@ static inline unsigned int service(rr_cq *cq)
 
 	if (!(r->loop_owned || r->arm_at_end))
 		return service_as(cq, RR__ARM_NOW);
-	if (cq->empty_gen != set->gen || cq->mode != RR_WAIT_EVENT || cq->armed || cq->active ||
-	    cq->destroy_deferred || cq->ch->deaf || cq->batch_head < cq->nbatch ||
-	    cq->stash_head < cq->nstash)
+	if (cq->empty_gen != set->gen || cq->active || !may_wait_lazy(cq))
 		return service_as(cq, RR__ARM_LATER);
 	set_lazy(cq, true);
 	/* Last: the hook may destroy the CQ. */
@@ -711,7 +734,9 @@ static unsigned int poll_armed(struct rr__cqs *set)
 	return free_poll(cq);
 }
 
-unsigned int rr__cqs_settle(struct rr__cqs *set, enum rr__arm when, bool armed_too)
+/* The general settle: an armed CQ polled first, or several lazy CQs. */
+static __attribute__((noinline)) unsigned int settle_all(struct rr__cqs *set, enum rr__arm when,
+							 bool armed_too)
 {
 	struct rr__list pass;
 	unsigned int n = 0;
@@ -720,17 +745,6 @@ unsigned int rr__cqs_settle(struct rr__cqs *set, enum rr__arm when, bool armed_t
 		n += poll_armed(set);
 	if (rr__list_empty(&set->lazy))
 		return n;
-	/* Mostly one CQ: take it alone, no list to splice. */
-	if (set->lazy.next == set->lazy.prev) {
-		rr_cq *cq = rr__container_of(set->lazy.next, rr_cq, lazy_link);
-
-		rr__list_init(&set->lazy);
-		rr__list_init(&cq->lazy_link);
-		cq->lazy = false;
-		if (!n)
-			return service_as(cq, when); /* a tail call */
-		return n + service_as(cq, when);
-	}
 	/* Take the list, as rr__cq_poll_active() does: a CQ left unarmed
 	 * goes back on set->lazy, not on `pass`. */
 	pass.next = set->lazy.next;
@@ -746,6 +760,24 @@ unsigned int rr__cqs_settle(struct rr__cqs *set, enum rr__arm when, bool armed_t
 		n += service_as(cq, when);
 	}
 	return n;
+}
+
+unsigned int rr__cqs_settle(struct rr__cqs *set, enum rr__arm when, bool armed_too)
+{
+	rr_cq *cq;
+
+	/* Mostly no armed CQ to poll and one lazy CQ, or none: taken alone,
+	 * no list to splice, no frame (the rest is out of line). An empty
+	 * list's next and prev are the same too. */
+	if (armed_too || set->lazy.next != set->lazy.prev)
+		return settle_all(set, when, armed_too);
+	if (rr__list_empty(&set->lazy))
+		return 0;
+	cq = rr__container_of(set->lazy.next, rr_cq, lazy_link);
+	rr__list_init(&set->lazy);
+	rr__list_init(&cq->lazy_link);
+	cq->lazy = false;
+	return service_as(cq, when); /* a tail call */
 }
 
 unsigned int rr__cq_poll_active(struct rr__cqs *set)
@@ -801,7 +833,6 @@ int rr__cq_take_qp(rr_cq *cq, uint32_t qp_num, void (*fn)(void *ctx, const struc
 	 * others stay, in order). All are taken before any goes to fn,
 	 * whose callbacks may take another QP's from the same CQ.
 	 */
-	cq->moved = true;
 	for (i = k = cq->batch_head; i < cq->nbatch; i++) {
 		if (cq->batch[i].qp_num != qp_num)
 			cq->batch[k++] = cq->batch[i];
@@ -830,6 +861,7 @@ int rr__cq_take_qp(rr_cq *cq, uint32_t qp_num, void (*fn)(void *ctx, const struc
 				rc = -ENOMEM;
 		}
 	}
+	cq->kept = cq->batch_head < cq->nbatch || cq->stash_head < cq->nstash;
 	if (cq->stash_head < cq->nstash) {
 		/* Their events may have been read already: poll it next pass. */
 		set_active(cq, true);
@@ -1167,7 +1199,7 @@ int rr_cq_destroy(rr_cq *cq)
 	hooks = cq->hooks;
 	if (cq->dispatch_depth) {
 		cq->destroy_deferred = true; /* freed when its dispatch unwinds */
-		cq->moved = true;
+		cq->nbatch = cq->batch_head; /* ends the loop handing it out */
 	} else {
 		cq_free(cq);
 	}

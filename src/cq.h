@@ -18,7 +18,8 @@ struct rr__cqs {
 	bool ring_reads; /* channels may be read through the ring (see cq.c) */
 	/* Bumped by the layer above at each call into the library and after
 	 * each wait: a CQ found empty since is not polled again before its
-	 * arm (see cq_poll()). Never 0. */
+	 * arm (see cq_poll()). Odd (1 and up by 2), so never 0, which a
+	 * CQ's empty_gen is after an arm, with no test for the wrap. */
 	unsigned int gen;
 	unsigned int comp_vector; /* its CQs' vector, modulo the device's count */
 	struct rr__list channels;
@@ -101,7 +102,9 @@ struct rr_cq {
 	struct rr__list armed_link;  /* ch->armed */
 	struct rr__list link;	     /* set->cqs */
 	unsigned int dispatch_depth; /* >0 while handing out its WCs */
-	bool moved;		     /* a callback took from the batch, or destroyed the CQ */
+	/* Completions kept: the rest of a batch or the stash below. One
+	 * test for cq_poll(); set where they change (see cq.c). */
+	bool kept;
 	/* The batch being handed out (set->cq_batch entries). */
 	struct ibv_wc *batch;
 	uint32_t batch_head, nbatch;
@@ -116,8 +119,7 @@ void rr__cqs_init(struct rr__cqs *set, struct rr__ring *ring, struct rr_bridge_s
 /* Time may have passed: CQs found empty before are worth a poll again. */
 static inline void rr__cqs_new_gen(struct rr__cqs *set)
 {
-	if (!++set->gen)
-		set->gen = 1;
+	set->gen += 2;
 }
 /* Teardown, in this order: every CQ left (QPs must be gone), then, once
  * the devices let go of theirs, every channel left. */

@@ -70,6 +70,9 @@ _Static_assert(sizeof(struct rr__getevents_arg) == sizeof(struct io_uring_geteve
 	       "the 6.12 layout of io_uring_getevents_arg");
 
 struct rr__poll {
+	/* Its POLL user_data (instance, generation, slot) while in use, 0
+	 * while free: a CQE of its current use carries exactly this. */
+	uint64_t ud;
 	int fd;
 	uint32_t gen;
 	bool in_use;
@@ -288,6 +291,7 @@ static uint32_t take_slot(struct rr__ring *r, rr__poll_fn fn, void *ctx, int fd)
 	p->multi = false;
 	p->errors = 0;
 	p->in_use = true;
+	p->ud = rr__ud(RR__UD_POLL, r->inst, p->gen, idx);
 	r->live_slots++;
 	return idx;
 }
@@ -310,6 +314,7 @@ static void release(struct rr__ring *r, uint32_t idx)
 	p->fn = NULL;
 	p->ctx = NULL;
 	p->gen++; /* late CQEs of this use no longer match */
+	p->ud = 0;
 	p->next_free = r->free_slot;
 	r->free_slot = idx;
 	r->live_slots--;
@@ -763,8 +768,8 @@ static int enter_min_wait(struct rr__ring *r, unsigned int wait_nr, unsigned int
 			       sizeof(arg));
 }
 
-int rr__ring_wait(struct rr__ring *r, unsigned int wait_nr, unsigned int min_wait_us,
-		  int timeout_ms)
+int rr__ring_wait_timed(struct rr__ring *r, unsigned int wait_nr, unsigned int min_wait_us,
+			int timeout_ms)
 {
 	struct io_uring_cqe *cqe;
 	int rc;
@@ -815,9 +820,23 @@ static void flush_msgs(struct rr__ring *r)
 	}
 }
 
+/* What owing stands for: a slot queued, a MSG_RING or a kick owed. */
+static inline bool owing_derived(const struct rr__ring *r)
+{
+	return r->pend_head != RR__NO_SLOT || r->nmsgs || r->kick_wanted;
+}
+
 unsigned int rr__ring_flush_owed(struct rr__ring *r)
 {
 	struct io_uring_sqe *sqe;
+
+#ifndef NDEBUG
+	/* owing is derived state, kept by hand where its parts change: a
+	 * debug build checks it at every flush. Counted, not aborted on
+	 * (library code never aborts); the unit tests assert the count. */
+	if (r->owing != owing_derived(r))
+		r->owing_wrong++;
+#endif
 
 	while (r->pend_head != RR__NO_SLOT) {
 		uint32_t idx = r->pend_head;
@@ -852,7 +871,7 @@ unsigned int rr__ring_flush_owed(struct rr__ring *r)
 	} else if (r->loop_owned) {
 		r->kick_wanted = false; /* the loop comes back by itself */
 	}
-	r->owing = r->pend_head != RR__NO_SLOT || r->nmsgs || r->kick_wanted;
+	r->owing = owing_derived(r);
 	return owed(r);
 }
 
@@ -967,6 +986,18 @@ static void poll_cqe(struct rr__ring *r, uint32_t idx, const struct io_uring_cqe
 		read_cqe(r, idx, cqe);
 		return;
 	}
+	/* Mostly a clean result of a multishot poll that stays armed: once
+	 * the handler ran, nothing is owed whatever it did to the slot (a
+	 * close owes its cancel itself, a slot released or reused is not
+	 * this one's). oneshot goes only with errors. */
+	if (more && p->armed && cqe->res >= 0 && !(cqe->res & POLL_FAILED)) {
+		if (p->errors) {
+			p->errors = 0;
+			p->oneshot = false;
+		}
+		p->fn(p->ctx, cqe->res);
+		return;
+	}
 	if (cqe->res >= 0) {
 		failed = cqe->res & POLL_FAILED;
 		if (!failed) {
@@ -1020,19 +1051,21 @@ static void poll_cqe(struct rr__ring *r, uint32_t idx, const struct io_uring_cqe
 enum rr__ud_kind rr__ring_cqe(struct rr__ring *r, const struct io_uring_cqe *cqe)
 {
 	uint64_t ud = cqe->user_data;
-	enum rr__ud_kind kind = rr__ud_kind(ud);
+	enum rr__ud_kind kind;
 	uint32_t idx = rr__ud_slot(ud);
 
+	/* Mostly a slot's poll (a channel's, a read's): asked first, as one
+	 * comparison with the user_data of the slot's current use (this
+	 * instance, this generation; 0 for a free slot). */
+	if (idx < r->nslots && r->slots[idx].ud == ud) {
+		poll_cqe(r, idx, cqe);
+		return RR__UD_POLL;
+	}
+	kind = rr__ud_kind(ud);
 	if (rr__ud_inst(ud) != r->inst)
 		return 0; /* an earlier bridge's */
-	/* Mostly a slot's poll (a channel's, a read's): asked first. */
-	if (kind == RR__UD_POLL) {
-		if (idx >= r->nslots || !r->slots[idx].in_use ||
-		    (r->slots[idx].gen & 0xfff) != rr__ud_gen(ud))
-			return 0; /* stale: from an earlier use of the slot */
-		poll_cqe(r, idx, cqe);
-		return kind;
-	}
+	if (kind == RR__UD_POLL)
+		return 0; /* stale: from an earlier use of the slot */
 	if (kind == RR__UD_KICK) {
 		r->kick_pending = false;
 		return kind;
@@ -1067,7 +1100,8 @@ enum rr__ud_kind rr__ring_cqe(struct rr__ring *r, const struct io_uring_cqe *cqe
 
 uint64_t rr__ring_poll_ud(const struct rr__ring *r, uint32_t idx)
 {
-	return rr__ud(RR__UD_POLL, r->inst, r->slots[idx].gen, idx);
+	return r->slots[idx].in_use ? r->slots[idx].ud
+				    : rr__ud(RR__UD_POLL, r->inst, r->slots[idx].gen, idx);
 }
 
 bool rr__ring_slot_armed(const struct rr__ring *r, uint32_t idx)

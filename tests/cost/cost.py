@@ -64,9 +64,9 @@ BRIDGE_ROWS = ("bridge", "bridge-embed", "bridge-read")
 # are met, else the figure reached so far, so no change can lose what was
 # gained; docs/performance.md gives the arithmetic of each gap. Lower these
 # as the code gets there; never raise them.
-ENFORCE_WAKE_K1 = {"bridge": 680, "bridge-embed": 585, "bridge-read": 705}
-ENFORCE_WC = {"bridge": 1.50, "bridge-embed": 1.46, "bridge-read": 1.51,
-              "bridge-batch": 1.36}
+ENFORCE_WAKE_K1 = {"bridge": 575, "bridge-embed": TARGET_WAKE_K1, "bridge-read": 620}
+ENFORCE_WC = {"bridge": 1.40, "bridge-embed": 1.37, "bridge-read": 1.42,
+              "bridge-batch": 1.31}
 # fan-*: a wake-up with N objects costs at most this much more than with one
 TARGET_FAN = 0.05
 

@@ -149,6 +149,9 @@ static void pass_until(struct fixture *f, const unsigned int *count, unsigned in
 
 static void teardown_fx(struct fixture *f)
 {
+#ifndef NDEBUG
+	cr_assert_eq(f->b->ring.owing_wrong, 0, "a flush found the ring's owing flag wrong");
+#endif
 	cr_assert_eq(rr_bridge_destroy(f->b), 0);
 	cr_assert_eq(fake_cqs_live, 0, "CQs leaked");
 	cr_assert_eq(fake_channels_live, 0, "channels leaked");
@@ -165,6 +168,35 @@ static uint64_t channel_ud(struct fixture *f)
 }
 
 /* ---- polls ---- */
+
+/* The ring's owing flag stands for slots queued, MSG_RINGs and a kick
+ * owed: a debug build's flush checks it (every fixture's teardown asserts
+ * no flush found it wrong). Here it is put out of step on purpose, both
+ * ways, and each flush counts it and sets it right. */
+Test(poll, a_flush_counts_an_owing_flag_out_of_step)
+{
+#ifdef NDEBUG
+	cr_skip_test("the check is in debug builds only");
+#else
+	struct fixture f;
+	struct rr__ring *r;
+
+	setup_fx(&f, NULL, RR_WAIT_EVENT);
+	pass(&f, 1);
+	r = &f.b->ring;
+	cr_assert_eq(r->owing_wrong, 0);
+	r->owing = true; /* nothing is owed */
+	rr__ring_flush_owed(r);
+	cr_assert_eq(r->owing_wrong, 1, "a flag owing nothing went unnoticed");
+	cr_assert(!r->owing, "the flush left the flag wrong");
+	r->kick_wanted = true; /* a kick owed, the flag not set */
+	rr__ring_flush_owed(r);
+	cr_assert_eq(r->owing_wrong, 2, "a kick owed without the flag went unnoticed");
+	r->owing_wrong = 0;
+	pass(&f, 1);
+	teardown_fx(&f);
+#endif
+}
 
 Test(poll, rearmed_after_cqe_without_more)
 {
