@@ -37,6 +37,20 @@ send_ranks() { # NAME ARGS...: 2 ranks on lab1 and 2 on lab2, to both serve rank
 		--chunk 256K --window 16 --stripe $STRIPE --no-progress --json "$D/$name.json" "$@" \
 		"$addr3:$PORT,$addr3:$((PORT + 1))" >"$D/$name.out" 2>&1
 }
+# slow_send NAME DIR N: big at 512K/s a rank, in the background (its
+# mpirun's pid in mpid), until the partial in lab3's DIR holds N stripes.
+slow_send() {
+	local held
+	mpirun -x ASAN_OPTIONS -n 4 --host lab1:2,lab2:2 "$CP" send --mpi --token-file "$D/token" \
+		--chunk 256K --window 16 --stripe $STRIPE --limit-rate 512K --no-progress \
+		"$D/src/big" "$addr3:$PORT,$addr3:$((PORT + 1))" >"$D/$1.out" 2>&1 &
+	mpid=$!
+	for _ in $(seq 240); do
+		held=$(on3 du -B1 "$2/.big.rrcp-partial" 2>/dev/null | cut -f1)
+		[ "${held:-0}" -ge $(($3 * STRIPE)) ] && break
+		sleep 0.5
+	done
+}
 
 # 1. Serve ranks on two hosts, one --dir over 9p: its locks are each
 #    host's own, so they are refused before anything listens.
@@ -76,17 +90,9 @@ step empty2 "$(on3 ls -A $L/dst3 | wc -l)" 0
 
 # 4. A send rank killed mid-file (SIGKILL), then the same copy again.
 t0=$SECONDS
-mpirun -x ASAN_OPTIONS -n 4 --host lab1:2,lab2:2 "$CP" send --mpi --token-file "$D/token" --chunk 256K \
-	--window 16 --stripe $STRIPE --limit-rate 512K --no-progress "$D/src/big" \
-	"$addr3:$PORT,$addr3:$((PORT + 1))" >"$D/cut.out" 2>&1 &
-mpid=$!
 # Cut once the partial holds 5 stripes' worth: with four ranges in
 # flight at once, some are whole by then and others midway.
-for _ in $(seq 240); do
-	held=$(on3 du -B1 $L/dst3/.big.rrcp-partial 2>/dev/null | cut -f1)
-	[ "${held:-0}" -ge $((5 * STRIPE)) ] && break
-	sleep 0.5
-done
+slow_send cut $L/dst3 5
 victim=$(pgrep -x ringrdma-cp | head -n 1) # a send rank here (serve runs on lab3)
 kill -9 "$victim"
 wait $mpid
@@ -107,15 +113,7 @@ step same3 $? 0
 #    error, and nothing is named.
 t0=$SECONDS
 serve_ranks "$D/serve5.out" $L/dst5
-mpirun -x ASAN_OPTIONS -n 4 --host lab1:2,lab2:2 "$CP" send --mpi --token-file "$D/token" \
-	--chunk 256K --window 16 --stripe $STRIPE --limit-rate 512K --no-progress "$D/src/big" \
-	"$addr3:$PORT,$addr3:$((PORT + 1))" >"$D/lost.out" 2>&1 &
-mpid=$!
-for _ in $(seq 240); do
-	held=$(on3 du -B1 $L/dst5/.big.rrcp-partial 2>/dev/null | cut -f1)
-	[ "${held:-0}" -ge $((2 * STRIPE)) ] && break
-	sleep 0.5
-done
+slow_send lost $L/dst5 2
 on3 'kill -9 $(pgrep -x ringrdma-cp | head -n 1)'
 wait $mpid
 step lost $? $((SECONDS - t0))
