@@ -14,6 +14,7 @@
 #     resends less than one stripe per cut range;
 #   - a serve rank SIGKILLed mid-file: the send job fails saying why,
 #     nothing named.
+# RR_CP_RANKS_CP runs another ringrdma-cp (tools/test: the plain build's).
 # RR_CP_RANKS_FILES (default 200) and RR_CP_RANKS_MB (default 32) size
 # the copy: 10000 and 1024 are issue 47's, with RR_CP_RANKS_DST=/tmp
 # (lab3's RAM; its disk is 1 GiB) and RR_CP_RANKS_MEM=3072 (MB per VM;
@@ -23,6 +24,9 @@ set -u
 LAB=${1:?usage: ranks_lab.sh PATH/TO/rdma-lab PATH/TO/ringrdma-cp BUILD_DIR}
 CP=${2:?usage: ranks_lab.sh PATH/TO/rdma-lab PATH/TO/ringrdma-cp BUILD_DIR}
 BUILD=${3:?usage: ranks_lab.sh PATH/TO/rdma-lab PATH/TO/ringrdma-cp BUILD_DIR}
+# tools/test runs the plain build's ranks when the build is sanitized.
+CP=${RR_CP_RANKS_CP:-$CP}
+echo "# ringrdma-cp: $CP"
 FILES=${RR_CP_RANKS_FILES:-200}
 MB=${RR_CP_RANKS_MB:-32}
 STRIPE=$((4 << 20))
