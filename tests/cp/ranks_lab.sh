@@ -24,15 +24,26 @@ set -u
 LAB=${1:?usage: ranks_lab.sh PATH/TO/rdma-lab PATH/TO/ringrdma-cp BUILD_DIR}
 CP=${2:?usage: ranks_lab.sh PATH/TO/rdma-lab PATH/TO/ringrdma-cp BUILD_DIR}
 BUILD=${3:?usage: ranks_lab.sh PATH/TO/rdma-lab PATH/TO/ringrdma-cp BUILD_DIR}
-# tools/test runs the plain build's ranks when the build is sanitized.
-CP=${RR_CP_RANKS_CP:-$CP}
+# tools/test runs the plain build's ranks when the build is sanitized:
+# with its own library, not the one meson's LD_LIBRARY_PATH names.
+if [ -n "${RR_CP_RANKS_CP:-}" ]; then
+	CP=$RR_CP_RANKS_CP
+	LD_LIBRARY_PATH=$(cd "$(dirname "$CP")/../src" && pwd) || exit 1
+	export LD_LIBRARY_PATH
+fi
 echo "# ringrdma-cp: $CP"
 FILES=${RR_CP_RANKS_FILES:-200}
 MB=${RR_CP_RANKS_MB:-32}
 STRIPE=$((4 << 20))
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../tap.sh"
-if ! "$CP" --help | grep -q -- --mpi; then
+if ! help=$("$CP" --help 2>&1); then
+	echo "1..1"
+	echo "not ok 1 - $CP --help runs"
+	sed 's/^/# /' <<<"$help" | head -n 5
+	exit 1
+fi
+if ! grep -q -- --mpi <<<"$help"; then
 	echo "1..0 # SKIP this ringrdma-cp has no --mpi"
 	exit 0
 fi

@@ -114,7 +114,7 @@ struct taker {
 	int conn, taken, last;
 	bool fail_now; /* fails before taking anything */
 	bool no_store; /* stores nothing: the list can never be done */
-	int *times; /* per entry, this rank's */
+	int *times;    /* per entry, this rank's */
 	int *owner;
 	char why[200];
 };
@@ -191,8 +191,8 @@ static void build(struct cp_sendq *q, int round, bool one_more)
  * takes that did not end with "stop" in *unstopped. */
 static int owner[MAX_E];
 
-static void run(struct cp_mpiq *m, struct seen *w, int *times, bool fail, int *unstopped,
-		char *why, size_t len)
+static void run(struct cp_mpiq *m, struct seen *w, int *times, bool fail, int *unstopped, char *why,
+		size_t len)
 {
 	struct taker k[THREADS];
 	pthread_t th[THREADS];
