@@ -19,25 +19,33 @@
 
 #include "ranks.h"
 #include "rr_config.h"
+#include "json.h"
 #include "xxh.h"
+
+enum { OP_TAKE = 1, OP_STORED, OP_PING, OP_FAIL, OP_DONE };
+
+/* Every request carries the stores its rank kept back (nstored of them). */
+struct req {
+	int32_t op, conn, result, nstored;
+	uint64_t bytes; /* OP_PING: this rank's acknowledged bytes */
+	struct cp_mpiq_pair stored[CP_MPIQ_BATCH];
+	char msg[200];
+};
+
+/* OP_TAKE: n entries for the connection (n > 0), or what take said:
+ * -1 every entry went, -2 wait, -3 stop. */
+struct rep {
+	int32_t n, stop;
+	struct cp_mpiq_pair e[CP_MPIQ_BATCH];
+	char msg[200];
+};
+
+static void set_stop(struct cp_mpiq *m, int result, const char *msg);
 
 #if RR_HAVE_MPI
 #include <mpi.h>
 
 enum { TAG_REQ = 1, TAG_REP = 2 };
-enum { OP_TAKE = 1, OP_STORED, OP_PING, OP_FAIL, OP_DONE };
-
-struct req {
-	int32_t op, conn, idx, result;
-	uint64_t sum;
-	char msg[200];
-};
-
-struct rep {
-	int32_t idx, stop;
-	uint64_t sum;
-	char msg[200];
-};
 
 static MPI_Comm comm = MPI_COMM_NULL;
 static int me, ranks, local_me;
@@ -237,17 +245,36 @@ int cp_mpi_same_dir(int dirfd, char *msg, size_t len)
 	return worst ? CP_EXIT_LOCAL_IO : 0;
 }
 
-/* The first failure is the one every rank stops with. */
-static void set_stop(struct cp_mpiq *m, int result, const char *msg)
+/* Another rank's stores (@r's), on rank 0's server thread: only of an
+ * entry that went on that rank's connection, once. */
+static void take_stores(struct cp_mpiq *m, const struct req *r, int from)
 {
-	int none = 0;
+	struct cp_sendq *q = m->q;
+	bool ready = false;
 
-	pthread_mutex_lock(&m->stop_mu);
-	if (!atomic_load(&m->stop)) {
-		snprintf(m->stop_msg, sizeof(m->stop_msg), "%s", msg ? msg : "");
-		atomic_compare_exchange_strong(&m->stop, &none, result);
+	for (int k = 0; k < r->nstored && k < CP_MPIQ_BATCH; k++) {
+		int i = r->stored[k].idx;
+		bool mine;
+
+		if (i < 0 || i >= q->ne)
+			continue;
+		pthread_mutex_lock(&q->mu);
+		mine = q->e[i].conn >= 0 && q->e[i].conn / CP_SEND_CONNS_MAX == from &&
+		       !q->e[i].done;
+		pthread_mutex_unlock(&q->mu);
+		if (mine && cp_sendq_stored(q, i, r->stored[k].sum))
+			ready = true;
 	}
-	pthread_mutex_unlock(&m->stop_mu);
+	if (ready && m->on_ready)
+		m->on_ready(m->data);
+}
+
+static int take_one(struct cp_mpiq *m, int conn, uint64_t *sum);
+
+/* Bytes an entry sends, for the batch's limit (a file's as walked). */
+static uint64_t entry_bytes(const struct cp_sendq_entry *e)
+{
+	return e->range ? e->range_len : e->kind ? 0 : e->size;
 }
 
 /* Another rank's request, on rank 0's server thread. */
@@ -256,38 +283,35 @@ static bool answer(struct cp_mpiq *m, const struct req *r, int from)
 	struct rep p = {.stop = atomic_load(&m->stop)};
 	/* Connections are numbered per rank: rank r's k is r * MAX + k. */
 	int conn = from * CP_SEND_CONNS_MAX + r->conn;
-	struct cp_sendq *q = m->q;
+	uint64_t bytes = 0;
 
 	m->requests++;
+	take_stores(m, r, from);
 	switch (r->op) {
 	case OP_TAKE:
-		p.idx = -3;
+		p.n = -3;
 		if (p.stop || r->conn < 0 || r->conn >= CP_SEND_CONNS_MAX)
 			break;
-		p.idx = cp_sendq_take(q, conn);
-		if (p.idx >= 0 && m->on_take)
-			m->on_take(m->data, conn, p.idx);
-		if (p.idx >= 0 && q->e[p.idx].kind == CP_FILE_COMMIT &&
-		    cp_sendq_commit_sum(q, p.idx, &p.sum)) {
-			set_stop(m, CP_EXIT_FAIL, "rank 0: out of memory");
-			m->on_fail(m->data, CP_EXIT_FAIL, "rank 0: out of memory");
-			p.idx = -3;
-			p.stop = atomic_load(&m->stop);
+		for (p.n = 0; p.n < CP_MPIQ_BATCH && bytes < CP_MPIQ_BATCH_BYTES; p.n++) {
+			int i = take_one(m, conn, &p.e[p.n].sum);
+
+			if (i == -ENOMEM) {
+				set_stop(m, CP_EXIT_FAIL, "rank 0: out of memory");
+				m->on_fail(m->data, CP_EXIT_FAIL, "rank 0: out of memory");
+				p.n = -3;
+				p.stop = atomic_load(&m->stop);
+				break;
+			}
+			if (i < 0) {
+				if (!p.n)
+					p.n = i;
+				break;
+			}
+			p.e[p.n].idx = i;
+			bytes += entry_bytes(&m->q->e[i]);
 		}
 		break;
 	case OP_STORED:
-		/* Only an entry that went on that rank's connection, once. */
-		if (r->idx < 0 || r->idx >= q->ne)
-			return false;
-		pthread_mutex_lock(&q->mu);
-		if (q->e[r->idx].conn / CP_SEND_CONNS_MAX != from || q->e[r->idx].conn < 0 ||
-		    q->e[r->idx].done) {
-			pthread_mutex_unlock(&q->mu);
-			return false;
-		}
-		pthread_mutex_unlock(&q->mu);
-		if (cp_sendq_stored(q, r->idx, r->sum) && m->on_ready)
-			m->on_ready(m->data);
 		return false; /* no answer */
 	case OP_FAIL:
 	case OP_DONE:
@@ -299,7 +323,7 @@ static bool answer(struct cp_mpiq *m, const struct req *r, int from)
 		break;
 	case OP_PING:
 		if (m->bytes)
-			atomic_store(&m->bytes[from], r->sum);
+			atomic_store(&m->bytes[from], r->bytes);
 		break;
 	default:
 		return false;
@@ -362,18 +386,12 @@ static void *serve_ranks(void *arg)
 	return NULL;
 }
 
-int cp_mpiq_start(struct cp_mpiq *m, struct cp_sendq *q)
+/* Rank 0 of a job of more: the thread answering the others. */
+static int server_start(struct cp_mpiq *m)
 {
 	int rc;
 
-	m->q = q;
-	m->rank = me;
-	m->size = ranks;
-	pthread_mutex_init(&m->mu, NULL);
-	pthread_mutex_init(&m->stop_mu, NULL);
-	if (me || ranks == 1)
-		return 0;
-	m->bytes = calloc((size_t)ranks, sizeof(*m->bytes));
+	m->bytes = calloc((size_t)m->size, sizeof(*m->bytes));
 	if (!m->bytes)
 		return -ENOMEM;
 	rc = pthread_create(&m->server, NULL, serve_ranks, m);
@@ -386,104 +404,18 @@ int cp_mpiq_start(struct cp_mpiq *m, struct cp_sendq *q)
 	return 0;
 }
 
-/* One request to rank 0 and, but for OP_STORED, its answer. */
+/* One request to rank 0, with the stores kept back, and but for
+ * OP_STORED its answer; under m->mu. */
 static void ask(struct cp_mpiq *m, struct req *r, struct rep *p)
 {
-	pthread_mutex_lock(&m->mu);
+	r->nstored = m->nuntold;
+	memcpy(r->stored, m->untold, (size_t)m->nuntold * sizeof(*m->untold));
+	m->nuntold = 0;
+	m->told_ns = cp_now_ns();
 	m->requests++;
 	MPI_Send(r, sizeof(*r), MPI_BYTE, 0, TAG_REQ, comm);
 	if (p)
 		MPI_Recv(p, sizeof(*p), MPI_BYTE, 0, TAG_REP, comm, MPI_STATUS_IGNORE);
-	pthread_mutex_unlock(&m->mu);
-	if (p && p->stop) {
-		p->msg[sizeof(p->msg) - 1] = 0;
-		set_stop(m, p->stop, p->msg);
-	}
-}
-
-int cp_mpiq_take(struct cp_mpiq *m, int conn, uint64_t *sum)
-{
-	struct req r = {.op = OP_TAKE, .conn = conn};
-	struct rep p = {0};
-	int i;
-
-	if (!m->rank) {
-		if (atomic_load(&m->stop))
-			return -3;
-		i = cp_sendq_take(m->q, conn);
-		if (i >= 0 && m->on_take)
-			m->on_take(m->data, conn, i);
-		if (i >= 0 && m->q->e[i].kind == CP_FILE_COMMIT &&
-		    cp_sendq_commit_sum(m->q, i, sum))
-			return -ENOMEM;
-		return i;
-	}
-	ask(m, &r, &p);
-	if (p.idx >= m->q->ne || p.idx < -3)
-		return -3;
-	*sum = p.sum;
-	return p.idx;
-}
-
-bool cp_mpiq_stored(struct cp_mpiq *m, int i, uint64_t sum)
-{
-	struct req r = {.op = OP_STORED, .idx = i, .sum = sum};
-
-	if (!m->rank)
-		return cp_sendq_stored(m->q, i, sum);
-	ask(m, &r, NULL);
-	return false;
-}
-
-void cp_mpiq_fail(struct cp_mpiq *m, int result, const char *msg)
-{
-	struct req r = {.op = OP_FAIL, .result = result};
-	struct rep p = {0};
-
-	if (!m->rank) {
-		set_stop(m, result, msg);
-		return;
-	}
-	snprintf(r.msg, sizeof(r.msg), "%s", msg ? msg : "");
-	ask(m, &r, &p);
-}
-
-int cp_mpiq_stopped(struct cp_mpiq *m, uint64_t bytes)
-{
-	struct req r = {.op = OP_PING, .sum = bytes};
-	struct rep p = {0};
-
-	if (m->rank && !atomic_load(&m->stop))
-		ask(m, &r, &p);
-	return atomic_load(&m->stop);
-}
-
-uint64_t cp_mpiq_others_bytes(const struct cp_mpiq *m)
-{
-	uint64_t n = 0;
-
-	for (int r = 1; m->bytes && r < m->size; r++)
-		n += atomic_load(&m->bytes[r]);
-	return n;
-}
-
-void cp_mpiq_finish(struct cp_mpiq *m, int result, const char *msg)
-{
-	struct req r = {.op = OP_DONE, .result = result};
-	struct rep p = {0};
-
-	if (m->rank) {
-		snprintf(r.msg, sizeof(r.msg), "rank %d: %s", m->rank,
-			 msg && *msg ? msg : "failed");
-		ask(m, &r, &p);
-	} else if (m->server_on) {
-		pthread_join(m->server, NULL);
-		m->server_on = false;
-	}
-	free(m->bytes);
-	m->bytes = NULL;
-	pthread_mutex_destroy(&m->mu);
-	pthread_mutex_destroy(&m->stop_mu);
 }
 
 #else /* !RR_HAVE_MPI */
@@ -547,44 +479,221 @@ int cp_mpi_same_dir(int dirfd, char *msg, size_t len)
 	return 0;
 }
 
-int cp_mpiq_start(struct cp_mpiq *m, struct cp_sendq *q)
+static int server_start(struct cp_mpiq *m)
 {
-	(void)m, (void)q;
+	(void)m;
 	return -ENOSYS;
+}
+
+static void ask(struct cp_mpiq *m, struct req *r, struct rep *p)
+{
+	(void)m, (void)r;
+	if (p) /* never asked: a job of one rank is rank 0 */
+		*p = (struct rep){.n = -3, .stop = CP_EXIT_FAIL};
+}
+
+#endif
+
+/* The first failure is the one every rank stops with. */
+static void set_stop(struct cp_mpiq *m, int result, const char *msg)
+{
+	int none = 0;
+
+	pthread_mutex_lock(&m->stop_mu);
+	if (!atomic_load(&m->stop)) {
+		snprintf(m->stop_msg, sizeof(m->stop_msg), "%s", msg ? msg : "");
+		atomic_compare_exchange_strong(&m->stop, &none, result);
+	}
+	pthread_mutex_unlock(&m->stop_mu);
+}
+
+/* A take on the list itself (rank 0), for connection @conn. */
+static int take_one(struct cp_mpiq *m, int conn, uint64_t *sum)
+{
+	int i = cp_sendq_take(m->q, conn);
+
+	if (i >= 0 && m->on_take)
+		m->on_take(m->data, conn, i);
+	if (i >= 0 && m->q->e[i].kind == CP_FILE_COMMIT && cp_sendq_commit_sum(m->q, i, sum))
+		return -ENOMEM;
+	return i;
+}
+
+int cp_mpiq_start(struct cp_mpiq *m, struct cp_sendq *q, bool mpi)
+{
+	m->q = q;
+	m->rank = mpi ? cp_mpi_rank() : 0;
+	m->size = mpi ? cp_mpi_size() : 1;
+	pthread_mutex_init(&m->mu, NULL);
+	pthread_mutex_init(&m->stop_mu, NULL);
+	if (m->size == 1)
+		return 0;
+	if (!m->rank)
+		return server_start(m);
+	m->taken = calloc(CP_SEND_CONNS_MAX, sizeof(*m->taken));
+	return m->taken ? 0 : -ENOMEM;
 }
 
 int cp_mpiq_take(struct cp_mpiq *m, int conn, uint64_t *sum)
 {
-	(void)m, (void)conn, (void)sum;
-	return -3;
+	struct req r = {.op = OP_TAKE, .conn = conn};
+	struct rep p = {0};
+
+	if (atomic_load(&m->stop))
+		return -3;
+	if (!m->rank)
+		return take_one(m, conn, sum);
+	if (conn < 0 || conn >= CP_SEND_CONNS_MAX)
+		return -3;
+	pthread_mutex_lock(&m->mu);
+	if (m->next[conn] < m->held[conn]) {
+		const struct cp_mpiq_pair *e = &m->taken[conn][m->next[conn]++];
+
+		*sum = e->sum;
+		pthread_mutex_unlock(&m->mu);
+		return e->idx;
+	}
+	ask(m, &r, &p);
+	if (p.stop) {
+		pthread_mutex_unlock(&m->mu);
+		p.msg[sizeof(p.msg) - 1] = 0;
+		set_stop(m, p.stop, p.msg);
+		return -3;
+	}
+	if (p.n > CP_MPIQ_BATCH || p.n < -3) {
+		p.n = -3;
+	} else {
+		for (int k = 0; k < p.n; k++)
+			if (p.e[k].idx < 0 || p.e[k].idx >= m->q->ne)
+				p.n = -3;
+	}
+	if (p.n <= 0) {
+		pthread_mutex_unlock(&m->mu);
+		return p.n;
+	}
+	memcpy(m->taken[conn], p.e, (size_t)p.n * sizeof(*p.e));
+	m->held[conn] = p.n;
+	m->next[conn] = 1;
+	pthread_mutex_unlock(&m->mu);
+	*sum = p.e[0].sum;
+	return p.e[0].idx;
 }
 
 bool cp_mpiq_stored(struct cp_mpiq *m, int i, uint64_t sum)
 {
-	(void)m, (void)i, (void)sum;
+	const struct cp_sendq_entry *e = &m->q->e[i];
+	struct req r = {.op = OP_STORED};
+
+	if (!m->rank)
+		return cp_sendq_stored(m->q, i, sum);
+	pthread_mutex_lock(&m->mu);
+	if (!m->nuntold)
+		m->told_ns = cp_now_ns();
+	m->untold[m->nuntold++] = (struct cp_mpiq_pair){.idx = i, .sum = sum};
+	/* Other connections may wait for a MKDIR or the last range of a
+	 * file: those go at once; the rest with the next request. */
+	if (m->nuntold == CP_MPIQ_BATCH || e->kind == CP_MKDIR || e->range)
+		ask(m, &r, NULL);
+	pthread_mutex_unlock(&m->mu);
 	return false;
+}
+
+void cp_mpiq_tick(struct cp_mpiq *m, uint64_t hold_ns)
+{
+	struct req r = {.op = OP_STORED};
+
+	if (!m->rank)
+		return;
+	pthread_mutex_lock(&m->mu);
+	if (m->nuntold && cp_now_ns() - m->told_ns >= hold_ns)
+		ask(m, &r, NULL);
+	pthread_mutex_unlock(&m->mu);
+}
+
+/* A request with an answer; a stop in it is every rank's. */
+static void ask_answered(struct cp_mpiq *m, struct req *r)
+{
+	struct rep p = {0};
+
+	pthread_mutex_lock(&m->mu);
+	ask(m, r, &p);
+	pthread_mutex_unlock(&m->mu);
+	if (p.stop) {
+		p.msg[sizeof(p.msg) - 1] = 0;
+		set_stop(m, p.stop, p.msg);
+	}
 }
 
 void cp_mpiq_fail(struct cp_mpiq *m, int result, const char *msg)
 {
-	(void)m, (void)result, (void)msg;
+	struct req r = {.op = OP_FAIL, .result = result};
+
+	if (!m->rank) {
+		set_stop(m, result, msg);
+		return;
+	}
+	snprintf(r.msg, sizeof(r.msg), "%s", msg ? msg : "");
+	ask_answered(m, &r);
 }
 
 int cp_mpiq_stopped(struct cp_mpiq *m, uint64_t bytes)
 {
-	(void)m, (void)bytes;
-	return 0;
+	struct req r = {.op = OP_PING, .bytes = bytes};
+
+	if (m->rank && !atomic_load(&m->stop))
+		ask_answered(m, &r);
+	return atomic_load(&m->stop);
 }
 
 uint64_t cp_mpiq_others_bytes(const struct cp_mpiq *m)
 {
-	(void)m;
-	return 0;
+	uint64_t n = 0;
+
+	for (int r = 1; m->bytes && r < m->size; r++)
+		n += atomic_load(&m->bytes[r]);
+	return n;
 }
 
 void cp_mpiq_finish(struct cp_mpiq *m, int result, const char *msg)
 {
-	(void)m, (void)result, (void)msg;
+	struct req r = {.op = OP_DONE, .result = result};
+
+	if (m->rank) {
+		snprintf(r.msg, sizeof(r.msg), "rank %d: %s", m->rank,
+			 msg && *msg ? msg : "failed");
+		ask_answered(m, &r);
+	} else if (m->server_on) {
+		pthread_join(m->server, NULL);
+		m->server_on = false;
+	}
+	free(m->bytes);
+	m->bytes = NULL;
+	free(m->taken);
+	m->taken = NULL;
+	pthread_mutex_destroy(&m->mu);
+	pthread_mutex_destroy(&m->stop_mu);
 }
 
-#endif
+int cp_mpi_summary(struct cp_rank_figs *mine, struct cp_summary *sum, struct cp_rank_figs *all)
+{
+	int n = cp_mpi_size();
+
+	gethostname(mine->host, sizeof(mine->host) - 1);
+	if (!cp_mpi_gather(mine, all) && !cp_mpi_rank()) {
+		sum->n = (struct cp_tally){0};
+		for (int r = 0; r < n; r++) {
+			/* Each rank's clock is its host's: the longest span counts. */
+			uint64_t span = all[r].n.files || all[r].n.ranges
+						? all[r].data_end - all[r].data_start
+						: 0;
+
+			cp_tally_add(&sum->n, &all[r].n);
+			if (span > sum->data_ns)
+				sum->data_ns = span;
+		}
+		sum->ranks = (unsigned int)n;
+		sum->rank_figs = all;
+	}
+	sum->exit_code = cp_mpi_worst(mine->exit_code);
+	return sum->exit_code;
+}

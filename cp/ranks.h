@@ -10,8 +10,10 @@
  * other ranks' connections: which entry to take next, which entry was
  * stored. Their own copies of the list give each entry's path and name.
  *
- * Built without MPI (-Dmpi=disabled, or none installed) every function
- * here answers -ENOSYS and --mpi is refused before anything starts.
+ * Built without MPI (-Dmpi=disabled, or none installed) the cp_mpi_
+ * functions answer as a job of one rank (-ENOSYS where MPI would move
+ * something) and --mpi is refused before anything starts; cp_mpiq runs
+ * on the send's own list in every build.
  */
 #ifndef CP_RANKS_H
 #define CP_RANKS_H
@@ -59,6 +61,16 @@ struct cp_rank_figs {
  */
 int cp_mpi_gather(const struct cp_rank_figs *mine, struct cp_rank_figs *all);
 
+struct cp_summary;
+/*
+ * cp_mpi_summary() - every rank, at the end: @mine (its host filled in
+ * here) to rank 0, where @sum gets the ranks' tallies added up, the
+ * longest of their data spans and each rank's in @all (room for size()
+ * of them); the worst rank's exit status, in @sum and returned, on every
+ * rank.
+ */
+int cp_mpi_summary(struct cp_rank_figs *mine, struct cp_summary *sum, struct cp_rank_figs *all);
+
 /*
  * cp_mpi_agree() - whether every rank walked the same list (@q, with its
  * own walk's status @walk_ret): 0 when all did and none failed; else the
@@ -75,11 +87,28 @@ int cp_mpi_agree(const struct cp_sendq *q, int walk_ret, char *msg, size_t len);
  */
 int cp_mpi_same_dir(int dirfd, char *msg, size_t len);
 
-/* The list's rules across ranks (send). */
+/*
+ * The list's rules for every connection of a send: on its own list when
+ * not --mpi (and on rank 0), across ranks with --mpi. The other ranks
+ * take in batches and tell their stores in batches, so that MPI's
+ * messages (and the waits for its answers) per file do not grow with the
+ * ranks: an answer gives a connection up to CP_MPIQ_BATCH entries, fewer
+ * once they hold CP_MPIQ_BATCH_BYTES; a store is told with the rank's
+ * next request, at once where others may wait for it (a MKDIR, a range),
+ * or by cp_mpiq_tick().
+ */
+#define CP_MPIQ_BATCH	    32
+#define CP_MPIQ_BATCH_BYTES (1u << 20)
+
+struct cp_mpiq_pair {
+	int32_t idx, pad;
+	uint64_t sum;
+};
+
 struct cp_mpiq {
 	struct cp_sendq *q;
 	int rank, size;
-	pthread_mutex_t mu; /* one request to rank 0 at a time */
+	pthread_mutex_t mu; /* over what follows but stop; one request to rank 0 at a time */
 	/* rank 0: the thread answering the others, until each said done */
 	pthread_t server;
 	bool server_on;
@@ -101,21 +130,34 @@ struct cp_mpiq {
 	uint64_t requests; /* sent (other ranks) or answered (rank 0) */
 	/* rank 0: each other rank's acknowledged bytes, as it last said */
 	_Atomic uint64_t *bytes;
+	/* the other ranks: each connection's entries taken, not yet handed
+	 * out ([k][CP_MPIQ_BATCH], held[k] of them from next[k]) */
+	struct cp_mpiq_pair (*taken)[CP_MPIQ_BATCH];
+	int held[CP_SEND_CONNS_MAX], next[CP_SEND_CONNS_MAX];
+	/* the other ranks: stores not yet told, since told_ns */
+	struct cp_mpiq_pair untold[CP_MPIQ_BATCH];
+	int nuntold;
+	uint64_t told_ns;
 };
 
-/* Between cp_mpi_init() and cp_mpi_fini(); rank 0 starts its server. */
-int cp_mpiq_start(struct cp_mpiq *m, struct cp_sendq *q);
+/* cp_mpiq_start() - @q's rules for this send; with @mpi across the job's
+ * ranks (between cp_mpi_init() and cp_mpi_fini(); rank 0 starts its
+ * server). 0, or a negative errno. */
+int cp_mpiq_start(struct cp_mpiq *m, struct cp_sendq *q, bool mpi);
 /*
  * cp_mpiq_take() - cp_sendq_take() on rank 0's list for this rank's
  * connection @conn: the entry, -1 when every entry went, -2 to wait, -3
- * when the run stops (m->stop says with what). A CP_FILE_COMMIT entry's
- * folded sum in *sum.
+ * when the run stops (m->stop says with what), -ENOMEM. A CP_FILE_COMMIT
+ * entry's folded sum in *sum.
  */
 int cp_mpiq_take(struct cp_mpiq *m, int conn, uint64_t *sum);
 /* cp_mpiq_stored() - cp_sendq_stored() on rank 0's list: whether an
  * entry may go now (on rank 0 only; the others' waiting connections ask
  * again on their next pass). */
 bool cp_mpiq_stored(struct cp_mpiq *m, int i, uint64_t sum);
+/* cp_mpiq_tick() - the other ranks, on a pass of the loop: stores kept
+ * back for @hold_ns or longer are told now. */
+void cp_mpiq_tick(struct cp_mpiq *m, uint64_t hold_ns);
 /* cp_mpiq_fail() - this rank failed with @result (@msg): every rank
  * stops (on rank 0 at once, the others as they ask it next). */
 void cp_mpiq_fail(struct cp_mpiq *m, int result, const char *msg);
@@ -126,8 +168,8 @@ int cp_mpiq_stopped(struct cp_mpiq *m, uint64_t bytes);
  * said; 0 elsewhere. */
 uint64_t cp_mpiq_others_bytes(const struct cp_mpiq *m);
 /* cp_mpiq_finish() - this rank's connections all ended, with @result
- * (@msg): the others tell rank 0; rank 0 waits for every rank to have
- * done so. */
+ * (@msg): the others tell rank 0 (and every store kept back); rank 0
+ * waits for every rank to have done so. */
 void cp_mpiq_finish(struct cp_mpiq *m, int result, const char *msg);
 
 #endif

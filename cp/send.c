@@ -230,8 +230,7 @@ static bool next_file(struct tx *t, struct tx_src *src, void *data)
 	if (c->fd >= 0)
 		close(c->fd); /* its FILE_END went: every read of it ended */
 	c->fd = -1;
-	i = s->mpi ? cp_mpiq_take(&s->mq, conn_index(c), &commit_sum)
-		   : cp_sendq_take(&s->q, conn_index(c));
+	i = cp_mpiq_take(&s->mq, conn_index(c), &commit_sum);
 	if (i == -1)
 		return false;
 	if (i == -3 || i == -ENOMEM) {
@@ -253,10 +252,6 @@ static bool next_file(struct tx *t, struct tx_src *src, void *data)
 		return open_file(c, t, src, e->path);
 	if (e->kind == CP_FILE_COMMIT) {
 		src->sum = commit_sum;
-		if (!s->mpi && cp_sendq_commit_sum(&s->q, i, &src->sum)) {
-			tx_abort(t, CP_EXIT_FAIL, "out of memory");
-			return false;
-		}
 		src->size = e->size;
 		src->stripe = e->stripe;
 	}
@@ -293,9 +288,7 @@ static void file_done(struct tx *t, const struct tx_src *src, uint64_t bytes, ui
 	const struct cp_sendq_entry *e = &s->q.e[src->id];
 	uint64_t now = cp_now_ns();
 
-	if ((s->mpi ? cp_mpiq_stored(&s->mq, (int)src->id, sum)
-		    : cp_sendq_stored(&s->q, (int)src->id, sum)) &&
-	    s->nthreads > 1)
+	if (cp_mpiq_stored(&s->mq, (int)src->id, sum) && s->nthreads > 1)
 		wake_others(s, c->th);
 	c->chunks = tx_chunks(t);
 	c->resumed = tx_resumed(t);
@@ -445,9 +438,11 @@ static void send_poll(struct cp_loop *lp)
 	struct sender *s = th->s;
 
 	if (s->mpi && s->rank && th == s->th) {
-		/* Whether another rank failed: asked of rank 0 every 100 ms. */
+		/* Whether another rank failed: asked of rank 0 every 100 ms;
+		 * stores kept back 10 ms told. */
 		uint64_t now = cp_now_ns();
 
+		cp_mpiq_tick(&s->mq, 10000000ull);
 		if (now - s->last_ask >= 100000000ull) {
 			s->last_ask = now;
 			if (cp_mpiq_stopped(&s->mq, acked(s)))
@@ -579,8 +574,10 @@ static int add_file(struct sender *s, struct cp_sendq_entry e, const struct stat
 	const char *base = strrchr(e.name ? e.name : "", '/');
 
 	base = base ? base + 1 : e.name;
-	if (!stripe || !e.name || !e.path || strlen(base) > CP_STORE_PART_MAX)
+	if (!stripe || !e.name || !e.path || strlen(base) > CP_STORE_PART_MAX) {
+		e.size = size; /* as walked: for the ranks' batches (cp/ranks.h) */
 		return cp_sendq_add(&s->q, e) < 0 ? -1 : 0;
+	}
 	e.mode = sb->st_mode & 0777;
 	e.mtime = mtime_of(sb);
 	return cp_sendq_add_striped(&s->q, e, size, stripe);
@@ -969,38 +966,6 @@ static int parse_dests(struct sender *s, const char *to)
 	return s->ndest ? 0 : -1;
 }
 
-/*
- * --mpi, every rank: the ranks' figures to rank 0, into @sum there
- * (their sum, each rank's in @all, room for every rank's), and the worst rank's exit status,
- * which every rank returns.
- */
-static int gather(struct sender *s, int ret, struct cp_summary *sum, struct cp_rank_figs *all)
-{
-	struct cp_rank_figs mine = {.n = s->n,
-				    .data_start = s->data_start,
-				    .data_end = s->data_end,
-				    .requests = s->mq.requests,
-				    .exit_code = ret};
-
-	gethostname(mine.host, sizeof(mine.host) - 1);
-	if (cp_mpi_gather(&mine, all) || s->rank)
-		all = NULL;
-	for (int r = 0; all && r < s->ranks; r++) {
-		/* Each rank's clock is its host's: the longest span counts. */
-		uint64_t span =
-			all[r].n.files || all[r].n.ranges ? all[r].data_end - all[r].data_start : 0;
-
-		cp_tally_add(&sum->n, &all[r].n);
-		if (span > sum->data_ns)
-			sum->data_ns = span;
-	}
-	if (all) {
-		sum->ranks = (unsigned int)s->ranks;
-		sum->rank_figs = all;
-	}
-	return cp_mpi_worst(ret);
-}
-
 int cp_send(const struct cp_opts *o)
 {
 	struct cp_summary sum = {.mode = "send", .start_ns = cp_now_ns()};
@@ -1040,19 +1005,20 @@ int cp_send(const struct cp_opts *o)
 		ret = plan(s);
 	if (s->mpi)
 		ret = cp_mpi_worst(ret); /* each rank's plan */
-	if (s->mpi && !ret) {
-		s->mq.on_fail = rank_failed;
-		s->mq.on_ready = rank_stored;
-		s->mq.data = s;
-		if (cp_mpiq_start(&s->mq, &s->q)) {
-			/* The other ranks would wait for its answers. */
-			cp_log("send: cannot start rank 0's thread for the other ranks");
-			cp_mpi_abort(CP_EXIT_FAIL);
-		}
-		mq_on = true;
-	}
 	if (ret)
 		goto out;
+	s->mq.on_fail = rank_failed;
+	s->mq.on_ready = rank_stored;
+	s->mq.data = s;
+	if (cp_mpiq_start(&s->mq, &s->q, s->mpi)) {
+		cp_log("send: out of memory");
+		if (s->mpi) /* the other ranks would wait for its answers */
+			cp_mpi_abort(CP_EXIT_FAIL);
+		cp_mpiq_finish(&s->mq, CP_EXIT_FAIL, NULL);
+		ret = CP_EXIT_FAIL;
+		goto out;
+	}
+	mq_on = true;
 	s->conn_opts = *o;
 	if (o->rate)
 		s->conn_opts.rate = o->rate / s->nconns ? o->rate / s->nconns : 1;
@@ -1089,15 +1055,23 @@ out:
 	}
 	s->n.connections = s->nconns;
 	s->n.failures = ret != 0;
-	if (mq_on) {
+	if (mq_on && s->mpi) {
+		struct cp_rank_figs mine = {.n = s->n,
+					    .data_start = s->data_start,
+					    .data_end = s->data_end,
+					    .requests = s->mq.requests,
+					    .exit_code = ret};
+
 		if (ret)
 			stop_all(s, ret); /* e.g. its loop did not start */
 		/* Rank 0's thread answers until every other rank said done. */
 		cp_mpiq_finish(&s->mq, ret, s->msg);
-		ret = gather(s, ret, &sum, ranks);
+		ret = cp_mpi_summary(&mine, &sum, ranks);
 		if (s->rank)
 			goto done; /* rank 0 writes the summary */
 	} else {
+		if (mq_on)
+			cp_mpiq_finish(&s->mq, ret, s->msg);
 		sum.n = s->n;
 		sum.data_ns = s->n.files ? s->data_end - s->data_start : 0;
 	}

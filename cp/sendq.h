@@ -45,7 +45,8 @@ struct cp_sendq_entry {
 	bool range;
 	uint32_t index; /* a range's number in its file */
 	int commit;
-	uint64_t size, range_off, range_len, stripe;
+	uint64_t size; /* a file: as walked; a range: its whole file's */
+	uint64_t range_off, range_len, stripe;
 	uint64_t *sums; /* CP_FILE_COMMIT: each range's, as stored */
 	/* A file: what the walk found, the only file sent under its path;
 	 * in_tree: found by -r's walk (no link as its last component),

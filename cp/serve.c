@@ -332,29 +332,6 @@ static void stop_groups(struct serve_all *a)
 	}
 }
 
-/*
- * --mpi, every rank at its end: each rank's figures to rank 0, summed
- * into @sum there (each in @all, room for every rank's), and the worst rank's exit status in
- * *ret on every rank. True on the ranks but 0, which write no summary.
- */
-static bool gather(struct cp_summary *sum, int *ret, struct cp_rank_figs *all)
-{
-	struct cp_rank_figs mine = {.n = sum->n, .exit_code = *ret};
-	int me = cp_mpi_rank(), n = cp_mpi_size();
-
-	gethostname(mine.host, sizeof(mine.host) - 1);
-	if (!cp_mpi_gather(&mine, all) && !me) {
-		sum->n = (struct cp_tally){0};
-		for (int r = 0; r < n; r++)
-			cp_tally_add(&sum->n, &all[r].n);
-		sum->ranks = (unsigned int)n;
-		sum->rank_figs = all;
-	}
-	*ret = cp_mpi_worst(*ret);
-	sum->exit_code = *ret;
-	return me != 0;
-}
-
 int cp_serve(const struct cp_opts *o)
 {
 	struct rr_ep_opts eo = {
@@ -533,8 +510,13 @@ out_dir:
 	sum.start_ns = a->first_ns ? a->first_ns : start_ns;
 	if (o->mpi && !listen_agreed)
 		cp_mpi_worst(ret ? ret : CP_EXIT_FAIL); /* the others ask it at their listen */
-	if (o->mpi && gather(&sum, &ret, ranks))
-		goto out_free; /* rank 0 writes the summary */
+	if (o->mpi) {
+		struct cp_rank_figs mine = {.n = sum.n, .exit_code = ret};
+
+		ret = cp_mpi_summary(&mine, &sum, ranks);
+		if (cp_mpi_rank())
+			goto out_free; /* rank 0 writes the summary */
+	}
 	sum.threads = nthreads;
 	sum.thread_conns = thread_conns;
 	if (nthreads > 1 && !o->quiet && a->ngroups == nthreads) {
