@@ -5,8 +5,11 @@
 # syscalls, the MPI requests to rank 0 and the chunks (RDMA WRITEs with
 # immediate) per file and per MiB, which should not grow with the ranks;
 # and the copy's files/s and MB/s beside ib_write_bw lab1 -> lab3 (1 MiB
-# messages) in the same boot. The lab's VMs have one vCPU each: the
-# rates say little of a host with cores to spare, the counts do.
+# messages) in the same boot; then one send process on lab1 with
+# --threads 1, 2 and 4 (a connection each). The lab's VMs have one vCPU
+# each: the rates say little of a host with cores to spare, the counts
+# do. STRACE=0 leaves strace out (the rates of item 6, one boot a run:
+# take the median of three runs).
 #   tests/cp/measure_ranks.sh [BUILD]    (FILES=2000, MB=256 size it)
 set -u
 BUILD=${1:-build}
@@ -15,6 +18,7 @@ root=$(cd "$here/../.." && pwd)
 CP=$root/$BUILD/cp/ringrdma-cp
 FILES=${FILES:-2000}
 MB=${MB:-256}
+STRACE=${STRACE:-1}
 D=$(mktemp -d "$root/$BUILD/measure-ranks.XXXXXX") || exit 1
 trap 'rm -rf "$D"' EXIT
 python3 -S "$here/make_src.py" "$D/src" "$FILES" "$MB" || exit 1
@@ -37,30 +41,51 @@ for hosts in lab1:1 lab1:1,lab2:1 lab1:2,lab2:2; do
 	spid=$!
 	for _ in $(seq 600); do [ "$(grep -c 'listening on' "$D/serve.$R")" = 2 ] && break; sleep 0.1; done
 	t0=$(date +%s.%N)
-	mpirun -n "$R" --host "$hosts" bash -c 'exec strace -f -c -o "$0/st.$1.$OMPI_COMM_WORLD_RANK" "${@:2}"' \
-		"$D" "$R" "$CP" send --mpi -r --conns 1 --chunk 256K --window 16 --stripe 4M --no-progress \
+	mpirun -n "$R" --host "$hosts" bash -c \
+		'[ "$2" = 1 ] || exec "${@:3}"; exec strace -f -c -o "$0/st.$1.$OMPI_COMM_WORLD_RANK" "${@:3}"' \
+		"$D" "$R" "$STRACE" "$CP" send --mpi -r --conns 1 --chunk 256K --window 16 --stripe 4M --no-progress \
 		--token-file "$D/token" --json "$D/send.$R.json" "$D/src" "$a3:$PORT,$a3:$((PORT + 1))" \
 		>"$D/send.$R" 2>&1
 	echo "@@ ranks $R rc=$? secs=$(echo "$(date +%s.%N) - $t0" | bc)"
 	kill $spid 2>/dev/null # serve's ranks end on SIGTERM through mpirun
 	wait $spid
 done
+for T in 1 2 4; do
+	on3 rm -rf $L/dst
+	on3 mkdir -p $L/dst
+	mpirun -n 1 --host lab3:1 "$CP" serve --mpi --threads 2 --listen "$a3:$PORT" --dir $L/dst \
+		--token-file "$D/token" >"$D/serve.t$T" 2>&1 &
+	spid=$!
+	for _ in $(seq 600); do grep -q 'listening on' "$D/serve.t$T" && break; sleep 0.1; done
+	t0=$(date +%s.%N)
+	"$CP" send -r --threads "$T" --conns "$T" --chunk 256K --window 16 --stripe 4M --no-progress \
+		--token-file "$D/token" --json "$D/send.t$T.json" "$D/src" "$a3:$PORT" \
+		>"$D/send.t$T" 2>&1
+	echo "@@ threads $T rc=$? secs=$(echo "$(date +%s.%N) - $t0" | bc)"
+	kill $spid 2>/dev/null
+	wait $spid
+done
 GUEST
-"$root/tools/rdma-lab" run --hosts 4 --mem 1536 --timeout 1800 -- bash "$D/guest.sh" "$CP" "$D" \
+"$root/tools/rdma-lab" run --hosts 4 --mem 1536 --timeout 1800 -- env STRACE="$STRACE" bash "$D/guest.sh" "$CP" "$D" \
 	>"$D/lab.out" 2>&1
 echo "lab: status $?"
 grep '^@@' "$D/lab.out"
 python3 -S - "$D" "$MB" <<'PY'
 import json, os, sys
 d, mb = sys.argv[1], int(sys.argv[2])
-print("ranks  files/s  MB/s(data)  | per rank: files  MiB  syscalls/file  syscalls/MiB  mpi/file  chunks/MiB")
+bw = 0.0
+for line in open(os.path.join(d, "lab.out")):
+    if line.startswith("@@ bw ") and len(line.split()) > 2:
+        bw = float(line.split()[2])
+print("ranks  files/s  MB/s(data)  /bw  | per rank: files  MiB  syscalls/file  syscalls/MiB  mpi/file  chunks/MiB")
 for r in (1, 2, 4):
     try:
         j = json.load(open(os.path.join(d, "send.%d.json" % r)))
     except (OSError, ValueError):
         print(r, "no json"); continue
     secs = j.get("data_seconds") or j["seconds"]
-    print("%5d  %7.1f  %10.1f" % (r, j["files"] / secs, j["bytes"] / 1e6 / secs))
+    mbs = j["bytes"] / 1e6 / secs
+    print("%5d  %7.1f  %10.1f  %.2f" % (r, j["files"] / secs, mbs, mbs / bw if bw else 0))
     for k in j.get("rank_figs", []):
         st = os.path.join(d, "st.%d.%d" % (r, k["rank"]))
         calls = 0
@@ -76,4 +101,12 @@ for r in (1, 2, 4):
         print("         rank %d (%s): %6d  %6.1f  %9.1f  %9.1f  %6.2f  %6.2f" % (
             k["rank"], k["host"], k["files"], k["bytes"] / 1048576, calls / files,
             calls / mib, k["mpi_requests"] / files, k["chunks"] / mib))
+for t in (1, 2, 4):
+    try:
+        j = json.load(open(os.path.join(d, "send.t%d.json" % t)))
+    except (OSError, ValueError):
+        print("threads", t, "no json"); continue
+    secs = j.get("data_seconds") or j["seconds"]
+    mbs = j["bytes"] / 1e6 / secs
+    print("threads %d  %7.1f  %10.1f  %.2f" % (t, j["files"] / secs, mbs, mbs / bw if bw else 0))
 PY
