@@ -45,7 +45,14 @@ static void set_stop(struct cp_mpiq *m, int result, const char *msg);
 #if RR_HAVE_MPI
 #include <mpi.h>
 
-enum { TAG_REQ = 1, TAG_REP = 2 };
+/* A take's answer comes on TAG_TAKE + its connection: one asked ahead
+ * never meets another request's. */
+enum { TAG_REQ = 1, TAG_REP = 2, TAG_TAKE = 16 };
+
+static int rep_tag(const struct req *r)
+{
+	return r->op == OP_TAKE ? TAG_TAKE + r->conn : TAG_REP;
+}
 
 static MPI_Comm comm = MPI_COMM_NULL;
 static int me, ranks, local_me;
@@ -290,7 +297,7 @@ static bool answer(struct cp_mpiq *m, const struct req *r, int from)
 	switch (r->op) {
 	case OP_TAKE:
 		p.n = -3;
-		if (p.stop || r->conn < 0 || r->conn >= CP_SEND_CONNS_MAX)
+		if (p.stop)
 			break;
 		for (p.n = 0; p.n < CP_MPIQ_BATCH && bytes < CP_MPIQ_BATCH_BYTES; p.n++) {
 			int i = take_one(m, conn, &p.e[p.n].sum);
@@ -333,7 +340,7 @@ static bool answer(struct cp_mpiq *m, const struct req *r, int from)
 		snprintf(p.msg, sizeof(p.msg), "%s", m->stop_msg);
 		pthread_mutex_unlock(&m->stop_mu);
 	}
-	MPI_Send(&p, sizeof(p), MPI_BYTE, from, TAG_REP, comm);
+	MPI_Send(&p, sizeof(p), MPI_BYTE, from, rep_tag(r), comm);
 	return r->op == OP_DONE;
 }
 
@@ -341,8 +348,9 @@ static bool answer(struct cp_mpiq *m, const struct req *r, int from)
  * A request's arrival, waited for without MPI's blocking receive, which
  * polls its sockets without pause for as long as it waits (this thread
  * waits most of the run, on the CPU the rank's loop needs): asked a few
- * times in a row, then between sleeps growing from 50 us to 1 ms, back
- * to none once one came. Only rank 0's answers wait for it.
+ * times in a row, then between sleeps growing from 50 us to 10 ms, back
+ * to none once one came. Only rank 0's answers wait for it, and the other
+ * ranks ask for a connection's next batch before they need it.
  */
 static int await_request(struct req *r, MPI_Status *st, unsigned int *idle)
 {
@@ -357,8 +365,8 @@ static int await_request(struct req *r, MPI_Status *st, unsigned int *idle)
 		if (flag)
 			break;
 		if (++*idle > 16) {
-			unsigned int us = 50u << (*idle - 17 < 5 ? *idle - 17 : 5);
-			struct timespec ts = {0, (long)(us < 1000 ? us : 1000) * 1000};
+			unsigned int us = 50u << (*idle - 17 < 8 ? *idle - 17 : 8);
+			struct timespec ts = {0, (long)(us < 10000 ? us : 10000) * 1000};
 
 			nanosleep(&ts, NULL);
 		}
@@ -380,6 +388,8 @@ static void *serve_ranks(void *arg)
 		if (await_request(&r, &st, &idle))
 			break;
 		r.msg[sizeof(r.msg) - 1] = 0;
+		if (r.op == OP_TAKE && (r.conn < 0 || r.conn >= CP_SEND_CONNS_MAX))
+			continue; /* one binary: cannot be, and has no tag to answer on */
 		if (answer(m, &r, st.MPI_SOURCE))
 			done++;
 	}
@@ -404,18 +414,66 @@ static int server_start(struct cp_mpiq *m)
 	return 0;
 }
 
-/* One request to rank 0, with the stores kept back, and but for
- * OP_STORED its answer; under m->mu. */
-static void ask(struct cp_mpiq *m, struct req *r, struct rep *p)
+/* Under m->mu: the stores kept back go with request @r. */
+static void carry_stores(struct cp_mpiq *m, struct req *r)
 {
 	r->nstored = m->nuntold;
 	memcpy(r->stored, m->untold, (size_t)m->nuntold * sizeof(*m->untold));
 	m->nuntold = 0;
 	m->told_ns = cp_now_ns();
 	m->requests++;
+}
+
+/* One request to rank 0, with the stores kept back, and but for
+ * OP_STORED its answer; under m->mu. */
+static void ask(struct cp_mpiq *m, struct req *r, struct rep *p)
+{
+	carry_stores(m, r);
 	MPI_Send(r, sizeof(*r), MPI_BYTE, 0, TAG_REQ, comm);
 	if (p)
-		MPI_Recv(p, sizeof(*p), MPI_BYTE, 0, TAG_REP, comm, MPI_STATUS_IGNORE);
+		MPI_Recv(p, sizeof(*p), MPI_BYTE, 0, rep_tag(r), comm, MPI_STATUS_IGNORE);
+}
+
+/* A connection's take asked ahead: its request and answer in flight. */
+struct ahead {
+	MPI_Request sent, answered;
+	struct req r;
+	struct rep p;
+	bool on;
+};
+
+static void *ahead_alloc(void)
+{
+	return calloc(CP_SEND_CONNS_MAX, sizeof(struct ahead));
+}
+
+static bool ahead_on(const struct cp_mpiq *m, int conn)
+{
+	return ((const struct ahead *)m->ahead)[conn].on;
+}
+
+/* Under m->mu: @conn's next take asked now, its answer read later. */
+static void ask_ahead(struct cp_mpiq *m, int conn)
+{
+	struct ahead *a = &((struct ahead *)m->ahead)[conn];
+
+	a->r = (struct req){.op = OP_TAKE, .conn = conn};
+	carry_stores(m, &a->r);
+	MPI_Isend(&a->r, sizeof(a->r), MPI_BYTE, 0, TAG_REQ, comm, &a->sent);
+	MPI_Irecv(&a->p, sizeof(a->p), MPI_BYTE, 0, TAG_TAKE + conn, comm, &a->answered);
+	a->on = true;
+}
+
+/* Under m->mu: the answer of @conn's take asked ahead (waited for only
+ * where it has not come yet). */
+static void await_ahead(struct cp_mpiq *m, int conn, struct rep *p)
+{
+	struct ahead *a = &((struct ahead *)m->ahead)[conn];
+
+	MPI_Wait(&a->sent, MPI_STATUS_IGNORE);
+	MPI_Wait(&a->answered, MPI_STATUS_IGNORE);
+	*p = a->p;
+	a->on = false;
 }
 
 #else /* !RR_HAVE_MPI */
@@ -485,11 +543,34 @@ static int server_start(struct cp_mpiq *m)
 	return -ENOSYS;
 }
 
+/* Never called: a job of one rank is rank 0, which asks no one. */
 static void ask(struct cp_mpiq *m, struct req *r, struct rep *p)
 {
 	(void)m, (void)r;
-	if (p) /* never asked: a job of one rank is rank 0 */
+	if (p)
 		*p = (struct rep){.n = -3, .stop = CP_EXIT_FAIL};
+}
+
+static void *ahead_alloc(void)
+{
+	return NULL;
+}
+
+static bool ahead_on(const struct cp_mpiq *m, int conn)
+{
+	(void)m, (void)conn;
+	return false;
+}
+
+static void ask_ahead(struct cp_mpiq *m, int conn)
+{
+	(void)m, (void)conn;
+}
+
+static void await_ahead(struct cp_mpiq *m, int conn, struct rep *p)
+{
+	(void)m, (void)conn;
+	*p = (struct rep){.n = -3, .stop = CP_EXIT_FAIL};
 }
 
 #endif
@@ -531,7 +612,18 @@ int cp_mpiq_start(struct cp_mpiq *m, struct cp_sendq *q, bool mpi)
 	if (!m->rank)
 		return server_start(m);
 	m->taken = calloc(CP_SEND_CONNS_MAX, sizeof(*m->taken));
-	return m->taken ? 0 : -ENOMEM;
+	m->ahead = ahead_alloc();
+	return m->taken && m->ahead ? 0 : -ENOMEM;
+}
+
+/* Under m->mu: once half of a batch of several went, the connection's
+ * next batch is asked for (a batch of one range waits for its turn:
+ * holding big ranges ahead would leave other ranks idle at the end). */
+static void maybe_ahead(struct cp_mpiq *m, int conn)
+{
+	if (m->held[conn] > 1 && 2 * (m->held[conn] - m->next[conn]) <= m->held[conn] &&
+	    !ahead_on(m, conn))
+		ask_ahead(m, conn);
 }
 
 int cp_mpiq_take(struct cp_mpiq *m, int conn, uint64_t *sum)
@@ -549,11 +641,15 @@ int cp_mpiq_take(struct cp_mpiq *m, int conn, uint64_t *sum)
 	if (m->next[conn] < m->held[conn]) {
 		const struct cp_mpiq_pair *e = &m->taken[conn][m->next[conn]++];
 
+		maybe_ahead(m, conn);
 		*sum = e->sum;
 		pthread_mutex_unlock(&m->mu);
 		return e->idx;
 	}
-	ask(m, &r, &p);
+	if (ahead_on(m, conn))
+		await_ahead(m, conn, &p);
+	else
+		ask(m, &r, &p);
 	if (p.stop) {
 		pthread_mutex_unlock(&m->mu);
 		p.msg[sizeof(p.msg) - 1] = 0;
@@ -574,6 +670,7 @@ int cp_mpiq_take(struct cp_mpiq *m, int conn, uint64_t *sum)
 	memcpy(m->taken[conn], p.e, (size_t)p.n * sizeof(*p.e));
 	m->held[conn] = p.n;
 	m->next[conn] = 1;
+	maybe_ahead(m, conn);
 	pthread_mutex_unlock(&m->mu);
 	*sum = p.e[0].sum;
 	return p.e[0].idx;
@@ -659,8 +756,17 @@ void cp_mpiq_finish(struct cp_mpiq *m, int result, const char *msg)
 	struct req r = {.op = OP_DONE, .result = result};
 
 	if (m->rank) {
+		struct rep p;
+
 		snprintf(r.msg, sizeof(r.msg), "rank %d: %s", m->rank,
 			 msg && *msg ? msg : "failed");
+		/* A take still asked ahead (a connection that failed) is
+		 * answered before rank 0 hears done. */
+		pthread_mutex_lock(&m->mu);
+		for (int k = 0; m->ahead && k < CP_SEND_CONNS_MAX; k++)
+			if (ahead_on(m, k))
+				await_ahead(m, k, &p);
+		pthread_mutex_unlock(&m->mu);
 		ask_answered(m, &r);
 	} else if (m->server_on) {
 		pthread_join(m->server, NULL);
@@ -670,6 +776,8 @@ void cp_mpiq_finish(struct cp_mpiq *m, int result, const char *msg)
 	m->bytes = NULL;
 	free(m->taken);
 	m->taken = NULL;
+	free(m->ahead);
+	m->ahead = NULL;
 	pthread_mutex_destroy(&m->mu);
 	pthread_mutex_destroy(&m->stop_mu);
 }

@@ -93,9 +93,10 @@ int cp_mpi_same_dir(int dirfd, char *msg, size_t len);
  * take in batches and tell their stores in batches, so that MPI's
  * messages (and the waits for its answers) per file do not grow with the
  * ranks: an answer gives a connection up to CP_MPIQ_BATCH entries, fewer
- * once they hold CP_MPIQ_BATCH_BYTES; a store is told with the rank's
- * next request, at once where others may wait for it (a MKDIR, a range),
- * or by cp_mpiq_tick().
+ * once they hold CP_MPIQ_BATCH_BYTES, and a connection asks for its
+ * next batch when half of one went, so that it seldom waits for the
+ * answer; a store is told with the rank's next request, at once where
+ * others may wait for it (a MKDIR, a range), or by cp_mpiq_tick().
  */
 #define CP_MPIQ_BATCH	    32
 #define CP_MPIQ_BATCH_BYTES (1u << 20)
@@ -138,6 +139,9 @@ struct cp_mpiq {
 	struct cp_mpiq_pair untold[CP_MPIQ_BATCH];
 	int nuntold;
 	uint64_t told_ns;
+	/* the other ranks: each connection's next take, asked ahead once
+	 * half of a batch of several went (cp/ranks.c) */
+	void *ahead;
 };
 
 /* cp_mpiq_start() - @q's rules for this send; with @mpi across the job's

@@ -139,6 +139,42 @@ json_field() {
 	[ -z "${JSON_CACHE["$1/$2"]+set}" ] || printf '%s\n' "${JSON_CACHE["$1/$2"]}"
 }
 
+# cut_midway DST NAME LOG CMD...: CMD (a send of NAME into serve's DST)
+# in the background, SIGKILLed 3 s after NAME's partial in DST began to
+# grow, and serve's LOG saying the cut; HELD: the partial's data bytes
+# then (ranges never written are holes), 0 without one.
+cut_midway() {
+	local dst=$1 name=$2 log=$3 pid i
+	shift 3
+	"$@" >"$T/cut.out" 2>"$T/cut.err" &
+	pid=$!
+	PIDS+=("$pid")
+	for ((i = 0; i < 600; i++)); do
+		[ -s "$dst/.$name.rrcp-partial" ] && break
+		nap 0.1
+	done
+	nap 3
+	kill -9 "$pid"
+	wait "$pid" 2>/dev/null
+	await_line "$log" "during $name after" "$SERVE_PID" 300
+	HELD=$(du -B1 "$dst/.$name.rrcp-partial" 2>/dev/null | cut -f1)
+	HELD=${HELD:-0}
+}
+
+# resend NAME ARGS...: the script's own send NAME ARGS..., again while a
+# cut run's connections still let go (exit 5, "another connection"); its
+# status.
+resend() {
+	local i rc
+	for ((i = 0; i < 10; i++)); do
+		send "$@"
+		rc=$?
+		[ "$rc" = 5 ] && grep -q 'another connection' "$T/$1.err" || break
+		nap 1
+	done
+	return "$rc"
+}
+
 # same_tree SRC DST LINKS: compare both listings; prints the differences
 # (none: success). Modes as serve stores them: permission bits less its
 # umask (022); links only with LINKS=1; special files never.

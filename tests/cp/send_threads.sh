@@ -98,29 +98,14 @@ SPORT=$((PORT + 1))
 
 # --- 5, 6, 7: a striped copy over four threads killed midway, then sent again
 head -c $((16 * STRIPE)) /dev/urandom >"$T/src/cutme"
-"$CP" send --token-file "$TOKEN" "${GEOM[@]}" --stripe $STRIPE --threads 4 --limit-rate 2M \
-	"$T/src/cutme" "$ADDR:$SPORT" >"$T/cut.out" 2>"$T/cut.err" &
-pid=$!
-PIDS+=("$pid")
-for ((i = 0; i < 600; i++)); do
-	[ -s "$T/dst4/.cutme.rrcp-partial" ] && break
-	nap 0.1
-done
-nap 3
-kill -9 "$pid"
-wait "$pid" 2>/dev/null
-await_line "$T/srv4.err" "during cutme after" "$SERVE_PID" 300
-held=$(du -B1 "$T/dst4/.cutme.rrcp-partial" 2>/dev/null | cut -f1)
-held=${held:-0}
+cut_midway "$T/dst4" cutme "$T/srv4.err" "$CP" send --token-file "$TOKEN" "${GEOM[@]}" \
+	--stripe $STRIPE --threads 4 --limit-rate 2M "$T/src/cutme" "$ADDR:$SPORT"
+held=$HELD
 ok=0
 [ ! -e "$T/dst4/cutme" ] && [ "$held" -gt 0 ] && ok=1
 result $ok "a copy over --threads 4 killed midway leaves a partial holding $held bytes, nothing named"
-for ((i = 0; i < 10; i++)); do
-	send r4 --threads 4 "$T/src/cutme"
-	rc=$?
-	[ "$rc" = 5 ] && grep -q 'another connection' "$T/r4.err" && { nap 1; continue; }
-	break
-done
+resend r4 --threads 4 "$T/src/cutme"
+rc=$?
 ok=0
 [ "$rc" = 0 ] && cmp -s "$T/src/cutme" "$T/dst4/cutme" && [ ! -e "$T/dst4/.cutme.rrcp-partial" ] && ok=1
 result $ok "sent again over --threads 4 it is stored byte for byte (exit $rc)"

@@ -36,32 +36,16 @@ result $ok "a file of 25 ranges over --conns 4 is stored byte for byte (exit $rc
 
 # --- cut mid-file: the sender killed about 2 s after the partial grew
 head -c $((16 * STRIPE)) /dev/urandom >"$T/src/cutme"
-"$CP" send --token-file "$TOKEN" "${GEOM[@]}" --stripe $STRIPE --conns 4 --limit-rate 2M \
-	"$T/src/cutme" "$ADDR:$PORT" >"$T/cut.out" 2>"$T/cut.err" &
-pid=$!
-PIDS+=("$pid")
-for ((i = 0; i < 600; i++)); do
-	[ -s "$T/dst/.cutme.rrcp-partial" ] && break
-	nap 0.1
-done
-nap 3
-kill -9 "$pid"
-wait "$pid" 2>/dev/null
-await_line "$T/srv.err" "during cutme after" "$SERVE_PID" 300
-# What the partial holds (its data blocks: ranges never written are holes).
-held=$(du -B1 "$T/dst/.cutme.rrcp-partial" 2>/dev/null | cut -f1)
-held=${held:-0}
+cut_midway "$T/dst" cutme "$T/srv.err" "$CP" send --token-file "$TOKEN" "${GEOM[@]}" \
+	--stripe $STRIPE --conns 4 --limit-rate 2M "$T/src/cutme" "$ADDR:$PORT"
+held=$HELD
 ok=0
 [ ! -e "$T/dst/cutme" ] && [ "$held" -gt 0 ] && ok=1
 result $ok "a striped copy killed mid-file leaves a partial holding $held bytes, nothing named"
 
 # Sent again (again while the last connections let go: "busy" is retried).
-for ((i = 0; i < 10; i++)); do
-	send s2 "$T/src/cutme"
-	rc=$?
-	[ "$rc" = 5 ] && grep -q 'another connection' "$T/s2.err" && { nap 1; continue; }
-	break
-done
+resend s2 "$T/src/cutme"
+rc=$?
 json_load "$T/s2.json"
 size=$((16 * STRIPE))
 bytes=$(json_field "$T/s2.json" bytes)
