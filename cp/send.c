@@ -439,10 +439,12 @@ static void send_poll(struct cp_loop *lp)
 
 	if (s->mpi && s->rank && th == s->th) {
 		/* Whether another rank failed: asked of rank 0 every second
-		 * (every answer says it too); stores kept back 10 ms told. */
+		 * (every answer says it too). Stores kept back 500 ms are
+		 * told: only a DIR_META waits for a file's, and where one
+		 * does, the waiting connections' asks carry theirs. */
 		uint64_t now = cp_now_ns();
 
-		cp_mpiq_tick(&s->mq, 10000000ull);
+		cp_mpiq_tick(&s->mq, 500000000ull);
 		if (now - s->last_ask >= 1000000000ull) {
 			s->last_ask = now;
 			if (cp_mpiq_stopped(&s->mq, acked(s)))
