@@ -518,7 +518,7 @@ static bool window_open(rr_cq *cq)
 	return true;
 }
 
-static bool window_over(rr_cq *cq)
+static inline __attribute__((always_inline)) bool window_over(rr_cq *cq)
 {
 	uint64_t now;
 
@@ -533,7 +533,7 @@ static bool window_over(rr_cq *cq)
 }
 
 /* Hybrid: after a poll that found @n completions, keep polling? */
-static bool keep_spinning(rr_cq *cq, unsigned int n)
+static inline __attribute__((always_inline)) bool keep_spinning(rr_cq *cq, unsigned int n)
 {
 	if (n) {
 		cq->spin = RR__SPIN_BUSY; /* a window that found them closed in cq_poll() */
@@ -594,13 +594,12 @@ static inline bool may_wait_lazy(const rr_cq *cq)
  * an event CQ found empty and unarmed may go on the lazy list instead
  * (@when), to be armed when the loop could block.
  */
-static unsigned int poll_and_place(rr_cq *cq, enum rr__arm when)
+static inline __attribute__((always_inline)) unsigned int place(rr_cq *cq, enum rr__arm when,
+								unsigned int n, bool more)
 {
 	struct rr__cqs *set = cq->set;
-	unsigned int n, n2, got;
-	bool more;
+	unsigned int n2, got;
 
-	n = cq_poll(cq, set->budget, &more);
 	if (cq->destroy_deferred)
 		return n;
 	if (more) {
@@ -664,6 +663,15 @@ static unsigned int poll_and_place(rr_cq *cq, enum rr__arm when)
 	return n + n2;
 }
 
+static inline unsigned int poll_and_place(rr_cq *cq, enum rr__arm when)
+{
+	unsigned int n;
+	bool more;
+
+	n = cq_poll(cq, cq->set->budget, &more);
+	return place(cq, when, n, more);
+}
+
 static unsigned int service_as(rr_cq *cq, enum rr__arm when)
 {
 	unsigned int n = poll_and_place(cq, when);
@@ -674,6 +682,17 @@ static unsigned int service_as(rr_cq *cq, enum rr__arm when)
 	if (cq->hooks.after_dispatch)
 		cq->hooks.after_dispatch(cq->hooks.ctx);
 	return n;
+}
+
+/* service_as() of a CQ polled already: @n handed out, @more as it said. */
+static __attribute__((noinline)) void service_polled(rr_cq *cq, enum rr__arm when, unsigned int n,
+						     bool more)
+{
+	place(cq, when, n, more);
+	if (reap_deferred(cq))
+		return;
+	if (cq->hooks.after_dispatch)
+		cq->hooks.after_dispatch(cq->hooks.ctx);
 }
 
 /* Inside the built-in loop, arming waits until the loop could block; in
@@ -695,6 +714,35 @@ static inline unsigned int service(rr_cq *cq)
 	if (cq->hooks.after_dispatch)
 		cq->hooks.after_dispatch(cq->hooks.ctx);
 	return 0;
+}
+
+/*
+ * An event CQ whose event was just read, not polled yet in this call: what
+ * service() does, with the poll here instead of in poll_and_place() (the
+ * first CQ of a channel drain, mostly the only one). Other modes, and a
+ * CQ the budget cut, go the general way.
+ */
+static inline void serve_event(rr_cq *cq)
+{
+	struct rr__cqs *set = cq->set;
+	const struct rr__ring *r = set->ring;
+	unsigned int n;
+	bool more;
+
+	if (!(r->loop_owned || r->arm_at_end) || cq->mode != RR_WAIT_EVENT ||
+	    cq->empty_gen == set->gen) {
+		service(cq);
+		return;
+	}
+	n = cq_poll(cq, set->budget, &more);
+	if (more || !may_wait_lazy(cq)) {
+		service_polled(cq, RR__ARM_LATER, n, more);
+		return;
+	}
+	set_lazy(cq, true);
+	/* Last: the hook may destroy the CQ. */
+	if (cq->hooks.after_dispatch)
+		cq->hooks.after_dispatch(cq->hooks.ctx);
 }
 
 /* Poll an armed event CQ without touching its arm: what it hands out
@@ -901,7 +949,7 @@ static void channel_ready(void *ctx, int revents)
 	rr_channel *ch = ctx;
 	struct rr__cqs *set = ch->set;
 	struct rr__list pending;
-	rr_cq *first = NULL;
+	rr_cq *first = NULL, *polled = NULL;
 	struct ibv_cq *icq;
 	void *cctx;
 	int err = 0;
@@ -926,6 +974,7 @@ static void channel_ready(void *ctx, int revents)
 				return; /* destroyed: its events went with it */
 			if (n && is_hybrid(only))
 				only->spin = RR__SPIN_BUSY; /* activity: spin after this */
+			polled = only;
 		}
 	}
 	rr__list_init(&pending);
@@ -963,7 +1012,10 @@ static void channel_ready(void *ctx, int revents)
 	/* Served first, before any callback could destroy it. */
 	if (first) {
 		first->evented = false;
-		service(first);
+		if (first != polled)
+			serve_event(first);
+		else
+			service(first);
 	}
 	while (!rr__list_empty(&pending)) {
 		rr_cq *cq = rr__container_of(pending.next, rr_cq, active_link);
@@ -997,7 +1049,7 @@ static void channel_event(void *ctx, int res, void *data)
 		cq = ((struct ibv_cq *)(uintptr_t)ev.cq_handle)->cq_context;
 		took_event(cq);
 		if (!cq->active)
-			service(cq); /* an active CQ is polled on the pass */
+			serve_event(cq); /* an active CQ is polled on the pass */
 		return;
 	}
 	/* The device is gone (-EIO) or the read makes no sense: poll the

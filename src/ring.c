@@ -896,11 +896,18 @@ static void cancel_cqe(struct rr__ring *r, uint32_t idx, const struct io_uring_c
 	owe(r, idx, WANT_CANCEL);
 }
 
-static void read_cqe(struct rr__ring *r, uint32_t idx, const struct io_uring_cqe *cqe)
+/* A read slot's CQE (a READ is never multishot: it has ended), unless
+ * the slot is closing. */
+static __attribute__((noinline)) void read_cqe(struct rr__ring *r, uint32_t idx,
+					       const struct io_uring_cqe *cqe)
 {
 	struct rr__poll *p = &r->slots[idx];
 	rr__read_fn fn = p->rfn;
 	void *ctx = p->ctx;
+
+	p->armed = false;
+	p->retiring = false;
+	p->want &= (uint8_t)~WANT_CANCEL;
 
 	if (cqe->res >= 0) {
 		uint32_t gen = p->gen;
@@ -955,7 +962,8 @@ static void give_up(struct rr__ring *r, uint32_t idx, int err)
 	fn(ctx, err);
 }
 
-static void poll_cqe(struct rr__ring *r, uint32_t idx, const struct io_uring_cqe *cqe)
+static __attribute__((noinline)) void poll_cqe(struct rr__ring *r, uint32_t idx,
+					       const struct io_uring_cqe *cqe)
 {
 	struct rr__poll *p = &r->slots[idx];
 	bool more = cqe->flags & IORING_CQE_F_MORE;
@@ -1048,19 +1056,14 @@ static void poll_cqe(struct rr__ring *r, uint32_t idx, const struct io_uring_cqe
 	owe(r, idx, WANT_ARM);
 }
 
-enum rr__ud_kind rr__ring_cqe(struct rr__ring *r, const struct io_uring_cqe *cqe)
+/* Every CQE but a slot's poll, timer or read (see rr__ring_cqe()). */
+static __attribute__((noinline)) enum rr__ud_kind ring_cqe_other(struct rr__ring *r,
+								 const struct io_uring_cqe *cqe)
 {
 	uint64_t ud = cqe->user_data;
 	enum rr__ud_kind kind;
 	uint32_t idx = rr__ud_slot(ud);
 
-	/* Mostly a slot's poll (a channel's, a read's): asked first, as one
-	 * comparison with the user_data of the slot's current use (this
-	 * instance, this generation; 0 for a free slot). */
-	if (idx < r->nslots && r->slots[idx].ud == ud) {
-		poll_cqe(r, idx, cqe);
-		return RR__UD_POLL;
-	}
 	kind = rr__ud_kind(ud);
 	if (rr__ud_inst(ud) != r->inst)
 		return 0; /* an earlier bridge's */
@@ -1096,6 +1099,34 @@ enum rr__ud_kind rr__ring_cqe(struct rr__ring *r, const struct io_uring_cqe *cqe
 		return 0;
 	cancel_cqe(r, idx, cqe);
 	return kind;
+}
+
+/*
+ * Mostly a clean result of a channel's multishot poll that stays armed
+ * (poll_cqe()'s first case, with no errors to forget): the handler is
+ * called from here, with no frame of our own; the rest is out of line.
+ */
+enum rr__ud_kind rr__ring_cqe(struct rr__ring *r, const struct io_uring_cqe *cqe)
+{
+	uint64_t ud = cqe->user_data;
+	uint32_t idx = rr__ud_slot(ud);
+	const struct rr__poll *p = &r->slots[idx];
+	int res = cqe->res;
+
+	/* A slot's poll, timer or read: one comparison with the user_data
+	 * of the slot's current use (this instance, this generation; 0 for
+	 * a free slot). */
+	if (idx < r->nslots && p->ud == ud) {
+		if ((cqe->flags & IORING_CQE_F_MORE) && p->armed && !p->closing && !p->is_timer &&
+		    !p->is_read && !p->errors && res >= 0 && !(res & POLL_FAILED))
+			p->fn(p->ctx, res);
+		else if (p->is_read && !p->closing)
+			read_cqe(r, idx, cqe); /* a channel's event, read by the ring */
+		else
+			poll_cqe(r, idx, cqe);
+		return RR__UD_POLL;
+	}
+	return ring_cqe_other(r, cqe);
 }
 
 uint64_t rr__ring_poll_ud(const struct rr__ring *r, uint32_t idx)
