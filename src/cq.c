@@ -105,8 +105,8 @@ static void disarm(rr_cq *cq)
 		return;
 	cq->armed = false;
 	cq->ch->narmed--;
+	cq->ch->armed_xor ^= (uintptr_t)cq;
 	cq->set->narmed--;
-	rr__list_del(&cq->armed_link);
 }
 
 static void window_hit(rr_cq *cq);
@@ -198,20 +198,33 @@ static inline unsigned int hand_out_kept(rr_cq *cq, unsigned int max)
  */
 static inline unsigned int hand_out_batch(rr_cq *cq)
 {
-	const struct ibv_wc *wc = cq->batch;
+	struct ibv_wc *wc = cq->batch;
 	rr_wc_cb fn = cq->on_wc;
 	void *data = cq->data;
-	uint32_t i = 0;
+	uint32_t n;
 
 	if (cq->on_wc_batch) {
 		cq->batch_head = 0;
 		return hand_out_array(cq, cq->nbatch);
 	}
+	n = cq->nbatch;
+	if (n == 1) {		    /* mostly, at one message in flight */
+		cq->batch_head = 1; /* where take_qp starts, if called */
+		fn(cq, wc, data);
+		return 1;
+	}
+	/* Pointers, not indexes: one store and one comparison an entry. */
+	cq->batch_end = wc + n;
 	do {
-		cq->batch_head = ++i; /* where take_qp starts, if called */
-		fn(cq, wc++, data);
-	} while (i < cq->nbatch);
-	return i;
+		cq->batch_next = ++wc; /* where take_qp starts, if called */
+		fn(cq, wc - 1, data);
+	} while (wc < cq->batch_end);
+	cq->batch_next = NULL;
+	/* The loop ended at the bound: nbatch, which take_qp and a destroy
+	 * lower no further than the entry after the one handed out. */
+	n = cq->nbatch;
+	cq->batch_head = n;
+	return n;
 }
 
 /*
@@ -287,7 +300,9 @@ static unsigned int cq_poll_slow(rr_cq *cq, unsigned int budget, bool *more, int
 		}
 		if (total >= budget)
 			break;
-		kept = hand_out_kept(cq, budget - total);
+		/* cq->kept: nothing is kept without it (the flag may stay
+		 * set a while after the last kept one went). */
+		kept = cq->kept ? hand_out_kept(cq, budget - total) : 0;
 		if (kept) {
 			total += kept;
 			/* Destroyed from its own callback: the rest of the
@@ -384,8 +399,8 @@ static int arm(rr_cq *cq)
 	cq->armed = true;
 	cq->empty_gen = 0; /* the poll after the arm must look */
 	cq->ch->narmed++;
+	cq->ch->armed_xor ^= (uintptr_t)cq;
 	cq->set->narmed++;
-	rr__list_add_tail(&cq->ch->armed, &cq->armed_link);
 	cq->set->stats->notify_arms++;
 	return 0;
 }
@@ -881,6 +896,8 @@ int rr__cq_take_qp(rr_cq *cq, uint32_t qp_num, void (*fn)(void *ctx, const struc
 	 * others stay, in order). All are taken before any goes to fn,
 	 * whose callbacks may take another QP's from the same CQ.
 	 */
+	if (cq->batch_next) /* under a callback of hand_out_batch() */
+		cq->batch_head = (uint32_t)(cq->batch_next - cq->batch);
 	for (i = k = cq->batch_head; i < cq->nbatch; i++) {
 		if (cq->batch[i].qp_num != qp_num)
 			cq->batch[k++] = cq->batch[i];
@@ -888,6 +905,7 @@ int rr__cq_take_qp(rr_cq *cq, uint32_t qp_num, void (*fn)(void *ctx, const struc
 			rc = -ENOMEM; /* this one is lost: say so */
 	}
 	cq->nbatch = k;
+	cq->batch_end = cq->batch + k;
 	for (i = k = cq->stash_head; i < cq->nstash; i++) {
 		if (cq->stash[i].qp_num != qp_num)
 			cq->stash[k++] = cq->stash[i];
@@ -963,7 +981,7 @@ static void channel_ready(void *ctx, int revents)
 	 * completions before the read that fetches the event, so a reply
 	 * posted from on_wc does not wait behind that syscall. */
 	if (ch->narmed == 1) {
-		rr_cq *only = rr__container_of(ch->armed.next, rr_cq, armed_link);
+		rr_cq *only = (rr_cq *)ch->armed_xor;
 		bool more;
 
 		if (!only->active) {
@@ -1107,7 +1125,6 @@ int rr__channel_create(struct rr__cqs *set, struct ibv_context *ctx, rr_channel 
 		return -ENOMEM;
 	ch->set = set;
 	ch->slot = RR__NO_SLOT;
-	rr__list_init(&ch->armed);
 	ch->ch = ibv_create_comp_channel(ctx);
 	if (!ch->ch) {
 		rc = errno ? -errno : -ENOMEM;
@@ -1176,7 +1193,6 @@ int rr__cq_create(struct rr__cqs *set, rr_channel *ch, struct ibv_context *ctx,
 	cq->data = opts->data;
 	rr__list_init(&cq->active_link);
 	rr__list_init(&cq->lazy_link);
-	rr__list_init(&cq->armed_link);
 	/* Groups on other vectors take their interrupts on other cores. */
 	vector = ctx->num_comp_vectors > 1 ? (int)(set->comp_vector % ctx->num_comp_vectors) : 0;
 	cq->cq = ibv_create_cq(ctx, opts->cqe > 0 ? opts->cqe : 256, cq, ch->ch, vector);
@@ -1251,7 +1267,10 @@ int rr_cq_destroy(rr_cq *cq)
 	hooks = cq->hooks;
 	if (cq->dispatch_depth) {
 		cq->destroy_deferred = true; /* freed when its dispatch unwinds */
+		if (cq->batch_next)	     /* under a callback of hand_out_batch() */
+			cq->batch_head = (uint32_t)(cq->batch_next - cq->batch);
 		cq->nbatch = cq->batch_head; /* ends the loop handing it out */
+		cq->batch_end = cq->batch_next;
 	} else {
 		cq_free(cq);
 	}

@@ -49,10 +49,12 @@ struct rr_channel {
 	struct ibv_comp_channel *ch;
 	uint32_t slot;
 	unsigned int ncqs;
-	unsigned int narmed;   /* its CQs armed: the most events it can hold */
-	struct rr__list armed; /* those CQs */
-	bool deaf;	       /* its poll failed for good: its CQs are polled */
-	bool ring_reads;       /* slot is an IORING_OP_READ of its events */
+	unsigned int narmed; /* its CQs armed: the most events it can hold */
+	/* Those CQs' addresses XORed: with one armed, that one. No list
+	 * to keep at each arm and event. */
+	uintptr_t armed_xor;
+	bool deaf;	 /* its poll failed for good: its CQs are polled */
+	bool ring_reads; /* slot is an IORING_OP_READ of its events */
 	struct rr__list link;
 };
 
@@ -99,7 +101,6 @@ struct rr_cq {
 	unsigned int skip;	 /* adaptive: windows still to skip (arm at once) */
 	struct rr__list active_link;
 	struct rr__list lazy_link;   /* set->lazy */
-	struct rr__list armed_link;  /* ch->armed */
 	struct rr__list link;	     /* set->cqs */
 	unsigned int dispatch_depth; /* >0 while handing out its WCs */
 	/* Completions kept: the rest of a batch or the stash below. One
@@ -108,6 +109,9 @@ struct rr_cq {
 	/* The batch being handed out (set->cq_batch entries). */
 	struct ibv_wc *batch;
 	uint32_t batch_head, nbatch;
+	/* While hand_out_batch() runs: the entry after the one handed out
+	 * and the bound, which take_qp and a destroy lower (NULL between). */
+	struct ibv_wc *batch_next, *batch_end;
 	/* Work completions taken out by rr__cq_take_qp() for other QPs. */
 	struct ibv_wc *stash;
 	uint32_t stash_head, nstash, stash_cap;
