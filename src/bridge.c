@@ -169,10 +169,14 @@ int rr_bridge_flush(rr_bridge *b)
 	return (int)flush(b);
 }
 
-int rr_bridge_handle_cqe(rr_bridge *b, const struct io_uring_cqe *cqe)
+/* rr_bridge_handle_cqe(), and the built-in loop's own (@loop: inside it,
+ * where no CQ waits for the application's loop and no kick is needed). */
+static inline __attribute__((always_inline)) int
+handle_cqe(rr_bridge *b, const struct io_uring_cqe *cqe, bool loop)
 {
 	if (!rr_is_bridge_user_data(cqe->user_data)) {
-		settle_embedded(b);
+		if (!loop)
+			settle_embedded(b);
 		/* Owed while a chain was open: that chain's CQEs are the
 		 * application's, and may be all the loop ever sees. */
 		if (rr__ring_owes(&b->ring))
@@ -186,14 +190,25 @@ int rr_bridge_handle_cqe(rr_bridge *b, const struct io_uring_cqe *cqe)
 	 * completion back at once is polled there, not an event. The
 	 * built-in loop arms later still, when it could block. */
 	rr__eps_hold(&b->eps);
-	if (!b->ring.loop_owned)
+	if (!loop)
 		b->ring.arm_at_end = true;
 	if (rr__ring_cqe(&b->ring, cqe) == RR__UD_KICK && !b->closing)
 		rr__cq_poll_active(&b->cqs);
-	b->ring.arm_at_end = false;
+	if (!loop)
+		b->ring.arm_at_end = false;
 	rr__eps_release(&b->eps);
-	flush(b);
+	if (loop)
+		rr__ring_flush(&b->ring);
+	else
+		flush(b);
 	return 1;
+}
+
+int rr_bridge_handle_cqe(rr_bridge *b, const struct io_uring_cqe *cqe)
+{
+	if (b->ring.loop_owned)
+		return handle_cqe(b, cqe, true);
+	return handle_cqe(b, cqe, false);
 }
 
 /*
@@ -323,7 +338,7 @@ int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 	 * a flood of CQEs cannot keep the pass from ending. */
 	b->cqs.chan_cqes = 0;
 	while (n < b->io->cq.ring_entries && next_cqe(b->io, &cqe) == 0) {
-		if (!rr_bridge_handle_cqe(b, cqe)) {
+		if (!handle_cqe(b, cqe, true)) {
 			if (!b->opts.on_app_cqe) {
 				/* Never consumed: the application reaps it. */
 				err = -EPROTO;

@@ -48,6 +48,8 @@
 
 #define SPIN_CLOCK_EVERY 8
 
+static const bool nothing_held = false;
+
 void rr__cqs_init(struct rr__cqs *set, struct rr__ring *ring, struct rr_bridge_stats *stats,
 		  unsigned int cq_batch, unsigned int budget, unsigned int ack_batch)
 {
@@ -56,7 +58,9 @@ void rr__cqs_init(struct rr__cqs *set, struct rr__ring *ring, struct rr_bridge_s
 	set->cq_batch = cq_batch;
 	set->budget = budget;
 	set->ack_batch = ack_batch;
+	set->poll_want = budget < cq_batch ? budget : cq_batch;
 	set->gen = 1;
+	set->posts_held = &nothing_held;
 	rr__list_init(&set->channels);
 	rr__list_init(&set->cqs);
 	rr__list_init(&set->active);
@@ -343,17 +347,16 @@ out:
  * in this call into the library, and a poll that finds nothing (most
  * polls after the first of a wake-up). Kept completions go first, there.
  */
-static inline unsigned int cq_poll(rr_cq *cq, unsigned int budget, bool *more)
+static inline unsigned int cq_poll_as(rr_cq *cq, unsigned int budget, int want, bool *more)
 {
 	struct rr__cqs *set = cq->set;
-	int n, want;
+	int n;
 
 	if (cq->kept)
 		return cq_poll_slow(cq, budget, more, 0, 0);
 	*more = false;
 	if (cq->empty_gen == set->gen)
 		return 0;
-	want = (int)(budget < set->cq_batch ? budget : set->cq_batch);
 	n = ibv_poll_cq(cq->cq, want, cq->batch);
 	if (cq->repolling)
 		repoll_learn(cq, n);
@@ -364,6 +367,21 @@ static inline unsigned int cq_poll(rr_cq *cq, unsigned int budget, bool *more)
 		cq->empty_gen = set->gen;
 	}
 	return 0;
+}
+
+static inline unsigned int cq_poll(rr_cq *cq, unsigned int budget, bool *more)
+{
+	struct rr__cqs *set = cq->set;
+
+	return cq_poll_as(cq, budget, (int)(budget < set->cq_batch ? budget : set->cq_batch), more);
+}
+
+/* cq_poll() with the whole budget: the batch it asks for is known. */
+static inline unsigned int cq_poll_full(rr_cq *cq, bool *more)
+{
+	struct rr__cqs *set = cq->set;
+
+	return cq_poll_as(cq, set->budget, (int)set->poll_want, more);
 }
 
 /*
@@ -380,7 +398,7 @@ static inline void posts_due(rr_cq *cq)
 {
 	struct rr__cqs *set = cq->set;
 
-	if (!set->posts_due || (set->posts_held && !*set->posts_held))
+	if (!*set->posts_held)
 		return;
 	cq->dispatch_depth++;
 	set->posts_due(set->posts_ctx);
@@ -652,7 +670,7 @@ static inline __attribute__((always_inline)) unsigned int place(rr_cq *cq, enum 
 		return n;
 	}
 	/* Poll again: see the comment at the top of the file. */
-	n2 = cq_poll(cq, set->budget, &more);
+	n2 = cq_poll_full(cq, &more);
 	if (n2)
 		set->repoll_idle = 0; /* a re-poll would have saved this arm */
 	/* What came after the arm raised an event, and the wake-up it brings
@@ -683,7 +701,7 @@ static inline unsigned int poll_and_place(rr_cq *cq, enum rr__arm when)
 	unsigned int n;
 	bool more;
 
-	n = cq_poll(cq, cq->set->budget, &more);
+	n = cq_poll_full(cq, &more);
 	return place(cq, when, n, more);
 }
 
@@ -697,6 +715,64 @@ static unsigned int service_as(rr_cq *cq, enum rr__arm when)
 	if (cq->hooks.after_dispatch)
 		cq->hooks.after_dispatch(cq->hooks.ctx);
 	return n;
+}
+
+/* After the arm, the poll found @n2 (@more: the budget cut it): take
+ * what keeps arriving, as place() does; then what service_as() does. */
+static __attribute__((noinline)) unsigned int stream_after_arm(rr_cq *cq, unsigned int n2,
+							       bool more)
+{
+	struct rr__cqs *set = cq->set;
+	unsigned int got;
+
+	set->repoll_idle = 0; /* a re-poll would have saved this arm */
+	for (got = n2; got && !more && cq->mode == RR_WAIT_EVENT && !cq->destroy_deferred;) {
+		posts_due(cq);
+		if (cq->destroy_deferred)
+			break;
+		got = cq_poll(cq, set->budget - n2, &more);
+		n2 += got;
+	}
+	if (!cq->destroy_deferred && more)
+		set_active(cq, true);
+	if (reap_deferred(cq))
+		return n2;
+	if (cq->hooks.after_dispatch)
+		cq->hooks.after_dispatch(cq->hooks.ctx);
+	return n2;
+}
+
+/*
+ * The settle's lone lazy CQ, mostly polled empty in this call already (a
+ * short batch counted as empty) with no CQE waiting in the ring: what
+ * service_as() does then (the held posts, the arm, the poll after it),
+ * with nothing else to keep. Anything else goes through service_as().
+ * A lazy CQ is an event CQ on a live channel, neither armed nor active
+ * (set_active() and channel_lost() take it off the list).
+ */
+static __attribute__((noinline)) unsigned int settle_lone(rr_cq *cq, enum rr__arm when)
+{
+	struct rr__cqs *set = cq->set;
+	unsigned int n2;
+	bool more;
+
+	if (cq->empty_gen != set->gen || cq->kept || cq->mode != RR_WAIT_EVENT ||
+	    when == RR__ARM_LATER || (when == RR__ARM_IF_IDLE && rr__ring_cqe_waiting(set->ring)))
+		return service_as(cq, when);
+	posts_due(cq);
+	if (reap_deferred(cq))
+		return 0;
+	if (arm(cq)) {
+		set_active(cq, true); /* cannot sleep on it: keep polling */
+	} else {
+		n2 = cq_poll_full(cq, &more);
+		if (n2)
+			return stream_after_arm(cq, n2, more);
+	}
+	/* Last: the hook may destroy the CQ. */
+	if (cq->hooks.after_dispatch)
+		cq->hooks.after_dispatch(cq->hooks.ctx);
+	return 0;
 }
 
 /* service_as() of a CQ polled already: @n handed out, @more as it said. */
@@ -749,7 +825,7 @@ static inline void serve_event(rr_cq *cq)
 		service(cq);
 		return;
 	}
-	n = cq_poll(cq, set->budget, &more);
+	n = cq_poll_full(cq, &more);
 	if (more || !may_wait_lazy(cq)) {
 		service_polled(cq, RR__ARM_LATER, n, more);
 		return;
@@ -768,7 +844,7 @@ static unsigned int free_poll(rr_cq *cq)
 	unsigned int n;
 	bool more;
 
-	n = cq_poll(cq, cq->set->budget, &more);
+	n = cq_poll_full(cq, &more);
 	if (reap_deferred(cq))
 		return n;
 	if (more) {
@@ -840,7 +916,7 @@ unsigned int rr__cqs_settle(struct rr__cqs *set, enum rr__arm when, bool armed_t
 	rr__list_init(&set->lazy);
 	rr__list_init(&cq->lazy_link);
 	cq->lazy = false;
-	return service_as(cq, when); /* a tail call */
+	return settle_lone(cq, when); /* a tail call */
 }
 
 unsigned int rr__cq_poll_active(struct rr__cqs *set)
@@ -985,7 +1061,7 @@ static void channel_ready(void *ctx, int revents)
 		bool more;
 
 		if (!only->active) {
-			unsigned int n = cq_poll(only, set->budget, &more);
+			unsigned int n = cq_poll_full(only, &more);
 
 			posts_due(only);
 			if (reap_deferred(only))

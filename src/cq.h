@@ -15,7 +15,8 @@ struct rr__cqs {
 	struct rr__ring *ring;
 	struct rr_bridge_stats *stats;
 	unsigned int cq_batch, budget, ack_batch;
-	bool ring_reads; /* channels may be read through the ring (see cq.c) */
+	unsigned int poll_want; /* a poll with the whole budget asks for this */
+	bool ring_reads;	/* channels may be read through the ring (see cq.c) */
 	/* Bumped by the layer above at each call into the library and after
 	 * each wait: a CQ found empty since is not polled again before its
 	 * arm (see cq_poll()). Odd (1 and up by 2), so never 0, which a
@@ -39,8 +40,9 @@ struct rr__cqs {
 	 * before the event read and every arm (see posts_due() in cq.c). */
 	void (*posts_due)(void *ctx);
 	void *posts_ctx;
-	/* Its flag that anything is held (NULL: call it every time): while
-	 * false the call, which would find nothing, is spared. */
+	/* Its flag that anything is held, set with posts_due (until then a
+	 * false of rr__cqs_init()'s): while false the call, which would
+	 * find nothing, is spared. */
 	const bool *posts_held;
 };
 
