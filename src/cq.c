@@ -67,14 +67,36 @@ void rr__cqs_init(struct rr__cqs *set, struct rr__ring *ring, struct rr_bridge_s
 	rr__list_init(&set->lazy);
 }
 
-static void set_lazy(rr_cq *cq, bool on)
+/* Off the lazy list: the first, or one of the others. */
+static __attribute__((noinline)) void lazy_off(rr_cq *cq)
 {
+	struct rr__cqs *set = cq->set;
+
+	if (set->lazy_one != cq) {
+		rr__list_del(&cq->lazy_link);
+	} else if (rr__list_empty(&set->lazy)) {
+		set->lazy_one = NULL;
+	} else {
+		set->lazy_one = rr__container_of(set->lazy.next, rr_cq, lazy_link);
+		rr__list_del(&set->lazy_one->lazy_link);
+	}
+	cq->lazy = false;
+}
+
+/* The first lazy CQ is set->lazy_one, the others (rarely any) on
+ * set->lazy in order: mostly one CQ waits, with no list to keep. */
+static inline __attribute__((always_inline)) void set_lazy(rr_cq *cq, bool on)
+{
+	struct rr__cqs *set = cq->set;
+
 	if (on && !cq->lazy) {
-		rr__list_add_tail(&cq->set->lazy, &cq->lazy_link);
+		if (!set->lazy_one)
+			set->lazy_one = cq;
+		else
+			rr__list_add_tail(&set->lazy, &cq->lazy_link);
 		cq->lazy = true;
 	} else if (!on && cq->lazy) {
-		rr__list_del(&cq->lazy_link);
-		cq->lazy = false;
+		lazy_off(cq);
 	}
 }
 
@@ -813,7 +835,7 @@ static inline unsigned int service(rr_cq *cq)
  * first CQ of a channel drain, mostly the only one). Other modes, and a
  * CQ the budget cut, go the general way.
  */
-static inline void serve_event(rr_cq *cq)
+static inline __attribute__((always_inline)) void serve_event(rr_cq *cq)
 {
 	struct rr__cqs *set = cq->set;
 	const struct rr__ring *r = set->ring;
@@ -880,17 +902,26 @@ static __attribute__((noinline)) unsigned int settle_all(struct rr__cqs *set, en
 	struct rr__list pass;
 	unsigned int n = 0;
 
+	rr_cq *first;
+
 	if (armed_too)
 		n += poll_armed(set);
-	if (rr__list_empty(&set->lazy))
+	first = set->lazy_one;
+	if (!first)
 		return n;
-	/* Take the list, as rr__cq_poll_active() does: a CQ left unarmed
-	 * goes back on set->lazy, not on `pass`. */
-	pass.next = set->lazy.next;
-	pass.prev = set->lazy.prev;
-	pass.next->prev = &pass;
-	pass.prev->next = &pass;
-	rr__list_init(&set->lazy);
+	/* Take them, as rr__cq_poll_active() does: a CQ left unarmed goes
+	 * back to set->lazy_one or set->lazy, not on `pass`. */
+	rr__list_init(&pass);
+	if (!rr__list_empty(&set->lazy)) {
+		pass.next = set->lazy.next;
+		pass.prev = set->lazy.prev;
+		pass.next->prev = &pass;
+		pass.prev->next = &pass;
+		rr__list_init(&set->lazy);
+	}
+	set->lazy_one = NULL;
+	first->lazy = false;
+	n += service_as(first, when);
 	while (!rr__list_empty(&pass)) {
 		rr_cq *cq = rr__container_of(pass.next, rr_cq, lazy_link);
 
@@ -906,15 +937,13 @@ unsigned int rr__cqs_settle(struct rr__cqs *set, enum rr__arm when, bool armed_t
 	rr_cq *cq;
 
 	/* Mostly no armed CQ to poll and one lazy CQ, or none: taken alone,
-	 * no list to splice, no frame (the rest is out of line). An empty
-	 * list's next and prev are the same too. */
-	if (armed_too || set->lazy.next != set->lazy.prev)
+	 * no list, no frame (the rest is out of line). */
+	if (armed_too || !rr__list_empty(&set->lazy))
 		return settle_all(set, when, armed_too);
-	if (rr__list_empty(&set->lazy))
+	cq = set->lazy_one;
+	if (!cq)
 		return 0;
-	cq = rr__container_of(set->lazy.next, rr_cq, lazy_link);
-	rr__list_init(&set->lazy);
-	rr__list_init(&cq->lazy_link);
+	set->lazy_one = NULL;
 	cq->lazy = false;
 	return settle_lone(cq, when); /* a tail call */
 }

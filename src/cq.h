@@ -26,8 +26,11 @@ struct rr__cqs {
 	struct rr__list channels;
 	struct rr__list cqs;	/* in the order poll_armed() takes them */
 	struct rr__list active; /* CQs polled every pass */
-	struct rr__list lazy;	/* event CQs drained by the loop, armed before it blocks */
-	unsigned int narmed;	/* CQs armed, all channels: none, no poll_armed() */
+	/* Event CQs drained by the loop, armed before it blocks: the
+	 * first, then the others in order (see set_lazy() in cq.c). */
+	struct rr_cq *lazy_one;
+	struct rr__list lazy;
+	unsigned int narmed; /* CQs armed, all channels: none, no poll_armed() */
 	/* Adaptive re-poll (see cq.c), learnt over all CQs, so that many CQs
 	 * that each fire rarely learn as one does: re-polls after a short
 	 * batch that found nothing, in a row; short batches since a probe. */
@@ -172,7 +175,7 @@ enum rr__arm {
 unsigned int rr__cqs_settle(struct rr__cqs *set, enum rr__arm when, bool armed_too);
 static inline bool rr__cq_any_lazy(const struct rr__cqs *set)
 {
-	return !rr__list_empty(&set->lazy);
+	return set->lazy_one != NULL;
 }
 
 #endif

@@ -663,6 +663,16 @@ static bool make_room(struct rr__ring *r)
 	return room;
 }
 
+/* The SQ is full: make room, then take an SQE (NULL if none). Out of
+ * line, so that our_sqe() needs no frame for it. */
+static __attribute__((noinline)) struct io_uring_sqe *sqe_after_room(struct rr__ring *r)
+{
+	r->stats->sq_full++;
+	if (!make_room(r))
+		return NULL;
+	return io_uring_get_sqe(r->io);
+}
+
 static struct io_uring_sqe *our_sqe(struct rr__ring *r)
 {
 	struct io_uring_sq *sq = &r->io->sq;
@@ -671,15 +681,15 @@ static struct io_uring_sqe *our_sqe(struct rr__ring *r)
 
 	if (!may_write(r))
 		return NULL;
-	if (!io_uring_sq_space_left(r->io)) {
-		r->stats->sq_full++;
-		if (!make_room(r))
-			return NULL;
-	}
+	/* io_uring_get_sqe() fails only on a full SQ. */
 	first = sq->sqe_tail == sq->sqe_head;
 	sqe = io_uring_get_sqe(r->io);
-	if (!sqe)
-		return NULL;
+	if (!sqe) {
+		sqe = sqe_after_room(r);
+		if (!sqe)
+			return NULL;
+		first = sq->sqe_tail - 1 == sq->sqe_head;
+	}
 	if (first) {
 		r->own_valid = true;
 		r->own_head = sq->sqe_head;
@@ -910,14 +920,11 @@ static __attribute__((noinline)) void read_cqe(struct rr__ring *r, uint32_t idx,
 	p->want &= (uint8_t)~WANT_CANCEL;
 
 	if (cqe->res >= 0) {
-		uint32_t gen = p->gen;
-
+		/* Handed out: no settle reads the buffer before prep()
+		 * zeroes it for the next READ (rr__read_settle() of a slot
+		 * not armed returns NULL). */
 		fn(ctx, cqe->res, p->buf);
 		p = &r->slots[idx]; /* the handler may have moved the table */
-		/* Handed out: not a settle's. Unless the slot went to a new
-		 * read meanwhile, whose buffer may hold an event already. */
-		if (p->in_use && p->gen == gen)
-			memset(p->buf, 0, RR__READ_MAX);
 	} else if (cqe->res != -ECANCELED && cqe->res != -EINTR) {
 		/* -EAGAIN here means this kernel does not wait for the fd:
 		 * re-submitting would spin. The owner picks another way. */
