@@ -644,6 +644,12 @@ static inline bool may_wait_lazy(const rr_cq *cq)
 	       !cq->ch->deaf;
 }
 
+/* may_wait_lazy() of a CQ not on the active list, asked as one word. */
+static inline bool lazy_ok(const rr_cq *cq)
+{
+	return !cq->unsettled && cq->mode == RR_WAIT_EVENT && !cq->ch->deaf;
+}
+
 /*
  * Poll a CQ and decide whether it stays on the active list or is armed;
  * an event CQ found empty and unarmed may go on the lazy list instead
@@ -778,7 +784,7 @@ static __attribute__((noinline)) unsigned int settle_lone(rr_cq *cq, enum rr__ar
 	unsigned int n2;
 	bool more;
 
-	if (cq->empty_gen != set->gen || cq->kept || cq->mode != RR_WAIT_EVENT ||
+	if (cq->empty_gen != set->gen || cq->unsettled || cq->mode != RR_WAIT_EVENT ||
 	    when == RR__ARM_LATER || (when == RR__ARM_IF_IDLE && rr__ring_cqe_waiting(set->ring)))
 		return service_as(cq, when);
 	posts_due(cq);
@@ -820,7 +826,7 @@ static inline unsigned int service(rr_cq *cq)
 
 	if (!(r->loop_owned || r->arm_at_end))
 		return service_as(cq, RR__ARM_NOW);
-	if (cq->empty_gen != set->gen || cq->active || !may_wait_lazy(cq))
+	if (cq->empty_gen != set->gen || !lazy_ok(cq))
 		return service_as(cq, RR__ARM_LATER);
 	set_lazy(cq, true);
 	/* Last: the hook may destroy the CQ. */
@@ -848,7 +854,7 @@ static inline __attribute__((always_inline)) void serve_event(rr_cq *cq)
 		return;
 	}
 	n = cq_poll_full(cq, &more);
-	if (more || !may_wait_lazy(cq)) {
+	if (more || !lazy_ok(cq)) { /* not active: see the callers */
 		service_polled(cq, RR__ARM_LATER, n, more);
 		return;
 	}
@@ -1067,12 +1073,25 @@ static void channel_lost(rr_channel *ch)
 	rr__ring_want_kick(ch->set->ring);
 }
 
+/* The CQs of a channel drain after its first, in the order read. */
+static __attribute__((noinline)) void serve_pending(struct rr__list *pending)
+{
+	while (!rr__list_empty(pending)) {
+		rr_cq *cq = rr__container_of(pending->next, rr_cq, active_link);
+
+		rr__list_del(&cq->active_link);
+		cq->evented = false;
+		service(cq);
+	}
+}
+
 static void channel_ready(void *ctx, int revents)
 {
 	rr_channel *ch = ctx;
 	struct rr__cqs *set = ch->set;
 	struct rr__list pending;
 	rr_cq *first = NULL, *polled = NULL;
+	bool others = false;
 	struct ibv_cq *icq;
 	void *cctx;
 	int err = 0;
@@ -1100,7 +1119,6 @@ static void channel_ready(void *ctx, int revents)
 			polled = only;
 		}
 	}
-	rr__list_init(&pending);
 	for (;;) {
 		if (ibv_get_cq_event(ch->ch, &icq, &cctx)) {
 			err = errno;
@@ -1114,10 +1132,14 @@ static void channel_ready(void *ctx, int revents)
 		 * Mostly one event: the first needs no list. */
 		if (!cq->evented && !cq->active) {
 			cq->evented = true;
-			if (!first)
+			if (!first) {
 				first = cq;
-			else
+			} else {
+				if (!others)
+					rr__list_init(&pending);
+				others = true;
 				rr__list_add_tail(&pending, &cq->active_link);
+			}
 		}
 		/* Each armed CQ raises one event at most: when none is left
 		 * armed the channel is empty, and the read that would say
@@ -1140,13 +1162,8 @@ static void channel_ready(void *ctx, int revents)
 		else
 			service(first);
 	}
-	while (!rr__list_empty(&pending)) {
-		rr_cq *cq = rr__container_of(pending.next, rr_cq, active_link);
-
-		rr__list_del(&cq->active_link);
-		cq->evented = false;
-		service(cq);
-	}
+	if (others)
+		serve_pending(&pending);
 }
 
 /* One event read by the ring: its CQE names the CQ. */

@@ -84,11 +84,23 @@ struct rr_cq {
 	struct rr__cq_hooks hooks;
 	unsigned int unacked;	/* events read, not yet acknowledged */
 	unsigned int empty_gen; /* set->gen when a poll last found it empty; 0 after an arm */
-	bool armed;		/* ibv_req_notify_cq() since the last event */
-	bool active;		/* on set->active: polled every pass */
-	bool evented;		/* on the pending list of the current drain */
-	bool lazy;		/* on set->lazy: unarmed until the loop would block */
-	bool repolling;		/* its next poll is a re-poll after a short batch */
+	/* What keeps a polled event CQ from waiting on the lazy list: one
+	 * word to ask, with its mode and channel (see lazy_ok() in cq.c). */
+	union {
+		struct {
+			bool armed;  /* ibv_req_notify_cq() since the last event */
+			bool active; /* on set->active: polled every pass */
+			/* Completions kept: the rest of a batch or the stash
+			 * below. One test for cq_poll(); set where they change
+			 * (see cq.c). */
+			bool kept;
+			bool destroy_deferred;
+		};
+		uint32_t unsettled; /* any of the four */
+	};
+	bool evented;	/* on the pending list of the current drain */
+	bool lazy;	/* on set->lazy: unarmed until the loop would block */
+	bool repolling; /* its next poll is a re-poll after a short batch */
 	/* Hybrid: the spin window. */
 	enum { RR__SPIN_IDLE, RR__SPIN_BUSY, RR__SPIN_WINDOW } spin;
 	unsigned int spin_empty; /* empty polls in the current window */
@@ -108,9 +120,6 @@ struct rr_cq {
 	struct rr__list lazy_link;   /* set->lazy */
 	struct rr__list link;	     /* set->cqs */
 	unsigned int dispatch_depth; /* >0 while handing out its WCs */
-	/* Completions kept: the rest of a batch or the stash below. One
-	 * test for cq_poll(); set where they change (see cq.c). */
-	bool kept;
 	/* The batch being handed out (set->cq_batch entries). */
 	struct ibv_wc *batch;
 	uint32_t batch_head, nbatch;
@@ -120,7 +129,6 @@ struct rr_cq {
 	/* Work completions taken out by rr__cq_take_qp() for other QPs. */
 	struct ibv_wc *stash;
 	uint32_t stash_head, nstash, stash_cap;
-	bool destroy_deferred;
 };
 
 void rr__cqs_init(struct rr__cqs *set, struct rr__ring *ring, struct rr_bridge_stats *stats,
