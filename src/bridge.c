@@ -329,7 +329,9 @@ int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 	}
 	/* After the settle: its callbacks' posts go out before the wait. */
 	rr__eps_post_held(&b->eps);
-	flush(b); /* makes room in a full SQ itself */
+	/* Inside the loop (loop_owned: see flush()), what the ring owes
+	 * goes; it makes room in a full SQ itself. */
+	rr__ring_flush(&b->ring);
 	if (timeout_ms == 0) {
 		rc = events_need_enter(b) ? io_uring_submit_and_get_events(b->io)
 					  : io_uring_submit(b->io);
@@ -376,7 +378,7 @@ int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 	 * and polling them would cost every wake-up a poll more. */
 	handled += settle(b, at_end, n > b->cqs.chan_cqes);
 	rr__eps_release(&b->eps);
-	flush(b);
+	rr__ring_flush(&b->ring); /* flush() inside the loop */
 	/* Back to embedded rules: a CQE handled outside the loop may kick. */
 	b->ring.loop_owned = false;
 	return err ? err : handled;

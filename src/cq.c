@@ -300,7 +300,8 @@ static inline void repoll_after_short(rr_cq *cq)
  * again; nor, mostly, one a short batch emptied (the adaptive re-poll
  * above). @n > 0: cq_poll() polled a batch of @n for @want already.
  */
-static unsigned int cq_poll_slow(rr_cq *cq, unsigned int budget, bool *more, int n, int want)
+static inline __attribute__((always_inline)) unsigned int hand_out(rr_cq *cq, unsigned int budget,
+								   bool *more, int n, int want)
 {
 	struct rr__cqs *set = cq->set;
 	unsigned int total = 0, kept;
@@ -364,6 +365,12 @@ out:
 	return total;
 }
 
+static __attribute__((noinline)) unsigned int cq_poll_slow(rr_cq *cq, unsigned int budget,
+							   bool *more, int n, int want)
+{
+	return hand_out(cq, budget, more, n, want);
+}
+
 /*
  * The common calls stay out of the loop above: a CQ found empty earlier
  * in this call into the library, and a poll that finds nothing (most
@@ -398,6 +405,30 @@ static inline unsigned int cq_poll(rr_cq *cq, unsigned int budget, bool *more)
 	return cq_poll_as(cq, budget, (int)(budget < set->cq_batch ? budget : set->cq_batch), more);
 }
 
+/* cq_poll_full() with the hand-out inline: for the channel drain's poll,
+ * in a frame that is there anyway. */
+static inline __attribute__((always_inline)) unsigned int cq_poll_here(rr_cq *cq, bool *more)
+{
+	struct rr__cqs *set = cq->set;
+	int n, want = (int)set->poll_want;
+
+	if (cq->kept)
+		return cq_poll_slow(cq, set->budget, more, 0, 0);
+	*more = false;
+	if (cq->empty_gen == set->gen)
+		return 0;
+	n = ibv_poll_cq(cq->cq, want, cq->batch);
+	if (cq->repolling)
+		repoll_learn(cq, n);
+	if (n > 0)
+		return hand_out(cq, set->budget, more, n, want);
+	if (n == 0) {
+		set->stats->empty_polls++;
+		cq->empty_gen = set->gen;
+	}
+	return 0;
+}
+
 /* cq_poll() with the whole budget: the batch it asks for is known. */
 static inline unsigned int cq_poll_full(rr_cq *cq, bool *more)
 {
@@ -427,7 +458,7 @@ static inline void posts_due(rr_cq *cq)
 	cq->dispatch_depth--;
 }
 
-static int arm(rr_cq *cq)
+static inline __attribute__((always_inline)) int arm(rr_cq *cq)
 {
 	int rc;
 
@@ -853,7 +884,7 @@ static inline __attribute__((always_inline)) void serve_event(rr_cq *cq)
 		service(cq);
 		return;
 	}
-	n = cq_poll_full(cq, &more);
+	n = cq_poll_here(cq, &more);
 	if (more || !lazy_ok(cq)) { /* not active: see the callers */
 		service_polled(cq, RR__ARM_LATER, n, more);
 		return;
@@ -1109,7 +1140,7 @@ static void channel_ready(void *ctx, int revents)
 		bool more;
 
 		if (!only->active) {
-			unsigned int n = cq_poll_full(only, &more);
+			unsigned int n = cq_poll_here(only, &more);
 
 			posts_due(only);
 			if (reap_deferred(only))
