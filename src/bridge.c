@@ -86,6 +86,9 @@ int rr_bridge_create(rr_bridge **out, struct io_uring *ring, const struct rr_bri
 	 * kernel that still refuses it gets single-shot polls (see ring.c). */
 	multishot =
 		!(b->opts.flags & RR_BRIDGE_SINGLESHOT) && (ring->features & IORING_FEAT_RSRC_TAGS);
+	/* How a pass of the built-in loop settles its CQs: with
+	 * RR_BRIDGE_LOOP_WAITS the next pass arms them, if it waits. */
+	b->at_end = (b->opts.flags & RR_BRIDGE_LOOP_WAITS) ? RR__ARM_LATER : RR__ARM_IF_IDLE;
 	rr__ring_init(&b->ring, ring, multishot, &b->stats);
 	rr__cqs_init(&b->cqs, &b->ring, &b->stats, b->opts.cq_batch, b->opts.budget,
 		     b->opts.ack_batch);
@@ -199,18 +202,19 @@ handle_cqe(rr_bridge *b, const struct io_uring_cqe *cqe, bool loop)
 	 * before the CQs it drained are armed (in rr_bridge_flush()), so a
 	 * completion back at once is polled there, not an event. The
 	 * built-in loop arms later still, when it could block. */
-	rr__eps_hold(&b->eps);
-	if (!loop)
+	if (!loop) { /* the loop holds them through its pass already */
+		rr__eps_hold(&b->eps);
 		b->ring.arm_at_end = true;
+	}
 	if (rr__ring_cqe(&b->ring, cqe) == RR__UD_KICK && !b->closing)
 		rr__cq_poll_active(&b->cqs);
-	if (!loop)
+	if (!loop) {
 		b->ring.arm_at_end = false;
-	rr__eps_release(&b->eps);
-	if (loop)
-		rr__ring_flush(&b->ring);
-	else
+		rr__eps_release(&b->eps);
 		flush(b);
+	} else {
+		rr__ring_flush(&b->ring);
+	}
 	return 1;
 }
 
@@ -284,7 +288,7 @@ static inline int next_cqe(struct io_uring *io, struct io_uring_cqe **cqe)
 
 int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 {
-	enum rr__arm at_end = RR__ARM_IF_IDLE;
+	enum rr__arm at_end;
 	struct io_uring_cqe *cqe;
 	int handled = 0, rc = 0, err = 0;
 	unsigned int n = 0;
@@ -370,10 +374,7 @@ int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 	rr__eps_post_held(&b->eps);
 	/* After -EPROTO the CQE left in the ring is the application's to
 	 * reap, maybe without the bridge: arm now. */
-	if (err)
-		at_end = RR__ARM_NOW;
-	else if (b->opts.flags & RR_BRIDGE_LOOP_WAITS)
-		at_end = RR__ARM_LATER; /* the next pass arms them, if it waits */
+	at_end = err ? RR__ARM_NOW : b->at_end; /* see rr_bridge_create() */
 	/* Woken by a channel alone: the armed CQs raise their own events,
 	 * and polling them would cost every wake-up a poll more. */
 	handled += settle(b, at_end, n > b->cqs.chan_cqes);

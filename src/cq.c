@@ -140,10 +140,20 @@ static void window_hit(rr_cq *cq);
 /* cq's event was read: it is no longer armed; ack in batches. */
 static inline void took_event(rr_cq *cq)
 {
-	cq->set->stats->cq_events++;
-	cq->unacked++;
-	disarm(cq);
-	if (cq->unacked >= cq->set->ack_batch)
+	struct rr__cqs *set = cq->set;
+	unsigned int unacked = cq->unacked + 1;
+
+	set->stats->cq_events++;
+	cq->unacked = unacked;
+	if (cq->armed) { /* disarm(), with what is at hand */
+		rr_channel *ch = cq->ch;
+
+		cq->armed = false;
+		ch->narmed--;
+		ch->armed_xor ^= (uintptr_t)cq;
+		set->narmed--;
+	}
+	if (unacked >= set->ack_batch)
 		ack(cq);
 }
 
@@ -233,14 +243,8 @@ static inline unsigned int hand_out_batch(rr_cq *cq)
 		cq->batch_head = 0;
 		return hand_out_array(cq, cq->nbatch);
 	}
-	n = cq->nbatch;
-	if (n == 1) {		    /* mostly, at one message in flight */
-		cq->batch_head = 1; /* where take_qp starts, if called */
-		fn(cq, wc, data);
-		return 1;
-	}
 	/* Pointers, not indexes: one store and one comparison an entry. */
-	cq->batch_end = wc + n;
+	cq->batch_end = wc + cq->nbatch;
 	do {
 		cq->batch_next = ++wc; /* where take_qp starts, if called */
 		fn(cq, wc - 1, data);

@@ -69,33 +69,6 @@ struct rr__getevents_arg {
 _Static_assert(sizeof(struct rr__getevents_arg) == sizeof(struct io_uring_getevents_arg),
 	       "the 6.12 layout of io_uring_getevents_arg");
 
-struct rr__poll {
-	/* Its POLL user_data (instance, generation, slot) while in use, 0
-	 * while free: a CQE of its current use carries exactly this. */
-	uint64_t ud;
-	int fd;
-	uint32_t gen;
-	bool in_use;
-	bool is_timer;
-	bool is_read;
-	bool armed;		      /* its POLL_ADD/TIMEOUT is in the SQ or the kernel */
-	bool closing;		      /* freed at the terminal CQE */
-	bool queued;		      /* on the owed queue (entries may be stale: see want) */
-	bool oneshot;		      /* armed single-shot until a poll succeeds */
-	bool retiring;		      /* its multishot poll is being ended, to be re-armed */
-	bool multi;		      /* multishot wherever the kernel has it */
-	uint8_t want;		      /* WANT_*: SQEs owed */
-	unsigned int errors;	      /* consecutive failed polls */
-	struct __kernel_timespec *ts; /* timers: heap, the table may move */
-	rr__poll_fn fn;
-	rr__read_fn rfn; /* read slots */
-	uint8_t *buf;	 /* read slots: heap, the kernel writes it */
-	uint32_t len;
-	void *ctx;
-	uint32_t next_free;
-	uint32_t next_owed;
-};
-
 uint64_t rr__now_ns(void)
 {
 	struct timespec ts;
@@ -942,8 +915,6 @@ static __attribute__((noinline)) void read_cqe(struct rr__ring *r, uint32_t idx,
 	owe(r, idx, WANT_ARM);
 }
 
-#define POLL_FAILED (POLLERR | POLLHUP | POLLNVAL)
-
 /* The errno a failed poll's result means: what the owner is told. */
 static int poll_errno(int res)
 {
@@ -1005,7 +976,7 @@ static __attribute__((noinline)) void poll_cqe(struct rr__ring *r, uint32_t idx,
 	 * the handler ran, nothing is owed whatever it did to the slot (a
 	 * close owes its cancel itself, a slot released or reused is not
 	 * this one's). oneshot goes only with errors. */
-	if (more && p->armed && cqe->res >= 0 && !(cqe->res & POLL_FAILED)) {
+	if (more && p->armed && cqe->res >= 0 && !(cqe->res & RR__POLL_FAILED)) {
 		if (p->errors) {
 			p->errors = 0;
 			p->oneshot = false;
@@ -1014,7 +985,7 @@ static __attribute__((noinline)) void poll_cqe(struct rr__ring *r, uint32_t idx,
 		return;
 	}
 	if (cqe->res >= 0) {
-		failed = cqe->res & POLL_FAILED;
+		failed = cqe->res & RR__POLL_FAILED;
 		if (!failed) {
 			p->errors = 0;
 			p->oneshot = false;
@@ -1064,8 +1035,7 @@ static __attribute__((noinline)) void poll_cqe(struct rr__ring *r, uint32_t idx,
 }
 
 /* Every CQE but a slot's poll, timer or read (see rr__ring_cqe()). */
-static __attribute__((noinline)) enum rr__ud_kind ring_cqe_other(struct rr__ring *r,
-								 const struct io_uring_cqe *cqe)
+enum rr__ud_kind rr__ring_cqe_other(struct rr__ring *r, const struct io_uring_cqe *cqe)
 {
 	uint64_t ud = cqe->user_data;
 	enum rr__ud_kind kind;
@@ -1108,32 +1078,12 @@ static __attribute__((noinline)) enum rr__ud_kind ring_cqe_other(struct rr__ring
 	return kind;
 }
 
-/*
- * Mostly a clean result of a channel's multishot poll that stays armed
- * (poll_cqe()'s first case, with no errors to forget): the handler is
- * called from here, with no frame of our own; the rest is out of line.
- */
-enum rr__ud_kind rr__ring_cqe(struct rr__ring *r, const struct io_uring_cqe *cqe)
+void rr__ring_slot_cqe(struct rr__ring *r, uint32_t idx, const struct io_uring_cqe *cqe)
 {
-	uint64_t ud = cqe->user_data;
-	uint32_t idx = rr__ud_slot(ud);
-	const struct rr__poll *p = &r->slots[idx];
-	int res = cqe->res;
-
-	/* A slot's poll, timer or read: one comparison with the user_data
-	 * of the slot's current use (this instance, this generation; 0 for
-	 * a free slot). */
-	if (idx < r->nslots && p->ud == ud) {
-		if ((cqe->flags & IORING_CQE_F_MORE) && p->armed && !p->closing && !p->is_timer &&
-		    !p->is_read && !p->errors && res >= 0 && !(res & POLL_FAILED))
-			p->fn(p->ctx, res);
-		else if (p->is_read && !p->closing)
-			read_cqe(r, idx, cqe); /* a channel's event, read by the ring */
-		else
-			poll_cqe(r, idx, cqe);
-		return RR__UD_POLL;
-	}
-	return ring_cqe_other(r, cqe);
+	if (r->slots[idx].is_read && !r->slots[idx].closing)
+		read_cqe(r, idx, cqe); /* a channel's event, read by the ring */
+	else
+		poll_cqe(r, idx, cqe);
 }
 
 uint64_t rr__ring_poll_ud(const struct rr__ring *r, uint32_t idx)
