@@ -912,6 +912,16 @@ static __attribute__((noinline)) void read_cqe(struct rr__ring *r, uint32_t idx,
 		return;
 	}
 	r->stats->rearms++;
+	/* Nothing owed before it: written now, as the flush that follows
+	 * every CQE would, without queueing it for that flush. */
+	if (r->pend_head == RR__NO_SLOT) {
+		struct io_uring_sqe *sqe = our_sqe(r);
+
+		if (sqe) {
+			prep(r, sqe, idx, WANT_ARM);
+			return;
+		}
+	}
 	owe(r, idx, WANT_ARM);
 }
 
