@@ -189,6 +189,17 @@ static __attribute__((noinline)) unsigned int hand_out_array(rr_cq *cq, unsigned
 	return n;
 }
 
+/* hand_out_array() of a batch just polled, all of it. Out of line, as
+ * that is: the per-WC loop of hand_out_batch() keeps its registers. */
+static __attribute__((noinline)) unsigned int hand_out_whole(rr_cq *cq)
+{
+	uint32_t n = cq->nbatch;
+
+	cq->batch_head = n; /* handed out: take_qp leaves them alone */
+	cq->on_wc_batch(cq, cq->batch, (int)n, cq->data);
+	return n;
+}
+
 /* A stash entry goes as a copy: take_qp may grow the stash under the
  * callback. Out of line: the copy needs a frame the others do not. */
 static __attribute__((noinline)) unsigned int hand_out_stashed(rr_cq *cq)
@@ -239,10 +250,8 @@ static inline unsigned int hand_out_batch(rr_cq *cq)
 	void *data = cq->data;
 	uint32_t n;
 
-	if (cq->on_wc_batch) {
-		cq->batch_head = 0;
-		return hand_out_array(cq, cq->nbatch);
-	}
+	if (cq->on_wc_batch)
+		return hand_out_whole(cq);
 	/* Pointers, not indexes: one store and one comparison an entry. */
 	cq->batch_end = wc + cq->nbatch;
 	do {
