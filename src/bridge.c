@@ -86,6 +86,9 @@ int rr_bridge_create(rr_bridge **out, struct io_uring *ring, const struct rr_bri
 	 * kernel that still refuses it gets single-shot polls (see ring.c). */
 	multishot =
 		!(b->opts.flags & RR_BRIDGE_SINGLESHOT) && (ring->features & IORING_FEAT_RSRC_TAGS);
+	/* How a pass of the built-in loop settles its CQs: with
+	 * RR_BRIDGE_LOOP_WAITS the next pass arms them, if it waits. */
+	b->at_end = (b->opts.flags & RR_BRIDGE_LOOP_WAITS) ? RR__ARM_LATER : RR__ARM_IF_IDLE;
 	rr__ring_init(&b->ring, ring, multishot, &b->stats);
 	rr__cqs_init(&b->cqs, &b->ring, &b->stats, b->opts.cq_batch, b->opts.budget,
 		     b->opts.ack_batch);
@@ -162,17 +165,31 @@ static inline unsigned int flush(rr_bridge *b)
 	return rr__ring_flush(&b->ring);
 }
 
+/* flush() where a CQ may wait for the application's loop. */
+static __attribute__((noinline)) unsigned int flush_embedded(rr_bridge *b)
+{
+	return flush(b);
+}
+
 int rr_bridge_flush(rr_bridge *b)
 {
 	if (!b)
 		return -EINVAL;
-	return (int)flush(b);
+	/* Mostly no CQ is lazy or active: what the ring owes, no frame. */
+	if (!b->ring.loop_owned && !b->closing &&
+	    (rr__cq_any_lazy(&b->cqs) || rr__cq_any_active(&b->cqs)))
+		return (int)flush_embedded(b);
+	return (int)rr__ring_flush(&b->ring);
 }
 
-int rr_bridge_handle_cqe(rr_bridge *b, const struct io_uring_cqe *cqe)
+/* rr_bridge_handle_cqe(), and the built-in loop's own (@loop: inside it,
+ * where no CQ waits for the application's loop and no kick is needed). */
+static inline __attribute__((always_inline)) int
+handle_cqe(rr_bridge *b, const struct io_uring_cqe *cqe, bool loop)
 {
 	if (!rr_is_bridge_user_data(cqe->user_data)) {
-		settle_embedded(b);
+		if (!loop)
+			settle_embedded(b);
 		/* Owed while a chain was open: that chain's CQEs are the
 		 * application's, and may be all the loop ever sees. */
 		if (rr__ring_owes(&b->ring))
@@ -185,15 +202,27 @@ int rr_bridge_handle_cqe(rr_bridge *b, const struct io_uring_cqe *cqe)
 	 * before the CQs it drained are armed (in rr_bridge_flush()), so a
 	 * completion back at once is polled there, not an event. The
 	 * built-in loop arms later still, when it could block. */
-	rr__eps_hold(&b->eps);
-	if (!b->ring.loop_owned)
+	if (!loop) { /* the loop holds them through its pass already */
+		rr__eps_hold(&b->eps);
 		b->ring.arm_at_end = true;
+	}
 	if (rr__ring_cqe(&b->ring, cqe) == RR__UD_KICK && !b->closing)
 		rr__cq_poll_active(&b->cqs);
-	b->ring.arm_at_end = false;
-	rr__eps_release(&b->eps);
-	flush(b);
+	if (!loop) {
+		b->ring.arm_at_end = false;
+		rr__eps_release(&b->eps);
+		flush(b);
+	} else {
+		rr__ring_flush(&b->ring);
+	}
 	return 1;
+}
+
+int rr_bridge_handle_cqe(rr_bridge *b, const struct io_uring_cqe *cqe)
+{
+	if (b->ring.loop_owned)
+		return handle_cqe(b, cqe, true);
+	return handle_cqe(b, cqe, false);
 }
 
 /*
@@ -259,7 +288,7 @@ static inline int next_cqe(struct io_uring *io, struct io_uring_cqe **cqe)
 
 int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 {
-	enum rr__arm at_end = RR__ARM_IF_IDLE;
+	enum rr__arm at_end;
 	struct io_uring_cqe *cqe;
 	int handled = 0, rc = 0, err = 0;
 	unsigned int n = 0;
@@ -304,7 +333,9 @@ int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 	}
 	/* After the settle: its callbacks' posts go out before the wait. */
 	rr__eps_post_held(&b->eps);
-	flush(b); /* makes room in a full SQ itself */
+	/* Inside the loop (loop_owned: see flush()), what the ring owes
+	 * goes; it makes room in a full SQ itself. */
+	rr__ring_flush(&b->ring);
 	if (timeout_ms == 0) {
 		rc = events_need_enter(b) ? io_uring_submit_and_get_events(b->io)
 					  : io_uring_submit(b->io);
@@ -323,7 +354,7 @@ int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 	 * a flood of CQEs cannot keep the pass from ending. */
 	b->cqs.chan_cqes = 0;
 	while (n < b->io->cq.ring_entries && next_cqe(b->io, &cqe) == 0) {
-		if (!rr_bridge_handle_cqe(b, cqe)) {
+		if (!handle_cqe(b, cqe, true)) {
 			if (!b->opts.on_app_cqe) {
 				/* Never consumed: the application reaps it. */
 				err = -EPROTO;
@@ -343,15 +374,12 @@ int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 	rr__eps_post_held(&b->eps);
 	/* After -EPROTO the CQE left in the ring is the application's to
 	 * reap, maybe without the bridge: arm now. */
-	if (err)
-		at_end = RR__ARM_NOW;
-	else if (b->opts.flags & RR_BRIDGE_LOOP_WAITS)
-		at_end = RR__ARM_LATER; /* the next pass arms them, if it waits */
+	at_end = err ? RR__ARM_NOW : b->at_end; /* see rr_bridge_create() */
 	/* Woken by a channel alone: the armed CQs raise their own events,
 	 * and polling them would cost every wake-up a poll more. */
 	handled += settle(b, at_end, n > b->cqs.chan_cqes);
 	rr__eps_release(&b->eps);
-	flush(b);
+	rr__ring_flush(&b->ring); /* flush() inside the loop */
 	/* Back to embedded rules: a CQE handled outside the loop may kick. */
 	b->ring.loop_owned = false;
 	return err ? err : handled;

@@ -29,6 +29,7 @@ struct rr_bridge {
 	struct rr_bridge_opts opts;
 	bool stop;
 	bool closing;
+	enum rr__arm at_end;	   /* how the built-in loop's pass settles its CQs */
 	unsigned int quiet_passes; /* passes that did not wait, for events_need_enter() */
 	struct rr__ring ring;
 	struct rr__cqs cqs;

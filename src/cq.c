@@ -48,6 +48,8 @@
 
 #define SPIN_CLOCK_EVERY 8
 
+static const bool nothing_held = false;
+
 void rr__cqs_init(struct rr__cqs *set, struct rr__ring *ring, struct rr_bridge_stats *stats,
 		  unsigned int cq_batch, unsigned int budget, unsigned int ack_batch)
 {
@@ -56,21 +58,45 @@ void rr__cqs_init(struct rr__cqs *set, struct rr__ring *ring, struct rr_bridge_s
 	set->cq_batch = cq_batch;
 	set->budget = budget;
 	set->ack_batch = ack_batch;
+	set->poll_want = budget < cq_batch ? budget : cq_batch;
 	set->gen = 1;
+	set->posts_held = &nothing_held;
 	rr__list_init(&set->channels);
 	rr__list_init(&set->cqs);
 	rr__list_init(&set->active);
 	rr__list_init(&set->lazy);
 }
 
-static void set_lazy(rr_cq *cq, bool on)
+/* Off the lazy list: the first, or one of the others. */
+static __attribute__((noinline)) void lazy_off(rr_cq *cq)
 {
+	struct rr__cqs *set = cq->set;
+
+	if (set->lazy_one != cq) {
+		rr__list_del(&cq->lazy_link);
+	} else if (rr__list_empty(&set->lazy)) {
+		set->lazy_one = NULL;
+	} else {
+		set->lazy_one = rr__container_of(set->lazy.next, rr_cq, lazy_link);
+		rr__list_del(&set->lazy_one->lazy_link);
+	}
+	cq->lazy = false;
+}
+
+/* The first lazy CQ is set->lazy_one, the others (rarely any) on
+ * set->lazy in order: mostly one CQ waits, with no list to keep. */
+static inline __attribute__((always_inline)) void set_lazy(rr_cq *cq, bool on)
+{
+	struct rr__cqs *set = cq->set;
+
 	if (on && !cq->lazy) {
-		rr__list_add_tail(&cq->set->lazy, &cq->lazy_link);
+		if (!set->lazy_one)
+			set->lazy_one = cq;
+		else
+			rr__list_add_tail(&set->lazy, &cq->lazy_link);
 		cq->lazy = true;
 	} else if (!on && cq->lazy) {
-		rr__list_del(&cq->lazy_link);
-		cq->lazy = false;
+		lazy_off(cq);
 	}
 }
 
@@ -105,8 +131,8 @@ static void disarm(rr_cq *cq)
 		return;
 	cq->armed = false;
 	cq->ch->narmed--;
+	cq->ch->armed_xor ^= (uintptr_t)cq;
 	cq->set->narmed--;
-	rr__list_del(&cq->armed_link);
 }
 
 static void window_hit(rr_cq *cq);
@@ -114,10 +140,20 @@ static void window_hit(rr_cq *cq);
 /* cq's event was read: it is no longer armed; ack in batches. */
 static inline void took_event(rr_cq *cq)
 {
-	cq->set->stats->cq_events++;
-	cq->unacked++;
-	disarm(cq);
-	if (cq->unacked >= cq->set->ack_batch)
+	struct rr__cqs *set = cq->set;
+	unsigned int unacked = cq->unacked + 1;
+
+	set->stats->cq_events++;
+	cq->unacked = unacked;
+	if (cq->armed) { /* disarm(), with what is at hand */
+		rr_channel *ch = cq->ch;
+
+		cq->armed = false;
+		ch->narmed--;
+		ch->armed_xor ^= (uintptr_t)cq;
+		set->narmed--;
+	}
+	if (unacked >= set->ack_batch)
 		ack(cq);
 }
 
@@ -150,6 +186,17 @@ static __attribute__((noinline)) unsigned int hand_out_array(rr_cq *cq, unsigned
 		n = max;
 	cq->batch_head = h + n; /* handed out: take_qp leaves them alone */
 	cq->on_wc_batch(cq, &cq->batch[h], (int)n, cq->data);
+	return n;
+}
+
+/* hand_out_array() of a batch just polled, all of it. Out of line, as
+ * that is: the per-WC loop of hand_out_batch() keeps its registers. */
+static __attribute__((noinline)) unsigned int hand_out_whole(rr_cq *cq)
+{
+	uint32_t n = cq->nbatch;
+
+	cq->batch_head = n; /* handed out: take_qp leaves them alone */
+	cq->on_wc_batch(cq, cq->batch, (int)n, cq->data);
 	return n;
 }
 
@@ -198,20 +245,25 @@ static inline unsigned int hand_out_kept(rr_cq *cq, unsigned int max)
  */
 static inline unsigned int hand_out_batch(rr_cq *cq)
 {
-	const struct ibv_wc *wc = cq->batch;
+	struct ibv_wc *wc = cq->batch;
 	rr_wc_cb fn = cq->on_wc;
 	void *data = cq->data;
-	uint32_t i = 0;
+	uint32_t n;
 
-	if (cq->on_wc_batch) {
-		cq->batch_head = 0;
-		return hand_out_array(cq, cq->nbatch);
-	}
+	if (cq->on_wc_batch)
+		return hand_out_whole(cq);
+	/* Pointers, not indexes: one store and one comparison an entry. */
+	cq->batch_end = wc + cq->nbatch;
 	do {
-		cq->batch_head = ++i; /* where take_qp starts, if called */
-		fn(cq, wc++, data);
-	} while (i < cq->nbatch);
-	return i;
+		cq->batch_next = ++wc; /* where take_qp starts, if called */
+		fn(cq, wc - 1, data);
+	} while (wc < cq->batch_end);
+	cq->batch_next = NULL;
+	/* The loop ended at the bound: nbatch, which take_qp and a destroy
+	 * lower no further than the entry after the one handed out. */
+	n = cq->nbatch;
+	cq->batch_head = n;
+	return n;
 }
 
 /*
@@ -261,7 +313,8 @@ static inline void repoll_after_short(rr_cq *cq)
  * again; nor, mostly, one a short batch emptied (the adaptive re-poll
  * above). @n > 0: cq_poll() polled a batch of @n for @want already.
  */
-static unsigned int cq_poll_slow(rr_cq *cq, unsigned int budget, bool *more, int n, int want)
+static inline __attribute__((always_inline)) unsigned int hand_out(rr_cq *cq, unsigned int budget,
+								   bool *more, int n, int want)
 {
 	struct rr__cqs *set = cq->set;
 	unsigned int total = 0, kept;
@@ -287,7 +340,9 @@ static unsigned int cq_poll_slow(rr_cq *cq, unsigned int budget, bool *more, int
 		}
 		if (total >= budget)
 			break;
-		kept = hand_out_kept(cq, budget - total);
+		/* cq->kept: nothing is kept without it (the flag may stay
+		 * set a while after the last kept one went). */
+		kept = cq->kept ? hand_out_kept(cq, budget - total) : 0;
 		if (kept) {
 			total += kept;
 			/* Destroyed from its own callback: the rest of the
@@ -323,22 +378,27 @@ out:
 	return total;
 }
 
+static __attribute__((noinline)) unsigned int cq_poll_slow(rr_cq *cq, unsigned int budget,
+							   bool *more, int n, int want)
+{
+	return hand_out(cq, budget, more, n, want);
+}
+
 /*
  * The common calls stay out of the loop above: a CQ found empty earlier
  * in this call into the library, and a poll that finds nothing (most
  * polls after the first of a wake-up). Kept completions go first, there.
  */
-static inline unsigned int cq_poll(rr_cq *cq, unsigned int budget, bool *more)
+static inline unsigned int cq_poll_as(rr_cq *cq, unsigned int budget, int want, bool *more)
 {
 	struct rr__cqs *set = cq->set;
-	int n, want;
+	int n;
 
 	if (cq->kept)
 		return cq_poll_slow(cq, budget, more, 0, 0);
 	*more = false;
 	if (cq->empty_gen == set->gen)
 		return 0;
-	want = (int)(budget < set->cq_batch ? budget : set->cq_batch);
 	n = ibv_poll_cq(cq->cq, want, cq->batch);
 	if (cq->repolling)
 		repoll_learn(cq, n);
@@ -349,6 +409,45 @@ static inline unsigned int cq_poll(rr_cq *cq, unsigned int budget, bool *more)
 		cq->empty_gen = set->gen;
 	}
 	return 0;
+}
+
+static inline unsigned int cq_poll(rr_cq *cq, unsigned int budget, bool *more)
+{
+	struct rr__cqs *set = cq->set;
+
+	return cq_poll_as(cq, budget, (int)(budget < set->cq_batch ? budget : set->cq_batch), more);
+}
+
+/* cq_poll_full() with the hand-out inline: for the channel drain's poll,
+ * in a frame that is there anyway. */
+static inline __attribute__((always_inline)) unsigned int cq_poll_here(rr_cq *cq, bool *more)
+{
+	struct rr__cqs *set = cq->set;
+	int n, want = (int)set->poll_want;
+
+	if (cq->kept)
+		return cq_poll_slow(cq, set->budget, more, 0, 0);
+	*more = false;
+	if (cq->empty_gen == set->gen)
+		return 0;
+	n = ibv_poll_cq(cq->cq, want, cq->batch);
+	if (cq->repolling)
+		repoll_learn(cq, n);
+	if (n > 0)
+		return hand_out(cq, set->budget, more, n, want);
+	if (n == 0) {
+		set->stats->empty_polls++;
+		cq->empty_gen = set->gen;
+	}
+	return 0;
+}
+
+/* cq_poll() with the whole budget: the batch it asks for is known. */
+static inline unsigned int cq_poll_full(rr_cq *cq, bool *more)
+{
+	struct rr__cqs *set = cq->set;
+
+	return cq_poll_as(cq, set->budget, (int)set->poll_want, more);
 }
 
 /*
@@ -365,14 +464,14 @@ static inline void posts_due(rr_cq *cq)
 {
 	struct rr__cqs *set = cq->set;
 
-	if (!set->posts_due || (set->posts_held && !*set->posts_held))
+	if (!*set->posts_held)
 		return;
 	cq->dispatch_depth++;
 	set->posts_due(set->posts_ctx);
 	cq->dispatch_depth--;
 }
 
-static int arm(rr_cq *cq)
+static inline __attribute__((always_inline)) int arm(rr_cq *cq)
 {
 	int rc;
 
@@ -384,8 +483,8 @@ static int arm(rr_cq *cq)
 	cq->armed = true;
 	cq->empty_gen = 0; /* the poll after the arm must look */
 	cq->ch->narmed++;
+	cq->ch->armed_xor ^= (uintptr_t)cq;
 	cq->set->narmed++;
-	rr__list_add_tail(&cq->ch->armed, &cq->armed_link);
 	cq->set->stats->notify_arms++;
 	return 0;
 }
@@ -518,7 +617,7 @@ static bool window_open(rr_cq *cq)
 	return true;
 }
 
-static bool window_over(rr_cq *cq)
+static inline __attribute__((always_inline)) bool window_over(rr_cq *cq)
 {
 	uint64_t now;
 
@@ -533,7 +632,7 @@ static bool window_over(rr_cq *cq)
 }
 
 /* Hybrid: after a poll that found @n completions, keep polling? */
-static bool keep_spinning(rr_cq *cq, unsigned int n)
+static inline __attribute__((always_inline)) bool keep_spinning(rr_cq *cq, unsigned int n)
 {
 	if (n) {
 		cq->spin = RR__SPIN_BUSY; /* a window that found them closed in cq_poll() */
@@ -589,18 +688,23 @@ static inline bool may_wait_lazy(const rr_cq *cq)
 	       !cq->ch->deaf;
 }
 
+/* may_wait_lazy() of a CQ not on the active list, asked as one word. */
+static inline bool lazy_ok(const rr_cq *cq)
+{
+	return !cq->unsettled && cq->mode == RR_WAIT_EVENT && !cq->ch->deaf;
+}
+
 /*
  * Poll a CQ and decide whether it stays on the active list or is armed;
  * an event CQ found empty and unarmed may go on the lazy list instead
  * (@when), to be armed when the loop could block.
  */
-static unsigned int poll_and_place(rr_cq *cq, enum rr__arm when)
+static inline __attribute__((always_inline)) unsigned int place(rr_cq *cq, enum rr__arm when,
+								unsigned int n, bool more)
 {
 	struct rr__cqs *set = cq->set;
-	unsigned int n, n2, got;
-	bool more;
+	unsigned int n2, got;
 
-	n = cq_poll(cq, set->budget, &more);
 	if (cq->destroy_deferred)
 		return n;
 	if (more) {
@@ -638,7 +742,7 @@ static unsigned int poll_and_place(rr_cq *cq, enum rr__arm when)
 		return n;
 	}
 	/* Poll again: see the comment at the top of the file. */
-	n2 = cq_poll(cq, set->budget, &more);
+	n2 = cq_poll_full(cq, &more);
 	if (n2)
 		set->repoll_idle = 0; /* a re-poll would have saved this arm */
 	/* What came after the arm raised an event, and the wake-up it brings
@@ -664,6 +768,15 @@ static unsigned int poll_and_place(rr_cq *cq, enum rr__arm when)
 	return n + n2;
 }
 
+static inline unsigned int poll_and_place(rr_cq *cq, enum rr__arm when)
+{
+	unsigned int n;
+	bool more;
+
+	n = cq_poll_full(cq, &more);
+	return place(cq, when, n, more);
+}
+
 static unsigned int service_as(rr_cq *cq, enum rr__arm when)
 {
 	unsigned int n = poll_and_place(cq, when);
@@ -674,6 +787,75 @@ static unsigned int service_as(rr_cq *cq, enum rr__arm when)
 	if (cq->hooks.after_dispatch)
 		cq->hooks.after_dispatch(cq->hooks.ctx);
 	return n;
+}
+
+/* After the arm, the poll found @n2 (@more: the budget cut it): take
+ * what keeps arriving, as place() does; then what service_as() does. */
+static __attribute__((noinline)) unsigned int stream_after_arm(rr_cq *cq, unsigned int n2,
+							       bool more)
+{
+	struct rr__cqs *set = cq->set;
+	unsigned int got;
+
+	set->repoll_idle = 0; /* a re-poll would have saved this arm */
+	for (got = n2; got && !more && cq->mode == RR_WAIT_EVENT && !cq->destroy_deferred;) {
+		posts_due(cq);
+		if (cq->destroy_deferred)
+			break;
+		got = cq_poll(cq, set->budget - n2, &more);
+		n2 += got;
+	}
+	if (!cq->destroy_deferred && more)
+		set_active(cq, true);
+	if (reap_deferred(cq))
+		return n2;
+	if (cq->hooks.after_dispatch)
+		cq->hooks.after_dispatch(cq->hooks.ctx);
+	return n2;
+}
+
+/*
+ * The settle's lone lazy CQ, mostly polled empty in this call already (a
+ * short batch counted as empty) with no CQE waiting in the ring: what
+ * service_as() does then (the held posts, the arm, the poll after it),
+ * with nothing else to keep. Anything else goes through service_as().
+ * A lazy CQ is an event CQ on a live channel, neither armed nor active
+ * (set_active() and channel_lost() take it off the list).
+ */
+static __attribute__((noinline)) unsigned int settle_lone(rr_cq *cq, enum rr__arm when)
+{
+	struct rr__cqs *set = cq->set;
+	unsigned int n2;
+	bool more;
+
+	if (cq->empty_gen != set->gen || cq->unsettled || cq->mode != RR_WAIT_EVENT ||
+	    when == RR__ARM_LATER || (when == RR__ARM_IF_IDLE && rr__ring_cqe_waiting(set->ring)))
+		return service_as(cq, when);
+	posts_due(cq);
+	if (reap_deferred(cq))
+		return 0;
+	if (arm(cq)) {
+		set_active(cq, true); /* cannot sleep on it: keep polling */
+	} else {
+		n2 = cq_poll_full(cq, &more);
+		if (n2)
+			return stream_after_arm(cq, n2, more);
+	}
+	/* Last: the hook may destroy the CQ. */
+	if (cq->hooks.after_dispatch)
+		cq->hooks.after_dispatch(cq->hooks.ctx);
+	return 0;
+}
+
+/* service_as() of a CQ polled already: @n handed out, @more as it said. */
+static __attribute__((noinline)) void service_polled(rr_cq *cq, enum rr__arm when, unsigned int n,
+						     bool more)
+{
+	place(cq, when, n, more);
+	if (reap_deferred(cq))
+		return;
+	if (cq->hooks.after_dispatch)
+		cq->hooks.after_dispatch(cq->hooks.ctx);
 }
 
 /* Inside the built-in loop, arming waits until the loop could block; in
@@ -688,13 +870,42 @@ static inline unsigned int service(rr_cq *cq)
 
 	if (!(r->loop_owned || r->arm_at_end))
 		return service_as(cq, RR__ARM_NOW);
-	if (cq->empty_gen != set->gen || cq->active || !may_wait_lazy(cq))
+	if (cq->empty_gen != set->gen || !lazy_ok(cq))
 		return service_as(cq, RR__ARM_LATER);
 	set_lazy(cq, true);
 	/* Last: the hook may destroy the CQ. */
 	if (cq->hooks.after_dispatch)
 		cq->hooks.after_dispatch(cq->hooks.ctx);
 	return 0;
+}
+
+/*
+ * An event CQ whose event was just read, not polled yet in this call: what
+ * service() does, with the poll here instead of in poll_and_place() (the
+ * first CQ of a channel drain, mostly the only one). Other modes, and a
+ * CQ the budget cut, go the general way.
+ */
+static inline __attribute__((always_inline)) void serve_event(rr_cq *cq)
+{
+	struct rr__cqs *set = cq->set;
+	const struct rr__ring *r = set->ring;
+	unsigned int n;
+	bool more;
+
+	if (!(r->loop_owned || r->arm_at_end) || cq->mode != RR_WAIT_EVENT ||
+	    cq->empty_gen == set->gen) {
+		service(cq);
+		return;
+	}
+	n = cq_poll_here(cq, &more);
+	if (more || !lazy_ok(cq)) { /* not active: see the callers */
+		service_polled(cq, RR__ARM_LATER, n, more);
+		return;
+	}
+	set_lazy(cq, true);
+	/* Last: the hook may destroy the CQ. */
+	if (cq->hooks.after_dispatch)
+		cq->hooks.after_dispatch(cq->hooks.ctx);
 }
 
 /* Poll an armed event CQ without touching its arm: what it hands out
@@ -705,7 +916,7 @@ static unsigned int free_poll(rr_cq *cq)
 	unsigned int n;
 	bool more;
 
-	n = cq_poll(cq, cq->set->budget, &more);
+	n = cq_poll_full(cq, &more);
 	if (reap_deferred(cq))
 		return n;
 	if (more) {
@@ -741,17 +952,26 @@ static __attribute__((noinline)) unsigned int settle_all(struct rr__cqs *set, en
 	struct rr__list pass;
 	unsigned int n = 0;
 
+	rr_cq *first;
+
 	if (armed_too)
 		n += poll_armed(set);
-	if (rr__list_empty(&set->lazy))
+	first = set->lazy_one;
+	if (!first)
 		return n;
-	/* Take the list, as rr__cq_poll_active() does: a CQ left unarmed
-	 * goes back on set->lazy, not on `pass`. */
-	pass.next = set->lazy.next;
-	pass.prev = set->lazy.prev;
-	pass.next->prev = &pass;
-	pass.prev->next = &pass;
-	rr__list_init(&set->lazy);
+	/* Take them, as rr__cq_poll_active() does: a CQ left unarmed goes
+	 * back to set->lazy_one or set->lazy, not on `pass`. */
+	rr__list_init(&pass);
+	if (!rr__list_empty(&set->lazy)) {
+		pass.next = set->lazy.next;
+		pass.prev = set->lazy.prev;
+		pass.next->prev = &pass;
+		pass.prev->next = &pass;
+		rr__list_init(&set->lazy);
+	}
+	set->lazy_one = NULL;
+	first->lazy = false;
+	n += service_as(first, when);
 	while (!rr__list_empty(&pass)) {
 		rr_cq *cq = rr__container_of(pass.next, rr_cq, lazy_link);
 
@@ -767,17 +987,15 @@ unsigned int rr__cqs_settle(struct rr__cqs *set, enum rr__arm when, bool armed_t
 	rr_cq *cq;
 
 	/* Mostly no armed CQ to poll and one lazy CQ, or none: taken alone,
-	 * no list to splice, no frame (the rest is out of line). An empty
-	 * list's next and prev are the same too. */
-	if (armed_too || set->lazy.next != set->lazy.prev)
+	 * no list, no frame (the rest is out of line). */
+	if (armed_too || !rr__list_empty(&set->lazy))
 		return settle_all(set, when, armed_too);
-	if (rr__list_empty(&set->lazy))
+	cq = set->lazy_one;
+	if (!cq)
 		return 0;
-	cq = rr__container_of(set->lazy.next, rr_cq, lazy_link);
-	rr__list_init(&set->lazy);
-	rr__list_init(&cq->lazy_link);
+	set->lazy_one = NULL;
 	cq->lazy = false;
-	return service_as(cq, when); /* a tail call */
+	return settle_lone(cq, when); /* a tail call */
 }
 
 unsigned int rr__cq_poll_active(struct rr__cqs *set)
@@ -833,6 +1051,8 @@ int rr__cq_take_qp(rr_cq *cq, uint32_t qp_num, void (*fn)(void *ctx, const struc
 	 * others stay, in order). All are taken before any goes to fn,
 	 * whose callbacks may take another QP's from the same CQ.
 	 */
+	if (cq->batch_next) /* under a callback of hand_out_batch() */
+		cq->batch_head = (uint32_t)(cq->batch_next - cq->batch);
 	for (i = k = cq->batch_head; i < cq->nbatch; i++) {
 		if (cq->batch[i].qp_num != qp_num)
 			cq->batch[k++] = cq->batch[i];
@@ -840,6 +1060,7 @@ int rr__cq_take_qp(rr_cq *cq, uint32_t qp_num, void (*fn)(void *ctx, const struc
 			rc = -ENOMEM; /* this one is lost: say so */
 	}
 	cq->nbatch = k;
+	cq->batch_end = cq->batch + k;
 	for (i = k = cq->stash_head; i < cq->nstash; i++) {
 		if (cq->stash[i].qp_num != qp_num)
 			cq->stash[k++] = cq->stash[i];
@@ -896,12 +1117,25 @@ static void channel_lost(rr_channel *ch)
 	rr__ring_want_kick(ch->set->ring);
 }
 
+/* The CQs of a channel drain after its first, in the order read. */
+static __attribute__((noinline)) void serve_pending(struct rr__list *pending)
+{
+	while (!rr__list_empty(pending)) {
+		rr_cq *cq = rr__container_of(pending->next, rr_cq, active_link);
+
+		rr__list_del(&cq->active_link);
+		cq->evented = false;
+		service(cq);
+	}
+}
+
 static void channel_ready(void *ctx, int revents)
 {
 	rr_channel *ch = ctx;
 	struct rr__cqs *set = ch->set;
 	struct rr__list pending;
-	rr_cq *first = NULL;
+	rr_cq *first = NULL, *polled = NULL;
+	bool others = false;
 	struct ibv_cq *icq;
 	void *cctx;
 	int err = 0;
@@ -915,20 +1149,20 @@ static void channel_ready(void *ctx, int revents)
 	 * completions before the read that fetches the event, so a reply
 	 * posted from on_wc does not wait behind that syscall. */
 	if (ch->narmed == 1) {
-		rr_cq *only = rr__container_of(ch->armed.next, rr_cq, armed_link);
+		rr_cq *only = (rr_cq *)ch->armed_xor;
 		bool more;
 
 		if (!only->active) {
-			unsigned int n = cq_poll(only, set->budget, &more);
+			unsigned int n = cq_poll_here(only, &more);
 
 			posts_due(only);
 			if (reap_deferred(only))
 				return; /* destroyed: its events went with it */
 			if (n && is_hybrid(only))
 				only->spin = RR__SPIN_BUSY; /* activity: spin after this */
+			polled = only;
 		}
 	}
-	rr__list_init(&pending);
 	for (;;) {
 		if (ibv_get_cq_event(ch->ch, &icq, &cctx)) {
 			err = errno;
@@ -942,10 +1176,14 @@ static void channel_ready(void *ctx, int revents)
 		 * Mostly one event: the first needs no list. */
 		if (!cq->evented && !cq->active) {
 			cq->evented = true;
-			if (!first)
+			if (!first) {
 				first = cq;
-			else
+			} else {
+				if (!others)
+					rr__list_init(&pending);
+				others = true;
 				rr__list_add_tail(&pending, &cq->active_link);
+			}
 		}
 		/* Each armed CQ raises one event at most: when none is left
 		 * armed the channel is empty, and the read that would say
@@ -963,15 +1201,13 @@ static void channel_ready(void *ctx, int revents)
 	/* Served first, before any callback could destroy it. */
 	if (first) {
 		first->evented = false;
-		service(first);
+		if (first != polled)
+			serve_event(first);
+		else
+			service(first);
 	}
-	while (!rr__list_empty(&pending)) {
-		rr_cq *cq = rr__container_of(pending.next, rr_cq, active_link);
-
-		rr__list_del(&cq->active_link);
-		cq->evented = false;
-		service(cq);
-	}
+	if (others)
+		serve_pending(&pending);
 }
 
 /* One event read by the ring: its CQE names the CQ. */
@@ -997,7 +1233,7 @@ static void channel_event(void *ctx, int res, void *data)
 		cq = ((struct ibv_cq *)(uintptr_t)ev.cq_handle)->cq_context;
 		took_event(cq);
 		if (!cq->active)
-			service(cq); /* an active CQ is polled on the pass */
+			serve_event(cq); /* an active CQ is polled on the pass */
 		return;
 	}
 	/* The device is gone (-EIO) or the read makes no sense: poll the
@@ -1055,7 +1291,6 @@ int rr__channel_create(struct rr__cqs *set, struct ibv_context *ctx, rr_channel 
 		return -ENOMEM;
 	ch->set = set;
 	ch->slot = RR__NO_SLOT;
-	rr__list_init(&ch->armed);
 	ch->ch = ibv_create_comp_channel(ctx);
 	if (!ch->ch) {
 		rc = errno ? -errno : -ENOMEM;
@@ -1124,7 +1359,6 @@ int rr__cq_create(struct rr__cqs *set, rr_channel *ch, struct ibv_context *ctx,
 	cq->data = opts->data;
 	rr__list_init(&cq->active_link);
 	rr__list_init(&cq->lazy_link);
-	rr__list_init(&cq->armed_link);
 	/* Groups on other vectors take their interrupts on other cores. */
 	vector = ctx->num_comp_vectors > 1 ? (int)(set->comp_vector % ctx->num_comp_vectors) : 0;
 	cq->cq = ibv_create_cq(ctx, opts->cqe > 0 ? opts->cqe : 256, cq, ch->ch, vector);
@@ -1199,7 +1433,10 @@ int rr_cq_destroy(rr_cq *cq)
 	hooks = cq->hooks;
 	if (cq->dispatch_depth) {
 		cq->destroy_deferred = true; /* freed when its dispatch unwinds */
+		if (cq->batch_next)	     /* under a callback of hand_out_batch() */
+			cq->batch_head = (uint32_t)(cq->batch_next - cq->batch);
 		cq->nbatch = cq->batch_head; /* ends the loop handing it out */
+		cq->batch_end = cq->batch_next;
 	} else {
 		cq_free(cq);
 	}

@@ -15,7 +15,8 @@ struct rr__cqs {
 	struct rr__ring *ring;
 	struct rr_bridge_stats *stats;
 	unsigned int cq_batch, budget, ack_batch;
-	bool ring_reads; /* channels may be read through the ring (see cq.c) */
+	unsigned int poll_want; /* a poll with the whole budget asks for this */
+	bool ring_reads;	/* channels may be read through the ring (see cq.c) */
 	/* Bumped by the layer above at each call into the library and after
 	 * each wait: a CQ found empty since is not polled again before its
 	 * arm (see cq_poll()). Odd (1 and up by 2), so never 0, which a
@@ -25,8 +26,11 @@ struct rr__cqs {
 	struct rr__list channels;
 	struct rr__list cqs;	/* in the order poll_armed() takes them */
 	struct rr__list active; /* CQs polled every pass */
-	struct rr__list lazy;	/* event CQs drained by the loop, armed before it blocks */
-	unsigned int narmed;	/* CQs armed, all channels: none, no poll_armed() */
+	/* Event CQs drained by the loop, armed before it blocks: the
+	 * first, then the others in order (see set_lazy() in cq.c). */
+	struct rr_cq *lazy_one;
+	struct rr__list lazy;
+	unsigned int narmed; /* CQs armed, all channels: none, no poll_armed() */
 	/* Adaptive re-poll (see cq.c), learnt over all CQs, so that many CQs
 	 * that each fire rarely learn as one does: re-polls after a short
 	 * batch that found nothing, in a row; short batches since a probe. */
@@ -39,8 +43,9 @@ struct rr__cqs {
 	 * before the event read and every arm (see posts_due() in cq.c). */
 	void (*posts_due)(void *ctx);
 	void *posts_ctx;
-	/* Its flag that anything is held (NULL: call it every time): while
-	 * false the call, which would find nothing, is spared. */
+	/* Its flag that anything is held, set with posts_due (until then a
+	 * false of rr__cqs_init()'s): while false the call, which would
+	 * find nothing, is spared. */
 	const bool *posts_held;
 };
 
@@ -49,10 +54,12 @@ struct rr_channel {
 	struct ibv_comp_channel *ch;
 	uint32_t slot;
 	unsigned int ncqs;
-	unsigned int narmed;   /* its CQs armed: the most events it can hold */
-	struct rr__list armed; /* those CQs */
-	bool deaf;	       /* its poll failed for good: its CQs are polled */
-	bool ring_reads;       /* slot is an IORING_OP_READ of its events */
+	unsigned int narmed; /* its CQs armed: the most events it can hold */
+	/* Those CQs' addresses XORed: with one armed, that one. No list
+	 * to keep at each arm and event. */
+	uintptr_t armed_xor;
+	bool deaf;	 /* its poll failed for good: its CQs are polled */
+	bool ring_reads; /* slot is an IORING_OP_READ of its events */
 	struct rr__list link;
 };
 
@@ -77,11 +84,23 @@ struct rr_cq {
 	struct rr__cq_hooks hooks;
 	unsigned int unacked;	/* events read, not yet acknowledged */
 	unsigned int empty_gen; /* set->gen when a poll last found it empty; 0 after an arm */
-	bool armed;		/* ibv_req_notify_cq() since the last event */
-	bool active;		/* on set->active: polled every pass */
-	bool evented;		/* on the pending list of the current drain */
-	bool lazy;		/* on set->lazy: unarmed until the loop would block */
-	bool repolling;		/* its next poll is a re-poll after a short batch */
+	/* What keeps a polled event CQ from waiting on the lazy list: one
+	 * word to ask, with its mode and channel (see lazy_ok() in cq.c). */
+	union {
+		struct {
+			bool armed;  /* ibv_req_notify_cq() since the last event */
+			bool active; /* on set->active: polled every pass */
+			/* Completions kept: the rest of a batch or the stash
+			 * below. One test for cq_poll(); set where they change
+			 * (see cq.c). */
+			bool kept;
+			bool destroy_deferred;
+		};
+		uint32_t unsettled; /* any of the four */
+	};
+	bool evented;	/* on the pending list of the current drain */
+	bool lazy;	/* on set->lazy: unarmed until the loop would block */
+	bool repolling; /* its next poll is a re-poll after a short batch */
 	/* Hybrid: the spin window. */
 	enum { RR__SPIN_IDLE, RR__SPIN_BUSY, RR__SPIN_WINDOW } spin;
 	unsigned int spin_empty; /* empty polls in the current window */
@@ -99,19 +118,17 @@ struct rr_cq {
 	unsigned int skip;	 /* adaptive: windows still to skip (arm at once) */
 	struct rr__list active_link;
 	struct rr__list lazy_link;   /* set->lazy */
-	struct rr__list armed_link;  /* ch->armed */
 	struct rr__list link;	     /* set->cqs */
 	unsigned int dispatch_depth; /* >0 while handing out its WCs */
-	/* Completions kept: the rest of a batch or the stash below. One
-	 * test for cq_poll(); set where they change (see cq.c). */
-	bool kept;
 	/* The batch being handed out (set->cq_batch entries). */
 	struct ibv_wc *batch;
 	uint32_t batch_head, nbatch;
+	/* While hand_out_batch() runs: the entry after the one handed out
+	 * and the bound, which take_qp and a destroy lower (NULL between). */
+	struct ibv_wc *batch_next, *batch_end;
 	/* Work completions taken out by rr__cq_take_qp() for other QPs. */
 	struct ibv_wc *stash;
 	uint32_t stash_head, nstash, stash_cap;
-	bool destroy_deferred;
 };
 
 void rr__cqs_init(struct rr__cqs *set, struct rr__ring *ring, struct rr_bridge_stats *stats,
@@ -166,7 +183,7 @@ enum rr__arm {
 unsigned int rr__cqs_settle(struct rr__cqs *set, enum rr__arm when, bool armed_too);
 static inline bool rr__cq_any_lazy(const struct rr__cqs *set)
 {
-	return !rr__list_empty(&set->lazy);
+	return set->lazy_one != NULL;
 }
 
 #endif

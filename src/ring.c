@@ -69,33 +69,6 @@ struct rr__getevents_arg {
 _Static_assert(sizeof(struct rr__getevents_arg) == sizeof(struct io_uring_getevents_arg),
 	       "the 6.12 layout of io_uring_getevents_arg");
 
-struct rr__poll {
-	/* Its POLL user_data (instance, generation, slot) while in use, 0
-	 * while free: a CQE of its current use carries exactly this. */
-	uint64_t ud;
-	int fd;
-	uint32_t gen;
-	bool in_use;
-	bool is_timer;
-	bool is_read;
-	bool armed;		      /* its POLL_ADD/TIMEOUT is in the SQ or the kernel */
-	bool closing;		      /* freed at the terminal CQE */
-	bool queued;		      /* on the owed queue (entries may be stale: see want) */
-	bool oneshot;		      /* armed single-shot until a poll succeeds */
-	bool retiring;		      /* its multishot poll is being ended, to be re-armed */
-	bool multi;		      /* multishot wherever the kernel has it */
-	uint8_t want;		      /* WANT_*: SQEs owed */
-	unsigned int errors;	      /* consecutive failed polls */
-	struct __kernel_timespec *ts; /* timers: heap, the table may move */
-	rr__poll_fn fn;
-	rr__read_fn rfn; /* read slots */
-	uint8_t *buf;	 /* read slots: heap, the kernel writes it */
-	uint32_t len;
-	void *ctx;
-	uint32_t next_free;
-	uint32_t next_owed;
-};
-
 uint64_t rr__now_ns(void)
 {
 	struct timespec ts;
@@ -663,6 +636,16 @@ static bool make_room(struct rr__ring *r)
 	return room;
 }
 
+/* The SQ is full: make room, then take an SQE (NULL if none). Out of
+ * line, so that our_sqe() needs no frame for it. */
+static __attribute__((noinline)) struct io_uring_sqe *sqe_after_room(struct rr__ring *r)
+{
+	r->stats->sq_full++;
+	if (!make_room(r))
+		return NULL;
+	return io_uring_get_sqe(r->io);
+}
+
 static struct io_uring_sqe *our_sqe(struct rr__ring *r)
 {
 	struct io_uring_sq *sq = &r->io->sq;
@@ -671,15 +654,15 @@ static struct io_uring_sqe *our_sqe(struct rr__ring *r)
 
 	if (!may_write(r))
 		return NULL;
-	if (!io_uring_sq_space_left(r->io)) {
-		r->stats->sq_full++;
-		if (!make_room(r))
-			return NULL;
-	}
+	/* io_uring_get_sqe() fails only on a full SQ. */
 	first = sq->sqe_tail == sq->sqe_head;
 	sqe = io_uring_get_sqe(r->io);
-	if (!sqe)
-		return NULL;
+	if (!sqe) {
+		sqe = sqe_after_room(r);
+		if (!sqe)
+			return NULL;
+		first = sq->sqe_tail - 1 == sq->sqe_head;
+	}
 	if (first) {
 		r->own_valid = true;
 		r->own_head = sq->sqe_head;
@@ -896,21 +879,25 @@ static void cancel_cqe(struct rr__ring *r, uint32_t idx, const struct io_uring_c
 	owe(r, idx, WANT_CANCEL);
 }
 
-static void read_cqe(struct rr__ring *r, uint32_t idx, const struct io_uring_cqe *cqe)
+/* A read slot's CQE (a READ is never multishot: it has ended), unless
+ * the slot is closing. */
+static __attribute__((noinline)) void read_cqe(struct rr__ring *r, uint32_t idx,
+					       const struct io_uring_cqe *cqe)
 {
 	struct rr__poll *p = &r->slots[idx];
 	rr__read_fn fn = p->rfn;
 	void *ctx = p->ctx;
 
-	if (cqe->res >= 0) {
-		uint32_t gen = p->gen;
+	p->armed = false;
+	p->retiring = false;
+	p->want &= (uint8_t)~WANT_CANCEL;
 
+	if (cqe->res >= 0) {
+		/* Handed out: no settle reads the buffer before prep()
+		 * zeroes it for the next READ (rr__read_settle() of a slot
+		 * not armed returns NULL). */
 		fn(ctx, cqe->res, p->buf);
 		p = &r->slots[idx]; /* the handler may have moved the table */
-		/* Handed out: not a settle's. Unless the slot went to a new
-		 * read meanwhile, whose buffer may hold an event already. */
-		if (p->in_use && p->gen == gen)
-			memset(p->buf, 0, RR__READ_MAX);
 	} else if (cqe->res != -ECANCELED && cqe->res != -EINTR) {
 		/* -EAGAIN here means this kernel does not wait for the fd:
 		 * re-submitting would spin. The owner picks another way. */
@@ -925,10 +912,18 @@ static void read_cqe(struct rr__ring *r, uint32_t idx, const struct io_uring_cqe
 		return;
 	}
 	r->stats->rearms++;
+	/* Nothing owed before it: written now, as the flush that follows
+	 * every CQE would, without queueing it for that flush. */
+	if (r->pend_head == RR__NO_SLOT) {
+		struct io_uring_sqe *sqe = our_sqe(r);
+
+		if (sqe) {
+			prep(r, sqe, idx, WANT_ARM);
+			return;
+		}
+	}
 	owe(r, idx, WANT_ARM);
 }
-
-#define POLL_FAILED (POLLERR | POLLHUP | POLLNVAL)
 
 /* The errno a failed poll's result means: what the owner is told. */
 static int poll_errno(int res)
@@ -955,7 +950,8 @@ static void give_up(struct rr__ring *r, uint32_t idx, int err)
 	fn(ctx, err);
 }
 
-static void poll_cqe(struct rr__ring *r, uint32_t idx, const struct io_uring_cqe *cqe)
+static __attribute__((noinline)) void poll_cqe(struct rr__ring *r, uint32_t idx,
+					       const struct io_uring_cqe *cqe)
 {
 	struct rr__poll *p = &r->slots[idx];
 	bool more = cqe->flags & IORING_CQE_F_MORE;
@@ -990,7 +986,7 @@ static void poll_cqe(struct rr__ring *r, uint32_t idx, const struct io_uring_cqe
 	 * the handler ran, nothing is owed whatever it did to the slot (a
 	 * close owes its cancel itself, a slot released or reused is not
 	 * this one's). oneshot goes only with errors. */
-	if (more && p->armed && cqe->res >= 0 && !(cqe->res & POLL_FAILED)) {
+	if (more && p->armed && cqe->res >= 0 && !(cqe->res & RR__POLL_FAILED)) {
 		if (p->errors) {
 			p->errors = 0;
 			p->oneshot = false;
@@ -999,7 +995,7 @@ static void poll_cqe(struct rr__ring *r, uint32_t idx, const struct io_uring_cqe
 		return;
 	}
 	if (cqe->res >= 0) {
-		failed = cqe->res & POLL_FAILED;
+		failed = cqe->res & RR__POLL_FAILED;
 		if (!failed) {
 			p->errors = 0;
 			p->oneshot = false;
@@ -1048,19 +1044,13 @@ static void poll_cqe(struct rr__ring *r, uint32_t idx, const struct io_uring_cqe
 	owe(r, idx, WANT_ARM);
 }
 
-enum rr__ud_kind rr__ring_cqe(struct rr__ring *r, const struct io_uring_cqe *cqe)
+/* Every CQE but a slot's poll, timer or read (see rr__ring_cqe()). */
+enum rr__ud_kind rr__ring_cqe_other(struct rr__ring *r, const struct io_uring_cqe *cqe)
 {
 	uint64_t ud = cqe->user_data;
 	enum rr__ud_kind kind;
 	uint32_t idx = rr__ud_slot(ud);
 
-	/* Mostly a slot's poll (a channel's, a read's): asked first, as one
-	 * comparison with the user_data of the slot's current use (this
-	 * instance, this generation; 0 for a free slot). */
-	if (idx < r->nslots && r->slots[idx].ud == ud) {
-		poll_cqe(r, idx, cqe);
-		return RR__UD_POLL;
-	}
 	kind = rr__ud_kind(ud);
 	if (rr__ud_inst(ud) != r->inst)
 		return 0; /* an earlier bridge's */
@@ -1096,6 +1086,14 @@ enum rr__ud_kind rr__ring_cqe(struct rr__ring *r, const struct io_uring_cqe *cqe
 		return 0;
 	cancel_cqe(r, idx, cqe);
 	return kind;
+}
+
+void rr__ring_slot_cqe(struct rr__ring *r, uint32_t idx, const struct io_uring_cqe *cqe)
+{
+	if (r->slots[idx].is_read && !r->slots[idx].closing)
+		read_cqe(r, idx, cqe); /* a channel's event, read by the ring */
+	else
+		poll_cqe(r, idx, cqe);
 }
 
 uint64_t rr__ring_poll_ud(const struct rr__ring *r, uint32_t idx)

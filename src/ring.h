@@ -7,6 +7,7 @@
 #ifndef RR_RING_H
 #define RR_RING_H
 
+#include <poll.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -190,9 +191,66 @@ bool rr__ring_can_settle(struct rr__ring *r);
 /* Stop a poll, timer or read; its fn is never called again. RR__NO_SLOT is fine. */
 void rr__poll_close(struct rr__ring *r, uint32_t slot);
 
-/* Handle a CQE carrying this ring's tag: the kind handled, or 0 for a
- * stale CQE (another instance, an old generation). */
-enum rr__ud_kind rr__ring_cqe(struct rr__ring *r, const struct io_uring_cqe *cqe);
+/* A slot of the ring (ring.c keeps them; here for rr__ring_cqe()). */
+struct rr__poll {
+	/* Its POLL user_data (instance, generation, slot) while in use, 0
+	 * while free: a CQE of its current use carries exactly this. */
+	uint64_t ud;
+	int fd;
+	uint32_t gen;
+	bool in_use;
+	bool is_timer;
+	bool is_read;
+	bool armed;		      /* its POLL_ADD/TIMEOUT is in the SQ or the kernel */
+	bool closing;		      /* freed at the terminal CQE */
+	bool queued;		      /* on the owed queue (entries may be stale: see want) */
+	bool oneshot;		      /* armed single-shot until a poll succeeds */
+	bool retiring;		      /* its multishot poll is being ended, to be re-armed */
+	bool multi;		      /* multishot wherever the kernel has it */
+	uint8_t want;		      /* WANT_*: SQEs owed */
+	unsigned int errors;	      /* consecutive failed polls */
+	struct __kernel_timespec *ts; /* timers: heap, the table may move */
+	rr__poll_fn fn;
+	rr__read_fn rfn; /* read slots */
+	uint8_t *buf;	 /* read slots: heap, the kernel writes it */
+	uint32_t len;
+	void *ctx;
+	uint32_t next_free;
+	uint32_t next_owed;
+};
+
+#define RR__POLL_FAILED (POLLERR | POLLHUP | POLLNVAL)
+
+/* rr__ring_cqe() past its common case: a slot's other CQEs, any other. */
+void rr__ring_slot_cqe(struct rr__ring *r, uint32_t idx, const struct io_uring_cqe *cqe);
+enum rr__ud_kind rr__ring_cqe_other(struct rr__ring *r, const struct io_uring_cqe *cqe);
+
+/*
+ * Handle a CQE carrying this ring's tag: the kind handled, or 0 for a
+ * stale CQE (another instance, an old generation). Inline: mostly a clean
+ * result of a channel's multishot poll that stays armed (with no errors
+ * to forget), whose handler is called from here; the rest is out of line.
+ */
+static inline enum rr__ud_kind rr__ring_cqe(struct rr__ring *r, const struct io_uring_cqe *cqe)
+{
+	uint64_t ud = cqe->user_data;
+	uint32_t idx = rr__ud_slot(ud);
+	const struct rr__poll *p = &r->slots[idx];
+	int res = cqe->res;
+
+	/* A slot's poll, timer or read: one comparison with the user_data
+	 * of the slot's current use (this instance, this generation; 0 for
+	 * a free slot). */
+	if (idx < r->nslots && p->ud == ud) {
+		if ((cqe->flags & IORING_CQE_F_MORE) && p->armed && !p->closing && !p->is_timer &&
+		    !p->is_read && !p->errors && res >= 0 && !(res & RR__POLL_FAILED))
+			p->fn(p->ctx, res);
+		else
+			rr__ring_slot_cqe(r, idx, cqe);
+		return RR__UD_POLL;
+	}
+	return rr__ring_cqe_other(r, cqe);
+}
 
 /*
  * A bell other threads may ring (through rr__ring_peer_ring()): every

@@ -64,9 +64,10 @@ BRIDGE_ROWS = ("bridge", "bridge-embed", "bridge-read")
 # are met, else the figure reached so far, so no change can lose what was
 # gained; docs/performance.md gives the arithmetic of each gap. Lower these
 # as the code gets there; never raise them.
-ENFORCE_WAKE_K1 = {"bridge": 575, "bridge-embed": TARGET_WAKE_K1, "bridge-read": 620}
-ENFORCE_WC = {"bridge": 1.40, "bridge-embed": 1.37, "bridge-read": 1.42,
-              "bridge-batch": 1.31}
+ENFORCE_WAKE_K1 = {"bridge": TARGET_WAKE_K1, "bridge-embed": TARGET_WAKE_K1,
+                   "bridge-read": TARGET_WAKE_K1}
+ENFORCE_WC = {"bridge": TARGET_WC, "bridge-embed": TARGET_WC, "bridge-read": TARGET_WC,
+              "bridge-batch": 1.21}
 # fan-*: a wake-up with N objects costs at most this much more than with one
 TARGET_FAN = 0.05
 
