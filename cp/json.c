@@ -118,11 +118,14 @@ static int write_summary(FILE *f, const struct cp_opts *o, const struct cp_summa
 			fprintf(f,
 				", \"exit_code\": %d, \"files\": %llu, \"bytes\": %llu, "
 				"\"ranges\": %llu, \"chunks\": %llu, \"connections\": %u, "
-				"\"mpi_requests\": %llu, \"data_seconds\": %.6f}",
+				"\"mpi_requests\": %llu, ",
 				k->exit_code, (unsigned long long)k->n.files,
 				(unsigned long long)k->n.bytes, (unsigned long long)k->n.ranges,
 				(unsigned long long)k->n.chunks, k->n.connections,
-				(unsigned long long)k->requests,
+				(unsigned long long)k->requests);
+			if (!strcmp(s->mode, "send"))
+				fprintf(f, "\"walked\": %llu, ", (unsigned long long)k->walked);
+			fprintf(f, "\"data_seconds\": %.6f}",
 				(double)(k->data_end - k->data_start) / 1e9);
 		}
 		fputs("],\n", f);

@@ -20,7 +20,6 @@
 #include "ranks.h"
 #include "rr_config.h"
 #include "json.h"
-#include "xxh.h"
 
 enum { OP_TAKE = 1, OP_STORED, OP_PING, OP_FAIL, OP_DONE };
 
@@ -135,58 +134,51 @@ int cp_mpi_gather(const struct cp_rank_figs *mine, struct cp_rank_figs *all)
 	return rc == MPI_SUCCESS ? 0 : -EIO;
 }
 
-static void hash_str(const struct cp_xxh *x, void *st, const char *s)
+int cp_mpi_share_list(struct cp_sendq *q, int walk_ret, uint64_t *total, char *msg, size_t len)
 {
-	x->update(st, s ? s : "", s ? strlen(s) + 1 : 1);
-}
+	const size_t piece = 1u << 30; /* what MPI's int count holds, and less */
+	uint64_t n = 0;
+	size_t packed = 0;
+	char *buf = NULL;
+	int ret, have, all_have;
 
-/* What the rules and the receiver see of an entry, in list order; the
- * source's device and inode are each host's own and stay out. */
-static uint64_t list_digest(const struct cp_sendq *q)
-{
-	const struct cp_xxh *x = cp_xxh();
-	void *st = x->create();
-	uint64_t d;
-
-	if (!st)
-		return 0;
-	for (int i = 0; i < q->ne; i++) {
-		const struct cp_sendq_entry *e = &q->e[i];
-		uint64_t f[] = {e->kind,       e->mode,		 (uint64_t)e->mtime.sec,
-				e->mtime.nsec, (uint64_t)e->dir, (uint64_t)e->own,
-				e->range,      e->index,	 (uint64_t)e->commit,
-				e->size,       e->range_off,	 e->range_len,
-				e->stripe};
-
-		x->update(st, f, sizeof(f));
-		hash_str(x, st, e->name);
-		hash_str(x, st, e->target);
+	if (!me && !walk_ret && cp_sendq_pack(q, &buf, &packed)) {
+		snprintf(msg, len, "out of memory");
+		walk_ret = CP_EXIT_FAIL;
 	}
-	x->update(st, &q->ne, sizeof(q->ne));
-	d = x->digest(st);
-	x->destroy(st);
-	return d;
-}
-
-int cp_mpi_agree(const struct cp_sendq *q, int walk_ret, char *msg, size_t len)
-{
-	uint64_t d = walk_ret ? 0 : list_digest(q), lo = d, hi = d;
-	int worst = cp_mpi_worst(walk_ret);
-
-	if (worst) {
+	ret = cp_mpi_worst(walk_ret);
+	if (ret) {
 		if (!walk_ret)
 			snprintf(msg, len, "another rank could not walk what it was given");
-		return worst;
+		free(buf);
+		return ret;
 	}
-	MPI_Allreduce(&d, &lo, 1, MPI_UINT64_T, MPI_MIN, comm);
-	MPI_Allreduce(&d, &hi, 1, MPI_UINT64_T, MPI_MAX, comm);
-	if (lo != hi) {
+	n = packed;
+	MPI_Bcast(&n, 1, MPI_UINT64_T, 0, comm);
+	MPI_Bcast(total, 1, MPI_UINT64_T, 0, comm);
+	if (me)
+		buf = malloc(n ? n : 1);
+	have = buf != NULL;
+	MPI_Allreduce(&have, &all_have, 1, MPI_INT, MPI_MIN, comm);
+	if (!all_have) {
+		snprintf(msg, len, "%s", have ? "another rank is out of memory" : "out of memory");
+		free(buf);
+		return CP_EXIT_FAIL;
+	}
+	for (uint64_t off = 0; off < n; off += piece)
+		MPI_Bcast(buf + off, (int)(n - off < piece ? n - off : piece), MPI_BYTE, 0, comm);
+	ret = 0;
+	if (me && cp_sendq_unpack(q, buf, (size_t)n)) {
 		snprintf(msg, len,
-			 "the ranks found different files (the tree changed while they walked "
-			 "it, or it is not the same on every host)");
-		return CP_EXIT_LOCAL_IO;
+			 "rank 0's list of what to send did not unpack here (not the same "
+			 "ringrdma-cp on every host?)");
+		ret = CP_EXIT_FAIL;
 	}
-	return 0;
+	free(buf);
+	ret = cp_mpi_worst(ret);
+	if (ret && !msg[0])
+		snprintf(msg, len, "another rank could not take rank 0's list");
+	return ret;
 }
 
 int cp_mpi_same_dir(int dirfd, char *msg, size_t len)
@@ -525,9 +517,9 @@ int cp_mpi_gather(const struct cp_rank_figs *mine, struct cp_rank_figs *all)
 	return -ENOSYS;
 }
 
-int cp_mpi_agree(const struct cp_sendq *q, int walk_ret, char *msg, size_t len)
+int cp_mpi_share_list(struct cp_sendq *q, int walk_ret, uint64_t *total, char *msg, size_t len)
 {
-	(void)q, (void)msg, (void)len;
+	(void)q, (void)total, (void)msg, (void)len;
 	return walk_ret;
 }
 

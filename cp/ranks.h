@@ -4,11 +4,11 @@
  * MPI only coordinates; every byte of the copy goes over RDMA as without
  * it (docs/ringrdma-cp.md, "Ranks on MPI").
  *
- * send: every rank walks the same operands into the same list (checked
- * to be the same on every rank before anything moves); rank 0's list is
- * the one the rules of cp/sendq.c run on. A thread of rank 0 answers the
- * other ranks' connections: which entry to take next, which entry was
- * stored. Their own copies of the list give each entry's path and name.
+ * send: rank 0 walks the operands and gives every rank a copy of the
+ * list before anything moves; rank 0's is the one the rules of
+ * cp/sendq.c run on. A thread of rank 0 answers the other ranks'
+ * connections: which entry to take next, which entry was stored. Their
+ * copies of the list give each entry's path and name.
  *
  * Built without MPI (-Dmpi=disabled, or none installed) the cp_mpi_
  * functions answer as a job of one rank (-ENOSYS where MPI would move
@@ -51,6 +51,7 @@ struct cp_rank_figs {
 	struct cp_tally n;
 	uint64_t data_start, data_end; /* CLOCK_MONOTONIC of each rank's host */
 	uint64_t requests;	       /* MPI messages this rank sent to rank 0 */
+	uint64_t walked;	       /* entries its walk listed (send: rank 0 alone walks) */
 	int exit_code;
 	char host[64];
 };
@@ -72,12 +73,13 @@ struct cp_summary;
 int cp_mpi_summary(struct cp_rank_figs *mine, struct cp_summary *sum, struct cp_rank_figs *all);
 
 /*
- * cp_mpi_agree() - whether every rank walked the same list (@q, with its
- * own walk's status @walk_ret): 0 when all did and none failed; else the
- * worst walk status, or CP_EXIT_LOCAL_IO when the lists differ, with
- * why in @msg.
+ * cp_mpi_share_list() - rank 0's walked list @q (and the bytes it holds,
+ * *@total) on every rank: the others' @q, empty, gets a copy, so that
+ * the tree is walked once however many ranks send it. @walk_ret: rank
+ * 0's walk's status, or another rank's check of the operands. 0 when
+ * none failed; else the worst status, with why in @msg.
  */
-int cp_mpi_agree(const struct cp_sendq *q, int walk_ret, char *msg, size_t len);
+int cp_mpi_share_list(struct cp_sendq *q, int walk_ret, uint64_t *total, char *msg, size_t len);
 
 /*
  * cp_mpi_same_dir() - serve: whether every rank's @dirfd is one directory

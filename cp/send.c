@@ -111,7 +111,8 @@ struct sender {
 	struct cp_progress prog;
 	int result; /* the first connection that failed says it */
 	char msg[256];
-	int *tops; /* the walked trees' top directories, open to the end */
+	uint64_t walked; /* entries this rank's walk listed (--mpi: rank 0's) */
+	int *tops;	 /* the walked trees' top directories, open to the end */
 	int ntops;
 };
 
@@ -666,7 +667,9 @@ static int walk(struct sender *s, const char *path, const char *name, const stru
 	me = cp_sendq_add(&s->q, (struct cp_sendq_entry){.kind = CP_MKDIR,
 							 .path = strdup(path),
 							 .name = strdup(name),
-							 .dir = dir});
+							 .dir = dir,
+							 .dev = sb->st_dev,
+							 .ino = sb->st_ino});
 	if (me < 0)
 		return walk_fail(s, "out of memory");
 	list = list_dir(dfd, &n);
@@ -806,17 +809,18 @@ static char *top_name(const char *path, const char *as)
 }
 
 /* A directory operand (@sb, as stat() found it: a link given as the
- * operand is followed), opened and checked to be that one, then walked. */
+ * operand is followed), opened and checked to be that one, then walked
+ * (with --mpi on rank 0 only: the others get its list). */
 static int walk_top(struct sender *s, const char *path, const char *name, const struct stat *sb)
 {
-	int dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC), ret, first = s->q.ne, *tops;
+	int dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC), ret = 0, first = s->q.ne, *tops;
 	struct stat ob;
 
 	if (dfd < 0)
 		return walk_fail(s, "%s: %s", path, strerror(errno));
 	if (fstat(dfd, &ob) || ob.st_dev != sb->st_dev || ob.st_ino != sb->st_ino)
 		ret = walk_fail(s, "%s: changed while the tree was walked", path);
-	else
+	else if (!s->rank)
 		ret = walk(s, path, name, sb, -1, dfd);
 	tops = ret ? NULL : realloc(s->tops, (size_t)(s->ntops + 1) * sizeof(*tops));
 	if (!tops) {
@@ -836,7 +840,9 @@ static int walk_top(struct sender *s, const char *path, const char *name, const 
 }
 
 /* Every operand, and with -r every entry beneath, before anything moves:
- * files readable, directories walked, names valid. */
+ * files readable, directories walked, names valid. With --mpi the ranks
+ * but 0 only check the operands and open the trees' tops: rank 0's list
+ * comes to them (take_list()). */
 static int check_files(struct sender *s)
 {
 	for (int i = 0; i < s->o->nfiles; i++) {
@@ -871,6 +877,8 @@ static int check_files(struct sender *s)
 		}
 		if (!S_ISREG(sb.st_mode))
 			return walk_fail(s, "%s: not a regular file", path);
+		if (s->rank)
+			continue; /* rank 0 lists it */
 		base = strrchr(path, '/');
 		base = base ? base + 1 : path;
 		if (add_file(s,
@@ -884,6 +892,64 @@ static int check_files(struct sender *s)
 		s->total += (uint64_t)sb.st_size;
 	}
 	return 0;
+}
+
+/* Where rank 0's walk found @dev, @ino, what this host sees at @path
+ * (stat() or, for a top, its open directory @fd): 0 and *@dev set to
+ * this host's, or a walk_fail() when it is another file. */
+static int same_here(struct sender *s, const char *path, int fd, dev_t *dev, ino_t ino)
+{
+	struct stat sb;
+
+	if (fd >= 0 ? fstat(fd, &sb) : stat(path, &sb))
+		return walk_fail(s, "%s: %s", path, strerror(errno));
+	if (sb.st_ino != ino)
+		return walk_fail(s,
+				 "%s: not the one rank 0 walked (the source must be one tree "
+				 "every send rank sees: a shared or parallel file system)",
+				 path);
+	*dev = sb.st_dev;
+	return 0;
+}
+
+/*
+ * --mpi: every rank's list is rank 0's walk (the tree is walked once,
+ * however many ranks send it). A file system seen by every host gives a
+ * file the same inode on each but a device number of the host's own: the
+ * other ranks check each top and file operand to be the one rank 0 found
+ * and take their device, so that cp_open_walked() still opens only the
+ * walked file.
+ */
+static int take_list(struct sender *s, int ret)
+{
+	dev_t dev0 = 0, here = 0;
+	int top = -1;
+
+	ret = cp_mpi_share_list(&s->q, ret, &s->total, s->msg, sizeof(s->msg));
+	for (int i = 0; !ret && s->rank && i < s->q.ne; i++) {
+		struct cp_sendq_entry *e = &s->q.e[i];
+
+		if (e->kind == CP_MKDIR && e->dir < 0) {
+			/* a top: its tree's files are on its device here */
+			if (e->top < 0 || e->top >= s->ntops)
+				return walk_fail(s, "rank 0's list names a tree not given here");
+			top = e->top;
+			dev0 = e->dev;
+			ret = same_here(s, e->path, s->tops[top], &here, e->ino);
+		} else if ((e->kind == 0 || e->kind == CP_FILE_COMMIT) && e->in_tree) {
+			if (e->top != top)
+				return walk_fail(s, "rank 0's list names a tree not given here");
+			if (e->dev == dev0)
+				e->dev = here;
+		} else if (e->kind == 0 || e->kind == CP_FILE_COMMIT) {
+			/* a file operand: once, for all its ranges */
+			if (i && e->range && e->index)
+				e->dev = e[-1].dev;
+			else
+				ret = same_here(s, e->path, -1, &e->dev, e->ino);
+		}
+	}
+	return ret;
 }
 
 /*
@@ -998,11 +1064,12 @@ int cp_send(const struct cp_opts *o)
 	for (unsigned int i = 0; i < CP_SEND_CONNS_MAX; i++)
 		s->c[i] = (struct sconn){.fd = -1};
 	ret = check_files(s);
+	s->walked = (uint64_t)s->q.ne;
 	if (s->mpi && !s->rank && !ret &&
 	    !(ranks = calloc((size_t)s->ranks, sizeof(*ranks)))) /* the end must not fail */
 		ret = walk_fail(s, "out of memory");
-	if (s->mpi) /* every rank walked the same list, or none sends */
-		ret = cp_mpi_agree(&s->q, ret, s->msg, sizeof(s->msg));
+	if (s->mpi) /* rank 0's list, on every rank, or none sends */
+		ret = take_list(s, ret);
 	if (!ret)
 		ret = plan(s);
 	if (s->mpi)
@@ -1029,7 +1096,7 @@ int cp_send(const struct cp_opts *o)
 		goto out;
 	}
 	s->th[0].lp.on_signal = send_signal;
-	/* With --mpi rank 0 draws the job's: every rank walked it all. */
+	/* With --mpi rank 0 draws the job's: every rank has its list. */
 	cp_progress_init(&s->prog, o->quiet || s->rank ? 0 : o->progress, s->total);
 	start_threads(s);
 	run_thread(&s->th[0]);
@@ -1062,6 +1129,7 @@ out:
 					    .data_start = s->data_start,
 					    .data_end = s->data_end,
 					    .requests = s->mq.requests,
+					    .walked = s->walked,
 					    .exit_code = ret};
 
 		if (ret)

@@ -16,7 +16,7 @@ void cp_sendq_init(struct cp_sendq *q)
 	pthread_mutex_init(&q->mu, NULL);
 }
 
-void cp_sendq_free(struct cp_sendq *q)
+static void free_entries(struct cp_sendq *q)
 {
 	for (int i = 0; i < q->ne; i++) {
 		free(q->e[i].path);
@@ -27,6 +27,11 @@ void cp_sendq_free(struct cp_sendq *q)
 	free(q->e);
 	q->e = NULL;
 	q->ne = q->cap = q->first = 0;
+}
+
+void cp_sendq_free(struct cp_sendq *q)
+{
+	free_entries(q);
 	pthread_mutex_destroy(&q->mu);
 }
 
@@ -176,4 +181,161 @@ int cp_sendq_commit_sum(struct cp_sendq *q, int i, uint64_t *sum)
 	*sum = cp_range_fold_sum(&f);
 	cp_range_fold_free(&f);
 	return 0;
+}
+
+/* The packed list: this header, then per entry its struct with the
+ * pointers cleared and path, name and target (a length each, 0: none;
+ * else the bytes and their NUL). Every rank runs the same program, so
+ * the struct's layout is checked rather than spelled out. */
+struct packed_head {
+	char magic[8];
+	uint32_t entry_size;
+	int32_t ne;
+};
+
+static const char pack_magic[8] = "rrcpq1";
+
+static size_t str_room(const char *s)
+{
+	return sizeof(uint32_t) + (s ? strlen(s) + 1 : 0);
+}
+
+static char *put_str(char *p, const char *s)
+{
+	uint32_t len = s ? (uint32_t)strlen(s) + 1 : 0;
+
+	memcpy(p, &len, sizeof(len));
+	if (len)
+		memcpy(p + sizeof(len), s, len);
+	return p + sizeof(len) + len;
+}
+
+int cp_sendq_pack(const struct cp_sendq *q, char **buf, size_t *len)
+{
+	struct packed_head h = {.entry_size = sizeof(struct cp_sendq_entry), .ne = q->ne};
+	size_t room = sizeof(h);
+	char *p;
+
+	for (int i = 0; i < q->ne; i++)
+		room += sizeof(q->e[i]) + str_room(q->e[i].path) + str_room(q->e[i].name) +
+			str_room(q->e[i].target);
+	p = *buf = malloc(room);
+	if (!p)
+		return -ENOMEM;
+	memcpy(h.magic, pack_magic, sizeof(h.magic));
+	memcpy(p, &h, sizeof(h));
+	p += sizeof(h);
+	for (int i = 0; i < q->ne; i++) {
+		struct cp_sendq_entry e = q->e[i];
+
+		e.path = e.name = e.target = NULL;
+		e.sums = NULL;
+		memcpy(p, &e, sizeof(e));
+		p = put_str(p + sizeof(e), q->e[i].path);
+		p = put_str(p, q->e[i].name);
+		p = put_str(p, q->e[i].target);
+	}
+	*len = room;
+	return 0;
+}
+
+/* The next string of [*p, end) into *out (NULL for none): 0, or -EINVAL
+ * when it runs past the end or lacks its NUL, -ENOMEM. */
+static int get_str(const char **p, const char *end, char **out)
+{
+	uint32_t len;
+
+	*out = NULL;
+	if ((size_t)(end - *p) < sizeof(len))
+		return -EINVAL;
+	memcpy(&len, *p, sizeof(len));
+	*p += sizeof(len);
+	if (!len)
+		return 0;
+	if (len > (size_t)(end - *p) || (*p)[len - 1] || memchr(*p, 0, len - 1))
+		return -EINVAL;
+	*out = malloc(len);
+	if (!*out)
+		return -ENOMEM;
+	memcpy(*out, *p, len);
+	*p += len;
+	return 0;
+}
+
+/* Whether entry @i's links to other entries point into the list, and
+ * what the rules read of it is what cp_sendq_add() would have made. */
+static bool entry_ok(const struct cp_sendq *q, int i)
+{
+	const struct cp_sendq_entry *e = &q->e[i];
+
+	if (!e->path || !e->name || (e->kind == CP_SYMLINK) != !!e->target)
+		return false;
+	if (e->dir < -1 || e->dir >= i || (e->dir >= 0 && q->e[e->dir].kind != CP_MKDIR))
+		return false;
+	if (e->conn != -1 || e->done || e->left < 0)
+		return false;
+	switch (e->kind) {
+	case 0:
+		return !e->range || (e->commit > i && e->commit < q->ne &&
+				     q->e[e->commit].kind == CP_FILE_COMMIT && e->stripe &&
+				     e->index < cp_range_count(e->size, e->stripe));
+	case CP_FILE_COMMIT:
+		return e->stripe && (uint64_t)e->left == cp_range_count(e->size, e->stripe);
+	case CP_DIR_META:
+		return e->own >= 0 && e->own < i && q->e[e->own].kind == CP_MKDIR;
+	case CP_MKDIR:
+	case CP_SYMLINK:
+		return true;
+	default:
+		return false;
+	}
+}
+
+int cp_sendq_unpack(struct cp_sendq *q, const char *buf, size_t len)
+{
+	const char *p = buf, *end = buf + len;
+	struct packed_head h;
+	int ret = -EINVAL;
+
+	if (len < sizeof(h))
+		return -EINVAL;
+	memcpy(&h, p, sizeof(h));
+	p += sizeof(h);
+	if (memcmp(h.magic, pack_magic, sizeof(h.magic)) ||
+	    h.entry_size != sizeof(struct cp_sendq_entry) || h.ne < 0 || q->ne ||
+	    (size_t)h.ne > (len - sizeof(h)) / (sizeof(struct cp_sendq_entry) + 3 * 4))
+		return -EINVAL;
+	q->e = calloc((size_t)h.ne ? (size_t)h.ne : 1, sizeof(*q->e));
+	if (!q->e)
+		return -ENOMEM;
+	q->cap = h.ne;
+	for (int i = 0; i < h.ne; i++) {
+		struct cp_sendq_entry *e = &q->e[i];
+
+		if ((size_t)(end - p) < sizeof(*e))
+			goto bad;
+		memcpy(e, p, sizeof(*e));
+		p += sizeof(*e);
+		e->path = e->name = e->target = NULL;
+		e->sums = NULL;
+		q->ne = i + 1; /* what cp_sendq_free() frees from here */
+		if ((ret = get_str(&p, end, &e->path)) || (ret = get_str(&p, end, &e->name)) ||
+		    (ret = get_str(&p, end, &e->target)))
+			goto bad;
+		ret = -EINVAL;
+		if (e->kind == CP_FILE_COMMIT && e->left > 0 &&
+		    !(e->sums = calloc((size_t)e->left, sizeof(*e->sums)))) {
+			ret = -ENOMEM;
+			goto bad;
+		}
+	}
+	for (int i = 0; i < q->ne; i++)
+		if (!entry_ok(q, i))
+			goto bad;
+	if (p != end)
+		goto bad;
+	return 0;
+bad:
+	free_entries(q);
+	return ret;
 }

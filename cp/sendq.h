@@ -93,6 +93,18 @@ int cp_sendq_take(struct cp_sendq *q, int conn);
  * true if an entry waiting for that may go now (a MKDIR, the last entry
  * beneath a directory, the last range of a file), false if none can. */
 bool cp_sendq_stored(struct cp_sendq *q, int i, uint64_t sum);
+/*
+ * cp_sendq_pack() - the list as walked (before any connection runs) in
+ * one buffer, *@buf (malloc'd, @len bytes), for cp_sendq_unpack() in
+ * another process of the same program: 0, or -ENOMEM.
+ */
+int cp_sendq_pack(const struct cp_sendq *q, char **buf, size_t *len);
+/*
+ * cp_sendq_unpack() - the list packed in @buf into the empty @q: 0;
+ * -EINVAL when @buf is not one whole packed list whose entries point
+ * within it (@q left empty), -ENOMEM.
+ */
+int cp_sendq_unpack(struct cp_sendq *q, const char *buf, size_t len);
 /* cp_sendq_commit_sum() - a CP_FILE_COMMIT entry @i taken: its ranges'
  * sums folded in range order into *sum. 0, or -ENOMEM. */
 int cp_sendq_commit_sum(struct cp_sendq *q, int i, uint64_t *sum);

@@ -7,7 +7,8 @@
 #     own) are refused before they listen;
 #   - a tree of small files and a striped big file, 2 hosts x 2 send
 #     ranks to 2 serve ranks, stored identical; --json at rank 0 has
-#     every rank's figures, and every rank sent;
+#     every rank's figures, and every rank sent; the tree was walked
+#     once, by rank 0 (the others took its list);
 #   - a wrong token: every rank refused, nothing stored;
 #   - a send rank SIGKILLed mid-file: the job fails, nothing named; the
 #     same copy again completes without resending a completed range, and
@@ -56,7 +57,7 @@ fi
 D=$(mktemp -d "$BUILD/cp-ranks-lab.XXXXXX") || exit 1
 # RR_CP_RANKS_KEEP=1 keeps it (logs, JSON) for a look afterwards.
 [ "${RR_CP_RANKS_KEEP:-}" = 1 ] && echo "# kept: $D" || trap 'rm -rf "$D"' EXIT
-tap_plan 10
+tap_plan 11
 
 # The source: FILES small files in 20 directories (1 to 8 KiB), and big.
 python3 -S "$here/make_src.py" "$D/src" "$FILES" "$MB" || exit 1
@@ -104,6 +105,11 @@ ranges=$(js "$D/send1.json" 'd["ranges"]')
 tap_is $([ "$ranks" = 4 ] && [ "$busy" = 4 ] && [ "$files" = "$want_files" ] && [ "$ranges" = $(((MB << 20) / STRIPE)) ]; echo $?) \
 	"rank 0's --json: 4 ranks, each sent ($busy did), $files files and $ranges ranges in all" \
 	"$(js "$D/send1.json" 'd.get("rank_figs")')"
+
+# The tree is walked once, by rank 0: the others take its list.
+walked=$(js "$D/send1.json" '[k.get("walked") for k in d["rank_figs"]]')
+tap_is $(js "$D/send1.json" 'int(not (d["rank_figs"][0]["walked"] > '"$FILES"' and all(k["walked"] == 0 for k in d["rank_figs"][1:])))') \
+	"the tree walked once, by rank 0 (entries each rank's walk listed: $walked)"
 
 sfiles=$(js "$D/serve1.json" 'd["files"]')
 tap_is $([ "$(js "$D/serve1.json" 'd["ranks"]')" = 2 ] && [ "$sfiles" = "$want_files" ]; echo $?) \

@@ -7,6 +7,7 @@
 #ifndef CP_TEST_SENDQ_TREE_H
 #define CP_TEST_SENDQ_TREE_H
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +78,26 @@ static inline void tree(struct cp_sendq *q, int dir, const char *name, int depth
 		tree(q, me, sub, depth - 1, files);
 	}
 	dir_meta(q, dir, me, name);
+}
+
+/* Whether @a and @b are the same list, entry by entry (the sums apart:
+ * only whether each has them). */
+static inline bool same_list(const struct cp_sendq *a, const struct cp_sendq *b)
+{
+	if (a->ne != b->ne)
+		return false;
+	for (int i = 0; i < a->ne; i++) {
+		struct cp_sendq_entry x = a->e[i], y = b->e[i];
+
+		if (strcmp(x.path, y.path) || strcmp(x.name, y.name) || !x.target != !y.target ||
+		    (x.target && strcmp(x.target, y.target)) || !x.sums != !y.sums)
+			return false;
+		x.path = x.name = x.target = y.path = y.name = y.target = NULL;
+		x.sums = y.sums = NULL;
+		if (memcmp(&x, &y, sizeof(x)))
+			return false;
+	}
+	return true;
 }
 
 #endif

@@ -188,6 +188,32 @@ static void build(struct cp_sendq *q, int round, bool one_more)
 		die("list too long");
 }
 
+/* Rank 0 builds the list of @round (with @one_more: a file more) and
+ * shares it; @walk_ret: this rank's walk. What cp_mpi_share_list()
+ * returned; in @why what went wrong, "" when each rank's list is the one
+ * rank 0 built and its bytes came with it. */
+static int share(struct cp_sendq *q, int round, bool one_more, int walk_ret, char *why, size_t len)
+{
+	struct cp_sendq ref;
+	uint64_t total = me ? 0 : 12345;
+	int rc;
+
+	why[0] = 0;
+	if (me)
+		cp_sendq_init(q);
+	else
+		build(q, round, one_more);
+	rc = cp_mpi_share_list(q, walk_ret, &total, why, len);
+	if (rc)
+		return rc;
+	build(&ref, round, one_more);
+	if (!same_list(q, &ref) || total != 12345)
+		snprintf(why, len, "rank %d: %d entries, %llu bytes, not rank 0's %d", me, q->ne,
+			 (unsigned long long)total, ref.ne);
+	cp_sendq_free(&ref);
+	return 0;
+}
+
 /* Every rank's threads take the whole list; or with @fail, storing
  * nothing (so the list never ends), until rank 2's first thread, which
  * fails at once, has stopped them: what each rank saw in @why, the
@@ -256,10 +282,10 @@ int main(int argc, char **argv)
 		struct cp_mpiq m = {0};
 		int mine;
 
-		build(&q, round, false);
+		share(&q, round, false, 0, why, sizeof(why));
+		if (why[0])
+			die(why);
 		w.q = &q;
-		if (cp_mpi_agree(&q, 0, why, sizeof(why)))
-			die("the same list differs");
 		run(&m, &w, times, false, NULL, why, sizeof(why), NULL);
 		MPI_Reduce(times, all, q.ne, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
 		MPI_Reduce(owner, owners, q.ne, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
@@ -289,11 +315,11 @@ int main(int argc, char **argv)
 		struct cp_mpiq m = {0};
 		int unstopped = 0, all_unstopped = 0;
 
-		build(&q, 0, false);
+		share(&q, 0, false, 0, why, sizeof(why));
+		if (why[0])
+			die(why);
 		w.q = &q;
 		w.fails = 0;
-		why[0] = 0;
-		cp_mpi_agree(&q, 0, why, sizeof(why));
 		run(&m, &w, times, true, &unstopped, why, sizeof(why), NULL);
 		MPI_Allreduce(&unstopped, &all_unstopped, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
 		good = atomic_load(&m.stop) == 5 && strstr(m.stop_msg, "planted");
@@ -309,18 +335,23 @@ int main(int argc, char **argv)
 		cp_sendq_free(&q);
 	}
 
-	/* 5-6: lists that differ, a walk that failed: refused everywhere. */
+	/* 5-6: rank 0's walk reaches every rank whole; a walk or a check of
+	 * the operands that failed on one rank stops every rank. */
 	{
-		int rc;
+		int rc, mine, every;
 
-		build(&q, 1, me == 1);
-		why[0] = 0;
-		rc = cp_mpi_agree(&q, 0, why, sizeof(why));
-		ok(rc == CP_EXIT_LOCAL_IO && strstr(why, "different files"),
-		   "ranks whose walks found different files refuse, every one", why);
-		why[0] = 0;
-		rc = cp_mpi_agree(&q, me == 2 ? CP_EXIT_LOCAL_IO : 0, why, sizeof(why));
-		ok(rc == CP_EXIT_LOCAL_IO, "a walk that failed on one rank stops every rank", why);
+		rc = share(&q, 1, true, 0, why, sizeof(why));
+		mine = !rc && !why[0];
+		MPI_Allreduce(&mine, &every, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+		ok(every, "rank 0's walked list (a tree, links, striped files) is every rank's",
+		   why[0] ? why : "another rank's differs");
+		cp_sendq_free(&q);
+		rc = share(&q, 1, false, me == 2 ? CP_EXIT_LOCAL_IO : 0, why, sizeof(why));
+		mine = rc == CP_EXIT_LOCAL_IO && (!me || !q.ne) &&
+		       (me == 2 || strstr(why, "another rank could not walk"));
+		MPI_Allreduce(&mine, &every, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+		ok(every, "a walk that failed on one rank stops every rank, none takes a list",
+		   why);
 		cp_sendq_free(&q);
 	}
 

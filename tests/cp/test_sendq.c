@@ -10,6 +10,7 @@
  * exactly once by those rules, to the end.
  */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -238,4 +239,80 @@ Test(sendq, four_threads_take_each_entry_once_by_the_rules)
 		}
 		cp_sendq_free(&q);
 	}
+}
+
+Test(sendq, a_packed_list_unpacks_to_the_same_and_runs_by_the_rules)
+{
+	struct cp_sendq q, r;
+	char *buf;
+	size_t len;
+	int n = 0;
+
+	cp_sendq_init(&q);
+	file(&q, -1, "first");
+	tree(&q, -1, "top", 3, 2);
+	striped(&q, -1, "alone", 4);
+	for (int i = 0; i < q.ne; i++) /* the walk's figures travel too */
+		q.e[i].ino = 1000 + (ino_t)i;
+	cr_assert_eq(cp_sendq_pack(&q, &buf, &len), 0);
+	cp_sendq_init(&r);
+	cr_assert_eq(cp_sendq_unpack(&r, buf, len), 0);
+	cr_assert(same_list(&q, &r));
+	/* The unpacked list's rules run as the walked one's: every entry
+	 * once, each directory's MKDIR counting down to 0. */
+	for (int i; (i = cp_sendq_take(&r, 0)) != -1; n++) {
+		cr_assert_geq(i, 0, "nothing waits on one connection storing at once");
+		cp_sendq_stored(&r, i, (uint64_t)i);
+	}
+	cr_assert_eq(n, q.ne);
+	for (int i = 0; i < r.ne; i++)
+		if (r.e[i].kind == CP_MKDIR)
+			cr_assert_eq(r.e[i].left, 0);
+	cp_sendq_free(&r);
+	free(buf);
+	cp_sendq_free(&q);
+}
+
+Test(sendq, a_packed_list_cut_or_bent_is_refused_whole)
+{
+	struct cp_sendq q, r;
+	struct cp_sendq_entry *e;
+	char *buf;
+	size_t len, at;
+
+	cp_sendq_init(&q);
+	tree(&q, -1, "top", 1, 2);
+	cr_assert_eq(cp_sendq_pack(&q, &buf, &len), 0);
+	cp_sendq_init(&r);
+	for (size_t cut = 0; cut < len; cut += 7) {
+		cr_assert_eq(cp_sendq_unpack(&r, buf, cut), -EINVAL, "cut at %zu of %zu", cut, len);
+		cr_assert_eq(r.ne, 0);
+	}
+	/* An entry whose directory is itself, then one after it. */
+	e = (struct cp_sendq_entry *)malloc(sizeof(*e));
+	cr_assert(e);
+	at = 16; /* the header, then the first entry (top's MKDIR) */
+	memcpy(e, buf + at, sizeof(*e));
+	e->dir = 0;
+	memcpy(buf + at, e, sizeof(*e));
+	cr_assert_eq(cp_sendq_unpack(&r, buf, len), -EINVAL);
+	e->dir = 5;
+	memcpy(buf + at, e, sizeof(*e));
+	cr_assert_eq(cp_sendq_unpack(&r, buf, len), -EINVAL);
+	e->dir = -1;
+	memcpy(buf + at, e, sizeof(*e));
+	cr_assert_eq(cp_sendq_unpack(&r, buf, len), 0, "mended, it is taken again");
+	cp_sendq_free(&r);
+	cp_sendq_init(&r);
+	/* A string without its NUL; a longer list than the bytes hold. */
+	buf[at + sizeof(*e) + 4 + strlen("top")] = 'x';
+	cr_assert_eq(cp_sendq_unpack(&r, buf, len), -EINVAL);
+	buf[at + sizeof(*e) + 4 + strlen("top")] = 0;
+	buf[12] = 0x7f;
+	cr_assert_eq(cp_sendq_unpack(&r, buf, len), -EINVAL);
+	cr_assert_eq(r.ne, 0);
+	free(e);
+	free(buf);
+	cp_sendq_free(&r);
+	cp_sendq_free(&q);
 }
