@@ -190,14 +190,14 @@ static __attribute__((noinline)) unsigned int hand_out_array(rr_cq *cq, unsigned
 }
 
 /* hand_out_array() of a batch just polled, all of it. Out of line, as
- * that is: the per-WC loop of hand_out_batch() keeps its registers. */
-static __attribute__((noinline)) unsigned int hand_out_whole(rr_cq *cq)
+ * that is: the per-WC loop of hand_out_batch() keeps its registers. The
+ * callback is its tail call. */
+static __attribute__((noinline)) void hand_out_whole(rr_cq *cq)
 {
 	uint32_t n = cq->nbatch;
 
 	cq->batch_head = n; /* handed out: take_qp leaves them alone */
 	cq->on_wc_batch(cq, cq->batch, (int)n, cq->data);
-	return n;
 }
 
 /* A stash entry goes as a copy: take_qp may grow the stash under the
@@ -250,8 +250,12 @@ static inline unsigned int hand_out_batch(rr_cq *cq)
 	void *data = cq->data;
 	uint32_t n;
 
-	if (cq->on_wc_batch)
-		return hand_out_whole(cq);
+	if (cq->on_wc_batch) {
+		hand_out_whole(cq);
+		/* All of it went: nothing was left after batch_head for
+		 * take_qp to take, nor for a destroy to cut. */
+		return cq->nbatch;
+	}
 	/* Pointers, not indexes: one store and one comparison an entry. */
 	cq->batch_end = wc + cq->nbatch;
 	do {
@@ -389,7 +393,8 @@ static __attribute__((noinline)) unsigned int cq_poll_slow(rr_cq *cq, unsigned i
  * in this call into the library, and a poll that finds nothing (most
  * polls after the first of a wake-up). Kept completions go first, there.
  */
-static inline unsigned int cq_poll_as(rr_cq *cq, unsigned int budget, int want, bool *more)
+static inline __attribute__((always_inline)) unsigned int
+cq_poll_gen(rr_cq *cq, unsigned int budget, int want, bool *more, bool armed)
 {
 	struct rr__cqs *set = cq->set;
 	int n;
@@ -397,7 +402,8 @@ static inline unsigned int cq_poll_as(rr_cq *cq, unsigned int budget, int want, 
 	if (cq->kept)
 		return cq_poll_slow(cq, budget, more, 0, 0);
 	*more = false;
-	if (cq->empty_gen == set->gen)
+	/* @armed: just armed, so empty_gen is 0, never set->gen (odd). */
+	if (!armed && cq->empty_gen == set->gen)
 		return 0;
 	n = ibv_poll_cq(cq->cq, want, cq->batch);
 	if (cq->repolling)
@@ -409,6 +415,11 @@ static inline unsigned int cq_poll_as(rr_cq *cq, unsigned int budget, int want, 
 		cq->empty_gen = set->gen;
 	}
 	return 0;
+}
+
+static inline unsigned int cq_poll_as(rr_cq *cq, unsigned int budget, int want, bool *more)
+{
+	return cq_poll_gen(cq, budget, want, more, false);
 }
 
 static inline unsigned int cq_poll(rr_cq *cq, unsigned int budget, bool *more)
@@ -450,6 +461,15 @@ static inline unsigned int cq_poll_full(rr_cq *cq, bool *more)
 	return cq_poll_as(cq, set->budget, (int)set->poll_want, more);
 }
 
+/* cq_poll_full() of a CQ arm() just armed (not one armed already): the
+ * poll after the arm, which must look. */
+static inline unsigned int cq_poll_armed(rr_cq *cq, bool *more)
+{
+	struct rr__cqs *set = cq->set;
+
+	return cq_poll_gen(cq, set->budget, (int)set->poll_want, more, true);
+}
+
 /*
  * Posts that callbacks of this CQ held go out now, before the event read
  * or the arm the caller is about to make: a reply held behind those
@@ -473,6 +493,9 @@ static inline void posts_due(rr_cq *cq)
 
 static inline __attribute__((always_inline)) int arm(rr_cq *cq)
 {
+	struct rr_bridge_stats *stats;
+	struct rr__cqs *set;
+	rr_channel *ch;
 	int rc;
 
 	if (cq->armed)
@@ -480,12 +503,17 @@ static inline __attribute__((always_inline)) int arm(rr_cq *cq)
 	rc = ibv_req_notify_cq(cq->cq, 0); /* returns the errno value */
 	if (rc)
 		return rc > 0 ? -rc : -EIO;
+	/* Read before the stores, which could alias them (no strict
+	 * aliasing): each pointer once. */
+	ch = cq->ch;
+	set = cq->set;
+	stats = set->stats;
 	cq->armed = true;
 	cq->empty_gen = 0; /* the poll after the arm must look */
-	cq->ch->narmed++;
-	cq->ch->armed_xor ^= (uintptr_t)cq;
-	cq->set->narmed++;
-	cq->set->stats->notify_arms++;
+	ch->narmed++;
+	ch->armed_xor ^= (uintptr_t)cq;
+	set->narmed++;
+	stats->notify_arms++;
 	return 0;
 }
 
@@ -828,8 +856,8 @@ static __attribute__((noinline)) unsigned int settle_lone(rr_cq *cq, enum rr__ar
 	unsigned int n2;
 	bool more;
 
-	if (cq->empty_gen != set->gen || cq->unsettled || cq->mode != RR_WAIT_EVENT ||
-	    when == RR__ARM_LATER || (when == RR__ARM_IF_IDLE && rr__ring_cqe_waiting(set->ring)))
+	if (cq->empty_gen != set->gen || cq->unsettled || when == RR__ARM_LATER ||
+	    (when == RR__ARM_IF_IDLE && rr__ring_cqe_waiting(set->ring)))
 		return service_as(cq, when);
 	posts_due(cq);
 	if (reap_deferred(cq))
@@ -837,7 +865,8 @@ static __attribute__((noinline)) unsigned int settle_lone(rr_cq *cq, enum rr__ar
 	if (arm(cq)) {
 		set_active(cq, true); /* cannot sleep on it: keep polling */
 	} else {
-		n2 = cq_poll_full(cq, &more);
+		/* Unarmed before (unsettled was 0): arm() reset empty_gen. */
+		n2 = cq_poll_armed(cq, &more);
 		if (n2)
 			return stream_after_arm(cq, n2, more);
 	}
