@@ -317,12 +317,11 @@ static inline void repoll_after_short(rr_cq *cq)
  * again; nor, mostly, one a short batch emptied (the adaptive re-poll
  * above). @n > 0: cq_poll() polled a batch of @n for @want already.
  */
-static inline __attribute__((always_inline)) unsigned int hand_out(rr_cq *cq, unsigned int budget,
-								   bool *more, int n, int want)
+static inline __attribute__((always_inline)) unsigned int
+hand_out_from(rr_cq *cq, unsigned int budget, bool *more, int n, int want, bool drained)
 {
 	struct rr__cqs *set = cq->set;
 	unsigned int total = 0, kept;
-	bool drained = cq->empty_gen == set->gen;
 
 	*more = false;
 	cq->dispatch_depth++;
@@ -380,6 +379,13 @@ out:
 	set->stats->wcs += total;
 	cq->dispatch_depth--;
 	return total;
+}
+
+/* @drained: the CQ counts as empty once what it keeps went (see above). */
+static inline __attribute__((always_inline)) unsigned int hand_out(rr_cq *cq, unsigned int budget,
+								   bool *more, int n, int want)
+{
+	return hand_out_from(cq, budget, more, n, want, cq->empty_gen == cq->set->gen);
 }
 
 static __attribute__((noinline)) unsigned int cq_poll_slow(rr_cq *cq, unsigned int budget,
@@ -459,6 +465,69 @@ static inline unsigned int cq_poll_full(rr_cq *cq, bool *more)
 	struct rr__cqs *set = cq->set;
 
 	return cq_poll_as(cq, set->budget, (int)set->poll_want, more);
+}
+
+/*
+ * cq_poll_here() of an on_wc_batch CQ: each batch polled goes whole, in
+ * place, in one call, and the next poll follows as hand_out() would,
+ * without the bookkeeping of its per-WC loop (a loop of its own, so that
+ * loop keeps its registers where both are inlined). What a callback
+ * leaves kept (another QP's teardown stashes what it polled) goes through
+ * hand_out(), before anything newer; a destroy ends it.
+ */
+static inline __attribute__((always_inline)) unsigned int poll_arrays(rr_cq *cq, bool *more)
+{
+	struct rr__cqs *set = cq->set;
+	unsigned int budget = set->budget, total = 0;
+	int n, want = (int)set->poll_want;
+	bool drained;
+
+	if (cq->kept)
+		return cq_poll_slow(cq, budget, more, 0, 0);
+	*more = false;
+	if (cq->empty_gen == set->gen)
+		return 0;
+	cq->dispatch_depth++;
+	for (;;) {
+		n = ibv_poll_cq(cq->cq, want, cq->batch);
+		if (cq->repolling)
+			repoll_learn(cq, n);
+		if (n <= 0) {
+			if (n == 0) {
+				set->stats->empty_polls++;
+				cq->empty_gen = set->gen;
+			}
+			break;
+		}
+		if (cq->spin == RR__SPIN_WINDOW)
+			window_hit(cq);
+		drained = (uint32_t)n < (uint32_t)want;
+		if (drained)
+			repoll_after_short(cq);
+		/* All of it handed out: take_qp leaves them alone. */
+		cq->nbatch = cq->batch_head = (uint32_t)n;
+		cq->on_wc_batch(cq, cq->batch, n, cq->data);
+		total += (uint32_t)n;
+		if (cq->destroy_deferred || cq->kept)
+			goto kept;
+		if (drained || total >= budget)
+			break;
+		want = (int)(budget - total < set->cq_batch ? budget - total : set->cq_batch);
+	}
+	set->stats->wcs += total;
+	cq->dispatch_depth--;
+	*more = total >= budget;
+	return total;
+kept:
+	set->stats->wcs += total;
+	cq->dispatch_depth--;
+	if (cq->destroy_deferred)
+		return total;
+	if (total >= budget) {
+		*more = true;
+		return total;
+	}
+	return total + hand_out_from(cq, budget - total, more, 0, 0, drained);
 }
 
 /* cq_poll_full() of a CQ arm() just armed (not one armed already): the
@@ -1182,7 +1251,8 @@ static void channel_ready(void *ctx, int revents)
 		bool more;
 
 		if (!only->active) {
-			unsigned int n = cq_poll_here(only, &more);
+			unsigned int n = only->on_wc_batch ? poll_arrays(only, &more)
+							   : cq_poll_here(only, &more);
 
 			posts_due(only);
 			if (reap_deferred(only))
@@ -1200,6 +1270,14 @@ static void channel_ready(void *ctx, int revents)
 		rr_cq *cq = cctx;
 
 		took_event(cq);
+		/* Mostly the CQ polled above, whose event is all the channel
+		 * holds: served at once, without the drain's bookkeeping (an
+		 * armed CQ is not lazy, nor queued by this drain). */
+		if (cq == polled && !ch->narmed && !first) {
+			if (!cq->active)
+				service(cq);
+			return;
+		}
 		set_lazy(cq, false); /* served now */
 		/* Queue it once; a CQ already on the active list is polled there.
 		 * Mostly one event: the first needs no list. */
