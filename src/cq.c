@@ -303,7 +303,7 @@ static inline void repoll_after_short(rr_cq *cq)
 	struct rr__cqs *set = cq->set;
 
 	if (set->repoll_idle >= REPOLL_IDLE && ++set->repoll_shorts % REPOLL_PROBE) {
-		cq->empty_gen = cq->set->gen;
+		cq->empty_gen = set->gen;
 		return;
 	}
 	cq->repolling = true;
@@ -399,8 +399,7 @@ static __attribute__((noinline)) unsigned int cq_poll_slow(rr_cq *cq, unsigned i
  * in this call into the library, and a poll that finds nothing (most
  * polls after the first of a wake-up). Kept completions go first, there.
  */
-static inline __attribute__((always_inline)) unsigned int
-cq_poll_gen(rr_cq *cq, unsigned int budget, int want, bool *more, bool armed)
+static inline unsigned int cq_poll_as(rr_cq *cq, unsigned int budget, int want, bool *more)
 {
 	struct rr__cqs *set = cq->set;
 	int n;
@@ -408,8 +407,7 @@ cq_poll_gen(rr_cq *cq, unsigned int budget, int want, bool *more, bool armed)
 	if (cq->kept)
 		return cq_poll_slow(cq, budget, more, 0, 0);
 	*more = false;
-	/* @armed: just armed, so empty_gen is 0, never set->gen (odd). */
-	if (!armed && cq->empty_gen == set->gen)
+	if (cq->empty_gen == set->gen)
 		return 0;
 	n = ibv_poll_cq(cq->cq, want, cq->batch);
 	if (cq->repolling)
@@ -421,11 +419,6 @@ cq_poll_gen(rr_cq *cq, unsigned int budget, int want, bool *more, bool armed)
 		cq->empty_gen = set->gen;
 	}
 	return 0;
-}
-
-static inline unsigned int cq_poll_as(rr_cq *cq, unsigned int budget, int want, bool *more)
-{
-	return cq_poll_gen(cq, budget, want, more, false);
 }
 
 static inline unsigned int cq_poll(rr_cq *cq, unsigned int budget, bool *more)
@@ -505,9 +498,10 @@ static inline __attribute__((always_inline)) unsigned int poll_arrays(rr_cq *cq,
 		if (drained)
 			repoll_after_short(cq);
 		/* All of it handed out: take_qp leaves them alone. */
-		cq->nbatch = cq->batch_head = (uint32_t)n;
-		cq->on_wc_batch(cq, cq->batch, n, cq->data);
 		total += (uint32_t)n;
+		cq->batch_head = (uint32_t)n;
+		cq->nbatch = (uint32_t)n;
+		cq->on_wc_batch(cq, cq->batch, n, cq->data);
 		if (cq->destroy_deferred || cq->kept)
 			goto kept;
 		if (drained || total >= budget)
@@ -528,15 +522,6 @@ kept:
 		return total;
 	}
 	return total + hand_out_from(cq, budget - total, more, 0, 0, drained);
-}
-
-/* cq_poll_full() of a CQ arm() just armed (not one armed already): the
- * poll after the arm, which must look. */
-static inline unsigned int cq_poll_armed(rr_cq *cq, bool *more)
-{
-	struct rr__cqs *set = cq->set;
-
-	return cq_poll_gen(cq, set->budget, (int)set->poll_want, more, true);
 }
 
 /*
@@ -560,15 +545,14 @@ static inline void posts_due(rr_cq *cq)
 	cq->dispatch_depth--;
 }
 
-static inline __attribute__((always_inline)) int arm(rr_cq *cq)
+/* arm() of a CQ known to be unarmed. */
+static inline __attribute__((always_inline)) int arm_unarmed(rr_cq *cq)
 {
 	struct rr_bridge_stats *stats;
 	struct rr__cqs *set;
 	rr_channel *ch;
 	int rc;
 
-	if (cq->armed)
-		return 0;
 	rc = ibv_req_notify_cq(cq->cq, 0); /* returns the errno value */
 	if (rc)
 		return rc > 0 ? -rc : -EIO;
@@ -584,6 +568,13 @@ static inline __attribute__((always_inline)) int arm(rr_cq *cq)
 	set->narmed++;
 	stats->notify_arms++;
 	return 0;
+}
+
+static inline __attribute__((always_inline)) int arm(rr_cq *cq)
+{
+	if (cq->armed)
+		return 0;
+	return arm_unarmed(cq);
 }
 
 /*
@@ -911,6 +902,18 @@ static __attribute__((noinline)) unsigned int stream_after_arm(rr_cq *cq, unsign
 	return n2;
 }
 
+/* The poll after settle_lone()'s arm found @n: hand them out (a batch
+ * of poll_want polled), then take what keeps arriving. */
+static __attribute__((noinline)) unsigned int after_arm_found(rr_cq *cq, int n)
+{
+	struct rr__cqs *set = cq->set;
+	unsigned int n2;
+	bool more;
+
+	n2 = cq_poll_slow(cq, set->budget, &more, n, (int)set->poll_want);
+	return stream_after_arm(cq, n2, more);
+}
+
 /*
  * The settle's lone lazy CQ, mostly polled empty in this call already (a
  * short batch counted as empty) with no CQE waiting in the ring: what
@@ -922,22 +925,27 @@ static __attribute__((noinline)) unsigned int stream_after_arm(rr_cq *cq, unsign
 static __attribute__((noinline)) unsigned int settle_lone(rr_cq *cq, enum rr__arm when)
 {
 	struct rr__cqs *set = cq->set;
-	unsigned int n2;
-	bool more;
+	int n;
 
-	if (cq->empty_gen != set->gen || cq->unsettled || when == RR__ARM_LATER ||
-	    (when == RR__ARM_IF_IDLE && rr__ring_cqe_waiting(set->ring)))
+	/* Held posts go before the arm, and their callbacks may do
+	 * anything: then the general way, as for the rest. */
+	if (cq->empty_gen != set->gen || cq->unsettled || *set->posts_held ||
+	    when == RR__ARM_LATER || (when == RR__ARM_IF_IDLE && rr__ring_cqe_waiting(set->ring)))
 		return service_as(cq, when);
-	posts_due(cq);
-	if (reap_deferred(cq))
-		return 0;
-	if (arm(cq)) {
+	/* Unarmed (unsettled is 0), keeping nothing, and nothing called
+	 * back since: arm, then poll what came before the arm. */
+	if (arm_unarmed(cq)) {
 		set_active(cq, true); /* cannot sleep on it: keep polling */
 	} else {
-		/* Unarmed before (unsettled was 0): arm() reset empty_gen. */
-		n2 = cq_poll_armed(cq, &more);
-		if (n2)
-			return stream_after_arm(cq, n2, more);
+		n = ibv_poll_cq(cq->cq, (int)set->poll_want, cq->batch);
+		if (cq->repolling)
+			repoll_learn(cq, n);
+		if (n > 0)
+			return after_arm_found(cq, n);
+		if (n == 0) {
+			set->stats->empty_polls++;
+			cq->empty_gen = set->gen;
+		}
 	}
 	/* Last: the hook may destroy the CQ. */
 	if (cq->hooks.after_dispatch)
@@ -996,7 +1004,9 @@ static inline __attribute__((always_inline)) void serve_event(rr_cq *cq)
 		return;
 	}
 	n = cq_poll_here(cq, &more);
-	if (more || !lazy_ok(cq)) { /* not active: see the callers */
+	/* Its mode was asked before the poll: a callback that changed it
+	 * (rr_cq_set_mode()) made it active, which unsettled says. */
+	if (more || cq->unsettled || cq->ch->deaf) { /* not active: see the callers */
 		service_polled(cq, RR__ARM_LATER, n, more);
 		return;
 	}
@@ -1278,19 +1288,20 @@ static void channel_ready(void *ctx, int revents)
 				service(cq);
 			return;
 		}
-		set_lazy(cq, false); /* served now */
-		/* Queue it once; a CQ already on the active list is polled there.
-		 * Mostly one event: the first needs no list. */
-		if (!cq->evented && !cq->active) {
-			cq->evented = true;
-			if (!first) {
+		/* Not lazy, as it was armed: set_lazy() puts only unarmed CQs
+		 * on the list, and whatever arms one takes it off first.
+		 * Queue it once; a CQ already on the active list is polled there.
+		 * Mostly one event: the first needs no list, nor the evented
+		 * flag (no callback runs before it is served). */
+		if (!first) {
+			if (!cq->active)
 				first = cq;
-			} else {
-				if (!others)
-					rr__list_init(&pending);
-				others = true;
-				rr__list_add_tail(&pending, &cq->active_link);
-			}
+		} else if (cq != first && !cq->evented && !cq->active) {
+			cq->evented = true;
+			if (!others)
+				rr__list_init(&pending);
+			others = true;
+			rr__list_add_tail(&pending, &cq->active_link);
 		}
 		/* Each armed CQ raises one event at most: when none is left
 		 * armed the channel is empty, and the read that would say
@@ -1306,13 +1317,10 @@ static void channel_ready(void *ctx, int revents)
 		channel_lost(ch);
 	}
 	/* Served first, before any callback could destroy it. */
-	if (first) {
-		first->evented = false;
-		if (first != polled)
-			serve_event(first);
-		else
-			service(first);
-	}
+	/* Polled above or not: serve_event() leaves a CQ found empty in
+	 * this call to service(), and polls one that was not. */
+	if (first)
+		serve_event(first);
 	if (others)
 		serve_pending(&pending);
 }
