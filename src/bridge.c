@@ -362,7 +362,7 @@ int rr_bridge_run_once(rr_bridge *b, int timeout_ms)
 			}
 			b->opts.on_app_cqe(b, cqe, b->opts.data);
 		}
-		io_uring_cqe_seen(b->io, cqe);
+		io_uring_cq_advance(b->io, 1); /* io_uring_cqe_seen(), cqe known */
 		n++;
 	}
 	handled += (int)n;

@@ -190,14 +190,14 @@ static __attribute__((noinline)) unsigned int hand_out_array(rr_cq *cq, unsigned
 }
 
 /* hand_out_array() of a batch just polled, all of it. Out of line, as
- * that is: the per-WC loop of hand_out_batch() keeps its registers. */
-static __attribute__((noinline)) unsigned int hand_out_whole(rr_cq *cq)
+ * that is: the per-WC loop of hand_out_batch() keeps its registers. The
+ * callback is its tail call. */
+static __attribute__((noinline)) void hand_out_whole(rr_cq *cq)
 {
 	uint32_t n = cq->nbatch;
 
 	cq->batch_head = n; /* handed out: take_qp leaves them alone */
 	cq->on_wc_batch(cq, cq->batch, (int)n, cq->data);
-	return n;
 }
 
 /* A stash entry goes as a copy: take_qp may grow the stash under the
@@ -250,8 +250,12 @@ static inline unsigned int hand_out_batch(rr_cq *cq)
 	void *data = cq->data;
 	uint32_t n;
 
-	if (cq->on_wc_batch)
-		return hand_out_whole(cq);
+	if (cq->on_wc_batch) {
+		hand_out_whole(cq);
+		/* All of it went: nothing was left after batch_head for
+		 * take_qp to take, nor for a destroy to cut. */
+		return cq->nbatch;
+	}
 	/* Pointers, not indexes: one store and one comparison an entry. */
 	cq->batch_end = wc + cq->nbatch;
 	do {
@@ -299,7 +303,7 @@ static inline void repoll_after_short(rr_cq *cq)
 	struct rr__cqs *set = cq->set;
 
 	if (set->repoll_idle >= REPOLL_IDLE && ++set->repoll_shorts % REPOLL_PROBE) {
-		cq->empty_gen = cq->set->gen;
+		cq->empty_gen = set->gen;
 		return;
 	}
 	cq->repolling = true;
@@ -313,12 +317,11 @@ static inline void repoll_after_short(rr_cq *cq)
  * again; nor, mostly, one a short batch emptied (the adaptive re-poll
  * above). @n > 0: cq_poll() polled a batch of @n for @want already.
  */
-static inline __attribute__((always_inline)) unsigned int hand_out(rr_cq *cq, unsigned int budget,
-								   bool *more, int n, int want)
+static inline __attribute__((always_inline)) unsigned int
+hand_out_from(rr_cq *cq, unsigned int budget, bool *more, int n, int want, bool drained)
 {
 	struct rr__cqs *set = cq->set;
 	unsigned int total = 0, kept;
-	bool drained = cq->empty_gen == set->gen;
 
 	*more = false;
 	cq->dispatch_depth++;
@@ -376,6 +379,13 @@ out:
 	set->stats->wcs += total;
 	cq->dispatch_depth--;
 	return total;
+}
+
+/* @drained: the CQ counts as empty once what it keeps went (see above). */
+static inline __attribute__((always_inline)) unsigned int hand_out(rr_cq *cq, unsigned int budget,
+								   bool *more, int n, int want)
+{
+	return hand_out_from(cq, budget, more, n, want, cq->empty_gen == cq->set->gen);
 }
 
 static __attribute__((noinline)) unsigned int cq_poll_slow(rr_cq *cq, unsigned int budget,
@@ -451,6 +461,70 @@ static inline unsigned int cq_poll_full(rr_cq *cq, bool *more)
 }
 
 /*
+ * cq_poll_here() of an on_wc_batch CQ: each batch polled goes whole, in
+ * place, in one call, and the next poll follows as hand_out() would,
+ * without the bookkeeping of its per-WC loop (a loop of its own, so that
+ * loop keeps its registers where both are inlined). What a callback
+ * leaves kept (another QP's teardown stashes what it polled) goes through
+ * hand_out(), before anything newer; a destroy ends it.
+ */
+static inline __attribute__((always_inline)) unsigned int poll_arrays(rr_cq *cq, bool *more)
+{
+	struct rr__cqs *set = cq->set;
+	unsigned int budget = set->budget, total = 0;
+	int n, want = (int)set->poll_want;
+	bool drained;
+
+	if (cq->kept)
+		return cq_poll_slow(cq, budget, more, 0, 0);
+	*more = false;
+	if (cq->empty_gen == set->gen)
+		return 0;
+	cq->dispatch_depth++;
+	for (;;) {
+		n = ibv_poll_cq(cq->cq, want, cq->batch);
+		if (cq->repolling)
+			repoll_learn(cq, n);
+		if (n <= 0) {
+			if (n == 0) {
+				set->stats->empty_polls++;
+				cq->empty_gen = set->gen;
+			}
+			break;
+		}
+		if (cq->spin == RR__SPIN_WINDOW)
+			window_hit(cq);
+		drained = (uint32_t)n < (uint32_t)want;
+		if (drained)
+			repoll_after_short(cq);
+		/* All of it handed out: take_qp leaves them alone. */
+		total += (uint32_t)n;
+		cq->batch_head = (uint32_t)n;
+		cq->nbatch = (uint32_t)n;
+		cq->on_wc_batch(cq, cq->batch, n, cq->data);
+		if (cq->destroy_deferred || cq->kept)
+			goto kept;
+		if (drained || total >= budget)
+			break;
+		want = (int)(budget - total < set->cq_batch ? budget - total : set->cq_batch);
+	}
+	set->stats->wcs += total;
+	cq->dispatch_depth--;
+	*more = total >= budget;
+	return total;
+kept:
+	set->stats->wcs += total;
+	cq->dispatch_depth--;
+	if (cq->destroy_deferred)
+		return total;
+	if (total >= budget) {
+		*more = true;
+		return total;
+	}
+	return total + hand_out_from(cq, budget - total, more, 0, 0, drained);
+}
+
+/*
  * Posts that callbacks of this CQ held go out now, before the event read
  * or the arm the caller is about to make: a reply held behind those
  * syscalls leaves later by their length, and at one message in flight its
@@ -471,22 +545,36 @@ static inline void posts_due(rr_cq *cq)
 	cq->dispatch_depth--;
 }
 
-static inline __attribute__((always_inline)) int arm(rr_cq *cq)
+/* arm() of a CQ known to be unarmed. */
+static inline __attribute__((always_inline)) int arm_unarmed(rr_cq *cq)
 {
+	struct rr_bridge_stats *stats;
+	struct rr__cqs *set;
+	rr_channel *ch;
 	int rc;
 
-	if (cq->armed)
-		return 0;
 	rc = ibv_req_notify_cq(cq->cq, 0); /* returns the errno value */
 	if (rc)
 		return rc > 0 ? -rc : -EIO;
+	/* Read before the stores, which could alias them (no strict
+	 * aliasing): each pointer once. */
+	ch = cq->ch;
+	set = cq->set;
+	stats = set->stats;
 	cq->armed = true;
 	cq->empty_gen = 0; /* the poll after the arm must look */
-	cq->ch->narmed++;
-	cq->ch->armed_xor ^= (uintptr_t)cq;
-	cq->set->narmed++;
-	cq->set->stats->notify_arms++;
+	ch->narmed++;
+	ch->armed_xor ^= (uintptr_t)cq;
+	set->narmed++;
+	stats->notify_arms++;
 	return 0;
+}
+
+static inline __attribute__((always_inline)) int arm(rr_cq *cq)
+{
+	if (cq->armed)
+		return 0;
+	return arm_unarmed(cq);
 }
 
 /*
@@ -814,6 +902,18 @@ static __attribute__((noinline)) unsigned int stream_after_arm(rr_cq *cq, unsign
 	return n2;
 }
 
+/* The poll after settle_lone()'s arm found @n: hand them out (a batch
+ * of poll_want polled), then take what keeps arriving. */
+static __attribute__((noinline)) unsigned int after_arm_found(rr_cq *cq, int n)
+{
+	struct rr__cqs *set = cq->set;
+	unsigned int n2;
+	bool more;
+
+	n2 = cq_poll_slow(cq, set->budget, &more, n, (int)set->poll_want);
+	return stream_after_arm(cq, n2, more);
+}
+
 /*
  * The settle's lone lazy CQ, mostly polled empty in this call already (a
  * short batch counted as empty) with no CQE waiting in the ring: what
@@ -825,21 +925,27 @@ static __attribute__((noinline)) unsigned int stream_after_arm(rr_cq *cq, unsign
 static __attribute__((noinline)) unsigned int settle_lone(rr_cq *cq, enum rr__arm when)
 {
 	struct rr__cqs *set = cq->set;
-	unsigned int n2;
-	bool more;
+	int n;
 
-	if (cq->empty_gen != set->gen || cq->unsettled || cq->mode != RR_WAIT_EVENT ||
+	/* Held posts go before the arm, and their callbacks may do
+	 * anything: then the general way, as for the rest. */
+	if (cq->empty_gen != set->gen || cq->unsettled || *set->posts_held ||
 	    when == RR__ARM_LATER || (when == RR__ARM_IF_IDLE && rr__ring_cqe_waiting(set->ring)))
 		return service_as(cq, when);
-	posts_due(cq);
-	if (reap_deferred(cq))
-		return 0;
-	if (arm(cq)) {
+	/* Unarmed (unsettled is 0), keeping nothing, and nothing called
+	 * back since: arm, then poll what came before the arm. */
+	if (arm_unarmed(cq)) {
 		set_active(cq, true); /* cannot sleep on it: keep polling */
 	} else {
-		n2 = cq_poll_full(cq, &more);
-		if (n2)
-			return stream_after_arm(cq, n2, more);
+		n = ibv_poll_cq(cq->cq, (int)set->poll_want, cq->batch);
+		if (cq->repolling)
+			repoll_learn(cq, n);
+		if (n > 0)
+			return after_arm_found(cq, n);
+		if (n == 0) {
+			set->stats->empty_polls++;
+			cq->empty_gen = set->gen;
+		}
 	}
 	/* Last: the hook may destroy the CQ. */
 	if (cq->hooks.after_dispatch)
@@ -898,7 +1004,9 @@ static inline __attribute__((always_inline)) void serve_event(rr_cq *cq)
 		return;
 	}
 	n = cq_poll_here(cq, &more);
-	if (more || !lazy_ok(cq)) { /* not active: see the callers */
+	/* Its mode was asked before the poll: a callback that changed it
+	 * (rr_cq_set_mode()) made it active, which unsettled says. */
+	if (more || cq->unsettled || cq->ch->deaf) { /* not active: see the callers */
 		service_polled(cq, RR__ARM_LATER, n, more);
 		return;
 	}
@@ -1153,7 +1261,8 @@ static void channel_ready(void *ctx, int revents)
 		bool more;
 
 		if (!only->active) {
-			unsigned int n = cq_poll_here(only, &more);
+			unsigned int n = only->on_wc_batch ? poll_arrays(only, &more)
+							   : cq_poll_here(only, &more);
 
 			posts_due(only);
 			if (reap_deferred(only))
@@ -1171,19 +1280,28 @@ static void channel_ready(void *ctx, int revents)
 		rr_cq *cq = cctx;
 
 		took_event(cq);
-		set_lazy(cq, false); /* served now */
-		/* Queue it once; a CQ already on the active list is polled there.
-		 * Mostly one event: the first needs no list. */
-		if (!cq->evented && !cq->active) {
-			cq->evented = true;
-			if (!first) {
+		/* Mostly the CQ polled above, whose event is all the channel
+		 * holds: served at once, without the drain's bookkeeping (an
+		 * armed CQ is not lazy, nor queued by this drain). */
+		if (cq == polled && !ch->narmed && !first) {
+			if (!cq->active)
+				service(cq);
+			return;
+		}
+		/* Not lazy, as it was armed: set_lazy() puts only unarmed CQs
+		 * on the list, and whatever arms one takes it off first.
+		 * Queue it once; a CQ already on the active list is polled there.
+		 * Mostly one event: the first needs no list, nor the evented
+		 * flag (no callback runs before it is served). */
+		if (!first) {
+			if (!cq->active)
 				first = cq;
-			} else {
-				if (!others)
-					rr__list_init(&pending);
-				others = true;
-				rr__list_add_tail(&pending, &cq->active_link);
-			}
+		} else if (cq != first && !cq->evented && !cq->active) {
+			cq->evented = true;
+			if (!others)
+				rr__list_init(&pending);
+			others = true;
+			rr__list_add_tail(&pending, &cq->active_link);
 		}
 		/* Each armed CQ raises one event at most: when none is left
 		 * armed the channel is empty, and the read that would say
@@ -1199,13 +1317,10 @@ static void channel_ready(void *ctx, int revents)
 		channel_lost(ch);
 	}
 	/* Served first, before any callback could destroy it. */
-	if (first) {
-		first->evented = false;
-		if (first != polled)
-			serve_event(first);
-		else
-			service(first);
-	}
+	/* Polled above or not: serve_event() leaves a CQ found empty in
+	 * this call to service(), and polls one that was not. */
+	if (first)
+		serve_event(first);
 	if (others)
 		serve_pending(&pending);
 }

@@ -224,6 +224,7 @@ static int grow(struct rr__ring *r)
 		return -ENOMEM;
 	for (uint32_t i = r->nslots; i < n; i++)
 		s[i] = (struct rr__poll){.fd = -1,
+					 .not_plain = 0, /* its spare byte too */
 					 .next_free = i + 1 < n ? i + 1 : r->free_slot,
 					 .next_owed = RR__NO_SLOT};
 	r->free_slot = r->nslots;

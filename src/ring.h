@@ -199,10 +199,17 @@ struct rr__poll {
 	int fd;
 	uint32_t gen;
 	bool in_use;
-	bool is_timer;
-	bool is_read;
-	bool armed;		      /* its POLL_ADD/TIMEOUT is in the SQ or the kernel */
-	bool closing;		      /* freed at the terminal CQE */
+	bool armed; /* its POLL_ADD/TIMEOUT is in the SQ or the kernel */
+	/* What makes a CQE more than a poll's plain result: one word for
+	 * rr__ring_cqe() to ask. */
+	union {
+		struct {
+			bool is_timer;
+			bool is_read;
+			bool closing; /* freed at the terminal CQE */
+		};
+		uint32_t not_plain;
+	};
 	bool queued;		      /* on the owed queue (entries may be stale: see want) */
 	bool oneshot;		      /* armed single-shot until a poll succeeds */
 	bool retiring;		      /* its multishot poll is being ended, to be re-armed */
@@ -242,8 +249,8 @@ static inline enum rr__ud_kind rr__ring_cqe(struct rr__ring *r, const struct io_
 	 * of the slot's current use (this instance, this generation; 0 for
 	 * a free slot). */
 	if (idx < r->nslots && p->ud == ud) {
-		if ((cqe->flags & IORING_CQE_F_MORE) && p->armed && !p->closing && !p->is_timer &&
-		    !p->is_read && !p->errors && res >= 0 && !(res & RR__POLL_FAILED))
+		if ((cqe->flags & IORING_CQE_F_MORE) && p->armed &&
+		    !(p->not_plain | p->errors | ((uint32_t)res & (1u << 31 | RR__POLL_FAILED))))
 			p->fn(p->ctx, res);
 		else
 			rr__ring_slot_cqe(r, idx, cqe);

@@ -63,11 +63,12 @@ BRIDGE_ROWS = ("bridge", "bridge-embed", "bridge-read")
 # What the gate enforces (--check fails above it): the targets where they
 # are met, else the figure reached so far, so no change can lose what was
 # gained; docs/performance.md gives the arithmetic of each gap. Lower these
-# as the code gets there; never raise them.
+# as the code gets there; never raise them. ENFORCE_WC: one figure for
+# K=48 and K=64, or one for each K.
 ENFORCE_WAKE_K1 = {"bridge": TARGET_WAKE_K1, "bridge-embed": TARGET_WAKE_K1,
                    "bridge-read": TARGET_WAKE_K1}
 ENFORCE_WC = {"bridge": TARGET_WC, "bridge-embed": TARGET_WC, "bridge-read": TARGET_WC,
-              "bridge-batch": 1.21}
+              "bridge-batch": {48: 1.17, 64: TARGET_BATCH_WC}}
 # fan-*: a wake-up with N objects costs at most this much more than with one
 TARGET_FAN = 0.05
 
@@ -250,6 +251,8 @@ def targets(results, ks):
                     continue
                 wc, floor = b[k]["instr"]["wc"], u[k]["instr"]["wc"]
                 enf = ENFORCE_WC.get(strat)
+                if isinstance(enf, dict):
+                    enf = enf.get(k)
                 out.append(("%s %s: %.1f per completion at K=%d, %.2fx the floor's %.1f "
                             "(target <= %.2fx%s)"
                             % (prov, strat, wc, k, wc / floor, floor, tgt,

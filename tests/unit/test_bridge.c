@@ -2104,9 +2104,10 @@ static void on_batch(rr_cq *cq, const struct ibv_wc *wc, int n, void *data)
 		batch_hook(cq, which, wc, n);
 }
 
-/* Two event CQs with on_wc_batch on one channel of ctx, cq_batch WCs a poll. */
-static void setup_batch_on(struct fixture *f, unsigned int cq_batch, unsigned int budget,
-			   struct ibv_context *ctx)
+/* @ncqs event CQs with on_wc_batch on one channel of ctx, cq_batch WCs a
+ * poll (the others of f->cq NULL). */
+static void setup_batch_n(struct fixture *f, unsigned int cq_batch, unsigned int budget,
+			  struct ibv_context *ctx, int ncqs)
 {
 	struct rr_bridge_opts o = {.cq_batch = cq_batch, .budget = budget, .on_app_cqe = on_app};
 	struct rr_cq_opts co = {.mode = RR_WAIT_EVENT, .on_wc_batch = on_batch};
@@ -2118,11 +2119,19 @@ static void setup_batch_on(struct fixture *f, unsigned int cq_batch, unsigned in
 	init_ring(&f->ring, 64);
 	cr_assert_eq(rr_bridge_create(&f->b, &f->ring, &o, sizeof(o)), 0);
 	cr_assert_eq(rr_channel_create(f->b, ctx, &f->ch), 0);
-	for (int i = 0; i < 2; i++) {
+	f->cq[1] = NULL;
+	for (int i = 0; i < ncqs; i++) {
 		co.data = (void *)(uintptr_t)i;
 		cr_assert_eq(rr_cq_create(f->b, f->ch, ctx, &co, sizeof(co), &f->cq[i]), 0);
 	}
 	pass(f, 1);
+}
+
+/* Two event CQs with on_wc_batch on one channel of ctx, cq_batch WCs a poll. */
+static void setup_batch_on(struct fixture *f, unsigned int cq_batch, unsigned int budget,
+			   struct ibv_context *ctx)
+{
+	setup_batch_n(f, cq_batch, budget, ctx, 2);
 }
 
 /* CQ `who`'s work completions were first .. first + n - 1, once each, in order. */
@@ -2446,6 +2455,98 @@ Test(batch, a_qp_leaving_mid_batch_takes_only_what_was_not_handed_out)
 	cr_assert_eq(L.id[2], QP_A | 2);
 	cr_assert_eq(L.id[3], QP_X | 2);
 	teardown_fx(&f);
+}
+
+/*
+ * The same with the CQ alone on its channel, the common case: the drain
+ * polls it before the event read (its own hand-out loop, see
+ * poll_arrays() in src/cq.c), and what a QP's teardown in the callback
+ * kept comes as the next batch, before anything newer.
+ */
+static void take_a_then_more(rr_cq *cq, int which, const struct ibv_wc *wc, int n)
+{
+	take_a(cq, which, wc, n);
+	/* Newer than what the take kept: must come after it. */
+	if (n && wc[0].wr_id == (QP_X | 1))
+		fake_complete(fake_cq_of(rr_cq_ibv(cq)), 2, QP_X | 3);
+}
+
+Test(batch, a_lone_cqs_qp_leaving_mid_batch_takes_only_what_was_not_handed_out)
+{
+	struct fixture f;
+
+	memset(&T, 0, sizeof(T));
+	setup_batch_n(&f, 3, 0, &fake_ctx, 1);
+	batch_hook = take_a_then_more;
+	fake_complete(fcq(&f, 0), 1, QP_X | 1);
+	fake_complete(fcq(&f, 0), 3, QP_A | 1);
+	fake_complete(fcq(&f, 0), 1, QP_X | 2);
+	pass_until(&f, &L.wcs[0], 6);
+	pass(&f, 2);
+	cr_assert_eq(T.ntaken, 1, "%u taken", T.ntaken);
+	cr_assert_eq(T.taken[0], QP_A | 3);
+	cr_assert_eq(BL.size[0], 3);
+	cr_assert_eq(L.n, 6, "%u completions handed out", L.n);
+	cr_assert_eq(L.id[0], QP_X | 1);
+	cr_assert_eq(L.id[1], QP_A | 1);
+	cr_assert_eq(L.id[2], QP_A | 2);
+	cr_assert_eq(L.id[3], QP_X | 2, "the kept one came after %#llx",
+		     (unsigned long long)L.id[3]);
+	cr_assert_eq(L.id[4], QP_X | 3);
+	cr_assert_eq(L.id[5], QP_X | 4);
+	teardown_fx(&f);
+}
+
+static void lone_destroys_self(rr_cq *cq, int which, const struct ibv_wc *wc, int n)
+{
+	cr_assert_eq(rr_cq_destroy(cq), 0);
+	batch_fx->cq[0] = NULL;
+}
+
+/* A lone CQ destroyed from its first batch: nothing more of it is handed
+ * out, the rest of what it held goes with it. */
+Test(batch, a_lone_cq_destroyed_from_its_batch_callback)
+{
+	struct fixture f;
+
+	setup_batch_n(&f, 4, 0, &fake_ctx, 1);
+	batch_fx = &f;
+	batch_hook = lone_destroys_self;
+	fake_complete(fcq(&f, 0), 10, 1);
+	pass_until(&f, &L.wcs[0], 4);
+	pass(&f, 2);
+	cr_assert_null(f.cq[0]);
+	cr_assert_eq(BL.ncalls, 1, "%u calls after the CQ was destroyed", BL.ncalls);
+	assert_ids('A', 1, 4);
+	teardown_fx(&f);
+}
+
+/* A lone CQ's batches in order, none above the budget; what the budget
+ * cut comes on later passes, on either provider personality. */
+static void lone_budget_case(struct ibv_context *ctx)
+{
+	static const unsigned int want[] = {4, 1, 4, 1, 4, 1, 4};
+	struct fixture f;
+
+	setup_batch_n(&f, 4, 5, ctx, 1);
+	fake_complete(fcq(&f, 0), 19, 1);
+	pass_until(&f, &L.wcs[0], 19);
+	pass(&f, 2);
+	assert_ids('A', 1, 19);
+	cr_assert_eq(BL.ncalls, 7, "%u calls for 19 completions, polls of 4, budget 5", BL.ncalls);
+	for (unsigned int i = 0; i < 7; i++)
+		cr_assert_eq(BL.size[i], want[i], "call %u had %u", i, BL.size[i]);
+	teardown_fx(&f);
+}
+
+Test(batch, a_lone_cqs_batches_keep_order_and_budget)
+{
+	lone_budget_case(&fake_ctx);
+}
+
+Test(batch, a_lone_cqs_batches_keep_order_and_budget_rxe)
+{
+	lone_budget_case(&fake_ctx_rr);
 }
 
 /* ---- a device's async events reach bridges on its own channels ---- */
