@@ -297,6 +297,23 @@ static inline void repoll_learn(rr_cq *cq, int n)
 		set->repoll_idle++;
 }
 
+/* One provider poll of up to @want into the CQ's batch: what the
+ * adaptive re-poll learns from it, and an empty CQ remembered for this
+ * pass. The provider's count (< 0: its error). */
+static inline __attribute__((always_inline)) int poll_batch(rr_cq *cq, int want)
+{
+	struct rr__cqs *set = cq->set;
+	int n = ibv_poll_cq(cq->cq, want, cq->batch);
+
+	if (cq->repolling)
+		repoll_learn(cq, n);
+	if (n == 0) {
+		set->stats->empty_polls++;
+		cq->empty_gen = set->gen;
+	}
+	return n;
+}
+
 /* A short batch: is a re-poll worth it? If not, the CQ counts as empty. */
 static inline void repoll_after_short(rr_cq *cq)
 {
@@ -359,16 +376,9 @@ hand_out_from(rr_cq *cq, unsigned int budget, bool *more, int n, int want, bool 
 		if (drained)
 			break;
 		want = (int)(budget - total < set->cq_batch ? budget - total : set->cq_batch);
-		n = ibv_poll_cq(cq->cq, want, cq->batch);
-		if (cq->repolling)
-			repoll_learn(cq, n);
-		if (n <= 0) {
-			if (n == 0) {
-				set->stats->empty_polls++;
-				cq->empty_gen = set->gen;
-			}
+		n = poll_batch(cq, want);
+		if (n <= 0)
 			break;
-		}
 	}
 	*more = total >= budget;
 out:
@@ -409,16 +419,8 @@ static inline unsigned int cq_poll_as(rr_cq *cq, unsigned int budget, int want, 
 	*more = false;
 	if (cq->empty_gen == set->gen)
 		return 0;
-	n = ibv_poll_cq(cq->cq, want, cq->batch);
-	if (cq->repolling)
-		repoll_learn(cq, n);
-	if (n > 0)
-		return cq_poll_slow(cq, budget, more, n, want);
-	if (n == 0) {
-		set->stats->empty_polls++;
-		cq->empty_gen = set->gen;
-	}
-	return 0;
+	n = poll_batch(cq, want);
+	return n > 0 ? cq_poll_slow(cq, budget, more, n, want) : 0;
 }
 
 static inline unsigned int cq_poll(rr_cq *cq, unsigned int budget, bool *more)
@@ -440,16 +442,8 @@ static inline __attribute__((always_inline)) unsigned int cq_poll_here(rr_cq *cq
 	*more = false;
 	if (cq->empty_gen == set->gen)
 		return 0;
-	n = ibv_poll_cq(cq->cq, want, cq->batch);
-	if (cq->repolling)
-		repoll_learn(cq, n);
-	if (n > 0)
-		return hand_out(cq, set->budget, more, n, want);
-	if (n == 0) {
-		set->stats->empty_polls++;
-		cq->empty_gen = set->gen;
-	}
-	return 0;
+	n = poll_batch(cq, want);
+	return n > 0 ? hand_out(cq, set->budget, more, n, want) : 0;
 }
 
 /* cq_poll() with the whole budget: the batch it asks for is known. */
@@ -482,16 +476,9 @@ static inline __attribute__((always_inline)) unsigned int poll_arrays(rr_cq *cq,
 		return 0;
 	cq->dispatch_depth++;
 	for (;;) {
-		n = ibv_poll_cq(cq->cq, want, cq->batch);
-		if (cq->repolling)
-			repoll_learn(cq, n);
-		if (n <= 0) {
-			if (n == 0) {
-				set->stats->empty_polls++;
-				cq->empty_gen = set->gen;
-			}
+		n = poll_batch(cq, want);
+		if (n <= 0)
 			break;
-		}
 		if (cq->spin == RR__SPIN_WINDOW)
 			window_hit(cq);
 		drained = (uint32_t)n < (uint32_t)want;
@@ -937,15 +924,9 @@ static __attribute__((noinline)) unsigned int settle_lone(rr_cq *cq, enum rr__ar
 	if (arm_unarmed(cq)) {
 		set_active(cq, true); /* cannot sleep on it: keep polling */
 	} else {
-		n = ibv_poll_cq(cq->cq, (int)set->poll_want, cq->batch);
-		if (cq->repolling)
-			repoll_learn(cq, n);
+		n = poll_batch(cq, (int)set->poll_want);
 		if (n > 0)
 			return after_arm_found(cq, n);
-		if (n == 0) {
-			set->stats->empty_polls++;
-			cq->empty_gen = set->gen;
-		}
 	}
 	/* Last: the hook may destroy the CQ. */
 	if (cq->hooks.after_dispatch)
