@@ -139,20 +139,28 @@ json_field() {
 	[ -z "${JSON_CACHE["$1/$2"]+set}" ] || printf '%s\n' "${JSON_CACHE["$1/$2"]}"
 }
 
+# await_partial DST NAME: until NAME's partial in DST holds data (60 s
+# at most).
+await_partial() {
+	local i
+	for ((i = 0; i < 600; i++)); do
+		[ -s "$1/.$2.rrcp-partial" ] && return 0
+		nap 0.1
+	done
+	return 1
+}
+
 # cut_midway DST NAME LOG CMD...: CMD (a send of NAME into serve's DST)
 # in the background, SIGKILLed 3 s after NAME's partial in DST began to
 # grow, and serve's LOG saying the cut; HELD: the partial's data bytes
 # then (ranges never written are holes), 0 without one.
 cut_midway() {
-	local dst=$1 name=$2 log=$3 pid i
+	local dst=$1 name=$2 log=$3 pid
 	shift 3
 	"$@" >"$T/cut.out" 2>"$T/cut.err" &
 	pid=$!
 	PIDS+=("$pid")
-	for ((i = 0; i < 600; i++)); do
-		[ -s "$dst/.$name.rrcp-partial" ] && break
-		nap 0.1
-	done
+	await_partial "$dst" "$name"
 	nap 3
 	kill -9 "$pid"
 	wait "$pid" 2>/dev/null

@@ -140,10 +140,7 @@ head -c $((16 * STRIPE)) /dev/urandom >"$T/src/intme"
 	--json "$T/int.json" "$T/src/intme" "$ADDR:$SPORT" >"$T/int.out" 2>"$T/int.err" &
 pid=$!
 PIDS+=("$pid")
-for ((i = 0; i < 600; i++)); do
-	[ -s "$T/dst4/.intme.rrcp-partial" ] && break
-	nap 0.1
-done
+await_partial "$T/dst4" intme
 nap 2
 kill -TERM "$pid"
 wait_pid "$pid" 120
