@@ -61,6 +61,14 @@ tap_is $(! grep -q "rdma-lab:" "$dir/out5"; echo $?) "... with no word from the 
 lab_gone() {
 	qemus_gone && ! pgrep -f "$dir/tmp/" >/dev/null
 }
+# left: what lab_gone found still running, for a failure's diagnosis.
+left() {
+	local p
+	for p in $(cat "$FAKE_QEMU_PIDS"); do
+		ps -o pid=,stat=,args= -p "$p" 2>/dev/null
+	done
+	pgrep -af "$dir/tmp/"
+}
 FAKE_QEMU_H3=silent FAKE_QEMU_H4=silent lab out6 --hosts 4 \
 	--peer-cmd 'echo "peer $RDMA_LAB_HOST of $RDMA_LAB_HOSTS"' -- sh -c 'exit 5'
 tap_is $([ "$rc" = 5 ] && [ "$(wc -l <"$FAKE_QEMU_PIDS")" = 4 ]; echo $?) \
@@ -71,12 +79,13 @@ tap_is $(lab_gone; echo $?) "... every QEMU and the switch stopped"
 
 FAKE_QEMU_H4=dead lab out7 --hosts 4 -- true
 tap_is $([ "$rc" = 125 ] && grep -q 'peer VM 4 did not come up' "$dir/out7" && lab_gone; echo $?) \
-	"a peer that never boots: 125, said so, nothing left running (got $rc)"
+	"a peer that never boots: 125, said so, nothing left running (got $rc)" "left: $(left)"
 
 FAKE_QEMU_H3=panic-boot lab out9 --hosts 4 -- true
 tap_is $([ "$rc" = 125 ] && grep -q "a peer's kernel panicked or locked up while booting" "$dir/out9" &&
 	[ "$(grep -c 'booting the lab once more' "$dir/out9")" = 1 ] && lab_gone; echo $?) \
-	"a peer's kernel panics while booting: said so, booted once more, then 125 (got $rc)"
+	"a peer's kernel panics while booting: said so, booted once more, then 125 (got $rc)" \
+	"$(grep -c 'booting the lab once more' "$dir/out9") boots more; left: $(left)"
 
 # A console that never ends (held by what QEMU left behind; or a QEMU
 # ended before it opened its console FIFO, whose reader then waits in
@@ -98,7 +107,8 @@ done
 kill -TERM "$labpid"
 wait "$labpid"
 rc=$?
-tap_is $([ "$rc" = 130 ] && lab_gone; echo $?) "interrupted with four VMs up: 130, nothing left running (got $rc)"
+tap_is $([ "$rc" = 130 ] && lab_gone; echo $?) "interrupted with four VMs up: 130, nothing left running (got $rc)" \
+	"left: $(left)"
 
 left=$(ls -A "$dir/tmp"; ls -A "$dir/cache" | grep -v -x -e fake -e disk-1g.ext4)
 tap_is $([ -z "$left" ]; echo $?) "every run's directory and disk copy removed (left: ${left:-none})"
