@@ -770,6 +770,29 @@ static inline bool lazy_ok(const rr_cq *cq)
 }
 
 /*
+ * The poll after an arm found @n2 (*@more: the budget cut it). What came
+ * after the arm raised an event, and the wake-up it brings costs the same
+ * whatever it finds: in event mode take what keeps arriving until a poll
+ * finds nothing, as a loop on epoll that polls until the CQ is empty
+ * does, so the wake-ups are fewer. The replies those callbacks hold go
+ * out on the way. What was handed out in all.
+ */
+static inline __attribute__((always_inline)) unsigned int stream(rr_cq *cq, unsigned int n2,
+								 bool *more)
+{
+	for (unsigned int got = n2;
+	     got && !*more && cq->mode == RR_WAIT_EVENT && !cq->destroy_deferred;) {
+		posts_due(cq);
+		if (cq->destroy_deferred)
+			break;
+		/* n2 < budget: a poll that reached it set more. */
+		got = cq_poll(cq, cq->set->budget - n2, more);
+		n2 += got;
+	}
+	return n2;
+}
+
+/*
  * Poll a CQ and decide whether it stays on the active list or is armed;
  * an event CQ found empty and unarmed may go on the lazy list instead
  * (@when), to be armed when the loop could block.
@@ -778,7 +801,7 @@ static inline __attribute__((always_inline)) unsigned int place(rr_cq *cq, enum 
 								unsigned int n, bool more)
 {
 	struct rr__cqs *set = cq->set;
-	unsigned int n2, got;
+	unsigned int n2;
 
 	if (cq->destroy_deferred)
 		return n;
@@ -820,19 +843,7 @@ static inline __attribute__((always_inline)) unsigned int place(rr_cq *cq, enum 
 	n2 = cq_poll_full(cq, &more);
 	if (n2)
 		set->repoll_idle = 0; /* a re-poll would have saved this arm */
-	/* What came after the arm raised an event, and the wake-up it brings
-	 * costs the same whatever it finds: in event mode take what keeps
-	 * arriving until a poll finds nothing, as a loop on epoll that polls
-	 * until the CQ is empty does, so the wake-ups are fewer. The replies
-	 * those callbacks hold go out on the way. */
-	for (got = n2; got && !more && cq->mode == RR_WAIT_EVENT && !cq->destroy_deferred;) {
-		posts_due(cq);
-		if (cq->destroy_deferred)
-			break;
-		/* n2 < budget: a poll that reached it set more. */
-		got = cq_poll(cq, set->budget - n2, &more);
-		n2 += got;
-	}
+	n2 = stream(cq, n2, &more);
 	if (cq->destroy_deferred)
 		return n + n2;
 	if (more || (n2 && is_hybrid(cq))) {
@@ -869,17 +880,8 @@ static unsigned int service_as(rr_cq *cq, enum rr__arm when)
 static __attribute__((noinline)) unsigned int stream_after_arm(rr_cq *cq, unsigned int n2,
 							       bool more)
 {
-	struct rr__cqs *set = cq->set;
-	unsigned int got;
-
-	set->repoll_idle = 0; /* a re-poll would have saved this arm */
-	for (got = n2; got && !more && cq->mode == RR_WAIT_EVENT && !cq->destroy_deferred;) {
-		posts_due(cq);
-		if (cq->destroy_deferred)
-			break;
-		got = cq_poll(cq, set->budget - n2, &more);
-		n2 += got;
-	}
+	cq->set->repoll_idle = 0; /* a re-poll would have saved this arm */
+	n2 = stream(cq, n2, &more);
 	if (!cq->destroy_deferred && more)
 		set_active(cq, true);
 	if (reap_deferred(cq))
