@@ -936,17 +936,17 @@ static int take_list(struct sender *s, int ret)
 			top = e->top;
 			dev0 = e->dev;
 			ret = same_here(s, e->path, s->tops[top], &here, e->ino);
-		} else if ((e->kind == 0 || e->kind == CP_FILE_COMMIT) && e->in_tree) {
+		} else if (e->kind != 0 && e->kind != CP_FILE_COMMIT) {
+			continue; /* no file of its own is opened */
+		} else if (e->in_tree) {
 			if (e->top != top)
 				return walk_fail(s, "rank 0's list names a tree not given here");
 			if (e->dev == dev0)
 				e->dev = here;
-		} else if (e->kind == 0 || e->kind == CP_FILE_COMMIT) {
-			/* a file operand: once, for all its ranges */
-			if (i && e->range && e->index)
-				e->dev = e[-1].dev;
-			else
-				ret = same_here(s, e->path, -1, &e->dev, e->ino);
+		} else if (i && (e->range ? e->index : e->kind == CP_FILE_COMMIT)) {
+			e->dev = e[-1].dev; /* its file's first range was checked */
+		} else {
+			ret = same_here(s, e->path, -1, &e->dev, e->ino); /* a file operand */
 		}
 	}
 	return ret;
