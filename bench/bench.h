@@ -422,6 +422,7 @@ struct result {
 	uint32_t file_most;	      /* mixed: the most reads in flight at once */
 	double file_sc_per_read;      /* mixed: the reads' syscalls each; <0: unknown */
 	double wcs_per_wakeup;	      /* both sides; 0: never woke (busy) */
+	double wakeups_per_op;	      /* both sides' wake-ups from a blocking wait */
 	double posts_per_op;	      /* both sides: requests posted */
 	double chains_per_op;	      /* ibv_post_send()/_recv() calls for them */
 	double wrs_per_chain;	      /* work requests per call; 0: none made */

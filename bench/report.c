@@ -305,6 +305,7 @@ int report_json(const char *path, const struct result *r, int n)
 		    ", ");
 		num(f, "ctx_switches_per_op", ops, x->ctx_per_op, ", ");
 		num(f, "wcs_per_wakeup", ops && x->wcs_per_wakeup > 0, x->wcs_per_wakeup, ", ");
+		num(f, "wakeups_per_op", ops, x->wakeups_per_op, ", ");
 		num(f, "posts_per_op", ops, x->posts_per_op, ", ");
 		num(f, "chains_per_op", ops, x->chains_per_op, ", ");
 		num(f, "wrs_per_chain", ops && x->wrs_per_chain > 0, x->wrs_per_chain, ", ");
@@ -347,17 +348,18 @@ int report_csv(const char *path, const struct result *r, int n)
 
 	if (!f)
 		return -errno;
-	fprintf(f, "strategy,workload,op,msg_size,qd,conns,iters,idle_ms,spin_us,spin,ring_read,"
-		   "signal_every,"
-		   "reference,threads,group_conns,group_cpu_us_per_op,client_threads,"
-		   "client_thread_cpu_us_per_op,repeat,p50_us_range,ops_per_s_range,"
-		   "p50_us,p99_us,p999_us,max_us,ops_per_s,cpu_us_per_op,client_cpu_us_per_op,"
-		   "server_cpu_us_per_op,sys_cpu_us_per_op,syscalls_per_op,verbs_syscalls_per_op,"
-		   "crossings_per_op,"
-		   "ctx_switches_per_op,wcs_per_wakeup,cpu_pct_per_side,file_mb_per_s,"
-		   "posts_per_op,chains_per_op,wrs_per_chain,client_wrs_per_chain,"
-		   "server_wrs_per_chain,kernel,file_iowq_pct,file_reads,file_qd,"
-		   "file_inflight_max,file_syscalls_per_read\n");
+	fprintf(f,
+		"strategy,workload,op,msg_size,qd,conns,iters,idle_ms,spin_us,spin,ring_read,"
+		"signal_every,"
+		"reference,threads,group_conns,group_cpu_us_per_op,client_threads,"
+		"client_thread_cpu_us_per_op,repeat,p50_us_range,ops_per_s_range,"
+		"p50_us,p99_us,p999_us,max_us,ops_per_s,cpu_us_per_op,client_cpu_us_per_op,"
+		"server_cpu_us_per_op,sys_cpu_us_per_op,syscalls_per_op,verbs_syscalls_per_op,"
+		"crossings_per_op,"
+		"ctx_switches_per_op,wcs_per_wakeup,wakeups_per_op,cpu_pct_per_side,file_mb_per_s,"
+		"posts_per_op,chains_per_op,wrs_per_chain,client_wrs_per_chain,"
+		"server_wrs_per_chain,kernel,file_iowq_pct,file_reads,file_qd,"
+		"file_inflight_max,file_syscalls_per_read\n");
 	for (int i = 0; i < n; i++) {
 		const struct result *x = &r[i];
 		bool ops = x->has_latency && !x->reference, idle = x->cfg.wl == W_IDLE;
@@ -390,6 +392,7 @@ int report_csv(const char *path, const struct result *r, int n)
 		cell(f, ops && x->crossings_per_op >= 0, x->crossings_per_op, ",");
 		cell(f, ops, x->ctx_per_op, ",");
 		cell(f, ops && x->wcs_per_wakeup > 0, x->wcs_per_wakeup, ",");
+		cell(f, ops, x->wakeups_per_op, ",");
 		cell(f, !x->reference, x->cpu_pct_per_side, ",");
 		cell(f, workload_mixed(x->cfg.wl), x->file_mb_per_s, ",");
 		cell(f, ops, x->posts_per_op, ",");

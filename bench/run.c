@@ -191,6 +191,7 @@ static void reduce(const struct bench_cfg *cfg, struct client_out *co, bool remo
 	if (co->cli.elapsed_s > 0 && co->srv.elapsed_s > 0)
 		r->cpu_pct_per_side = 50.0 * (co->cli.cpu_s / co->cli.elapsed_s +
 					      co->srv.cpu_s / co->srv.elapsed_s);
+	r->wakeups_per_op = (double)(co->cli.wakeups + co->srv.wakeups) / per;
 	if (co->cli.wakeups + co->srv.wakeups > 0)
 		r->wcs_per_wakeup = (double)(co->cli.wcs + co->srv.wcs) /
 				    (double)(co->cli.wakeups + co->srv.wakeups);
@@ -256,6 +257,7 @@ void reduce_repeats(const struct result *runs, int n, struct result *out)
 		offsetof(struct result, file_mb_per_s),
 		offsetof(struct result, file_iowq_pct),
 		offsetof(struct result, wcs_per_wakeup),
+		offsetof(struct result, wakeups_per_op),
 		offsetof(struct result, posts_per_op),
 		offsetof(struct result, chains_per_op),
 		offsetof(struct result, wrs_per_chain),
