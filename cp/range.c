@@ -118,21 +118,36 @@ static int ofd_lock(int fd, short type, uint64_t off, uint64_t len)
 		.l_len = (off_t)len,
 	};
 
-	if (off > INT64_MAX || len > INT64_MAX - off)
+	if (!len || off > INT64_MAX || len - 1 > INT64_MAX - off)
 		return -EOVERFLOW;
 	if (!fcntl(fd, F_OFD_SETLK, &fl))
 		return 0;
 	return errno == EAGAIN || errno == EACCES ? -EBUSY : -errno;
 }
 
+int cp_range_hold(int fd, bool alone)
+{
+	return ofd_lock(fd, alone ? F_WRLCK : F_RDLCK, CP_RANGE_HOLD_OFF, 1);
+}
+
+/* A range's bytes: never the hold's. */
+static int range_lock(int fd, short type, uint64_t off, uint64_t len)
+{
+	if (!len)
+		return -EINVAL;
+	if (off >= CP_RANGE_HOLD_OFF || len > CP_RANGE_HOLD_OFF - off)
+		return -EOVERFLOW;
+	return ofd_lock(fd, type, off, len);
+}
+
 int cp_range_claim(int fd, uint64_t off, uint64_t len)
 {
-	return len ? ofd_lock(fd, F_WRLCK, off, len) : -EINVAL;
+	return range_lock(fd, F_WRLCK, off, len);
 }
 
 int cp_range_unclaim(int fd, uint64_t off, uint64_t len)
 {
-	return len ? ofd_lock(fd, F_UNLCK, off, len) : -EINVAL;
+	return range_lock(fd, F_UNLCK, off, len);
 }
 
 int cp_range_still_partial(int fd, int dirfd, const char *part)

@@ -76,6 +76,16 @@ void cp_range_fold_free(struct cp_range_fold *f);
  * On the receiver's partial (@fd, one open file description per
  * connection):
  *
+ * cp_range_hold() - hold the partial: shared (@alone false), as each of
+ * a file's ranges does, or alone, as a whole file, a commit and an
+ * expiry do. An OFD lock over CP_RANGE_HOLD_OFF, the one byte no range
+ * can reach, without waiting. Byte-range locks alone carry the hold and
+ * the claims, so they mean the same wherever such locks do: NFS and 9p
+ * turn flock() into a lock over the whole file, which would collide
+ * with every range's. 0; -EBUSY when another description holds the
+ * partial otherwise; -errno else (-EBADF: @alone false wants @fd
+ * readable).
+ *
  * cp_range_claim() - claim @len bytes at @off for this description: an
  * OFD write lock over them, without waiting. 0; -EBUSY when another
  * description holds any of those bytes (another connection's range that
@@ -83,6 +93,8 @@ void cp_range_fold_free(struct cp_range_fold *f);
  * cp_range_unclaim()) gives it back, so a connection that dies never
  * holds a range.
  */
+#define CP_RANGE_HOLD_OFF ((uint64_t)INT64_MAX)
+int cp_range_hold(int fd, bool alone);
 int cp_range_claim(int fd, uint64_t off, uint64_t len);
 int cp_range_unclaim(int fd, uint64_t off, uint64_t len);
 /*

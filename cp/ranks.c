@@ -12,11 +12,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "range.h"
 #include "ranks.h"
 #include "rr_config.h"
 #include "json.h"
@@ -181,67 +181,104 @@ int cp_mpi_share_list(struct cp_sendq *q, int walk_ret, uint64_t *total, char *m
 	return ret;
 }
 
+/* What each rank found of rank 0's file in cp_mpi_same_dir(). */
+enum {
+	DIR_OK,
+	DIR_MADE,    /* rank 0 cannot make, hold, claim or rename it */
+	DIR_OTHER,   /* not the same directory */
+	DIR_UNSEEN,  /* rank 0's claim not seen here */
+	DIR_CANNOT,  /* cannot test a lock or a name here */
+	DIR_COLLIDE, /* the hold or a range of its own refused */
+	DIR_STALE,   /* the old name still found after the rename */
+};
+
 int cp_mpi_same_dir(int dirfd, char *msg, size_t len)
 {
-	struct flock lk = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_len = 1};
-	int fd = -1, bad = 0, worst;
+	int fd = -1, bad = DIR_OK, err = 0, rc, worst = 0;
+	char name[64], gone[72];
 	long long id = 0;
-	char name[64];
+	struct stat sb;
 
-	/* rank 0: a file of its own in DIR, held as a range's partial is:
-	 * flock(LOCK_SH) over it and a byte-range lock over its first byte */
+	/* rank 0: a file of its own in DIR, held as a range's partial is
+	 * (shared), with its first byte claimed */
 	if (!me) {
 		id = (long long)(((uint64_t)getpid() ^ (cp_now_ns() << 20)) >> 1);
 		snprintf(name, sizeof(name), ".ringrdma-cp-ranks.%llx", id);
 		fd = openat(dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-		if (fd < 0 || flock(fd, LOCK_SH | LOCK_NB) || fcntl(fd, F_OFD_SETLK, &lk))
-			bad = 1;
+		rc = fd < 0 ? -errno : cp_range_hold(fd, false);
+		if (!rc)
+			rc = cp_range_claim(fd, 0, 1);
+		if (rc)
+			bad = DIR_MADE, err = -rc;
 	}
 	MPI_Bcast(&id, 1, MPI_LONG_LONG, 0, comm);
 	MPI_Bcast(&bad, 1, MPI_INT, 0, comm);
+	snprintf(name, sizeof(name), ".ringrdma-cp-ranks.%llx", id);
+	snprintf(gone, sizeof(gone), "%s.gone", name);
 	if (bad) {
 		snprintf(msg, len, "rank 0 cannot make and lock a file in its directory: %s",
-			 strerror(errno));
-		if (fd >= 0)
-			close(fd);
-		return CP_EXIT_LOCAL_IO;
+			 strerror(err ? err : EIO));
+		goto out;
 	}
 	if (me) {
-		/* as another range of it: the same byte refused, its own given */
-		snprintf(name, sizeof(name), ".ringrdma-cp-ranks.%llx", id);
+		/* as another range of it: the hold shared, the same byte
+		 * refused, one of its own given */
 		fd = openat(dirfd, name, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
 		if (fd < 0)
-			bad = 2; /* not the same directory */
-		else if (flock(fd, LOCK_SH | LOCK_NB))
-			bad = 5;
-		else if (!fcntl(fd, F_OFD_SETLK, &lk))
-			bad = 3; /* its locks are not seen here */
-		else if (errno != EAGAIN && errno != EACCES)
-			bad = 4;
-		else if (lk.l_start = 1 + me, fcntl(fd, F_OFD_SETLK, &lk))
-			bad = 6; /* flock and range locks collide */
+			bad = DIR_OTHER;
+		else if ((rc = cp_range_hold(fd, false)))
+			bad = rc == -EBUSY ? DIR_COLLIDE : DIR_CANNOT;
+		else if (!(rc = cp_range_claim(fd, 0, 1)))
+			bad = DIR_UNSEEN;
+		else if (rc != -EBUSY)
+			bad = DIR_CANNOT;
+		else if (cp_range_claim(fd, 1 + (uint64_t)me, 1))
+			bad = DIR_COLLIDE;
 	}
 	worst = cp_mpi_worst(bad);
-	if (fd >= 0)
-		close(fd);
-	MPI_Barrier(comm);
-	if (!me)
-		unlinkat(dirfd, name, 0);
-	if (worst == 2)
+	/* A commit renames a partial that other ranks may hold open: each
+	 * must see the old name gone at once, or it would take the
+	 * committed file for the partial (cp_range_still_partial()). */
+	if (!worst) {
+		if (!me && renameat(dirfd, name, dirfd, gone))
+			bad = DIR_MADE, err = errno;
+		if (!cp_mpi_worst(bad) && me) {
+			if (!fstatat(dirfd, name, &sb, AT_SYMLINK_NOFOLLOW))
+				bad = DIR_STALE;
+			else if (errno != ENOENT)
+				bad = DIR_CANNOT;
+		}
+		worst = cp_mpi_worst(bad);
+	}
+	if (worst == DIR_MADE)
+		snprintf(msg, len, "rank 0 cannot rename a file in its directory: %s",
+			 strerror(err ? err : EIO));
+	else if (worst == DIR_OTHER)
 		snprintf(msg, len, "--dir is not one directory that every rank sees");
-	else if (worst == 3)
+	else if (worst == DIR_UNSEEN)
 		snprintf(msg, len,
 			 "--dir's file system does not share locks between the ranks' hosts: "
 			 "ranges of one file could be written twice at once (run the serve "
 			 "ranks on one host, or use a file system with locks across hosts)");
-	else if (worst == 5 || worst == 6)
+	else if (worst == DIR_COLLIDE)
 		snprintf(msg, len,
 			 "--dir's file system does not let two ranks hold ranges of one file "
-			 "(flock and byte-range locks collide there, as on 9p): give the serve "
-			 "ranks a local or parallel file system");
-	else if (worst == 4)
-		snprintf(msg, len, "cannot test a lock in --dir");
-	return worst ? CP_EXIT_LOCAL_IO : 0;
+			 "(its byte-range locks collide): give the serve ranks a local or "
+			 "parallel file system");
+	else if (worst == DIR_STALE)
+		snprintf(msg, len,
+			 "--dir's file system shows a renamed file under its old name to the "
+			 "other ranks' hosts for a while: a range could be written into a "
+			 "committed file (on NFS, mount with lookupcache=none)");
+	else if (worst == DIR_CANNOT)
+		snprintf(msg, len, "cannot test a lock or a name in --dir");
+out:
+	if (fd >= 0)
+		close(fd);
+	MPI_Barrier(comm);
+	if (!me && unlinkat(dirfd, gone, 0))
+		unlinkat(dirfd, name, 0);
+	return bad || worst ? CP_EXIT_LOCAL_IO : 0;
 }
 
 /* Another rank's stores (@r's), on rank 0's server thread: only of an

@@ -405,7 +405,7 @@ static void open_file(struct rx *r, const char *name)
 	r->state = RX_OPEN;
 }
 
-/* FILE_COMMIT's partial is ours alone (LOCK_EX: no range is held): it
+/* FILE_COMMIT's partial is ours alone (held alone: no range is held): it
  * must hold the whole file, and is reread range by range. */
 static void commit_opened(struct rx *r)
 {
@@ -467,7 +467,7 @@ static void commit_reread(struct rx *r)
 
 /*
  * FILE_COMMIT: every range of the file was stored (the sender saw their
- * FILE_DONEs); the partial is opened as a whole file's (LOCK_EX, so
+ * FILE_DONEs); the partial is opened as a whole file's (held alone, so
  * "busy" while any range is held, and no range opens until it is
  * named), reread and checked, then named as any file. Between files only,
  * as a tree entry.

@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stdatomic.h>
-#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -372,6 +371,7 @@ static int range_claimed(struct cp_store *st)
 static int partial_opened(struct cp_store *st, int res)
 {
 	struct stat sb;
+	int held;
 
 	if (res == -EINVAL && st->direct)
 		return fail(st, CP_E_IO, "no O_DIRECT (--direct) for", st->base, -res);
@@ -386,13 +386,11 @@ static int partial_opened(struct cp_store *st, int res)
 		return fail(st, CP_E_IO, "fstat of the partial of", st->base, errno);
 	/* Locked first: a partial being committed has two links for a moment.
 	 * Ranges share it; a whole file or a commit has it alone. */
-	if (S_ISREG(sb.st_mode) && flock(st->fd, (st->range ? LOCK_SH : LOCK_EX) | LOCK_NB)) {
-		int err = errno;
-
+	if (S_ISREG(sb.st_mode) && (held = cp_range_hold(st->fd, !st->range))) {
 		close(st->fd);
 		st->fd = -1;
-		return fail(st, err == EWOULDBLOCK ? CP_E_BUSY : CP_E_IO,
-			    "another connection receives", st->base, err);
+		return fail(st, held == -EBUSY ? CP_E_BUSY : CP_E_IO, "another connection receives",
+			    st->base, held == -EBUSY ? EWOULDBLOCK : -held);
 	}
 	if (!S_ISREG(sb.st_mode) || sb.st_nlink != 1 || sb.st_uid != geteuid() ||
 	    (sb.st_mode & 07777) != 0600) {
@@ -818,10 +816,10 @@ static int expire_in(int dfd, uint64_t max_age_s, int64_t now, unsigned int *rem
 		    (int64_t)sb.st_mtim.tv_sec + (int64_t)max_age_s >= now)
 			continue;
 		/* Not one a connection (of another serve, say) holds. */
-		cfd = openat(dfd, de->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+		cfd = openat(dfd, de->d_name, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 		if (cfd < 0)
 			continue;
-		if (!flock(cfd, LOCK_EX | LOCK_NB) && !unlinkat(dfd, de->d_name, 0))
+		if (!cp_range_hold(cfd, true) && !unlinkat(dfd, de->d_name, 0))
 			++*removed;
 		close(cfd);
 	}

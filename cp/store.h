@@ -123,8 +123,8 @@ int cp_store_open(struct cp_store *st, struct cp_loop *lp, int dirfd, const char
 /*
  * cp_store_open_range() - as cp_store_open() with CP_STORE_PARTIAL, for
  * @len bytes at @off of the file (docs/ringrdma-cp.md, "Ranges"): the
- * partial is shared with the file's other ranges (flock LOCK_SH, where a
- * whole file takes LOCK_EX, so a file is never received whole and in
+ * partial is shared with the file's other ranges (cp_range_hold() shared,
+ * where a whole file holds it alone, so a file is never received whole and in
  * ranges at once, and a commit's open waits for every range to end), and
  * the range is claimed for this store alone (cp_range_claim()): another
  * claim of any of its bytes is CP_E_BUSY, as is a partial named while

@@ -52,7 +52,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -2269,12 +2268,12 @@ static void plant_cut(int dirfd)
 	close(fd);
 }
 
-/* Another connection at work on "big": its partial open (flock LOCK_SH,
+/* Another connection at work on "big": its partial open (held shared,
  * as cp_store_open_range() holds it) with range 1 claimed. */
 static void hold_range_1(int dirfd)
 {
 	rg_held_fd = openat(dirfd, RG_PART, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-	if (rg_held_fd < 0 || flock(rg_held_fd, LOCK_SH | LOCK_NB) ||
+	if (rg_held_fd < 0 || cp_range_hold(rg_held_fd, false) ||
 	    cp_range_claim(rg_held_fd, RG_STRIPE, RG_STRIPE))
 		fail("cannot hold range 1");
 }
@@ -2394,7 +2393,7 @@ static int ranges(unsigned int *n)
 		bad = rg_send(h, i, &held[i]);
 	if (!bad) {
 		rg_held_fd = openat(h->dirfd, RG_PART, O_RDWR | O_CLOEXEC);
-		if (rg_held_fd < 0 || flock(rg_held_fd, LOCK_SH | LOCK_NB))
+		if (rg_held_fd < 0 || cp_range_hold(rg_held_fd, false))
 			fail("cannot hold the partial");
 		rg_commit(h);
 		bad = rg_refused(h, "");

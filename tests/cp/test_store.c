@@ -15,6 +15,7 @@
 
 #include "loop.h"
 #include "proto.h"
+#include "range.h"
 #include "scratch.h"
 #include "store.h"
 #include "tree.h"
@@ -863,5 +864,43 @@ Test(store, stale_partials_expire)
 	cr_expect_eq(faccessat(dirfd_, ".held.rrcp-partial", F_OK, AT_SYMLINK_NOFOLLOW), 0,
 		     "a partial being received went");
 	cp_store_abort(&st);
+	settle();
+}
+
+/* Another host's range of a file (on NFS, say): its description holds
+ * the partial shared, an OFD read lock over the hold's byte. The hold is
+ * that lock alone (no flock(), which such file systems turn into a lock
+ * over the whole file), so a whole file and an expiry here wait for it,
+ * and a whole file held here keeps that host's range out. */
+Test(store, a_partial_is_held_by_byte_range_locks_alone)
+{
+	struct flock fl = {.l_type = F_RDLCK,
+			   .l_whence = SEEK_SET,
+			   .l_start = (off_t)CP_RANGE_HOLD_OFF,
+			   .l_len = 1};
+	int64_t now = 2000000000;
+	unsigned int removed = 9;
+	struct cp_store w;
+	int fd;
+
+	plant(".h.rrcp-partial", "x", 0600);
+	fd = openat(dirfd_, ".h.rrcp-partial", O_RDWR | O_CLOEXEC);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(fcntl(fd, F_OFD_SETLK, &fl), 0);
+	cr_assert_eq(cp_store_open(&w, &lp, dirfd_, "h", CP_STORE_PARTIAL, on_done), 0);
+	cr_expect_eq(await(calls + 1), CP_E_BUSY, "a whole file while another's range is held");
+	aged(".h.rrcp-partial", now - 8 * 86400);
+	cr_assert_eq(cp_store_expire(dirfd_, 7 * 86400, now, &removed), 0);
+	cr_expect_eq(removed, 0, "a held partial expired");
+	close(fd);
+	cr_assert_eq(cp_store_open(&w, &lp, dirfd_, "h", CP_STORE_PARTIAL, on_done), 0);
+	cr_assert_eq(await(calls + 1), 0);
+	fd = openat(dirfd_, ".h.rrcp-partial", O_RDWR | O_CLOEXEC);
+	cr_assert_geq(fd, 0);
+	cr_expect_eq(fcntl(fd, F_OFD_SETLK, &fl), -1,
+		     "another's range while the file is held whole");
+	cr_expect(errno == EAGAIN || errno == EACCES, "%s", strerror(errno));
+	close(fd);
+	cp_store_abort(&w);
 	settle();
 }
