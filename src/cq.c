@@ -282,6 +282,10 @@ static inline unsigned int hand_out_batch(rr_cq *cq)
  * see whether that changed, and a re-poll or a poll after the arm that
  * finds something turns re-polls back on. Only the poll after an arm
  * decides that nothing is stranded, and it always polls.
+ *
+ * set->repoll_idle below REPOLL_IDLE counts those re-polls; from there it
+ * counts down the short batches to take as empty before the next probe
+ * (at REPOLL_IDLE), so a short batch asks one word.
  */
 #define REPOLL_IDLE  4
 #define REPOLL_PROBE 16
@@ -293,8 +297,10 @@ static inline void repoll_learn(rr_cq *cq, int n)
 	cq->repolling = false;
 	if (n > 0)
 		set->repoll_idle = 0;
-	else if (set->repoll_idle < REPOLL_IDLE)
+	else if (set->repoll_idle < REPOLL_IDLE - 1)
 		set->repoll_idle++;
+	else if (set->repoll_idle == REPOLL_IDLE - 1)
+		set->repoll_idle = REPOLL_IDLE + REPOLL_PROBE - 1;
 }
 
 /* One provider poll of up to @want into the CQ's batch, an empty CQ
@@ -326,10 +332,13 @@ static inline void repoll_after_short(rr_cq *cq)
 {
 	struct rr__cqs *set = cq->set;
 
-	if (set->repoll_idle >= REPOLL_IDLE && ++set->repoll_shorts % REPOLL_PROBE) {
+	if (set->repoll_idle > REPOLL_IDLE) {
+		set->repoll_idle--;
 		cq->empty_gen = set->gen;
 		return;
 	}
+	if (set->repoll_idle == REPOLL_IDLE) /* a probe: count from here */
+		set->repoll_idle = REPOLL_IDLE + REPOLL_PROBE - 1;
 	cq->repolling = true;
 }
 

@@ -33,8 +33,8 @@ struct rr__cqs {
 	unsigned int narmed; /* CQs armed, all channels: none, no poll_armed() */
 	/* Adaptive re-poll (see cq.c), learnt over all CQs, so that many CQs
 	 * that each fire rarely learn as one does: re-polls after a short
-	 * batch that found nothing, in a row; short batches since a probe. */
-	unsigned int repoll_idle, repoll_shorts;
+	 * batch that found nothing, in a row, then short batches to skip. */
+	unsigned int repoll_idle;
 	/* CQEs of channels handled (polls fired, events read through the
 	 * ring) since the built-in loop's pass began reaping: a pass that
 	 * reaped only those polls no armed CQ. */
