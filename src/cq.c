@@ -307,10 +307,11 @@ static inline void repoll_learn(rr_cq *cq, int n)
  * remembered for this pass. The provider's count (< 0: its error). */
 static inline __attribute__((always_inline)) int poll_plain(rr_cq *cq, int want)
 {
-	struct rr__cqs *set = cq->set;
 	int n = ibv_poll_cq(cq->cq, want, cq->batch);
 
 	if (n == 0) {
+		struct rr__cqs *set = cq->set; /* read here: no register kept over the call */
+
 		set->stats->empty_polls++;
 		cq->empty_gen = set->gen;
 	}
