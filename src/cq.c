@@ -282,6 +282,10 @@ static inline unsigned int hand_out_batch(rr_cq *cq)
  * see whether that changed, and a re-poll or a poll after the arm that
  * finds something turns re-polls back on. Only the poll after an arm
  * decides that nothing is stranded, and it always polls.
+ *
+ * set->repoll_idle below REPOLL_IDLE counts those re-polls; from there it
+ * counts down the short batches to take as empty before the next probe
+ * (at REPOLL_IDLE), so a short batch asks one word.
  */
 #define REPOLL_IDLE  4
 #define REPOLL_PROBE 16
@@ -293,24 +297,34 @@ static inline void repoll_learn(rr_cq *cq, int n)
 	cq->repolling = false;
 	if (n > 0)
 		set->repoll_idle = 0;
-	else if (set->repoll_idle < REPOLL_IDLE)
+	else if (set->repoll_idle < REPOLL_IDLE - 1)
 		set->repoll_idle++;
+	else if (set->repoll_idle == REPOLL_IDLE - 1)
+		set->repoll_idle = REPOLL_IDLE + REPOLL_PROBE - 1;
 }
 
-/* One provider poll of up to @want into the CQ's batch: what the
- * adaptive re-poll learns from it, and an empty CQ remembered for this
- * pass. The provider's count (< 0: its error). */
-static inline __attribute__((always_inline)) int poll_batch(rr_cq *cq, int want)
+/* One provider poll of up to @want into the CQ's batch, an empty CQ
+ * remembered for this pass. The provider's count (< 0: its error). */
+static inline __attribute__((always_inline)) int poll_plain(rr_cq *cq, int want)
 {
-	struct rr__cqs *set = cq->set;
 	int n = ibv_poll_cq(cq->cq, want, cq->batch);
 
-	if (cq->repolling)
-		repoll_learn(cq, n);
 	if (n == 0) {
+		struct rr__cqs *set = cq->set; /* read here: no register kept over the call */
+
 		set->stats->empty_polls++;
 		cq->empty_gen = set->gen;
 	}
+	return n;
+}
+
+/* poll_plain(), and what the adaptive re-poll learns from it. */
+static inline __attribute__((always_inline)) int poll_batch(rr_cq *cq, int want)
+{
+	int n = poll_plain(cq, want);
+
+	if (cq->repolling)
+		repoll_learn(cq, n);
 	return n;
 }
 
@@ -319,10 +333,13 @@ static inline void repoll_after_short(rr_cq *cq)
 {
 	struct rr__cqs *set = cq->set;
 
-	if (set->repoll_idle >= REPOLL_IDLE && ++set->repoll_shorts % REPOLL_PROBE) {
+	if (set->repoll_idle > REPOLL_IDLE) {
+		set->repoll_idle--;
 		cq->empty_gen = set->gen;
 		return;
 	}
+	if (set->repoll_idle == REPOLL_IDLE) /* a probe: count from here */
+		set->repoll_idle = REPOLL_IDLE + REPOLL_PROBE - 1;
 	cq->repolling = true;
 }
 
@@ -454,61 +471,79 @@ static inline unsigned int cq_poll_full(rr_cq *cq, bool *more)
 	return cq_poll_as(cq, set->budget, (int)set->poll_want, more);
 }
 
+/* poll_arrays() after a callback kept completions or destroyed the CQ,
+ * @left of the budget unspent: the kept ones go through hand_out().
+ * Out of line: the drain's frame keeps its registers for the common case. */
+static __attribute__((noinline)) unsigned int arrays_kept(rr_cq *cq, unsigned int left,
+							  bool drained)
+{
+	unsigned int n = cq->set->budget - left;
+	bool more;
+
+	cq->dispatch_depth--;
+	cq->set->stats->wcs += n;
+	if (cq->destroy_deferred || !left)
+		return n;
+	return n + hand_out_from(cq, left, &more, 0, 0, drained);
+}
+
 /*
  * cq_poll_here() of an on_wc_batch CQ: each batch polled goes whole, in
  * place, in one call, and the next poll follows as hand_out() would,
  * without the bookkeeping of its per-WC loop (a loop of its own, so that
  * loop keeps its registers where both are inlined). What a callback
  * leaves kept (another QP's teardown stashes what it polled) goes through
- * hand_out(), before anything newer; a destroy ends it.
+ * hand_out(), before anything newer; a destroy ends it. Whether the
+ * budget ran out is not said: the channel's drain does not ask.
+ *
+ * A CQ that keeps completions, is owed a re-poll's lesson or spins goes
+ * through hand_out() from the start. Then its polls here need neither
+ * test: a re-poll is asked for by the short batch that ends the loop
+ * (repoll_after_short()), and nothing opens a spin window under a
+ * callback. batch_head and nbatch are left as they are: with nothing
+ * kept, batch_head >= nbatch, so the batch in the callback's hands has no
+ * entry after batch_head for take_qp to move, nor for a destroy to cut.
  */
-static inline __attribute__((always_inline)) unsigned int poll_arrays(rr_cq *cq, bool *more)
+static inline __attribute__((always_inline)) unsigned int poll_arrays(rr_cq *cq)
 {
 	struct rr__cqs *set = cq->set;
-	unsigned int budget = set->budget, total = 0;
+	unsigned int left = set->budget;
 	int n, want = (int)set->poll_want;
-	bool drained;
+	bool more;
 
-	if (cq->kept)
-		return cq_poll_slow(cq, budget, more, 0, 0);
-	*more = false;
+	if (cq->kept || cq->poll_extra)
+		return cq_poll_slow(cq, left, &more, 0, 0);
 	if (cq->empty_gen == set->gen)
 		return 0;
 	cq->dispatch_depth++;
 	for (;;) {
-		n = poll_batch(cq, want);
+		n = poll_plain(cq, want);
 		if (n <= 0)
 			break;
-		if (cq->spin == RR__SPIN_WINDOW)
-			window_hit(cq);
-		drained = (uint32_t)n < (uint32_t)want;
-		if (drained)
-			repoll_after_short(cq);
-		/* All of it handed out: take_qp leaves them alone. */
-		total += (uint32_t)n;
-		cq->batch_head = (uint32_t)n;
-		cq->nbatch = (uint32_t)n;
+		left -= (unsigned int)n;
+		if (n < want)
+			goto short_batch;
 		cq->on_wc_batch(cq, cq->batch, n, cq->data);
 		if (cq->destroy_deferred || cq->kept)
-			goto kept;
-		if (drained || total >= budget)
+			return arrays_kept(cq, left, false);
+		if (!left)
 			break;
-		want = (int)(budget - total < set->cq_batch ? budget - total : set->cq_batch);
+		/* want was all that was left, or cq_batch. */
+		if (left < (unsigned int)want)
+			want = (int)left;
 	}
-	set->stats->wcs += total;
+done:
 	cq->dispatch_depth--;
-	*more = total >= budget;
-	return total;
-kept:
-	set->stats->wcs += total;
-	cq->dispatch_depth--;
-	if (cq->destroy_deferred)
-		return total;
-	if (total >= budget) {
-		*more = true;
-		return total;
-	}
-	return total + hand_out_from(cq, budget - total, more, 0, 0, drained);
+	n = (int)(set->budget - left);
+	set->stats->wcs += (unsigned int)n;
+	return (unsigned int)n;
+short_batch:
+	/* The CQ was empty: the last of this drain, or a re-poll. */
+	repoll_after_short(cq);
+	cq->on_wc_batch(cq, cq->batch, n, cq->data);
+	if (cq->destroy_deferred || cq->kept)
+		return arrays_kept(cq, left, true);
+	goto done;
 }
 
 /*
@@ -1244,8 +1279,8 @@ static void channel_ready(void *ctx, int revents)
 		bool more;
 
 		if (!only->active) {
-			unsigned int n = only->on_wc_batch ? poll_arrays(only, &more)
-							   : cq_poll_here(only, &more);
+			unsigned int n =
+				only->on_wc_batch ? poll_arrays(only) : cq_poll_here(only, &more);
 
 			posts_due(only);
 			if (reap_deferred(only))

@@ -33,8 +33,8 @@ struct rr__cqs {
 	unsigned int narmed; /* CQs armed, all channels: none, no poll_armed() */
 	/* Adaptive re-poll (see cq.c), learnt over all CQs, so that many CQs
 	 * that each fire rarely learn as one does: re-polls after a short
-	 * batch that found nothing, in a row; short batches since a probe. */
-	unsigned int repoll_idle, repoll_shorts;
+	 * batch that found nothing, in a row, then short batches to skip. */
+	unsigned int repoll_idle;
 	/* CQEs of channels handled (polls fired, events read through the
 	 * ring) since the built-in loop's pass began reaping: a pass that
 	 * reaped only those polls no armed CQ. */
@@ -72,6 +72,8 @@ struct rr__cq_hooks {
 	void *ctx;
 };
 
+enum rr__spin { RR__SPIN_IDLE, RR__SPIN_BUSY, RR__SPIN_WINDOW };
+
 struct rr_cq {
 	struct rr__cqs *set;
 	rr_channel *ch;
@@ -98,11 +100,18 @@ struct rr_cq {
 		};
 		uint32_t unsettled; /* any of the four */
 	};
-	bool evented;	/* on the pending list of the current drain */
-	bool lazy;	/* on set->lazy: unarmed until the loop would block */
-	bool repolling; /* its next poll is a re-poll after a short batch */
-	/* Hybrid: the spin window. */
-	enum { RR__SPIN_IDLE, RR__SPIN_BUSY, RR__SPIN_WINDOW } spin;
+	bool evented; /* on the pending list of the current drain */
+	bool lazy;    /* on set->lazy: unarmed until the loop would block */
+	/* What a poll may have to do beside handing out what it found (a
+	 * re-poll's lesson, a spin window's hit): one word to ask whether
+	 * anything may (see poll_arrays() in cq.c). */
+	union {
+		struct {
+			bool repolling; /* its next poll is a re-poll after a short batch */
+			uint8_t spin;	/* hybrid: enum rr__spin, the spin window */
+		};
+		uint16_t poll_extra; /* 0: neither */
+	};
 	unsigned int spin_empty; /* empty polls in the current window */
 	unsigned int spin_limit; /* its length in empty polls (untimed) */
 	bool spin_timed;	 /* this window is timed with the clock */

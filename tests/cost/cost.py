@@ -68,7 +68,7 @@ BRIDGE_ROWS = ("bridge", "bridge-embed", "bridge-read")
 ENFORCE_WAKE_K1 = {"bridge": TARGET_WAKE_K1, "bridge-embed": TARGET_WAKE_K1,
                    "bridge-read": TARGET_WAKE_K1}
 ENFORCE_WC = {"bridge": TARGET_WC, "bridge-embed": TARGET_WC, "bridge-read": TARGET_WC,
-              "bridge-batch": {48: 1.17, 64: TARGET_BATCH_WC}}
+              "bridge-batch": TARGET_BATCH_WC}
 # fan-*: a wake-up with N objects costs at most this much more than with one
 TARGET_FAN = 0.05
 
