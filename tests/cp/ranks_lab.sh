@@ -4,9 +4,11 @@
 # is made here, one boot of four VMs runs tests/cp/ranks_guest.sh on
 # lab1, and the results are checked here. TAP output.
 #   - serve ranks on two hosts sharing --dir over 9p (locks each host's
-#     own) are refused before they listen;
+#     own) are refused before they listen, and so are two sharing it
+#     over NFS with its name cache (a renamed name lingers);
 #   - a tree of small files and a striped big file, 2 hosts x 2 send
-#     ranks to 2 serve ranks, stored identical; --json at rank 0 has
+#     ranks to serve ranks on 2 hosts, one --dir over NFS 4.2 (lab3's
+#     disk, tools/lab/nfs), stored identical; --json at rank 0 has
 #     every rank's figures, and every rank sent; the tree was walked
 #     once, by rank 0 (the others took its list);
 #   - a wrong token: every rank refused, nothing stored;
@@ -17,9 +19,9 @@
 #     nothing named.
 # RR_CP_RANKS_CP runs another ringrdma-cp (tools/test: the plain build's).
 # RR_CP_RANKS_FILES (default 200) and RR_CP_RANKS_MB (default 32) size
-# the copy: 10000 and 1024 are issue 47's, with RR_CP_RANKS_DST=/tmp
-# (lab3's RAM; its disk is 1 GiB) and RR_CP_RANKS_MEM=3072 (MB per VM;
-# default 1536).
+# the copy: 10000 and 1024 are issue 47's, with RR_CP_RANKS_DST=/tmp/nfs
+# (lab3 exports its RAM; its disk is 1 GiB) and RR_CP_RANKS_MEM=3072 (MB
+# per VM; default 1536).
 #   ranks_lab.sh PATH/TO/rdma-lab PATH/TO/ringrdma-cp BUILD_DIR [mpi|none]
 set -u
 LAB=${1:?usage: ranks_lab.sh PATH/TO/rdma-lab PATH/TO/ringrdma-cp BUILD_DIR}
@@ -86,24 +88,29 @@ tap_is $([ "$r" = 3 ] && grep -q 'does not share locks' "$D/split.out"; echo $?)
 	"serve ranks on lab3 and lab4 sharing --dir over 9p are refused (status ${r:-none}): its locks are each host's own" \
 	"$(tail -n 5 "$D/split.out" 2>/dev/null)"
 
-r=$(field ninep rc)
-tap_is $([ "$r" = 3 ] && grep -q 'collide' "$D/ninep.out"; echo $?) \
-	"serve ranks on lab3 alone with --dir over 9p are refused (status ${r:-none}): flock and range locks collide there" \
-	"$(grep -a ringrdma-cp "$D/ninep.out" 2>/dev/null | tail -n 3)"
+r=$(field cached rc)
+tap_is $([ "$(field nfs rc)" = 0 ] && [ "$r" = 3 ] && grep -q 'under its old name' "$D/cached.out"; echo $?) \
+	"serve ranks on lab3 and lab4 sharing --dir over NFS with its name cache are refused (NFS up: status $(field nfs rc); serve ${r:-none}): a renamed name lingers" \
+	"$(grep -a ringrdma-cp "$D/cached.out" 2>/dev/null | tail -n 3)"
 
 r=$(field send1 rc)
 diffs=$(head -n 5 "$D/diff1" 2>/dev/null)
 tap_is $([ "$r" = 0 ] && [ "$(field serve1 rc)" = 0 ] && [ "$(field same1 rc)" = 0 ]; echo $?) \
-	"$FILES files and $MB MiB, 2 hosts x 2 send ranks to 2 serve ranks: stored identical (send ${r:-none}, serve $(field serve1 rc), $(field send1 secs)s)" \
+	"$FILES files and $MB MiB, 2 hosts x 2 send ranks to serve ranks on 2 hosts over NFS: stored identical (send ${r:-none}, serve $(field serve1 rc), $(field send1 secs)s)" \
 	"$diffs" "$(grep -a 'ringrdma-cp' "$D/send1.out" 2>/dev/null | head -n 10)"
 
 want_files=$((FILES + 1))
 ranks=$(js "$D/send1.json" 'd["ranks"]')
+# Every rank connects; which of them get work is the queue's choice (a
+# rank that connects last may find a small job taken), but both hosts'
+# ranks send.
 busy=$(js "$D/send1.json" 'sum(1 for k in d["rank_figs"] if k["files"] + k["ranges"] > 0)')
+joined=$(js "$D/send1.json" 'sum(1 for k in d["rank_figs"] if k["connections"] > 0)')
+hosts=$(js "$D/send1.json" 'len(set(k["host"] for k in d["rank_figs"] if k["files"] + k["ranges"] > 0))')
 files=$(js "$D/send1.json" 'd["files"]')
 ranges=$(js "$D/send1.json" 'd["ranges"]')
-tap_is $([ "$ranks" = 4 ] && [ "$busy" = 4 ] && [ "$files" = "$want_files" ] && [ "$ranges" = $(((MB << 20) / STRIPE)) ]; echo $?) \
-	"rank 0's --json: 4 ranks, each sent ($busy did), $files files and $ranges ranges in all" \
+tap_is $([ "$ranks" = 4 ] && [ "$joined" = 4 ] && [ "$hosts" = 2 ] && [ "$files" = "$want_files" ] && [ "$ranges" = $(((MB << 20) / STRIPE)) ]; echo $?) \
+	"rank 0's --json: 4 ranks, each connected ($joined did), ranks of $hosts hosts sent ($busy ranks), $files files and $ranges ranges in all" \
 	"$(js "$D/send1.json" 'd.get("rank_figs")')"
 
 # The tree is walked once, by rank 0: the others take its list.
@@ -111,9 +118,14 @@ walked=$(js "$D/send1.json" '[k.get("walked") for k in d["rank_figs"]]')
 tap_is $(js "$D/send1.json" 'int(not (d["rank_figs"][0]["walked"] > '"$FILES"' and all(k["walked"] == 0 for k in d["rank_figs"][1:])))') \
 	"the tree walked once, by rank 0 (entries each rank's walk listed: $walked)"
 
+# Both serve hosts received (each send rank's connection goes to one of
+# them, and big's ranges are spread over all four), into one DIR over NFS.
 sfiles=$(js "$D/serve1.json" 'd["files"]')
-tap_is $([ "$(js "$D/serve1.json" 'd["ranks"]')" = 2 ] && [ "$sfiles" = "$want_files" ]; echo $?) \
-	"serve's rank 0 --json: 2 ranks, $sfiles files stored in all"
+schunks=$(js "$D/serve1.json" '[k["chunks"] for k in d["rank_figs"]]')
+shosts=$(js "$D/serve1.json" 'sorted(k["host"] for k in d["rank_figs"] if k["chunks"] > 0)')
+tap_is $([ "$(js "$D/serve1.json" 'd["ranks"]')" = 2 ] && [ "$sfiles" = "$want_files" ] &&
+	[ "$shosts" = "['lab3', 'lab4']" ]; echo $?) \
+	"serve's rank 0 --json: 2 ranks, $sfiles files stored in all, chunks received per rank $schunks"
 
 r=$(field wrong rc)
 tap_is $([ "$r" = 5 ] && [ "$(field empty2 rc)" = 0 ]; echo $?) \
