@@ -14,7 +14,7 @@ truncate -s 1M "$dir/cache/disk-1g.ext4"
 export PATH=$here/fake:$PATH RDMA_LAB_CACHE=$dir/cache RDMA_LAB_KVER=fake TMPDIR=$dir/tmp
 export FAKE_QEMU_PIDS=$dir/pids
 . "$(dirname "$0")/../tap.sh"
-tap_plan 16
+tap_plan 17
 # lab OUT ARGS...: run the lab under a generous watchdog (124 past it).
 lab() {
 	local out=$1
@@ -109,6 +109,31 @@ wait "$labpid"
 rc=$?
 tap_is $([ "$rc" = 130 ] && lab_gone; echo $?) "interrupted with four VMs up: 130, nothing left running (got $rc)" \
 	"left: $(left)"
+
+# The stand-in itself, killed (as stop_vms kills a QEMU still there 10 s
+# after SIGTERM): its command ends with it, as a killed VM's does. Before,
+# a peer's cmd.sh that its TERM loop had not ended yet outlived the lab.
+rd=$dir/killed
+mkdir -p "$rd"
+printf 'LAB_HOST_ID=2\nLAB_HOSTS=2\nLAB_KVER=fake\n' >"$rd/config"
+echo 'while :; do sleep 1; done' >"$rd/cmd.sh"
+FAKE_QEMU_PIDS= qemu-system-x86_64 -virtfs "local,path=$rd,mount_tag=labrun,security_model=none" \
+	>/dev/null 2>&1 &
+fq=$!
+for _ in $(seq 100); do
+	pgrep -f "$rd/cmd.sh" >/dev/null && break
+	sleep 0.1
+done
+kill -KILL "$fq"
+wait "$fq" 2>/dev/null
+for _ in $(seq 50); do
+	pgrep -f "$rd/cmd.sh" >/dev/null || break
+	sleep 0.1
+done
+tap_is $([ -e "$rd/ready" ] && ! pgrep -f "$rd/cmd.sh" >/dev/null; echo $?) \
+	"a stand-in QEMU killed ends its command with it" "left: $(pgrep -af "$rd/cmd.sh")"
+pkill -f "$rd/cmd.sh"
+rm -rf "$rd"
 
 left=$(ls -A "$dir/tmp"; ls -A "$dir/cache" | grep -v -x -e fake -e disk-1g.ext4)
 tap_is $([ -z "$left" ]; echo $?) "every run's directory and disk copy removed (left: ${left:-none})"
