@@ -104,9 +104,16 @@ static bool dir_ready(const struct cp_sendq *q, int d, int c)
 	return d < 0 || q->e[d].done || q->e[d].conn == c;
 }
 
+/* How many entries waiting for another connection's MKDIR a take looks
+ * past: a tree of small directories keeps every connection busy (one
+ * directory after another, each taken with its MKDIR), while a take
+ * behind a big one stays short and waits for that MKDIR's store. */
+#define PASS_WAITING 256
+
 static int pick(struct cp_sendq *q, int c)
 {
 	bool all_went = true;
+	int waiting = 0;
 
 	for (int i = q->first; i < q->ne; i++) {
 		const struct cp_sendq_entry *e = &q->e[i];
@@ -117,9 +124,11 @@ static int pick(struct cp_sendq *q, int c)
 			continue;
 		}
 		if (e->kind == CP_DIR_META) {
-			/* Later entries do not depend on it: they may pass. */
-			if (!q->e[e->own].left && dir_ready(q, e->own, c) &&
-			    dir_ready(q, e->dir, c))
+			/* On its MKDIR's connection: the receiver that made the
+			 * directory sets its mode and time (another serve rank
+			 * did not make it, and leaves them). Later entries do not
+			 * depend on it: they may pass. */
+			if (!q->e[e->own].left && q->e[e->own].conn == c && dir_ready(q, e->dir, c))
 				return i;
 			all_went = false;
 			continue;
@@ -131,7 +140,12 @@ static int pick(struct cp_sendq *q, int c)
 			all_went = false;
 			continue;
 		}
-		return dir_ready(q, e->dir, c) ? i : -2;
+		if (dir_ready(q, e->dir, c))
+			return i;
+		/* Later entries in other directories do not depend on it. */
+		if (++waiting > PASS_WAITING)
+			return -2;
+		all_went = false;
 	}
 	return all_went ? -1 : -2;
 }

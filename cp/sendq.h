@@ -5,10 +5,12 @@
  * entry may go (docs/ringrdma-cp.md, "Trees" and "Sender threads"):
  *
  * - in list order, except that a DIR_META or a striped file's
- *   CP_FILE_COMMIT waiting for its turn lets later entries pass;
+ *   CP_FILE_COMMIT waiting for its turn lets later entries pass, and so
+ *   do up to 256 entries waiting for another connection's MKDIR;
  * - an entry only once the MKDIR of its directory was stored, or went on
  *   the same connection (the receiver keeps a connection's order);
- * - DIR_META only once everything beneath its directory was stored;
+ * - DIR_META only once everything beneath its directory was stored, on
+ *   the connection its MKDIR went on (so to the receiver that made it);
  * - CP_FILE_COMMIT only once every range of its file was stored, with
  *   the ranges' sums folded in range order.
  *

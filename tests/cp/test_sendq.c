@@ -3,10 +3,11 @@
  * cp/sendq.c on the host: the one list of entries every sender
  * connection (of every --threads thread) takes from, and when each may
  * go: in order; in a directory only once its MKDIR was stored or went on
- * the same connection; DIR_META once everything beneath was stored; a
- * striped file's FILE_COMMIT once every range was, with their sums
+ * the same connection; DIR_META once everything beneath was stored, on
+ * its MKDIR's connection; a striped file's FILE_COMMIT once every range was, with their sums
  * folded in range order; a store says whether anything may go now (the
- * other threads are woken then); and, taken by four threads at once, each entry
+ * other threads are woken then); a directory waiting for another
+ * connection's MKDIR passed by the next ones; and, taken by four threads at once, each entry
  * exactly once by those rules, to the end.
  */
 #include <criterion/criterion.h>
@@ -50,12 +51,13 @@ Test(sendq, an_entry_waits_for_its_mkdir_on_another_connection)
 	f = file(&q, d, "d/f");
 	g = file(&q, -1, "g");
 	cr_assert_eq(cp_sendq_take(&q, 0), d);
-	/* Not stored yet: another connection waits (and so does what comes
-	 * after it in the list: the order is kept), the same one goes on. */
+	/* Not stored yet: another connection takes what comes after it in
+	 * the list, outside d, then waits; the same one goes on. */
+	cr_assert_eq(cp_sendq_take(&q, 1), g, "g is in no directory: it passes d/f");
 	cr_assert_eq(cp_sendq_take(&q, 1), -2);
 	cr_assert_eq(cp_sendq_take(&q, 1), -2, "asked again, still waits");
 	cr_assert_eq(cp_sendq_take(&q, 0), f, "the MKDIR's own connection goes on");
-	cr_assert_eq(cp_sendq_take(&q, 1), g);
+	cr_assert_eq(cp_sendq_take(&q, 1), -1);
 	cp_sendq_free(&q);
 
 	cp_sendq_init(&q);
@@ -65,6 +67,46 @@ Test(sendq, an_entry_waits_for_its_mkdir_on_another_connection)
 	cr_assert_eq(cp_sendq_take(&q, 1), -2);
 	cr_assert(cp_sendq_stored(&q, d, 0), "a MKDIR stored: others may go");
 	cr_assert_eq(cp_sendq_take(&q, 1), f, "once stored, any connection");
+	cp_sendq_free(&q);
+}
+
+/* A tree of small directories: while connection 0 has d1 (taken with
+ * its MKDIR, not stored yet), connection 1 takes d2 and its files rather
+ * than waiting, so that neither idles; behind a directory of more than
+ * 256 waiting entries it waits, as a take must stay short. */
+Test(sendq, small_directories_spread_over_connections)
+{
+	struct cp_sendq q;
+	int d1, d2, big, after;
+
+	cp_sendq_init(&q);
+	d1 = mkdir_(&q, -1, "d1");
+	file(&q, d1, "d1/a");
+	file(&q, d1, "d1/b");
+	d2 = mkdir_(&q, -1, "d2");
+	file(&q, d2, "d2/a");
+	cr_assert_eq(cp_sendq_take(&q, 0), d1);
+	cr_assert_eq(cp_sendq_take(&q, 1), d2, "d2 passes d1's files");
+	cr_assert_eq(cp_sendq_take(&q, 1), d2 + 1, "and its own file after it");
+	cr_assert_eq(cp_sendq_take(&q, 0), d1 + 1);
+	cr_assert_eq(cp_sendq_take(&q, 0), d1 + 2);
+	cr_assert_eq(cp_sendq_take(&q, 0), -1);
+	cp_sendq_free(&q);
+
+	cp_sendq_init(&q);
+	big = mkdir_(&q, -1, "big");
+	for (int i = 0; i < 300; i++) {
+		char name[32];
+
+		snprintf(name, sizeof(name), "big/%d", i);
+		file(&q, big, name);
+	}
+	after = file(&q, -1, "after");
+	cr_assert_eq(cp_sendq_take(&q, 0), big);
+	cr_assert_eq(cp_sendq_take(&q, 1), -2, "300 waiting entries: not looked past");
+	cp_sendq_stored(&q, big, 0);
+	cr_assert_eq(cp_sendq_take(&q, 1), big + 1);
+	cr_assert_neq(after, big + 1);
 	cp_sendq_free(&q);
 }
 
@@ -94,11 +136,15 @@ Test(sendq, dir_meta_waits_for_everything_beneath)
 	cr_assert(!cp_sendq_stored(&q, f, 0), "d/f stored: nothing more may go");
 	cr_assert_eq(cp_sendq_take(&q, 1), -2, "d/s/f not stored: neither goes");
 	cr_assert(cp_sendq_stored(&q, sf, 0), "the last beneath d/s: its DIR_META may go");
+	/* ... on the connection that made d/s: another serve rank, not
+	 * having made it, would leave its mode and time. */
+	cr_assert_eq(cp_sendq_take(&q, 1), -2, "d/s's DIR_META is connection 0's");
+	cr_assert_eq(cp_sendq_take(&q, 0), sm);
 	/* d/s's DIR_META is beneath d: d's waits for it. */
-	cr_assert_eq(cp_sendq_take(&q, 1), sm);
-	cr_assert_eq(cp_sendq_take(&q, 1), -2);
+	cr_assert_eq(cp_sendq_take(&q, 0), -2);
 	cp_sendq_stored(&q, sm, 0);
-	cr_assert_eq(cp_sendq_take(&q, 1), m);
+	cr_assert_eq(cp_sendq_take(&q, 1), -2);
+	cr_assert_eq(cp_sendq_take(&q, 0), m);
 	cr_assert_eq(cp_sendq_take(&q, 1), -1);
 	cp_sendq_free(&q);
 }
