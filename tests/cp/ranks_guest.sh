@@ -40,7 +40,8 @@ send_ranks() { # NAME ARGS...: 2 ranks on lab1 and 2 on lab2, to both serve host
 	local name=$1
 	shift
 	timeout 300 mpirun -x ASAN_OPTIONS -n 4 --host lab1:2,lab2:2 "$CP" send --mpi --token-file "$D/token" \
-		--chunk 256K --window 16 --stripe $STRIPE --no-progress --json "$D/$name.json" "$@" \
+		--chunk 256K --window 16 --stripe $STRIPE --no-progress --json "$D/$name.json" \
+		${RR_CP_RANKS_TIMEOUT:+--timeout "$RR_CP_RANKS_TIMEOUT"} "$@" \
 		"$addr3:$PORT,$addr4:$PORT" >"$D/$name.out" 2>&1
 }
 # slow_send NAME DST N: big at 512K/s a rank, in the background (its
@@ -90,6 +91,13 @@ step send1 "$rc" $((SECONDS - t0))
 step serve1 $src 0
 on3 diff -r "$D/src" "$S/dst/src" >"$D/diff1" 2>&1
 step same1 $? 0
+# Each directory's mode and time, set by DIR_META on the serve rank that
+# made it (the other leaves a directory it did not make as it is).
+dirs='find . -type d -exec stat -c "%a %Y %n" {} + | sort'
+(cd "$D/src" && eval "$dirs") >"$D/dirs.src"
+on3 "cd '$S/dst/src' && $dirs" >"$D/dirs.dst"
+diff "$D/dirs.src" "$D/dirs.dst" >"$D/dirs.diff"
+step dirs1 $? 0
 on3 rm -rf "$S/dst" # room on lab3's disk
 
 # 3. A wrong token: every rank refused, nothing stored (refused

@@ -21,7 +21,9 @@
 # RR_CP_RANKS_FILES (default 200) and RR_CP_RANKS_MB (default 32) size
 # the copy: 10000 and 1024 are issue 47's, with RR_CP_RANKS_DST=/tmp/nfs
 # (lab3 exports its RAM; its disk is 1 GiB) and RR_CP_RANKS_MEM=3072 (MB
-# per VM; default 1536).
+# per VM; default 1536), and RR_CP_RANKS_TIMEOUT=600 (send's --timeout:
+# the commit rereads the 1 GiB file, over NFS under the emulator in more
+# than the default 60 s, with nothing sent meanwhile).
 #   ranks_lab.sh PATH/TO/rdma-lab PATH/TO/ringrdma-cp BUILD_DIR [mpi|none]
 set -u
 LAB=${1:?usage: ranks_lab.sh PATH/TO/rdma-lab PATH/TO/ringrdma-cp BUILD_DIR}
@@ -59,7 +61,7 @@ fi
 D=$(mktemp -d "$BUILD/cp-ranks-lab.XXXXXX") || exit 1
 # RR_CP_RANKS_KEEP=1 keeps it (logs, JSON) for a look afterwards.
 [ "${RR_CP_RANKS_KEEP:-}" = 1 ] && echo "# kept: $D" || trap 'rm -rf "$D"' EXIT
-tap_plan 11
+tap_plan 12
 
 # The source: FILES small files in 20 directories (1 to 8 KiB), and big.
 python3 -S "$here/make_src.py" "$D/src" "$FILES" "$MB" || exit 1
@@ -98,6 +100,11 @@ diffs=$(head -n 5 "$D/diff1" 2>/dev/null)
 tap_is $([ "$r" = 0 ] && [ "$(field serve1 rc)" = 0 ] && [ "$(field same1 rc)" = 0 ]; echo $?) \
 	"$FILES files and $MB MiB, 2 hosts x 2 send ranks to serve ranks on 2 hosts over NFS: stored identical (send ${r:-none}, serve $(field serve1 rc), $(field send1 secs)s)" \
 	"$diffs" "$(grep -a 'ringrdma-cp' "$D/send1.out" 2>/dev/null | head -n 10)"
+
+r=$(field dirs1 rc)
+tap_is $([ "$r" = 0 ]; echo $?) \
+	"every directory's mode and time as the source's, set by the serve rank that made it (diff ${r:-none})" \
+	"$(head -n 6 "$D/dirs.diff" 2>/dev/null)"
 
 want_files=$((FILES + 1))
 ranks=$(js "$D/send1.json" 'd["ranks"]')
