@@ -73,6 +73,7 @@ const char *cp_type_name(unsigned int type)
 		[CP_CHALLENGE] = "CHALLENGE",
 		[CP_AUTH] = "AUTH",
 		[CP_FILE_COMMIT] = "FILE_COMMIT",
+		[CP_BUSY] = "BUSY",
 	};
 
 	if (type < sizeof(names) / sizeof(names[0]) && names[type])
@@ -575,6 +576,24 @@ static int from_get(const uint8_t *p, size_t plen, struct cp_msg *m, char *why, 
 	return 0;
 }
 
+static size_t busy_len(const struct cp_msg *m)
+{
+	(void)m;
+	return 4;
+}
+
+static void busy_put(const struct cp_msg *m, uint8_t *p)
+{
+	put32(p, m->busy.secs);
+}
+
+static int busy_get(const uint8_t *p, size_t plen, struct cp_msg *m, char *why, size_t why_len)
+{
+	(void)plen, (void)why, (void)why_len;
+	m->busy.secs = get32(p);
+	return 0;
+}
+
 static const struct cp_msg_rule rules[] = {
 	[CP_HELLO] = {10, false, hello_len, hello_put, hello_get},
 	[CP_WELCOME] = {16 + CP_PROOF_LEN, true, welcome_len, welcome_put, welcome_get},
@@ -591,6 +610,7 @@ static const struct cp_msg_rule rules[] = {
 	[CP_CHALLENGE] = {CP_NONCE_LEN, true, b32_len, challenge_put, challenge_get},
 	[CP_AUTH] = {CP_PROOF_LEN, true, b32_len, auth_put, auth_get},
 	[CP_FILE_COMMIT] = {14, false, start_len, start_put, start_get},
+	[CP_BUSY] = {4, true, busy_len, busy_put, busy_get},
 };
 
 static const struct cp_msg_rule *rule_of(unsigned int type)

@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #define CP_MAGIC      0x50435252u /* "RRCP" on the wire */
-#define CP_VERSION    8
+#define CP_VERSION    9
 #define CP_HDR_LEN    8
 #define CP_MSG_MAX    512 /* every receive buffer holds this much */
 #define CP_NAME_MAX   255
@@ -58,6 +58,10 @@ enum cp_type {
 	/* Ranges (version 8): a striped file is named once every range of it
 	 * was stored; answered by FILE_DONE with the size and folded sum. */
 	CP_FILE_COMMIT = 16, /* sender: name, size, mode, mtime, stripe, sum */
+	/* Version 9: a receiver at work on its own files (a commit's reread
+	 * of a big file, a long fsync) says so while it sends nothing else,
+	 * so that the sender's --timeout counts silence, not work. */
+	CP_BUSY = 17, /* receiver: still at work, for how long */
 };
 
 /* enum cp_err: what an ERROR message reports, and the exit code it means. */
@@ -177,6 +181,9 @@ struct cp_msg {
 		struct {
 			uint64_t offset;
 		} from;
+		struct {
+			uint32_t secs; /* since the receiver's last message */
+		} busy;
 	};
 };
 

@@ -568,6 +568,12 @@ enum rx_poll_res rx_poll(struct rx *r, int *result)
 		r->down_at = now;
 	}
 	if (!r->down) {
+		/* A failed send is tried again at the next pass. */
+		if (r->state > RX_AUTH && r->state != RX_CLOSING && !r->error_out &&
+		    now - r->last_sent > RX_BUSY_MS * 1000000ull && io_busy(r))
+			rx_send(r, &(struct cp_msg){.type = CP_BUSY,
+						    .busy.secs = (uint32_t)((now - r->last_sent) /
+									    1000000000ull)});
 		if ((r->state == RX_HELLO || r->state == RX_AUTH) &&
 		    now - r->born_at > (uint64_t)hello * 1000000000ull) {
 			rx_fail(r, CP_E_PROTO, CP_EXIT_NET, "no HELLO within %u s, dropped", hello);

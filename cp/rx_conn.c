@@ -17,7 +17,11 @@ static void send_done(rr_ep *ep, const struct rr_completion *c, void *data);
 /* SEND one control message; returns 0 or a negative errno. */
 int rx_send(struct rx *r, const struct cp_msg *m)
 {
-	return cp_ctl_send(&r->ctl, r->ep, m, send_done);
+	int rc = cp_ctl_send(&r->ctl, r->ep, m, send_done);
+
+	if (!rc)
+		r->last_sent = cp_now_ns();
+	return rc;
 }
 
 /* A SEND that found the connection ending (-ENOTCONN) fails nothing: what

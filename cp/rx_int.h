@@ -39,6 +39,10 @@
 /* Receives flushed without a disconnect: the QP is in error, unless a
  * disconnect says otherwise by then (it comes with its flushes). */
 #define LOST_MS 250
+/* At work on our own files (a commit's reread, a long fsync) and silent
+ * this long: say BUSY, so that the sender's --timeout (60 s by default)
+ * counts a silent peer, not a big file. */
+#define RX_BUSY_MS 5000
 
 /* RX_OPEN: FILE_START arrived, its file is being opened. RX_SCAN: a file
  * to resume, what it holds is being hashed; RX_FROM: FILE_HAVE went, the
@@ -110,6 +114,7 @@ struct rx {
 	struct cp_gate_ticket gt;	     /* in env->gate until admitted or freed */
 	uint64_t born_at; /* its connect request: the HELLO deadline runs from here */
 	uint64_t down_at, closing_at, last_activity;
+	uint64_t last_sent; /* our last message sent, for BUSY */
 	int result;
 
 	struct cp_ctl ctl; /* window + RX_SPARE_RECVS receives, RX_SENDS sends */

@@ -790,6 +790,11 @@ static void on_message(struct tx *t, const uint8_t *buf, uint32_t len)
 		t->limit = m.grant.limit;
 		pump(t);
 		return;
+	case CP_BUSY:
+		/* The receiver at work: activity, counted above. */
+		if (t->state < TX_IDLE || t->state > TX_END)
+			break;
+		return;
 	case CP_FILE_DONE:
 		if (!t->awaiting || t->state < TX_DATA || t->state > TX_END)
 			break;

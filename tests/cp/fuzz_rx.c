@@ -163,6 +163,7 @@ struct harness {
 	uint64_t broke_ns; /* a write of the peer's was refused: both QPs in error */
 	/* FILE_HAVE: how many, and the last one */
 	unsigned int haves;
+	unsigned int busies; /* BUSYs received */
 	uint64_t have_bytes, have_sum;
 	uint8_t have_flags;
 	/* the handshake: our nonce, the receiver's, the proof we sent */
@@ -548,6 +549,11 @@ static void on_message(const uint8_t *buf, uint32_t len)
 		if (getenv("FUZZ_RX_VERBOSE"))
 			fprintf(stderr, "fuzz-rx: ERROR %u %.*s\n", m.error.code, (int)m.error.len,
 				m.error.text);
+		break;
+	case CP_BUSY:
+		if (!H->welcomed)
+			fail("BUSY before WELCOME");
+		H->busies++;
 		break;
 	case CP_FILE_HAVE:
 		H->haves++;
@@ -1973,6 +1979,41 @@ static int stalls(unsigned int *n)
 	}
 	rc |= stall_end(h, n, "a call that never returns fails its connection after --timeout",
 			bad);
+
+	/* Version 9: while a call hangs (as a long fsync or a commit's
+	 * reread of a big file would), the receiver says BUSY after each
+	 * 5 s of its own silence, not before, so that the sender's --timeout
+	 * counts a silent peer, not a slow file. */
+	h = stall_begin();
+	m = entry_msg(CP_MKDIR, "d", NULL, 0);
+	bad = stall_run(h, NULL, false, &m, true, verify_dir);
+	if (!bad) {
+		unsigned int before;
+
+		pthread_mutex_lock(&stall.mu);
+		stall.call = "fchmod";
+		stall.released = stall.timed_out = stall.held = false;
+		pthread_mutex_unlock(&stall.mu);
+		m = entry_msg(CP_DIR_META, "d", NULL, 0750);
+		send_msg(&m);
+		dones_before = h->dones;
+		pump_until(held_or_done, h);
+		before = h->busies;
+		for (int s = 1; s <= 11 && !bad && !h->errors; s++) {
+			fake_clock_advance(1000000000ull);
+			for (int k = 0; k < 50; k++)
+				pump(1);
+			if (h->busies - before != (unsigned int)(s / 5))
+				bad = "BUSY not once after each 5 s of silence";
+		}
+		pthread_mutex_lock(&stall.mu);
+		stall.released = true;
+		pthread_cond_broadcast(&stall.cv);
+		pthread_mutex_unlock(&stall.mu);
+		if (!bad && (!pump_until(answered, h) || h->errors))
+			bad = "the DIR_META was not answered once the call returned";
+	}
+	rc |= stall_end(h, n, "a hung call: BUSY after each 5 s of silence", bad);
 
 	/* FILE_FROM 0: the partial's ftruncate() hangs on the worker. */
 	scenario_plant = plant_resume;

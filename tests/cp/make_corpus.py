@@ -9,7 +9,7 @@ import os
 import struct
 import sys
 
-MAGIC, VERSION = 0x50435252, 8
+MAGIC, VERSION = 0x50435252, 9
 
 
 def msg(t, payload, version=VERSION, magic=MAGIC, plen=None):
@@ -88,6 +88,11 @@ def main(out):
         msg(1, struct.pack("<IIH", 4096, 3, 0), version=4),
         msg(1, struct.pack("<IIH", 4096, 3, 0), version=5),
         msg(1, struct.pack("<IIH", 4096, 3, 0), version=7),
+        msg(1, struct.pack("<IIH", 4096, 3, 0), version=8),
+        # BUSY (version 9): 4 bytes, the seconds the receiver was silent.
+        msg(17, struct.pack("<I", 65)),
+        msg(17, b""),
+        msg(17, struct.pack("<Q", 65)),
         # Ranges (version 8): FILE_START with CP_START_RANGE (4) and its
         # offset, length and stripe; FILE_COMMIT (16) with stripe and sum.
         msg(3, struct.pack("<QIH", 5 * S + 9, 6, 3) + b"big" + meta()

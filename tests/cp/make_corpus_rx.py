@@ -49,7 +49,7 @@ def raw(b):
 
 
 WAIT, BYE = bytes([8, 8]), bytes([7])
-MAGIC, VERSION = 0x50435252, 8
+MAGIC, VERSION = 0x50435252, 9
 
 
 def msg(t, payload):

@@ -69,6 +69,7 @@ Test(proto, round_trip_every_type)
 		{.type = CP_FILE_END,
 		 .end = {.bytes = 1ull << 40, .checksum = 0xdeadbeefcafef00dull}},
 		{.type = CP_FILE_DONE, .end = {.bytes = 1, .checksum = 2}},
+		{.type = CP_BUSY, .busy = {.secs = 65}},
 		{.type = CP_ERROR, .error = {.code = CP_E_NOSPC, .len = 4, .text = "full"}},
 		{.type = CP_FILE_START,
 		 .start = {.size = 1ull << 33,
@@ -292,7 +293,7 @@ Test(proto, ranges_checked_at_decode)
 }
 
 /* Version 7's HELLO is refused, naming both versions. */
-Test(proto, version_7_refused)
+Test(proto, version_8_refused)
 {
 	struct cp_msg m = {.type = CP_HELLO, .hello = {.chunk = 4096, .window = 1}};
 	uint8_t buf[CP_MSG_MAX];
@@ -300,10 +301,10 @@ Test(proto, version_7_refused)
 	char why[160];
 	size_t n = enc(&m, buf);
 
-	cr_assert_eq(CP_VERSION, 8);
-	buf[4] = 7;
+	cr_assert_eq(CP_VERSION, 9);
+	buf[4] = 8;
 	cr_assert_eq(cp_decode(buf, n, &out, why, sizeof(why)), -EPROTO);
-	cr_assert_str_eq(why, "protocol version 7, expected 8");
+	cr_assert_str_eq(why, "protocol version 8, expected 9");
 }
 
 /* An entry message as the wire has it, whatever its fields: the encoder
