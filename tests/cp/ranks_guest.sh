@@ -39,9 +39,10 @@ serve_ranks() { # LOG NAME ARGS...: serve ranks on lab3 and lab4 into L/NAME, in
 send_ranks() { # NAME ARGS...: 2 ranks on lab1 and 2 on lab2, to both serve hosts
 	local name=$1
 	shift
-	timeout 300 mpirun -x ASAN_OPTIONS -n 4 --host lab1:2,lab2:2 "$CP" send --mpi --token-file "$D/token" \
-		--chunk 256K --window 16 --stripe $STRIPE --no-progress --json "$D/$name.json" \
-		${RR_CP_RANKS_TIMEOUT:+--timeout "$RR_CP_RANKS_TIMEOUT"} "$@" \
+	# Over NFS under the emulator a small file takes some 50 ms.
+	timeout $((300 + ${RR_CP_RANKS_FILES:-200} / 10)) \
+		mpirun -x ASAN_OPTIONS -n 4 --host lab1:2,lab2:2 "$CP" send --mpi --token-file "$D/token" \
+		--chunk 256K --window 16 --stripe $STRIPE --no-progress --json "$D/$name.json" "$@" \
 		"$addr3:$PORT,$addr4:$PORT" >"$D/$name.out" 2>&1
 }
 # slow_send NAME DST N: big at 512K/s a rank, in the background (its
