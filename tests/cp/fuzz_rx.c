@@ -1904,6 +1904,27 @@ static const char *verify_truncated(struct harness *h)
 	return NULL;
 }
 
+/* MKDIR d stored, then d's DIR_META with its fchmod() hung on the
+ * worker until the scenario releases it (or stall_end() does). NULL, or
+ * why not. */
+static const char *dir_meta_hangs(struct harness *h)
+{
+	struct cp_msg m = entry_msg(CP_MKDIR, "d", NULL, 0);
+	const char *bad = stall_run(h, NULL, false, &m, true, verify_dir);
+
+	if (bad)
+		return bad;
+	pthread_mutex_lock(&stall.mu);
+	stall.call = "fchmod";
+	stall.released = stall.timed_out = stall.held = false;
+	pthread_mutex_unlock(&stall.mu);
+	m = entry_msg(CP_DIR_META, "d", NULL, 0750);
+	send_msg(&m);
+	dones_before = h->dones;
+	pump_until(held_or_done, h);
+	return NULL;
+}
+
 static int stalls(unsigned int *n)
 {
 	struct harness *h;
@@ -1956,17 +1977,8 @@ static int stalls(unsigned int *n)
 	 * --timeout (30 s here), as the file system's fault, not the peer's
 	 * silence; the loop's worker does not hold the teardown. */
 	h = stall_begin();
-	m = entry_msg(CP_MKDIR, "d", NULL, 0);
-	bad = stall_run(h, NULL, false, &m, true, verify_dir);
+	bad = dir_meta_hangs(h);
 	if (!bad) {
-		pthread_mutex_lock(&stall.mu);
-		stall.call = "fchmod";
-		stall.released = stall.timed_out = stall.held = false;
-		pthread_mutex_unlock(&stall.mu);
-		m = entry_msg(CP_DIR_META, "d", NULL, 0750);
-		send_msg(&m);
-		dones_before = h->dones;
-		pump_until(held_or_done, h);
 		for (int i = 0; i < 40 && !h->errors; i++) {
 			fake_clock_advance(1000000000ull);
 			for (int k = 0; k < 50 && !h->errors; k++)
@@ -1985,20 +1997,10 @@ static int stalls(unsigned int *n)
 	 * 5 s of its own silence, not before, so that the sender's --timeout
 	 * counts a silent peer, not a slow file. */
 	h = stall_begin();
-	m = entry_msg(CP_MKDIR, "d", NULL, 0);
-	bad = stall_run(h, NULL, false, &m, true, verify_dir);
+	bad = dir_meta_hangs(h);
 	if (!bad) {
-		unsigned int before;
+		unsigned int before = h->busies;
 
-		pthread_mutex_lock(&stall.mu);
-		stall.call = "fchmod";
-		stall.released = stall.timed_out = stall.held = false;
-		pthread_mutex_unlock(&stall.mu);
-		m = entry_msg(CP_DIR_META, "d", NULL, 0750);
-		send_msg(&m);
-		dones_before = h->dones;
-		pump_until(held_or_done, h);
-		before = h->busies;
 		for (int s = 1; s <= 11 && !bad && !h->errors; s++) {
 			fake_clock_advance(1000000000ull);
 			for (int k = 0; k < 50; k++)
