@@ -199,11 +199,14 @@ int cp_mpi_same_dir(int dirfd, char *msg, size_t len)
 	long long id = 0;
 	struct stat sb;
 
+	if (!me)
+		id = (long long)(((uint64_t)getpid() ^ (cp_now_ns() << 20)) >> 1);
+	MPI_Bcast(&id, 1, MPI_LONG_LONG, 0, comm);
+	snprintf(name, sizeof(name), ".ringrdma-cp-ranks.%llx", id);
+	snprintf(gone, sizeof(gone), "%s.gone", name);
 	/* rank 0: a file of its own in DIR, held as a range's partial is
 	 * (shared), with its first byte claimed */
 	if (!me) {
-		id = (long long)(((uint64_t)getpid() ^ (cp_now_ns() << 20)) >> 1);
-		snprintf(name, sizeof(name), ".ringrdma-cp-ranks.%llx", id);
 		fd = openat(dirfd, name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
 		rc = fd < 0 ? -errno : cp_range_hold(fd, false);
 		if (!rc)
@@ -211,10 +214,7 @@ int cp_mpi_same_dir(int dirfd, char *msg, size_t len)
 		if (rc)
 			bad = DIR_MADE, err = -rc;
 	}
-	MPI_Bcast(&id, 1, MPI_LONG_LONG, 0, comm);
 	MPI_Bcast(&bad, 1, MPI_INT, 0, comm);
-	snprintf(name, sizeof(name), ".ringrdma-cp-ranks.%llx", id);
-	snprintf(gone, sizeof(gone), "%s.gone", name);
 	if (bad) {
 		snprintf(msg, len, "rank 0 cannot make and lock a file in its directory: %s",
 			 strerror(err ? err : EIO));
